@@ -1,0 +1,57 @@
+# airflow-provider-tsb developer targets. Every target creates the virtualenv it needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+DAYS ?= 3
+PYTEST_ARGS ?=
+
+.PHONY: help venv install check-java demo demo-stop test lint bench clean
+
+help:
+	@echo "make demo       run the flights topology on real data under a real Airflow (DAYS=$(DAYS))"
+	@echo "make demo-stop  stop the Airflow started by make demo"
+	@echo "make test       run the test suite (starts its own PostgreSQL and Airflow)"
+	@echo "make lint       ruff"
+	@echo "make bench      run the benchmarks"
+
+$(PY):
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11+" >&2; exit 2; }
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
+	  { echo "error: Python 3.11+ is required, $(PYTHON) is $$($(PYTHON) --version)" >&2; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+
+$(UV): | $(PY)
+	$(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip -q
+	$(PY) -m pip install -q --upgrade pip uv
+
+$(VENV)/.installed: pyproject.toml | $(UV)
+	$(UV) pip install -p $(PY) -q -e '.[test,postgres,data]'
+	@touch $@
+
+venv install: $(VENV)/.installed
+
+check-java:
+	@command -v java >/dev/null || { echo "error: Java 17+ is required by Spark and was not found on PATH; install it (e.g. 'apt-get install -y openjdk-17-jre-headless') and retry" >&2; exit 2; }
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	  if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "error: Java 17+ is required by Spark, found '$$(java -version 2>&1 | head -1)'" >&2; exit 2; fi
+
+demo: install check-java
+	$(PY) -m airflow_provider_tsb demo --days $(DAYS)
+
+demo-stop: install
+	$(PY) -m airflow_provider_tsb demo stop
+
+test: install check-java
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check airflow_provider_tsb dags spark_apps tests benchmarks
+
+bench: install check-java
+	$(PY) benchmarks/barrier_overhead.py
+	$(PY) benchmarks/metastore_scale.py
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache test-output

@@ -1,0 +1,206 @@
+"""The ``tsb`` command line (also ``python -m airflow_provider_tsb``).
+
+Commands::
+
+    tsb db migrate | check               create/upgrade or check the metastore schema
+    tsb topology validate PATH...        validate the union of the topologies in DAG files
+    tsb topology show NAME [--dags PATH] print a topology's graph
+    tsb versions [--level L] TABLE...    consistent Delta versions of tables, as JSON
+
+Exit codes: 0 success, 1 validation or consistency errors, 2 usage or configuration errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_provider_tsb.exceptions import TsbError
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+    if getattr(args, "url", None):
+        return MetaStore(args.url)
+    from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
+
+    return TsbMetastoreHook(tsb_conn_id=getattr(args, "conn_id", None) or "tsb_default").get_conn()
+
+
+def cmd_db_migrate(args: argparse.Namespace) -> int:
+    store = _store(args)
+    revision = store.migrate()
+    print(f"tsb metastore at {store.engine.url.render_as_string(hide_password=True)} is at revision {revision}")
+    return 0
+
+
+def cmd_db_check(args: argparse.Namespace) -> int:
+    store = _store(args)
+    revision = store.check()
+    print(f"tsb metastore at {store.engine.url.render_as_string(hide_password=True)} is up to date ({revision})")
+    return 0
+
+
+def cmd_topology_validate(args: argparse.Namespace) -> int:
+    from airflow_provider_tsb.dag_loading import load_dag_files
+    from airflow_provider_tsb.topology import validate_union
+
+    loaded = load_dag_files(args.paths)
+    errors = [f.error for f in loaded if f.error]
+    topologies = [t for f in loaded for t in f.topologies]
+    errors.extend(str(e) for e in validate_union(topologies))
+    if errors:
+        print(f"{len(errors)} error(s):", file=sys.stderr)
+        for error in errors:
+            print(f"  - {error}", file=sys.stderr)
+        return 1
+    if not topologies:
+        print(f"no topology declared in {', '.join(args.paths)}", file=sys.stderr)
+        return 1
+    merged: dict[str, list[Any]] = {}
+    for topo in topologies:
+        merged.setdefault(topo.name, []).append(topo)
+    for name, parts in sorted(merged.items()):
+        tables = {t for p in parts for t in p.tables if p.tables[t].kind != "external"}
+        roots = {t for p in parts for t in p.tables if p.tables[t].kind == "root"}
+        jobs = {j for p in parts for j in p.jobs}
+        files = len(parts)
+        print(
+            f"ok {name}: {len(roots)} root table(s), {len(tables) - len(roots)} intermediate table(s), "
+            f"{len(jobs)} job(s)" + (f" across {files} DAG files" if files > 1 else "")
+        )
+    return 0
+
+
+def cmd_topology_show(args: argparse.Namespace) -> int:
+    import networkx as nx
+
+    from airflow_provider_tsb.topology import node_label
+
+    graph = None
+    if args.dags:
+        from airflow_provider_tsb.dag_loading import load_dag_files
+        from airflow_provider_tsb.topology import build_graph
+
+        parts = [t for f in load_dag_files(args.dags) for t in f.topologies if t.name == args.name]
+        if parts:
+            tables = {n: t for p in parts for n, t in p.tables.items()}
+            jobs = {j.id: j for p in parts for j in p.jobs.values()}
+            graph = build_graph(tables.values(), jobs.values())
+    else:
+        store = _store(args)
+        if args.name in store.topologies():
+            graph = store.graph(args.name)
+    if graph is None:
+        where = ", ".join(args.dags) if args.dags else "the metastore"
+        print(f"topology {args.name!r} is not declared in {where}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(json.dumps(nx.node_link_data(graph, edges="edges"), indent=2, sort_keys=True))
+        return 0
+    print(f"topology {args.name}")
+    for node in nx.lexicographical_topological_sort(graph):
+        data = graph.nodes[node]
+        if data.get("kind") == "job":
+            ins = ", ".join(node_label(p) for p in sorted(graph.predecessors(node)))
+            outs = ", ".join(node_label(s) for s in sorted(graph.successors(node)))
+            print(f"  job {data['name']}: {ins} -> {outs}")
+        elif data.get("role") == "root":
+            print(f"  root table {data['name']}")
+    return 0
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    from airflow_provider_tsb.versions import resolve_versions
+
+    result = resolve_versions(
+        args.tables, level=args.level, as_of=args.as_of, min_barrier=args.min_barrier,
+        lease_seconds=args.lease_seconds, api_url=args.api_url, store=None if args.api_url else _store(args),
+    )
+    print(json.dumps(result, indent=2, sort_keys=True))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tsb`` argument parser (every command has ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="tsb",
+        description="airflow-provider-tsb: timestamp barriers (FLIP-276) for Spark ETL on Delta Lake",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add_store_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--url", help="metastore SQLAlchemy URL (default: $TSB_METASTORE_URL, "
+                       "the tsb_default connection, or SQLite at $AIRFLOW_HOME/tsb.db)")
+        p.add_argument("--conn-id", default="tsb_default", help="Airflow connection id of the metastore")
+
+    db = sub.add_parser("db", help="manage the metastore schema").add_subparsers(dest="db_command", required=True)
+    p = db.add_parser("migrate", help="create or upgrade the metastore schema (idempotent)")
+    add_store_options(p)
+    p.set_defaults(func=cmd_db_migrate)
+    p = db.add_parser("check", help="exit 0 if the metastore schema is up to date, 2 otherwise")
+    add_store_options(p)
+    p.set_defaults(func=cmd_db_check)
+
+    topo = sub.add_parser("topology", help="validate and show topologies").add_subparsers(
+        dest="topology_command", required=True
+    )
+    p = topo.add_parser("validate", help="validate the union of the topologies declared in DAG files")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="DAG files or folders of DAG files")
+    p.set_defaults(func=cmd_topology_validate)
+    p = topo.add_parser("show", help="print a topology's graph")
+    p.add_argument("name", help="topology name")
+    p.add_argument("--dags", nargs="+", metavar="PATH", help="read it from DAG files instead of the metastore")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    add_store_options(p)
+    p.set_defaults(func=cmd_topology_show)
+
+    p = sub.add_parser("versions", help="Delta versions to read for tables at a consistency level (JSON)")
+    p.add_argument("tables", nargs="+", metavar="TABLE", help="catalog.database.table names")
+    p.add_argument("--level", default="repeatable-read",
+                   help="read-uncommitted | read-committed | repeatable-read (default)")
+    p.add_argument("--as-of", type=int, help="time travel to this COMMIT barrier")
+    p.add_argument("--min-barrier", type=int, help="last seen barrier: never return an older one")
+    p.add_argument("--lease-seconds", type=float, help="pin the versions for this many seconds")
+    p.add_argument("--api-url", default=os.environ.get("TSB_API_URL"),
+                   help="REST API base URL (default $TSB_API_URL); without it the metastore is read directly")
+    add_store_options(p)
+    p.set_defaults(func=cmd_versions)
+
+    _register_extra_commands(sub)
+    return parser
+
+
+def _register_extra_commands(sub: Any) -> None:
+    """Commands contributed by other modules (kept optional so the CLI starts fast)."""
+    for module_name in ("airflow_provider_tsb.checker", "airflow_provider_tsb.demo"):
+        try:
+            module = __import__(module_name, fromlist=["register_cli"])
+        except ImportError:
+            continue
+        register = getattr(module, "register_cli", None)
+        if register is not None:
+            register(sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``tsb`` command line; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TsbError as exc:
+        print(f"tsb: error: {exc}", file=sys.stderr)
+        return 1 if not exc.__class__.__name__.startswith("Metastore") else 2
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"tsb: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

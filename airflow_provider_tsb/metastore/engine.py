@@ -1,0 +1,127 @@
+"""Engines for the tsb metastore: URL resolution, SQLite pragmas, transactions.
+
+SQLite (the embedded default, ``$AIRFLOW_HOME/tsb.db``) runs in WAL mode with a busy timeout
+so that readers never block the writer; write transactions start with ``BEGIN IMMEDIATE`` so
+that two writers queue instead of failing with ``database is locked`` (SQLite docs,
+"Write-Ahead Logging" and "BEGIN TRANSACTION"). PostgreSQL is the production database.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.orm import Session
+
+from airflow_provider_tsb.exceptions import MetastoreError
+
+#: environment variable holding a SQLAlchemy URL; it wins over the Airflow connection
+METASTORE_URL_ENV = "TSB_METASTORE_URL"
+#: milliseconds a SQLite writer waits for the lock before failing
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+
+
+def default_sqlite_url() -> str:
+    """``sqlite:///$AIRFLOW_HOME/tsb.db`` (``~/airflow`` when ``AIRFLOW_HOME`` is unset)."""
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return f"sqlite:///{os.path.join(os.path.abspath(home), 'tsb.db')}"
+
+
+def normalize_url(url: str) -> str:
+    """Map driver-less PostgreSQL URLs to psycopg2 (``postgres://`` is accepted too)."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    return url
+
+
+def create_metastore_engine(url: str, **kwargs: Any) -> Engine:
+    """Create an engine for the metastore at ``url``.
+
+    Args:
+        url: SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg2://...``).
+        **kwargs: passed to :func:`sqlalchemy.create_engine`.
+
+    Raises:
+        MetastoreError: the URL cannot be parsed or its driver is not installed; the message
+            names the URL (password hidden).
+    """
+    url = normalize_url(url)
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # sqlalchemy.exc.ArgumentError and friends
+        raise MetastoreError(
+            f"invalid metastore URL {url!r}: {exc}. Set {METASTORE_URL_ENV} or the 'tsb_default' "
+            "connection to a SQLAlchemy URL such as sqlite:////abs/path/tsb.db or "
+            "postgresql+psycopg2://user:password@host:5432/db"
+        ) from exc
+    shown = parsed.render_as_string(hide_password=True)
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            database = parsed.database or ""
+            if database and database != ":memory:":
+                folder = os.path.dirname(os.path.abspath(database))
+                os.makedirs(folder, exist_ok=True)
+            engine = create_engine(
+                parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs
+            )
+            _configure_sqlite(engine)
+        else:
+            kwargs.setdefault("pool_pre_ping", True)
+            kwargs.setdefault("pool_size", 5)
+            engine = create_engine(parsed, **kwargs)
+    except ImportError as exc:
+        raise MetastoreError(
+            f"the driver for metastore URL {shown} is not installed ({exc}); for PostgreSQL "
+            "install 'airflow-provider-tsb[postgres]'"
+        ) from exc
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # let SQLAlchemy, not pysqlite, decide when transactions begin
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("tsb_write") else "BEGIN")
+
+
+def is_sqlite(engine: Engine) -> bool:
+    """True when the engine's backend is SQLite."""
+    return engine.dialect.name == "sqlite"
+
+
+@contextmanager
+def transaction(engine: Engine, *, write: bool = False) -> Iterator[Session]:
+    """A session in one database transaction, committed on success, rolled back on error.
+
+    Args:
+        engine: the metastore engine.
+        write: the transaction will write. On SQLite it then takes the write lock at
+            ``BEGIN`` (``BEGIN IMMEDIATE``) so concurrent writers queue up for the busy timeout
+            instead of failing on a stale snapshot. On PostgreSQL reads use REPEATABLE READ so
+            one resolution sees one snapshot.
+    """
+    with engine.connect() as conn:
+        if is_sqlite(engine):
+            conn.info["tsb_write"] = write
+        elif not write:
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        try:
+            with conn.begin(), Session(bind=conn, expire_on_commit=False) as session:
+                yield session
+                session.flush()
+        finally:
+            conn.info.pop("tsb_write", None)

@@ -1,0 +1,205 @@
+"""SQLAlchemy models of the tsb metastore (the MetaService's state).
+
+The models live in their own :class:`~sqlalchemy.MetaData` (never Airflow's ``Base``): the
+metastore may share a database server with Airflow but is reached only through
+:class:`~airflow_provider_tsb.hooks.metastore.TsbMetastoreHook`, because Airflow 3 forbids task
+and trigger code from using Airflow's metadata database.
+
+Times are integers in **epoch milliseconds (UTC)**; Delta versions and barrier ids are
+integers. Indexes are chosen so that the lookups on the hot path -- a table's newest WRITTEN
+barrier, the version of (table, barrier), the newest barrier of a topology -- are single
+B-tree seeks whose cost does not grow with the barrier history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+#: Barrier states in one table (DESIGN.md "Barrier states in one table").
+PROCESSED = "PROCESSED"
+WRITTEN = "WRITTEN"
+
+
+class Base(DeclarativeBase):
+    """Declarative base bound to the tsb :data:`metadata` (not Airflow's)."""
+
+    metadata = metadata
+
+
+class TopologyRow(Base):
+    """A topology: the domain in which barrier ids are strictly increasing."""
+
+    __tablename__ = "tsb_topology"
+
+    name: Mapped[str] = mapped_column(String(250), primary_key=True)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    #: bumped by every barrier generation: the row lock that serialises them
+    lock_version: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class TableRow(Base):
+    """A Delta table known to the metastore."""
+
+    __tablename__ = "tsb_table"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    #: canonical ``catalog.database.table``
+    name: Mapped[str] = mapped_column(String(400), unique=True)
+    topology: Mapped[str] = mapped_column(ForeignKey("tsb_topology.name"), index=True)
+    #: ``root`` or ``intermediate``
+    kind: Mapped[str] = mapped_column(String(20))
+    location: Mapped[str] = mapped_column(Text)
+    event_time_column: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class JobRow(Base):
+    """A registered ETL job (one Spark application)."""
+
+    __tablename__ = "tsb_job"
+
+    id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    topology: Mapped[str] = mapped_column(ForeignKey("tsb_topology.name"), index=True)
+    application: Mapped[str] = mapped_column(Text)
+    #: registered | running | succeeded | failed
+    status: Mapped[str] = mapped_column(String(20), default="registered")
+    registered_at_ms: Mapped[int] = mapped_column(BigInteger)
+    last_heartbeat_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: barrier the job is working on or last finished
+    current_barrier: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class JobSourceRow(Base):
+    """FLIP-276 ``/register/source``: the job reads the table."""
+
+    __tablename__ = "tsb_job_source"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("tsb_job.id", ondelete="CASCADE"), primary_key=True)
+    table_id: Mapped[int] = mapped_column(ForeignKey("tsb_table.id"), primary_key=True, index=True)
+
+
+class JobSinkRow(Base):
+    """FLIP-276 ``/register/sink``: the job writes the table.
+
+    The unique constraint on ``table_id`` makes a second writer impossible even when two
+    registrations race on a database without the registry lock.
+    """
+
+    __tablename__ = "tsb_job_sink"
+    __table_args__ = (UniqueConstraint("table_id"),)
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("tsb_job.id", ondelete="CASCADE"), primary_key=True)
+    table_id: Mapped[int] = mapped_column(ForeignKey("tsb_table.id"), primary_key=True)
+
+
+class RegistryLockRow(Base):
+    """One row locked by every registration, so cycle checks see a stable graph."""
+
+    __tablename__ = "tsb_registry_lock"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class BarrierRow(Base):
+    """A timestamp barrier of a topology (FLIP-276 "Timestamp Barrier")."""
+
+    __tablename__ = "tsb_barrier"
+    __table_args__ = (UniqueConstraint("topology", "run_key"),)
+
+    topology: Mapped[str] = mapped_column(ForeignKey("tsb_topology.name"), primary_key=True)
+    barrier_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    #: barrier timestamp, epoch ms: system time, or the event-time watermark
+    ts_ms: Mapped[int] = mapped_column(BigInteger)
+    #: ``system`` or ``event``
+    ts_kind: Mapped[str] = mapped_column(String(10))
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    #: idempotency key (e.g. the Airflow DAG run id): a retried generation returns the same barrier
+    run_key: Mapped[str | None] = mapped_column(String(250), nullable=True)
+
+
+class TableBarrierRow(Base):
+    """State of one barrier in one table: PROCESSED (staged) or WRITTEN (Delta version exists).
+
+    Root tables get a WRITTEN row at every barrier, holding the Delta version recorded when
+    the barrier was generated: together these rows are the (barrier, offset) map that makes
+    replay deterministic.
+    """
+
+    __tablename__ = "tsb_table_barrier"
+    __table_args__ = (
+        Index("ix_tsb_table_barrier_state", "table_id", "state", "barrier_id"),
+        Index("ix_tsb_table_barrier_version", "table_id", "version"),
+    )
+
+    table_id: Mapped[int] = mapped_column(ForeignKey("tsb_table.id"), primary_key=True)
+    barrier_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    state: Mapped[str] = mapped_column(String(10))
+    #: Delta version tagged with the barrier (WRITTEN), or None while PROCESSED
+    version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    job_id: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    processed_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    written_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: staged-file manifest of a PROCESSED barrier: {"mode": ..., "files": [...], ...}
+    manifest: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: Delta versions of the inputs read for this barrier, {table name: version}
+    inputs: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class JobBarrierRow(Base):
+    """Timing of one job run for one barrier (for delays and the bottleneck view)."""
+
+    __tablename__ = "tsb_job_barrier"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("tsb_job.id", ondelete="CASCADE"), primary_key=True)
+    barrier_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    started_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    finished_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    status: Mapped[str] = mapped_column(String(20))
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class LeaseRow(Base):
+    """A reader's lease on the versions it resolved: snapshot expiry keeps them."""
+
+    __tablename__ = "tsb_lease"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    expires_at_ms: Mapped[int] = mapped_column(BigInteger, index=True)
+
+
+class LeaseVersionRow(Base):
+    """One (table, Delta version) pinned by a lease."""
+
+    __tablename__ = "tsb_lease_version"
+    __table_args__ = (Index("ix_tsb_lease_version_table", "table_id", "version"),)
+
+    lease_id: Mapped[str] = mapped_column(ForeignKey("tsb_lease.id", ondelete="CASCADE"), primary_key=True)
+    table_id: Mapped[int] = mapped_column(ForeignKey("tsb_table.id"), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger)

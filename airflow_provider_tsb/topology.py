@@ -1,0 +1,433 @@
+"""Topology declaration: the bipartite DAG tables -> jobs -> tables.
+
+A :class:`Topology` is declared in an Airflow DAG file. It holds root tables (written from
+outside the topology, e.g. by ingestion) and ETL jobs (one Spark application each, reading
+source tables and writing sink tables). Validation is pure and side-effect free, so it runs
+while the DAG file is parsed; an invalid topology shows in Airflow as an import error carrying
+the message. The same rules are enforced again, atomically and across DAG files, when a job
+registers in the metastore (:meth:`airflow_provider_tsb.metastore.store.MetaStore.register_job`).
+
+Rules (DESIGN.md "Vocabulary"; FLIP-276 "MetaService" registration):
+
+* every table name is ``catalog.database.table`` of identifiers;
+* a table is either a root table or the sink of exactly one job (single writer);
+* every source of a job is a root table, a sink of a job, or declared external
+  (written by a job of another DAG file of the same topology);
+* every job has at least one sink;
+* the graph is acyclic.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import networkx as nx
+
+from airflow_provider_tsb.exceptions import (
+    CycleError,
+    DoubleWriterError,
+    InvalidNameError,
+    TopologyError,
+    UnknownTableError,
+)
+from airflow_provider_tsb.names import normalize_table_name, parse_table_name, validate_job_id
+
+TableKind = Literal["root", "intermediate", "external"]
+
+_DECLARED: list[Topology] = []
+
+
+def default_warehouse() -> str:
+    """Directory under which tables without an explicit location live.
+
+    ``$TSB_WAREHOUSE`` if set, else ``$AIRFLOW_HOME/tsb-warehouse`` (``~/airflow`` when
+    ``AIRFLOW_HOME`` is unset). Nothing is created on disk.
+    """
+    if os.environ.get("TSB_WAREHOUSE"):
+        return os.environ["TSB_WAREHOUSE"]
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return os.path.join(home, "tsb-warehouse")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Delta table of a topology.
+
+    Attributes:
+        name: canonical ``catalog.database.table``.
+        kind: ``root`` (written from outside), ``intermediate`` (the sink of one job of this
+            topology) or ``external`` (the sink of a job declared in another DAG file).
+        location: Delta table URI or path; ``None`` means ``<warehouse>/catalog/database/table``.
+        event_time_column: for root tables, the column whose maximum is the event-time
+            watermark of a barrier (FLIP-276 "Timestamp Barrier": event-time timestamps).
+    """
+
+    name: str
+    kind: TableKind
+    location: str | None = None
+    event_time_column: str | None = None
+
+    def resolved_location(self, warehouse: str | None = None) -> str:
+        """The table's location, defaulting to ``<warehouse>/<catalog>/<database>/<table>``."""
+        if self.location:
+            return self.location
+        parts = parse_table_name(self.name)
+        return os.path.join(warehouse or default_warehouse(), *parts)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One ETL job: a Spark application reading ``sources`` and writing ``sinks``.
+
+    Attributes:
+        id: job id; also the Delta txn appId prefix of its commits.
+        application: path of the Spark application (``spark-submit`` argument).
+        sources: canonical names of the tables it reads.
+        sinks: canonical names of the tables it writes (it is their only writer).
+        application_args: extra arguments passed to the application.
+        conf: extra Spark configuration for this job.
+    """
+
+    id: str
+    application: str
+    sources: tuple[str, ...]
+    sinks: tuple[str, ...]
+    application_args: tuple[str, ...] = ()
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+def _table_node(name: str) -> str:
+    return f"table:{name}"
+
+
+def _job_node(job_id: str) -> str:
+    return f"job:{job_id}"
+
+
+def node_label(node: str) -> str:
+    """Human label of a graph node: ``t1`` for a table, ``job a`` for a job."""
+    kind, _, name = node.partition(":")
+    return name if kind == "table" else f"job {name}"
+
+
+class Topology:
+    """A topology of ETL jobs over Delta tables, declared in a DAG file.
+
+    Example::
+
+        topo = Topology("wordcount")
+        topo.root_table("tsb.raw.words")
+        topo.job("count_words", "spark_apps/wordcount/word_count.py",
+                 sources=["tsb.raw.words"], sinks=["tsb.mart.word_count"])
+        topo.validate()
+
+    Declaring never touches the filesystem or a database. Every topology object created is
+    remembered (see :func:`declared_topologies`) so ``tsb topology validate`` can find the
+    topologies of a DAG file.
+    """
+
+    def __init__(self, name: str, *, warehouse: str | None = None) -> None:
+        """Create an empty topology.
+
+        Args:
+            name: topology name (identifier, may contain '-'); barrier ids are per topology.
+            warehouse: directory for tables without an explicit location
+                (default :func:`default_warehouse`).
+
+        Raises:
+            InvalidNameError: the name is not a valid identifier.
+        """
+        if not name:
+            raise InvalidNameError("topology name must not be empty")
+        validate_job_id(name)
+        self.name = name
+        self.warehouse = warehouse
+        self.tables: dict[str, Table] = {}
+        self.jobs: dict[str, Job] = {}
+        self._declaration_errors: list[TopologyError] = []
+        _DECLARED.append(self)
+
+    # -- declaration ---------------------------------------------------------------------
+    def root_table(
+        self, name: str, *, location: str | None = None, event_time_column: str | None = None
+    ) -> str:
+        """Declare a root table (written from outside the topology). Returns its canonical name.
+
+        Raises:
+            InvalidNameError: the name is invalid.
+            TopologyError: the table was already declared with another kind or location.
+        """
+        canonical = normalize_table_name(name)
+        self._add_table(Table(canonical, "root", location, event_time_column))
+        return canonical
+
+    def external_table(self, name: str, *, location: str | None = None) -> str:
+        """Declare a table of this topology written by a job of another DAG file.
+
+        Use it when a topology is split across DAG files (one per team): the consuming file
+        declares the producing team's sink as external and gates on it with
+        :class:`~airflow_provider_tsb.sensors.barrier_committed.BarrierCommittedSensor`.
+        """
+        canonical = normalize_table_name(name)
+        self._add_table(Table(canonical, "external", location))
+        return canonical
+
+    def table(self, name: str, *, location: str | None = None) -> str:
+        """Set the location of an intermediate (sink) table; returns its canonical name."""
+        canonical = normalize_table_name(name)
+        self._add_table(Table(canonical, "intermediate", location))
+        return canonical
+
+    def job(
+        self,
+        job_id: str,
+        application: str,
+        *,
+        sources: Sequence[str],
+        sinks: Sequence[str],
+        application_args: Sequence[str] = (),
+        conf: Mapping[str, str] | None = None,
+    ) -> Job:
+        """Declare an ETL job. Sinks become intermediate tables of the topology.
+
+        Raises:
+            InvalidNameError: the job id or a table name is invalid.
+            TopologyError: the job id is declared twice.
+        """
+        validate_job_id(job_id)
+        if job_id in self.jobs:
+            raise TopologyError(f"topology {self.name!r}: job {job_id!r} is declared twice")
+        job = Job(
+            id=job_id,
+            application=application,
+            sources=tuple(normalize_table_name(s) for s in sources),
+            sinks=tuple(normalize_table_name(s) for s in sinks),
+            application_args=tuple(application_args),
+            conf=dict(conf or {}),
+        )
+        for sink in job.sinks:
+            if sink not in self.tables:
+                self.tables[sink] = Table(sink, "intermediate")
+        self.jobs[job_id] = job
+        return job
+
+    def _add_table(self, table: Table) -> None:
+        existing = self.tables.get(table.name)
+        if existing is None or existing == table:
+            self.tables[table.name] = table
+            return
+        if existing.kind == "intermediate" and table.kind == "intermediate":
+            self.tables[table.name] = Table(table.name, "intermediate", table.location or existing.location)
+            return
+        if existing.kind == "intermediate" and table.kind == "root":
+            # a sink later declared as root: validate() reports it naming the writer job
+            self.tables[table.name] = table
+            return
+        raise TopologyError(
+            f"topology {self.name!r}: table {table.name!r} is declared twice, as {existing.kind} "
+            f"(location {existing.location!r}) and as {table.kind} (location {table.location!r})"
+        )
+
+    # -- views ---------------------------------------------------------------------------
+    @property
+    def root_tables(self) -> list[Table]:
+        """Root tables, in declaration order."""
+        return [t for t in self.tables.values() if t.kind == "root"]
+
+    def location(self, table: str) -> str:
+        """Resolved location of a table of this topology.
+
+        Raises:
+            UnknownTableError: the table is not part of the topology.
+        """
+        canonical = normalize_table_name(table)
+        if canonical not in self.tables:
+            raise UnknownTableError(
+                f"table {canonical!r} is not part of topology {self.name!r}; "
+                f"known tables: {', '.join(sorted(self.tables)) or '(none)'}"
+            )
+        return self.tables[canonical].resolved_location(self.warehouse)
+
+    def writer_of(self, table: str) -> str | None:
+        """Id of the job that writes ``table``, or ``None`` for root/external tables."""
+        canonical = normalize_table_name(table)
+        for job in self.jobs.values():
+            if canonical in job.sinks:
+                return job.id
+        return None
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The topology as a networkx DiGraph.
+
+        Nodes are ``table:<name>`` (attrs ``kind='table'``, ``role``, ``name``) and
+        ``job:<id>`` (attrs ``kind='job'``, ``name``); edges go source -> job -> sink.
+        """
+        return build_graph(self.tables.values(), self.jobs.values())
+
+    def jobs_in_order(self) -> list[Job]:
+        """Jobs in a topological order of the graph (upstream first, ties by id).
+
+        Raises:
+            TopologyError: the topology is invalid (see :meth:`validate`).
+        """
+        self.validate()
+        order = nx.lexicographical_topological_sort(self.graph)
+        return [self.jobs[n.split(":", 1)[1]] for n in order if n.startswith("job:")]
+
+    # -- validation ----------------------------------------------------------------------
+    def errors(self) -> list[TopologyError]:
+        """Every validation error of this topology (empty when valid). Pure."""
+        return validate_union([self])
+
+    def validate(self) -> Topology:
+        """Raise the first validation error, or return ``self`` when valid.
+
+        Raises:
+            CycleError, DoubleWriterError, UnknownTableError, TopologyError: see module doc.
+        """
+        errors = self.errors()
+        if errors:
+            raise errors[0]
+        return self
+
+    def __repr__(self) -> str:
+        return f"Topology({self.name!r}, tables={len(self.tables)}, jobs={len(self.jobs)})"
+
+
+def build_graph(tables: Iterable[Table], jobs: Iterable[Job]) -> nx.DiGraph:
+    """Build the bipartite DiGraph of tables and jobs (see :attr:`Topology.graph`)."""
+    graph = nx.DiGraph()
+    for table in tables:
+        graph.add_node(_table_node(table.name), kind="table", role=table.kind, name=table.name)
+    for job in jobs:
+        graph.add_node(_job_node(job.id), kind="job", name=job.id, application=job.application)
+        for source in job.sources:
+            if not graph.has_node(_table_node(source)):
+                graph.add_node(_table_node(source), kind="table", role="unknown", name=source)
+            graph.add_edge(_table_node(source), _job_node(job.id))
+        for sink in job.sinks:
+            if not graph.has_node(_table_node(sink)):
+                graph.add_node(_table_node(sink), kind="table", role="intermediate", name=sink)
+            graph.add_edge(_job_node(job.id), _table_node(sink))
+    return graph
+
+
+def cycle_error(graph: nx.DiGraph) -> CycleError | None:
+    """A :class:`CycleError` describing one cycle of ``graph``, or ``None`` if acyclic."""
+    try:
+        edges = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return None
+    path = [edges[0][0], *(v for _, v in edges)]
+    # start the printed cycle at a table so it reads "t1 -> job a -> t2 -> job b -> t1"
+    tables = [i for i, n in enumerate(path[:-1]) if n.startswith("table:")]
+    if tables:
+        start = min(tables, key=lambda i: path[i])
+        path = path[start:-1] + path[:start] + [path[start]]
+    labels = [node_label(n) for n in path]
+    return CycleError(
+        f"the topology has a cycle: {' -> '.join(labels)}; a table cannot depend on itself, "
+        "remove one of these edges",
+        labels,
+    )
+
+
+def validate_union(topologies: Sequence[Topology]) -> list[TopologyError]:
+    """Validate the union of several topology declarations (e.g. all DAG files of a folder).
+
+    Tables and jobs with the same names are merged, so a double writer split across two DAG
+    files, or a cycle closed by another file, is caught. Pure: no I/O.
+
+    Returns:
+        Every error found, in a stable order (empty when the union is valid).
+    """
+    errors: list[TopologyError] = []
+    tables: dict[str, Table] = {}
+    owners: dict[str, str] = {}
+    jobs: dict[str, Job] = {}
+    job_topology: dict[str, str] = {}
+    for topo in topologies:
+        for table in topo.tables.values():
+            prev = tables.get(table.name)
+            if prev is None or prev.kind in ("external", "intermediate") and table.kind == "root":
+                tables[table.name] = table
+                owners[table.name] = topo.name
+            elif prev.kind == "root" and table.kind == "root" and owners[table.name] != topo.name:
+                errors.append(
+                    TopologyError(
+                        f"root table {table.name!r} is declared by topologies "
+                        f"{owners[table.name]!r} and {topo.name!r}; a table belongs to one topology"
+                    )
+                )
+        for job in topo.jobs.values():
+            if job.id in jobs and jobs[job.id] != job:
+                errors.append(
+                    TopologyError(
+                        f"job {job.id!r} is declared twice with different definitions "
+                        f"(topologies {job_topology[job.id]!r} and {topo.name!r})"
+                    )
+                )
+                continue
+            jobs[job.id] = job
+            job_topology[job.id] = topo.name
+
+    writers: dict[str, str] = {}
+    for job in jobs.values():
+        if not job.sinks:
+            errors.append(
+                TopologyError(
+                    f"job {job.id!r} has no sink table; every ETL job must write at least one table"
+                )
+            )
+        for sink in job.sinks:
+            table = tables.get(sink)
+            if table is not None and table.kind == "root":
+                errors.append(
+                    TopologyError(
+                        f"table {sink!r} is declared as a root table and is also a sink of job "
+                        f"{job.id!r}; a root table is written only from outside the topology"
+                    )
+                )
+            if sink in writers and writers[sink] != job.id:
+                first, second = sorted((writers[sink], job.id))
+                errors.append(
+                    DoubleWriterError(
+                        f"table {sink!r} has two writer jobs, {first!r} and {second!r}; "
+                        "every non-root table has exactly one writer job",
+                        sink,
+                        (first, second),
+                    )
+                )
+            else:
+                writers[sink] = job.id
+    for job in jobs.values():
+        for source in job.sources:
+            if source in writers:
+                continue
+            table = tables.get(source)
+            if table is None or table.kind == "intermediate":
+                errors.append(
+                    UnknownTableError(
+                        f"job {job.id!r} reads unknown table {source!r}: declare it with "
+                        "root_table() if it is ingested from outside, external_table() if a job "
+                        "of another DAG file writes it, or add the job that writes it"
+                    )
+                )
+    cycle = cycle_error(build_graph(tables.values(), jobs.values()))
+    if cycle is not None:
+        errors.append(cycle)
+    return errors
+
+
+def declared_topologies() -> list[Topology]:
+    """Topologies created in this process so far (used by ``tsb topology validate``)."""
+    return list(_DECLARED)
+
+
+def forget_declared_topologies() -> None:
+    """Clear the list returned by :func:`declared_topologies` (used between DAG files)."""
+    _DECLARED.clear()

@@ -1,0 +1,59 @@
+"""Shared fixtures: a real PostgreSQL server and fresh metastores on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from pg import PostgresServer, start_postgres  # noqa: E402
+
+from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer | str]:
+    """A PostgreSQL server for the session: ``TSB_TEST_PG_URL`` or a throwaway cluster."""
+    if os.environ.get("TSB_TEST_PG_URL"):
+        yield os.environ["TSB_TEST_PG_URL"]
+        return
+    server = start_postgres()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _pg_database(postgres: PostgresServer | str) -> str:
+    name = f"tsb_{uuid.uuid4().hex[:12]}"
+    if isinstance(postgres, str):
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(postgres, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        engine.dispose()
+        return postgres.rsplit("/", 1)[0] + "/" + name
+    return postgres.create_database(name)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def metastore_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """URL of an empty metastore database, once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'tsb.db'}"
+    return _pg_database(request.getfixturevalue("postgres"))
+
+
+@pytest.fixture
+def store(metastore_url: str) -> Iterator[MetaStore]:
+    """A migrated :class:`MetaStore` on SQLite and on PostgreSQL."""
+    ms = MetaStore(metastore_url)
+    ms.migrate()
+    yield ms
+    ms.dispose()

@@ -1,0 +1,123 @@
+"""`tsb topology validate` / `show` and `tsb db` on real DAG files, run as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tsb(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_provider_tsb", *args],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})}, timeout=300,
+    )
+
+
+def write(path: Path, body: str) -> Path:
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+TEAM_A = """
+    from airflow_provider_tsb.topology import Topology
+    topo = Topology("shop")
+    topo.root_table("tsb.raw.orders")
+    topo.job("daily_orders", "a.py", sources=["tsb.raw.orders"], sinks=["tsb.mart.daily_orders"])
+"""
+
+
+def test_validate_good_files_and_folder(tmp_path: Path) -> None:
+    write(tmp_path / "team_a.py", TEAM_A)
+    write(tmp_path / "team_b.py", """
+        from airflow_provider_tsb.topology import Topology
+        topo = Topology("shop")
+        topo.external_table("tsb.mart.daily_orders")
+        topo.job("weekly_orders", "b.py", sources=["tsb.mart.daily_orders"], sinks=["tsb.mart.weekly_orders"])
+    """)
+    result = tsb("topology", "validate", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "ok shop: 1 root table(s), 2 intermediate table(s), 2 job(s) across 2 DAG files"
+    )
+
+
+def test_validate_reports_every_error(tmp_path: Path) -> None:
+    write(tmp_path / "team_a.py", TEAM_A)
+    write(tmp_path / "team_c.py", """
+        from airflow_provider_tsb.topology import Topology
+        topo = Topology("shop")
+        topo.root_table("tsb.raw.orders")
+        topo.job("rogue", "c.py", sources=["tsb.raw.orders"], sinks=["tsb.mart.daily_orders"])
+        topo.job("orphan", "d.py", sources=["tsb.raw.missing"], sinks=["tsb.mart.x"])
+    """)
+    write(tmp_path / "broken.py", """
+        from airflow_provider_tsb.topology import Topology
+        topo = Topology("broken")
+        topo.root_table("tsb.raw/escape.t")
+    """)
+    result = tsb("topology", "validate", str(tmp_path))
+    assert result.returncode == 1
+    err = result.stderr
+    assert "3 error(s):" in err
+    assert "table 'tsb.mart.daily_orders' has two writer jobs, 'daily_orders' and 'rogue'" in err
+    assert "job 'orphan' reads unknown table 'tsb.raw.missing'" in err
+    assert "broken.py: InvalidNameError: invalid table name 'tsb.raw/escape.t'" in err
+    assert "Traceback" not in err
+
+
+def test_validate_cycle_in_one_file(tmp_path: Path) -> None:
+    dag = write(tmp_path / "cyc.py", """
+        from airflow_provider_tsb.topology import Topology
+        topo = Topology("cyc")
+        topo.job("a", "a.py", sources=["c.d.t1"], sinks=["c.d.t2"])
+        topo.job("b", "b.py", sources=["c.d.t2"], sinks=["c.d.t1"])
+    """)
+    result = tsb("topology", "validate", str(dag))
+    assert result.returncode == 1
+    assert "the topology has a cycle: c.d.t1 -> job a -> c.d.t2 -> job b -> c.d.t1" in result.stderr
+
+
+def test_validate_missing_path() -> None:
+    result = tsb("topology", "validate", "/nonexistent/dags")
+    assert result.returncode == 2
+    assert "no such DAG file or folder: /nonexistent/dags" in result.stderr
+
+
+def test_show_from_dag_files_and_metastore(tmp_path: Path) -> None:
+    write(tmp_path / "team_a.py", TEAM_A)
+    shown = tsb("topology", "show", "shop", "--dags", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "root table tsb.raw.orders" in shown.stdout
+    assert "job daily_orders: tsb.raw.orders -> tsb.mart.daily_orders" in shown.stdout
+    url = f"sqlite:///{tmp_path / 'tsb.db'}"
+    assert tsb("db", "migrate", "--url", url).returncode == 0
+    from airflow_provider_tsb.dag_loading import load_dag_file
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+    (topo,) = load_dag_file(str(tmp_path / "team_a.py")).topologies
+    MetaStore(url).register_topology(topo)
+    shown = tsb("topology", "show", "shop", "--url", url, "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert '"job:daily_orders"' in shown.stdout
+    missing = tsb("topology", "show", "nope", "--url", url)
+    assert missing.returncode == 1 and "topology 'nope' is not declared in the metastore" in missing.stderr
+
+
+def test_db_commands_and_help(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    check = tsb("db", "check", "--url", url)
+    assert check.returncode == 2 and "run `tsb db migrate`" in check.stderr
+    assert "is at revision" in tsb("db", "migrate", "--url", url).stdout
+    assert tsb("db", "check", "--url", url).returncode == 0
+    for cmd in (["--help"], ["db", "--help"], ["db", "migrate", "--help"], ["topology", "validate", "--help"],
+                ["topology", "show", "--help"], ["versions", "--help"]):
+        out = tsb(*cmd)
+        assert out.returncode == 0 and "usage: tsb" in out.stdout, cmd
+    env_home = tsb("db", "migrate", env={"AIRFLOW_HOME": str(tmp_path / "home"), "TSB_METASTORE_URL": ""})
+    assert env_home.returncode == 0, env_home.stderr
+    assert (tmp_path / "home" / "tsb.db").exists()
