@@ -21,8 +21,9 @@ from urllib.parse import quote_plus
 
 from airflow.providers.common.compat.sdk import BaseHook
 
+from airflow_provider_tsb.exceptions import TsbError
 from airflow_provider_tsb.metastore.engine import METASTORE_URL_ENV, default_sqlite_url
-from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.metastore.store import MetaStore, now_ms
 
 _ENGINES: dict[str, MetaStore] = {}
 
@@ -80,6 +81,47 @@ class TsbMetastoreHook(BaseHook):
     def metastore(self) -> MetaStore:
         """Same as :meth:`get_conn`, cached on the hook."""
         return self.get_conn()
+
+    def barrier_committed(self, tables: list[str], barrier_id: int) -> bool:
+        """``barrier_committed(tables, barrier)``: the barrier is WRITTEN in every table (COMMIT).
+
+        Raises:
+            UnknownTableError: a table is not registered.
+        """
+        store = self.get_conn()
+        for table in tables:
+            state = store.table_state(table, barrier_id)
+            if state is None or state.state != "WRITTEN":
+                return False
+        return True
+
+    def lag_report(self, tables: list[str], barrier_id: int) -> str:
+        """One line per table: the barrier it has reached and how far it lags behind ``barrier_id``.
+
+        The time lag is measured from the generation of the oldest barrier the table still
+        misses (seconds).
+        """
+        store = self.get_conn()
+        lines = []
+        for table in tables:
+            info = store.table(table)
+            newest = store.newest_written(table)
+            reached = newest.barrier_id if newest else 0
+            if reached >= barrier_id:
+                lines.append(f"{info.name}: at barrier {reached}, WRITTEN (not lagging)")
+                continue
+            missing = reached + 1
+            try:
+                since = store.barrier(info.topology, missing).created_at_ms
+                lag_s = max(0.0, (now_ms() - since) / 1000)
+                lag = f"lagging {lag_s:.1f} s"
+            except TsbError:
+                lag = f"barrier {missing} not generated yet"
+            lines.append(
+                f"{info.name}: at barrier {reached if newest else 'none'}, waiting for barrier {barrier_id} "
+                f"({barrier_id - reached} barrier(s) behind, {lag})"
+            )
+        return "; ".join(lines)
 
     def test_connection(self) -> tuple[bool, str]:
         """Check that the metastore is reachable and migrated (Airflow's "Test" button)."""

@@ -800,16 +800,21 @@ class MetaStore:
             return self._barrier_info(s, row) if row is not None else None
 
     def barriers(
-        self, topology: str, *, limit: int = 100, before: int | None = None, after: int | None = None
+        self, topology: str, *, limit: int = 100, before: int | None = None, after: int | None = None,
+        ascending: bool = False,
     ) -> list[BarrierInfo]:
-        """Barriers of ``topology``, newest first, at most ``limit`` (paged by ``before``)."""
+        """Barriers of ``topology``, newest first (oldest first if ``ascending``), at most ``limit``.
+
+        ``before`` / ``after`` bound the barrier ids (exclusive) for paging.
+        """
         with self._tx() as s:
             query = select(BarrierRow).where(BarrierRow.topology == topology)
             if before is not None:
                 query = query.where(BarrierRow.barrier_id < before)
             if after is not None:
                 query = query.where(BarrierRow.barrier_id > after)
-            query = query.order_by(BarrierRow.barrier_id.desc()).limit(limit)
+            order = BarrierRow.barrier_id.asc() if ascending else BarrierRow.barrier_id.desc()
+            query = query.order_by(order).limit(limit)
             return [self._barrier_info(s, row) for row in s.scalars(query)]
 
     # ------------------------------------------------------------------ table states
@@ -960,6 +965,27 @@ class MetaStore:
             query = query.order_by(TableBarrierRow.barrier_id.desc()).limit(limit)
             name = normalize_table_name(table)
             return [_state(name, row) for row in s.scalars(query)]
+
+    def written_versions(self, tables: Sequence[str], barrier_ids: Sequence[int]) -> dict[tuple[str, int], int]:
+        """Delta versions WRITTEN for every (table, barrier) pair that has one, in one query.
+
+        Returns:
+            {(canonical table name, barrier id): Delta version}; missing pairs are not WRITTEN.
+        """
+        names = [normalize_table_name(t) for t in tables]
+        if not names or not barrier_ids:
+            return {}
+        with self._tx() as s:
+            rows = s.execute(
+                select(TableRow.name, TableBarrierRow.barrier_id, TableBarrierRow.version)
+                .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
+                .where(
+                    TableRow.name.in_(names),
+                    TableBarrierRow.barrier_id.in_(list(barrier_ids)),
+                    TableBarrierRow.state == WRITTEN,
+                )
+            ).all()
+            return {(name, int(b)): int(v) for name, b, v in rows if v is not None}
 
     def states_at(self, topology: str, barrier_ids: Sequence[int]) -> list[TableState]:
         """Every table state of ``topology`` at the given barriers (for delay views)."""
@@ -1250,6 +1276,125 @@ class MetaStore:
 
     def _shown_url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
+
+    # ------------------------------------------------------------------ MetaService read views
+    # (appended for the REST API, READ_UNCOMMITTED resolution and the delay view)
+    def barriers_at_versions(self, versions: Mapping[str, int | None]) -> dict[str, int | None]:
+        """The barrier each (table, Delta version) is tagged with in the metastore.
+
+        Args:
+            versions: {table name: Delta version} (``None`` versions map to ``None``).
+
+        Returns:
+            {canonical table name: newest barrier WRITTEN at exactly that version, or ``None``}.
+            A root table holds the same version at several barriers when nothing was ingested
+            between them; the newest one is returned. One index seek per table
+            (``ix_tsb_table_barrier_version``).
+
+        Raises:
+            UnknownTableError: a table is not registered.
+        """
+        names = {normalize_table_name(k): v for k, v in versions.items()}
+        out: dict[str, int | None] = {}
+        with self._tx() as s:
+            for name, version in names.items():
+                table_id = self._table_id(s, name)
+                if version is None:
+                    out[name] = None
+                    continue
+                out[name] = s.scalar(
+                    select(func.max(TableBarrierRow.barrier_id)).where(
+                        TableBarrierRow.table_id == table_id,
+                        TableBarrierRow.version == int(version),
+                        TableBarrierRow.state == WRITTEN,
+                    )
+                )
+        return out
+
+    def newest_written_by_table(self, topology: str) -> dict[str, TableState]:
+        """The newest WRITTEN state of every table of ``topology`` that has one.
+
+        Returns:
+            {table name: :class:`TableState`} (tables without a WRITTEN barrier are absent).
+            Cost: one index seek per table (max over the ``(table_id, state, barrier_id)``
+            prefix) plus one primary-key lookup per table, independent of the history length.
+        """
+        from sqlalchemy import tuple_
+
+        with self._tx() as s:
+            newest = (
+                select(func.max(TableBarrierRow.barrier_id))
+                .where(TableBarrierRow.table_id == TableRow.id, TableBarrierRow.state == WRITTEN)
+                .correlate(TableRow)
+                .scalar_subquery()
+            )
+            rows = s.execute(
+                select(TableRow.id, TableRow.name, newest.label("barrier")).where(TableRow.topology == topology)
+            ).all()
+            keys = [(r.id, r.barrier) for r in rows if r.barrier is not None]
+            names = {r.id: r.name for r in rows}
+            out: dict[str, TableState] = {}
+            for chunk_start in range(0, len(keys), 500):
+                chunk = keys[chunk_start : chunk_start + 500]
+                found = s.scalars(
+                    select(TableBarrierRow).where(
+                        tuple_(TableBarrierRow.table_id, TableBarrierRow.barrier_id).in_(chunk)
+                    )
+                ).all()
+                for row in found:
+                    out[names[row.table_id]] = _state(names[row.table_id], row)
+            return out
+
+    def barrier_timings(
+        self, topology: str, *, limit: int = 20, before: int | None = None
+    ) -> tuple[list[tuple[int, int, int]], list[tuple[str, str, int, str, int | None, int | None]]]:
+        """Raw material of the delay view for the newest ``limit`` barriers of ``topology``.
+
+        Returns:
+            ``(barriers, states)``: ``barriers`` = [(barrier id, barrier ts ms, created at ms)],
+            newest first; ``states`` = [(table name, table kind, barrier id, state,
+            processed_at_ms, written_at_ms)] for those barriers. Cost: one index range on the
+            barriers plus one primary-key seek per (table, barrier), bounded by ``limit``.
+        """
+        with self._tx() as s:
+            query = select(BarrierRow.barrier_id, BarrierRow.ts_ms, BarrierRow.created_at_ms).where(
+                BarrierRow.topology == topology
+            )
+            if before is not None:
+                query = query.where(BarrierRow.barrier_id < before)
+            barriers = [tuple(r) for r in s.execute(query.order_by(BarrierRow.barrier_id.desc()).limit(limit))]
+            if not barriers:
+                return [], []
+            ids = [b[0] for b in barriers]
+            states = s.execute(
+                select(
+                    TableRow.name, TableRow.kind, TableBarrierRow.barrier_id, TableBarrierRow.state,
+                    TableBarrierRow.processed_at_ms, TableBarrierRow.written_at_ms,
+                )
+                .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
+                .where(TableRow.topology == topology, TableBarrierRow.barrier_id.in_(ids))
+            ).all()
+            return barriers, [tuple(r) for r in states]  # type: ignore[misc]
+
+    def job_io(self, topology: str | None = None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """Sources and sinks of every registered job (of one topology) in two queries.
+
+        Returns:
+            {job id: (source table names, sink table names)}, names sorted.
+        """
+        with self._tx() as s:
+            jobs = select(JobRow.id)
+            if topology:
+                jobs = jobs.where(JobRow.topology == topology)
+            out: dict[str, tuple[list[str], list[str]]] = {j: ([], []) for j in s.scalars(jobs)}
+            for link, slot in ((JobSourceRow, 0), (JobSinkRow, 1)):
+                rows = s.execute(
+                    select(link.job_id, TableRow.name).join(TableRow, TableRow.id == link.table_id)
+                    .where(link.job_id.in_(list(out)))
+                ).all()
+                for job_id, name in rows:
+                    out[job_id][slot].append(name)
+            return {j: (tuple(sorted(a)), tuple(sorted(b))) for j, (a, b) in out.items()}
 
 
 class _GuardedTransaction:

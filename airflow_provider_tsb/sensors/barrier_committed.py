@@ -1,0 +1,130 @@
+"""Wait for ``barrier_committed(table, barrier)``: :class:`BarrierCommittedSensor`.
+
+A barrier is committed in a set of tables when a Delta version tagged with it is WRITTEN in
+every one of them (DESIGN.md "COMMIT"); a task gated by the sensor then reads the tables at
+REPEATABLE_READ and sees the same consistent epoch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowSensorTimeout
+
+from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
+from airflow_provider_tsb.names import normalize_table_name
+from airflow_provider_tsb.triggers.barrier_committed import BarrierCommittedTrigger
+
+
+class BarrierCommittedSensor(BaseSensorOperator):
+    """Wait until ``barrier`` is WRITTEN in every table of ``tables``.
+
+    :param tables: one table name or several (``catalog.database.table``); templated.
+    :param barrier: barrier id (templated). ``None``: take the newest ``extra["barrier"]`` of
+        the asset events that triggered the DAG run (an upstream job operator's outlet).
+    :param deferrable: free the worker slot and poll in the triggerer.
+    :param poll_interval: seconds between checks (poke mode and deferrable mode).
+    :param tsb_conn_id: metastore connection (default ``tsb_default``).
+
+    Returns (XCom) the barrier id. On timeout raises ``AirflowSensorTimeout`` whose message
+    lists each table, the barrier it has reached, and how long it lags.
+    """
+
+    template_fields: Sequence[str] = ("tables", "barrier")
+    ui_color = "#c9e4ca"
+
+    def __init__(
+        self,
+        *,
+        tables: str | Sequence[str],
+        barrier: int | str | None = None,
+        deferrable: bool = False,
+        tsb_conn_id: str = TsbMetastoreHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.tables = [tables] if isinstance(tables, str) else list(tables)
+        self.barrier = barrier
+        self.deferrable = deferrable
+        self.tsb_conn_id = tsb_conn_id
+        self._resolved: int | None = None
+
+    def _table_names(self) -> list[str]:
+        return [normalize_table_name(t) for t in self.tables]
+
+    def resolve_barrier(self, context: Any) -> int:
+        """The barrier to wait for: explicit/templated, or from the triggering asset events.
+
+        Raises:
+            TsbError: none given and no triggering asset event carries ``extra["barrier"]``.
+        """
+        value = self.barrier
+        if value is not None and not (isinstance(value, str) and value.strip() in ("", "None")):
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                raise TsbError(f"{self.task_id}: barrier must be an integer, got {value!r}") from None
+        found: list[int] = []
+        events = context.get("triggering_asset_events") or {}
+        for asset_events in events.values():
+            for event in asset_events:
+                extra = getattr(event, "extra", None) or {}
+                if "barrier" in extra:
+                    found.append(int(extra["barrier"]))
+        if not found:
+            raise TsbError(
+                f"{self.task_id}: no barrier given and no triggering asset event carries extra['barrier']; "
+                "pass barrier=... or schedule the DAG on the upstream tables' assets"
+            )
+        return max(found)
+
+    def poke(self, context: Any) -> bool:
+        if self._resolved is None:
+            self._resolved = self.resolve_barrier(context)
+        hook = TsbMetastoreHook(self.tsb_conn_id)
+        done = hook.barrier_committed(self._table_names(), self._resolved)
+        if not done:
+            self.log.info("waiting: %s", hook.lag_report(self._table_names(), self._resolved))
+        return done
+
+    def execute(self, context: Any) -> int:
+        self._resolved = self.resolve_barrier(context)
+        if not self.deferrable:
+            try:
+                super().execute(context)
+            except AirflowSensorTimeout as exc:
+                report = TsbMetastoreHook(self.tsb_conn_id).lag_report(self._table_names(), self._resolved)
+                raise AirflowSensorTimeout(
+                    f"barrier {self._resolved} not committed within {self.timeout:.0f} s: {report}"
+                ) from exc
+            return self._resolved
+        if self.poke(context):
+            return self._resolved
+        self.defer(
+            trigger=BarrierCommittedTrigger(
+                tables=self._table_names(),
+                barrier=self._resolved,
+                tsb_conn_id=self.tsb_conn_id,
+                poll_interval_s=float(self.poke_interval),
+                timeout_s=float(self.timeout),
+                started_at=time.time(),
+            ),
+            method_name="execute_complete",
+            timeout=dt.timedelta(seconds=float(self.timeout) + 120),
+        )
+        return self._resolved  # not reached: defer() raises
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> int:
+        """Resume after the trigger fired."""
+        event = event or {}
+        if event.get("status") == "committed":
+            self.log.info("barrier %s committed in %s", event["barrier"], event.get("tables"))
+            return int(event["barrier"])
+        if event.get("status") == "timeout":
+            raise AirflowSensorTimeout(event.get("message", "timed out"))
+        raise TsbError(f"{self.task_id}: waiting for the barrier failed: {event.get('message')}")

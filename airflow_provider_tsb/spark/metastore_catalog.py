@@ -1,0 +1,153 @@
+"""The production :class:`~airflow_provider_tsb.spark.catalog.BarrierCatalog`: the tsb metastore.
+
+A Spark app started by :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator`
+gets ``--metastore-url env:TSB_METASTORE_URL`` and reads the URL from its environment (so a
+password never shows on a command line). Barriers and the input version vector of each
+barrier come from the metastore: a root table's version is the one recorded when the barrier
+was generated, an intermediate table's is the version its writer reported WRITTEN. States go
+straight back: PROCESSED (with the staged-file manifest) before the Delta commit, WRITTEN after.
+Streaming mode re-reads the metastore on every poll, so new barriers are picked up while the
+query runs (FLIP-276 "Timestamp Barrier": alignment across inputs).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_tsb.exceptions import MetastoreError, UnknownBarrierError
+from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.names import normalize_table_name
+from airflow_provider_tsb.spark.catalog import BarrierPlan, register_catalog_kind
+
+_STORES: dict[str, MetaStore] = {}
+#: at most this many barriers are planned per call (a batch run loops until none is left)
+PLAN_PAGE = 500
+
+
+def resolve_url(url: str) -> str:
+    """``env:NAME`` -> the value of environment variable NAME; anything else as is.
+
+    Raises:
+        MetastoreError: the named variable is not set.
+    """
+    if url.startswith("env:"):
+        name = url[4:]
+        value = os.environ.get(name)
+        if not value:
+            raise MetastoreError(
+                f"the metastore URL is to be read from environment variable {name}, which is not set "
+                "in the Spark driver's environment"
+            )
+        return value
+    return url
+
+
+class MetastoreCatalog:
+    """:class:`BarrierCatalog` on the tsb metastore (see module docstring).
+
+    Args:
+        url: SQLAlchemy URL, or ``env:NAME``.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url_spec = url
+        real = resolve_url(url)
+        store = _STORES.get(real)
+        if store is None:
+            store = _STORES[real] = MetaStore(real)
+        self.store = store
+
+    def spec(self) -> dict[str, str]:
+        """Re-creatable in a Spark Python worker (the env var must be set there too)."""
+        return {"kind": "metastore", "url": self._url_spec}
+
+    def tables(self) -> dict[str, str]:
+        """{table name: location} of every registered table (locations for the app)."""
+        return {t.name: t.location for t in self.store.tables()}
+
+    def pending_barriers(
+        self, job_id: str, sources: Mapping[str, str], after: int | None, limit: int | None = None
+    ) -> list[BarrierPlan]:
+        """Barriers after ``after`` WRITTEN in every input of ``job_id``, oldest first.
+
+        Cost: two metastore queries per call, whatever the history length.
+
+        Raises:
+            UnknownJobError: the job is not registered.
+            UnknownBarrierError: ``after`` is not WRITTEN in all inputs (inputs were restored
+                without their downstream sinks).
+        """
+        topology = self.store.job(job_id).topology
+        names = {name: normalize_table_name(name) for name in sources}
+        page = min(limit, PLAN_PAGE) if limit is not None else PLAN_PAGE
+        barriers = self.store.barriers(topology, after=after, limit=page, ascending=True)
+        wanted = [b.barrier_id for b in barriers] + ([after] if after is not None else [])
+        versions = self.store.written_versions(list(names.values()), wanted)
+
+        def vector(barrier_id: int) -> dict[str, int] | None:
+            out: dict[str, int] = {}
+            for name, canonical in names.items():
+                version = versions.get((canonical, barrier_id))
+                if version is None:
+                    return None
+                out[name] = version
+            return out
+
+        previous_barrier: int | None = None
+        previous_inputs: dict[str, int] = {}
+        if after is not None:
+            prev = vector(after)
+            if prev is None:
+                raise UnknownBarrierError(
+                    f"job {job_id}: its sinks are at barrier {after}, which is not WRITTEN in all its inputs "
+                    f"{sorted(names.values())}; were the inputs restored without their downstream sinks?"
+                )
+            previous_barrier, previous_inputs = after, prev
+        plans: list[BarrierPlan] = []
+        for info in barriers:
+            inputs = vector(info.barrier_id)
+            if inputs is None:
+                break
+            plans.append(
+                BarrierPlan(
+                    barrier=info.barrier_id,
+                    ts_ms=info.ts_ms,
+                    ts_kind="event" if info.ts_kind == "event" else "system",
+                    watermark_ms=info.ts_ms if info.ts_kind == "event" else None,
+                    inputs=inputs,
+                    previous_barrier=previous_barrier,
+                    previous_inputs=previous_inputs,
+                )
+            )
+            previous_barrier, previous_inputs = info.barrier_id, inputs
+        return plans
+
+    def record_processed(
+        self, table: str, barrier: int, job_id: str, manifest: Sequence[Mapping[str, Any]] | Mapping[str, Any]
+    ) -> None:
+        """PROCESSED with the staged-file manifest ``{"mode": ..., "files": [...]}``."""
+        if isinstance(manifest, Mapping):
+            payload = dict(manifest)
+        else:
+            files = [dict(m) for m in manifest]
+            modes = {f.pop("sink_mode", None) for f in files} - {None}
+            payload = {"mode": modes.pop() if len(modes) == 1 else "append", "files": files}
+        self.store.record_processed(table, barrier, job_id, payload)
+
+    def record_written(self, table: str, barrier: int, version: int, job_id: str) -> None:
+        """WRITTEN at Delta ``version`` (idempotent)."""
+        self.store.record_written(table, barrier, version, job_id)
+        self.store.heartbeat(job_id, status="running", barrier_id=barrier)
+
+    def heartbeat(self, job_id: str) -> None:
+        """Job liveness for the stale-job view."""
+        self.store.heartbeat(job_id, status="running")
+
+
+def _factory(spec: Mapping[str, str]) -> MetastoreCatalog:
+    return MetastoreCatalog(spec.get("url") or "env:TSB_METASTORE_URL")
+
+
+register_catalog_kind("metastore", _factory)

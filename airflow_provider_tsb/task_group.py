@@ -1,0 +1,90 @@
+"""Turn a :class:`~airflow_provider_tsb.topology.Topology` into Airflow tasks.
+
+:class:`TopologyTaskGroup` renders, inside a DAG, one barrier-generation task followed by one
+:class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator` per job in topological
+order (a job waits for the writers of its sources), like astronomer-cosmos renders a dbt
+project. When the topology has no root table (it is the part of a topology owned by another
+team, fed by :meth:`~airflow_provider_tsb.topology.Topology.external_table`), the group starts
+with a :class:`~airflow_provider_tsb.sensors.barrier_committed.BarrierCommittedSensor` on the
+external tables instead, taking the barrier from the triggering asset events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk import TaskGroup
+
+from airflow_provider_tsb.operators.barrier import TsbBarrierOperator
+from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
+from airflow_provider_tsb.sensors.barrier_committed import BarrierCommittedSensor
+from airflow_provider_tsb.topology import Topology
+
+
+class TopologyTaskGroup(TaskGroup):
+    """A TaskGroup running one barrier of ``topology`` through all its jobs.
+
+    :param topology: the topology; validated now (an invalid one is a DAG import error).
+    :param group_id: defaults to the topology name.
+    :param ts_kind: barrier timestamps, ``system`` or ``event``.
+    :param spark_conn_id: Spark connection of the job operators.
+    :param tsb_conn_id: metastore connection.
+    :param job_kwargs: extra operator arguments per job id (e.g. ``{"enrich": {"conf": {...}}}``).
+    :param default_job_kwargs: extra operator arguments for every job.
+    :param sensor_kwargs: arguments of the start sensor of a split topology (``timeout``...).
+
+    Attributes ``barrier_task`` (the first task; its XCom is the barrier id) and ``job_tasks``
+    (job id -> operator) let DAG authors attach their own tasks.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        group_id: str | None = None,
+        ts_kind: str = "system",
+        spark_conn_id: str = "spark_default",
+        tsb_conn_id: str = "tsb_default",
+        job_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+        default_job_kwargs: Mapping[str, Any] | None = None,
+        sensor_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        topology.validate()
+        super().__init__(group_id=group_id or topology.name, **kwargs)
+        self.topology = topology
+        job_kwargs = dict(job_kwargs or {})
+        unknown = sorted(set(job_kwargs) - set(topology.jobs))
+        if unknown:
+            raise ValueError(f"job_kwargs names jobs {unknown} that topology {topology.name!r} does not declare")
+        with self:
+            if topology.root_tables:
+                self.barrier_task = TsbBarrierOperator(
+                    task_id="generate_barrier", topology=topology, ts_kind=ts_kind, tsb_conn_id=tsb_conn_id
+                )
+            else:
+                externals = sorted(n for n, t in topology.tables.items() if t.kind == "external")
+                self.barrier_task = BarrierCommittedSensor(
+                    task_id="wait_for_upstream_barrier",
+                    tables=externals,
+                    tsb_conn_id=tsb_conn_id,
+                    **{"deferrable": True, "poke_interval": 5, "timeout": 3600, **(sensor_kwargs or {})},
+                )
+            barrier_ref = "{{ ti.xcom_pull(task_ids='" + self.barrier_task.task_id + "') }}"
+            self.job_tasks: dict[str, TsbSparkJobOperator] = {}
+            for job in topology.jobs_in_order():
+                task = TsbSparkJobOperator(
+                    task_id=job.id,
+                    topology=topology,
+                    job_id=job.id,
+                    barrier=barrier_ref,
+                    conn_id=spark_conn_id,
+                    tsb_conn_id=tsb_conn_id,
+                    **{**dict(default_job_kwargs or {}), **dict(job_kwargs.get(job.id, {}))},
+                )
+                self.job_tasks[job.id] = task
+                upstream = {topology.writer_of(s) for s in job.sources} - {None}
+                self.barrier_task >> task
+                for writer in sorted(upstream):
+                    self.job_tasks[writer] >> task

@@ -1,0 +1,154 @@
+"""Operators, sensor and trigger against a real metastore, real Delta tables and real spark-submit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from conftest import run_context, wordcount_topology
+
+from airflow_provider_tsb.assets import table_asset
+from airflow_provider_tsb.exceptions import BarrierNotReadyError
+from airflow_provider_tsb.ingest import ingest_next_words
+from airflow_provider_tsb.operators.barrier import RootTableError, TsbBarrierOperator
+from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
+from airflow_provider_tsb.sensors.barrier_committed import BarrierCommittedSensor
+from airflow_provider_tsb.triggers.barrier_committed import BarrierCommittedTrigger
+
+
+def test_barrier_generation_is_idempotent_per_run(tsb_env) -> None:
+    topo = wordcount_topology(tsb_env.warehouse)
+    ingest_next_words(topo.location("raw.words"), run_key="r1", lines=20)
+    op = TsbBarrierOperator(task_id="generate_barrier", topology=topo)
+    first = op.execute(run_context("run-1"))
+    retry = op.execute(run_context("run-1"))
+    ingest_next_words(topo.location("raw.words"), run_key="r2", lines=20)
+    second = op.execute(run_context("run-2"))
+    assert (first, retry, second) == (1, 1, 2)
+    assert [b.barrier_id for b in tsb_env.store.barriers("wordcount")] == [2, 1]
+    assert tsb_env.store.barrier("wordcount", 1).root_versions == {"tsb.raw.words": 0}
+    assert tsb_env.store.barrier("wordcount", 2).root_versions == {"tsb.raw.words": 1}
+
+
+def test_barrier_generation_names_missing_root_table(tsb_env) -> None:
+    topo = wordcount_topology(tsb_env.warehouse)
+    op = TsbBarrierOperator(task_id="generate_barrier", topology=topo)
+    with pytest.raises(RootTableError) as err:
+        op.execute(run_context("run-1"))
+    assert "'tsb.raw.words'" in str(err.value) and topo.location("raw.words") in str(err.value)
+    assert tsb_env.store.latest_barrier("wordcount") is None
+
+
+def test_job_refuses_input_not_written_at_barrier(tsb_env) -> None:
+    topo = wordcount_topology(tsb_env.warehouse)
+    ingest_next_words(topo.location("raw.words"), run_key="r1", lines=20)
+    TsbBarrierOperator(task_id="b", topology=topo).execute(run_context("run-1"))
+    op = TsbSparkJobOperator(task_id="wordcount_counts", topology=topo, job_id="wordcount_counts", barrier="1")
+    tsb_env.store.register_topology(topo)
+    with pytest.raises(BarrierNotReadyError) as err:
+        op.check_inputs(tsb_env.store, 1)
+    assert "job 'wordcount_counts' cannot process barrier 1" in str(err.value)
+    assert "input 'tsb.wordcount.word_count' is at no barrier yet" in str(err.value)
+
+
+def test_job_operator_command_line(tsb_env) -> None:
+    topo = wordcount_topology(tsb_env.warehouse)
+    op = TsbSparkJobOperator(task_id="wordcount_words", topology=topo, job_id="wordcount_words",
+                             barrier="{{ ti.xcom_pull(task_ids='b') }}", conn_id="spark_local")
+    assert "barrier" in op.template_fields
+    args = op.build_application_args(3, {"tsb.raw.words": 7})
+    assert args[:6] == ["--mode", "batch", "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", "3"]
+    assert f"tsb.raw.words={topo.location('raw.words')}" in args
+    assert f"tsb.wordcount.word_count={topo.location('wordcount.word_count')}" in args
+    env = op.build_env(tsb_env.url, 3, {"tsb.raw.words": 7})
+    assert env["TSB_METASTORE_URL"] == tsb_env.url and env["TSB_BARRIER_INPUTS"] == '{"3": {"tsb.raw.words": 7}}'
+    assert tsb_env.url not in " ".join(args)  # the URL (may hold a password) is never on the command line
+    assert [a.name for a in op.outlets] == ["tsb.wordcount.word_count"]
+    assert op.application.endswith("spark_apps/wordcount/wordcount_words.py")
+    # what spark-submit is finally called with
+    op.application_args, op.env_vars = args, env
+    cmd = op._get_hook()._build_spark_submit_command(op.application)
+    assert cmd[0] == "spark-submit" and "--master" in cmd and "local[2]" in cmd
+    assert cmd[cmd.index(op.application) + 1 :] == args
+
+
+def test_sensor_timeout_lists_tables_and_lag(tsb_env) -> None:
+    topo = wordcount_topology(tsb_env.warehouse)
+    ingest_next_words(topo.location("raw.words"), run_key="r1", lines=20)
+    TsbBarrierOperator(task_id="b", topology=topo).execute(run_context("run-1"))
+    tsb_env.store.record_written("wordcount.word_count", 1, 0, "wordcount_words")
+    sensor = BarrierCommittedSensor(task_id="wait", tables=["raw.words", "wordcount.word_count",
+                                    "wordcount.count_of_counts"], barrier=1, poke_interval=0.2, timeout=1,
+                                    mode="poke")
+    from airflow.sdk.exceptions import AirflowSensorTimeout
+
+    start = time.monotonic()
+    with pytest.raises(AirflowSensorTimeout) as err:
+        sensor.execute({"triggering_asset_events": {}})
+    assert time.monotonic() - start < 30
+    message = str(err.value)
+    assert "barrier 1 not committed within 1 s" in message
+    assert "tsb.raw.words: at barrier 1, WRITTEN (not lagging)" in message
+    assert "tsb.wordcount.count_of_counts: at barrier none, waiting for barrier 1 (1 barrier(s) behind, lagging" in message
+    assert "tsb.wordcount.word_count" in message and "word_count: at barrier 1, WRITTEN" in message
+
+
+def test_sensor_barrier_from_asset_events_and_trigger(tsb_env) -> None:
+    topo = wordcount_topology(tsb_env.warehouse)
+    ingest_next_words(topo.location("raw.words"), run_key="r1", lines=20)
+    TsbBarrierOperator(task_id="b", topology=topo).execute(run_context("run-1"))
+    event = type("Event", (), {"extra": {"barrier": 1, "version": 0}})()
+    sensor = BarrierCommittedSensor(task_id="wait", tables="raw.words")
+    assert sensor.resolve_barrier({"triggering_asset_events": {"a": [event]}}) == 1
+    with pytest.raises(Exception, match="no triggering asset event carries extra"):
+        sensor.resolve_barrier({"triggering_asset_events": {}})
+
+    async def first_event(trigger: BarrierCommittedTrigger) -> dict:
+        async for ev in trigger.run():
+            return ev.payload
+        raise AssertionError("no event")
+
+    ok = asyncio.run(first_event(BarrierCommittedTrigger(["tsb.raw.words"], 1, poll_interval_s=0.1, timeout_s=5)))
+    assert ok == {"status": "committed", "barrier": 1, "tables": ["tsb.raw.words"]}
+    late = asyncio.run(first_event(BarrierCommittedTrigger(["tsb.raw.words"], 2, poll_interval_s=0.1, timeout_s=0.3)))
+    assert late["status"] == "timeout"
+    assert "tsb.raw.words: at barrier 1, waiting for barrier 2 (1 barrier(s) behind, barrier 2 not generated yet)" \
+        in late["message"]
+    classpath, kwargs = BarrierCommittedTrigger(["t"], 3, timeout_s=9).serialize()
+    assert classpath.endswith("BarrierCommittedTrigger") and kwargs["barrier"] == 3 and kwargs["timeout_s"] == 9
+
+
+def test_job_operator_runs_spark_and_emits_asset_events(tsb_env) -> None:
+    topo = wordcount_topology(tsb_env.warehouse)
+    for run in ("run-1", "run-2"):
+        ingest_next_words(topo.location("raw.words"), run_key=run, lines=30)
+        TsbBarrierOperator(task_id="b", topology=topo).execute(run_context(run))
+    results = {}
+    for job in ("wordcount_words", "wordcount_counts"):
+        op = TsbSparkJobOperator(task_id=job, topology=topo, job_id=job, barrier=None, conn_id="spark_local")
+        ctx = run_context("run-2")
+        results[job] = op.execute(ctx)
+        for sink in topo.jobs[job].sinks:
+            extra = ctx["outlet_events"][table_asset(topo, sink)].extra
+            assert extra["barrier"] == 2 and extra["version"] == tsb_env.store.version_at(sink, 2)
+            assert set(extra["barriers"]) == {"1", "2"}
+    assert results["wordcount_words"]["barriers"] == [1, 2]
+    store = tsb_env.store
+    for b in (1, 2):
+        res = store.resolve(["raw.words", "wordcount.word_count", "wordcount.count_of_counts"], as_of=b)
+        from deltalake import DeltaTable
+
+        words = DeltaTable(res.tables["tsb.raw.words"].location, version=res.versions["tsb.raw.words"]).to_pyarrow_table()
+        wc = DeltaTable(res.tables["tsb.wordcount.word_count"].location,
+                        version=res.versions["tsb.wordcount.word_count"]).to_pyarrow_table()
+        cc = DeltaTable(res.tables["tsb.wordcount.count_of_counts"].location,
+                        version=res.versions["tsb.wordcount.count_of_counts"]).to_pyarrow_table()
+        assert words.num_rows > 0
+        assert sum(wc.column("cnt").to_pylist()) == words.num_rows
+        assert sum(cc.column("cnt2").to_pylist()) == wc.num_rows
+    assert store.job("wordcount_counts").status == "succeeded"
+    # a retry of a finished barrier runs nothing and reports the same versions
+    again = TsbSparkJobOperator(task_id="x", topology=topo, job_id="wordcount_words", barrier="2",
+                                conn_id="spark_local").execute(run_context("run-2"))
+    assert again["barriers"] == [2]
