@@ -84,7 +84,8 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
         assert read["tsb.raw.flights"].num_rows == ingested
         assert read["tsb.flights.flights_enriched"].num_rows == ingested
         assert pc.sum(read["tsb.flights.carrier_daily_delay"].column("flights")).as_py() == ingested
-        days = set(zip(*(read["tsb.flights.carrier_daily_delay"].column(c).to_pylist() for c in ("month", "day"))))
+        daily = read["tsb.flights.carrier_daily_delay"]
+        days = set(zip(daily.column("month").to_pylist(), daily.column("day").to_pylist(), strict=True))
         assert days == {(1, d) for d in range(1, barrier + 1)}
     latest = store.resolve(TABLES)
     assert latest.barrier_id == BARRIERS

@@ -90,7 +90,8 @@ def test_sensor_timeout_lists_tables_and_lag(tsb_env) -> None:
     message = str(err.value)
     assert "barrier 1 not committed within 1 s" in message
     assert "tsb.raw.words: at barrier 1, WRITTEN (not lagging)" in message
-    assert "tsb.wordcount.count_of_counts: at barrier none, waiting for barrier 1 (1 barrier(s) behind, lagging" in message
+    expected = "tsb.wordcount.count_of_counts: at barrier none, waiting for barrier 1 (1 barrier(s) behind, lagging"
+    assert expected in message
     assert "tsb.wordcount.word_count" in message and "word_count: at barrier 1, WRITTEN" in message
 
 
@@ -139,7 +140,8 @@ def test_job_operator_runs_spark_and_emits_asset_events(tsb_env) -> None:
         res = store.resolve(["raw.words", "wordcount.word_count", "wordcount.count_of_counts"], as_of=b)
         from deltalake import DeltaTable
 
-        words = DeltaTable(res.tables["tsb.raw.words"].location, version=res.versions["tsb.raw.words"]).to_pyarrow_table()
+        words = DeltaTable(res.tables["tsb.raw.words"].location,
+                           version=res.versions["tsb.raw.words"]).to_pyarrow_table()
         wc = DeltaTable(res.tables["tsb.wordcount.word_count"].location,
                         version=res.versions["tsb.wordcount.word_count"]).to_pyarrow_table()
         cc = DeltaTable(res.tables["tsb.wordcount.count_of_counts"].location,
