@@ -55,5 +55,4 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
-        "plugins": [{"name": "tsb", "plugin-class": "airflow_provider_tsb.plugins.tsb_plugin.TsbPlugin"}],
     }

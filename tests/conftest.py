@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from conftest_airflow import *  # noqa: E402,F403
 from pg import PostgresServer, start_postgres  # noqa: E402
 
 from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402

@@ -1,0 +1,1 @@
+"""TSB REST API and UI pages: a FastAPI app mounted into the Airflow api-server at ``/tsb``."""

@@ -1,0 +1,164 @@
+"""The TSB FastAPI app, mounted by :class:`~airflow_provider_tsb.plugins.tsb_plugin.TsbPlugin` at ``/tsb``.
+
+Authentication is Airflow's own: every route depends on :func:`get_current_user`, which delegates
+to ``airflow.api_fastapi.core_api.security.get_user`` -- the dependency the Airflow REST API uses.
+It accepts the JWT from ``POST /auth/token`` as ``Authorization: Bearer <jwt>`` and, for browser
+pages, the ``_token`` session cookie that the Airflow UI login sets. No (or an invalid) credential
+gives 401 (403 for a malformed/forged JWT) before any route code runs.
+
+Authorization helpers wrap Airflow's ``requires_access_*`` checks so the auth manager's roles apply
+(``requires_dag_access("GET")`` for anything that reveals a DAG's data, etc.).
+
+The Airflow security module imports the ORM, so it is imported lazily, inside the dependencies:
+the plugin module is also imported by every task process (plugins provide macros/listeners there),
+and those processes must not pay for (or touch) the API server's machinery.
+
+Extend with routers::
+
+    router = APIRouter(prefix="/api/v1", dependencies=[Depends(get_current_user)])
+    app.include_router(router)
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Literal
+
+from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.responses import Response
+
+URL_PREFIX = "/tsb"
+API_PREFIX = "/api/v1"
+UI_PREFIX = "/ui"
+
+ResourceMethod = Literal["GET", "POST", "PUT", "DELETE"]
+
+_bearer_scheme = HTTPBearer(
+    auto_error=False,
+    description="Airflow JWT from `POST /auth/token`; browsers may use the `_token` cookie instead.",
+)
+
+
+async def get_current_user(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
+) -> BaseUser:
+    """Authenticate exactly like the Airflow REST API (bearer JWT first, then ``_token`` cookie)."""
+    from airflow.api_fastapi.core_api.security import get_user
+
+    return await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
+
+
+CurrentUser = Annotated[BaseUser, Depends(get_current_user)]
+
+
+def requires_dag_access(
+    method: ResourceMethod = "GET", dag_id_param: str = "dag_id"
+) -> Callable[[Request, BaseUser], Awaitable[BaseUser]]:
+    """Dependency: the user may ``method`` the DAG named by path/query parameter ``dag_id_param``.
+
+    Without the parameter, the check is "any DAG" (as Airflow's list endpoints do).
+    """
+    from starlette.concurrency import run_in_threadpool
+
+    async def dependency(request: Request, user: CurrentUser) -> BaseUser:
+        from airflow.api_fastapi.app import get_auth_manager
+        from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+        from airflow.models.dag import DagModel
+
+        dag_id = request.path_params.get(dag_id_param) or request.query_params.get(dag_id_param)
+
+        def check() -> bool:
+            team_name = DagModel.get_team_name(dag_id) if dag_id else None
+            return get_auth_manager().is_authorized_dag(
+                method=method, details=DagDetails(id=dag_id, team_name=team_name), user=user
+            )
+
+        if not await run_in_threadpool(check):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
+        return user
+
+    return dependency
+
+
+def requires_asset_access(method: ResourceMethod = "GET") -> Callable[[BaseUser], Awaitable[BaseUser]]:
+    """Dependency: the user may ``method`` assets (TSB tables are published as Airflow assets)."""
+
+    async def dependency(user: CurrentUser) -> BaseUser:
+        from airflow.api_fastapi.app import get_auth_manager
+        from airflow.api_fastapi.auth.managers.models.resource_details import AssetDetails
+
+        if not get_auth_manager().is_authorized_asset(method=method, details=AssetDetails(), user=user):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
+        return user
+
+    return dependency
+
+
+def _login_url(request: Request) -> str:
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return get_auth_manager().get_url_login(next_url=str(request.url))
+
+
+def _app_relative_path(request: Request) -> str:
+    path: str = request.scope.get("path", "")
+    root: str = request.scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+async def _ui_auth_error(request: Request, exc: HTTPException) -> Response:
+    """HTML pages answer 401/403 with a login link (and no data); the JSON API keeps JSON."""
+    if _app_relative_path(request).startswith(f"{UI_PREFIX}/"):
+        if exc.status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN):
+            login = html.escape(_login_url(request), quote=True)
+            body = (
+                "<!doctype html><html><head><title>Login required</title></head><body>"
+                f"<p>Login required. <a id='tsb-login' href='{login}'>Log in to Airflow</a></p>"
+                "</body></html>"
+            )
+            return HTMLResponse(body, status_code=exc.status_code)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+api_router = APIRouter(prefix=API_PREFIX, tags=["tsb"], dependencies=[Depends(get_current_user)])
+ui_router = APIRouter(prefix=UI_PREFIX, tags=["tsb-ui"], include_in_schema=False)
+
+
+@api_router.get("/health")
+async def health() -> dict[str, str]:
+    """Liveness of the TSB API (authenticated)."""
+    return {"status": "ok"}
+
+
+@ui_router.get("/lineage", response_class=HTMLResponse)
+async def lineage_page(user: CurrentUser, dag_id: str | None = None) -> HTMLResponse:
+    """Placeholder lineage page (rendered inside the Airflow UI as an external view)."""
+    scope = f"DAG {html.escape(dag_id)}" if dag_id else "all topologies"
+    body = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>TSB lineage</title>
+<style>body{{font-family:system-ui,sans-serif;margin:1.5rem}}</style></head>
+<body>
+<h1 id="tsb-lineage-title">Timestamp-barrier lineage</h1>
+<p id="tsb-lineage-scope">Scope: {scope}</p>
+<p id="tsb-user">Signed in as {html.escape(user.get_name())}</p>
+<div id="tsb-lineage">Lineage graph placeholder.</div>
+</body></html>"""
+    return HTMLResponse(body)
+
+
+def create_app() -> FastAPI:
+    """Build the FastAPI app that the plugin mounts at ``/tsb``."""
+    app = FastAPI(
+        title="airflow-provider-tsb",
+        description="Timestamp barriers (FLIP-276) MetaService API. Authenticate with an Airflow JWT.",
+        version="1",
+    )
+    app.add_exception_handler(HTTPException, _ui_auth_error)  # type: ignore[arg-type]
+    app.include_router(api_router)
+    app.include_router(ui_router)
+    return app

@@ -1,0 +1,1 @@
+"""Airflow plugins of airflow-provider-tsb (loaded through the ``airflow.plugins`` entry point)."""
