@@ -1,0 +1,238 @@
+"""Python client of the tsb REST API (FLIP-276 MetaService endpoints), on httpx.
+
+Example::
+
+    with TsbClient("http://airflow:8080/tsb/api/v1", token=jwt) as client:
+        answer = client.versions(["tsb.mart.word_count", "tsb.mart.count_of_counts"])
+        answer["barrier"], answer["tables"]["tsb.mart.word_count"]["version"]
+
+Errors answered by the server are raised as the tsb exception named in the answer
+(``UnknownTableError``, ``InconsistentReadError``, ``DoubleWriterError`` ...) carrying the
+server's message; other HTTP errors raise :class:`TsbApiError`.
+
+Monotonic reads: with ``monotonic=True`` the client remembers, per set of tables, the newest
+barrier it was answered and sends it as ``min_barrier`` on the next :meth:`TsbClient.versions`
+call, so successive reads never go backwards (a rollback gives ``InconsistentReadError``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from airflow_provider_tsb import exceptions as exc_module
+from airflow_provider_tsb.consistency import ConsistencyLevel, UnknownConsistencyLevelError
+from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError, TsbError
+from airflow_provider_tsb.names import parse_table_name
+
+
+class TsbApiError(TsbError):
+    """The REST API answered an error that is not a tsb error (or could not be reached).
+
+    Attributes:
+        status_code: HTTP status (``None`` when the server was not reached).
+        detail: the server's ``detail`` (message, or validation problems).
+    """
+
+    def __init__(self, message: str, status_code: int | None = None, detail: Any = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.detail = detail
+
+
+class BadRequestError(TsbError, ValueError):
+    """A request parameter was refused by the server (422)."""
+
+
+class UnknownTopologyError(TsbError, LookupError):
+    """The topology is not registered (404)."""
+
+
+_LOCAL = {
+    "BadRequestError": BadRequestError,
+    "UnknownTopologyError": UnknownTopologyError,
+    "UnknownConsistencyLevelError": UnknownConsistencyLevelError,
+}
+
+
+def _error_class(name: str | None) -> type[TsbError] | None:
+    if not name:
+        return None
+    if name in _LOCAL:
+        return _LOCAL[name]
+    cls = getattr(exc_module, name, None)
+    if isinstance(cls, type) and issubclass(cls, TsbError):
+        return cls
+    return None
+
+
+def raise_for_answer(response: httpx.Response) -> None:
+    """Raise the tsb exception an error answer names (message = server's ``detail``)."""
+    if response.is_success:
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"detail": response.text}
+    if not isinstance(body, dict):
+        body = {"detail": body}
+    detail = body.get("detail")
+    name = body.get("error")
+    message = detail if isinstance(detail, str) else f"{response.status_code} {response.reason_phrase}: {detail}"
+    cls = _error_class(name)
+    if cls is DoubleWriterError:
+        jobs = tuple(body.get("jobs") or ("?", "?"))
+        raise DoubleWriterError(message, body.get("table") or "", (jobs[0], jobs[-1]))
+    if cls is CycleError:
+        raise CycleError(message, list(body.get("cycle") or []))
+    if cls is not None:
+        raise cls(message)
+    if response.status_code == 422:
+        raise BadRequestError(f"the tsb API refused the request: {message}")
+    raise TsbApiError(
+        f"tsb API {response.request.method} {response.request.url} failed: {message}",
+        response.status_code, detail,
+    )
+
+
+def _table_path(name: str) -> str:
+    return "/".join(quote(part, safe="") for part in parse_table_name(name))
+
+
+class TsbClient:
+    """Client of the tsb REST API.
+
+    Args:
+        base_url: the API root, e.g. ``http://airflow:8080/tsb/api/v1``.
+        token: Airflow JWT sent as ``Authorization: Bearer <token>``.
+        timeout: seconds per request.
+        monotonic: send the newest barrier seen for the same tables as ``min_barrier``.
+        http: an existing ``httpx.Client`` (e.g. FastAPI's ``TestClient``); ``base_url`` is then
+            a path prefix such as ``/tsb/api/v1``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = 30.0,
+        *,
+        monotonic: bool = False,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._owned = http is None
+        self.http = http if http is not None else httpx.Client(timeout=timeout, headers=headers)
+        self._headers = headers
+        self.monotonic = monotonic
+        self._seen: dict[frozenset[str], int] = {}
+
+    def __enter__(self) -> TsbClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool (if the client created it)."""
+        if self._owned:
+            self.http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.http.request(method, self.base_url + path, headers=self._headers, **kwargs)
+        except httpx.HTTPError as exc:
+            raise TsbApiError(f"tsb API {method} {self.base_url + path} unreachable: {exc}") from exc
+        raise_for_answer(response)
+        return response.json()
+
+    @staticmethod
+    def _params(**values: Any) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if v is not None}
+
+    # ------------------------------------------------------------ FLIP-276 registration
+    def register_source(
+        self, job_id: str, table: str, *, topology: str | None = None, application: str | None = None,
+        location: str | None = None, root: bool = False,
+    ) -> dict[str, Any]:
+        """``POST /register/source/{job_id}/{c}/{d}/{t}``; returns the job (JobOut)."""
+        body = self._params(topology=topology, application=application, location=location) | {"root": root}
+        return self._call("POST", f"/register/source/{quote(job_id, safe='')}/{_table_path(table)}", json=body)
+
+    def register_sink(
+        self, job_id: str, table: str, *, topology: str | None = None, application: str | None = None,
+        location: str | None = None,
+    ) -> dict[str, Any]:
+        """``POST /register/sink/{job_id}/{c}/{d}/{t}``; returns the job (JobOut)."""
+        body = self._params(topology=topology, application=application, location=location)
+        return self._call("POST", f"/register/sink/{quote(job_id, safe='')}/{_table_path(table)}", json=body)
+
+    def unregister(self, job_id: str) -> dict[str, Any]:
+        """``POST /unregister/{job_id}``."""
+        return self._call("POST", f"/unregister/{quote(job_id, safe='')}")
+
+    # ------------------------------------------------------------ versions
+    def version(
+        self, table: str, level: ConsistencyLevel | str = ConsistencyLevel.REPEATABLE_READ, *,
+        as_of: int | None = None, min_barrier: int | None = None,
+    ) -> dict[str, Any]:
+        """``GET /version/{level}/{c}/{d}/{t}``: {table, level, version, barrier, state, location, staged}."""
+        slug = ConsistencyLevel.parse(level).value
+        return self._call(
+            "GET", f"/version/{slug}/{_table_path(table)}", params=self._params(as_of=as_of, min_barrier=min_barrier)
+        )
+
+    def versions(
+        self,
+        tables: Iterable[str],
+        level: ConsistencyLevel | str = ConsistencyLevel.REPEATABLE_READ,
+        *,
+        as_of: int | None = None,
+        min_barrier: int | None = None,
+        lease_seconds: float | None = None,
+        lease_holder: str | None = None,
+    ) -> dict[str, Any]:
+        """``POST /versions``: {level, barrier, as_of, tables{name: {version, barrier, state, location,
+        staged}}, lease}. See :func:`airflow_provider_tsb.versions.resolution_to_dict`."""
+        names = list(tables)
+        key = frozenset(names)
+        level_name = ConsistencyLevel.parse(level).value
+        if self.monotonic and as_of is None and level_name != ConsistencyLevel.READ_UNCOMMITTED.value:
+            seen = self._seen.get(key)
+            if seen is not None:
+                min_barrier = max(min_barrier or 0, seen)
+        body = self._params(
+            tables=names, level=level_name, as_of=as_of, min_barrier=min_barrier, lease_seconds=lease_seconds,
+            lease_holder=lease_holder,
+        )
+        answer = self._call("POST", "/versions", json=body)
+        if self.monotonic and answer.get("barrier") is not None and as_of is None:
+            self._seen[key] = max(self._seen.get(key, 0), int(answer["barrier"]))
+        return answer
+
+    # ------------------------------------------------------------ views
+    def topology(self, name: str | None = None, *, stale_after_s: float | None = None) -> dict[str, Any]:
+        """``GET /topology``: nodes, edges, tables (newest WRITTEN barrier, lag), jobs (stale flag)."""
+        return self._call("GET", "/topology", params=self._params(name=name, stale_after_s=stale_after_s))
+
+    def barriers(
+        self, topology: str | None = None, *, limit: int | None = None, before: int | None = None
+    ) -> dict[str, Any]:
+        """``GET /barriers``: {topology, items (newest first), next_before}."""
+        return self._call("GET", "/barriers", params=self._params(topology=topology, limit=limit, before=before))
+
+    def table_barriers(self, table: str, *, limit: int | None = None, before: int | None = None) -> dict[str, Any]:
+        """``GET /tables/{c}/{d}/{t}/barriers``: {table, items, next_before, consistent{level: ...}}."""
+        return self._call(
+            "GET", f"/tables/{_table_path(table)}/barriers", params=self._params(limit=limit, before=before)
+        )
+
+    def delays(
+        self, topology: str | None = None, *, limit: int | None = None, before: int | None = None
+    ) -> dict[str, Any]:
+        """``GET /delays``: per barrier table delays, job delays and the bottleneck job."""
+        return self._call("GET", "/delays", params=self._params(topology=topology, limit=limit, before=before))
