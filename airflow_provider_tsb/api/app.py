@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import html
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, status
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.responses import Response
+
+if TYPE_CHECKING:
+    from airflow_provider_tsb.metastore.store import MetaStore
 
 URL_PREFIX = "/tsb"
 API_PREFIX = "/api/v1"
@@ -135,19 +138,45 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
+def _store_or_none() -> MetaStore | None:
+    from airflow_provider_tsb.api.routes import get_store
+
+    try:
+        return get_store()
+    except Exception:  # noqa: BLE001 - the page still renders and reports the error
+        return None
+
+
 @ui_router.get("/lineage", response_class=HTMLResponse)
-async def lineage_page(user: CurrentUser, dag_id: str | None = None) -> HTMLResponse:
-    """Placeholder lineage page (rendered inside the Airflow UI as an external view)."""
-    scope = f"DAG {html.escape(dag_id)}" if dag_id else "all topologies"
-    body = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>TSB lineage</title>
-<style>body{{font-family:system-ui,sans-serif;margin:1.5rem}}</style></head>
-<body>
-<h1 id="tsb-lineage-title">Timestamp-barrier lineage</h1>
-<p id="tsb-lineage-scope">Scope: {scope}</p>
-<p id="tsb-user">Signed in as {html.escape(user.get_name())}</p>
-<div id="tsb-lineage">Lineage graph placeholder.</div>
-</body></html>"""
+async def lineage_page(
+    user: CurrentUser,
+    topology: Annotated[str | None, Query(max_length=250)] = None,
+    dag_id: Annotated[str | None, Query(max_length=250)] = None,
+) -> HTMLResponse:
+    """The lineage graph of a topology (``?topology=``, or ``?dag_id=`` from the DAG tab)."""
+    from starlette.concurrency import run_in_threadpool
+
+    from airflow_provider_tsb.ui import render_lineage
+
+    store = await run_in_threadpool(_store_or_none)
+    body = await run_in_threadpool(render_lineage, store, user.get_name(), topology, dag_id)
+    return HTMLResponse(body)
+
+
+@ui_router.get("/delays", response_class=HTMLResponse)
+async def delays_page(
+    user: CurrentUser,
+    topology: Annotated[str | None, Query(max_length=250)] = None,
+    dag_id: Annotated[str | None, Query(max_length=250)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> HTMLResponse:
+    """Barrier delays of a topology: end-to-end per table, per job, bottleneck (``limit`` barriers)."""
+    from starlette.concurrency import run_in_threadpool
+
+    from airflow_provider_tsb.ui import render_delays
+
+    store = await run_in_threadpool(_store_or_none)
+    body = await run_in_threadpool(render_delays, store, user.get_name(), topology, dag_id, limit)
     return HTMLResponse(body)
 
 
@@ -160,5 +189,11 @@ def create_app() -> FastAPI:
     )
     app.add_exception_handler(HTTPException, _ui_auth_error)  # type: ignore[arg-type]
     app.include_router(api_router)
+    from airflow_provider_tsb.api.routes import install_exception_handlers
+    from airflow_provider_tsb.api.routes import router as metaservice_router
+
+    # The MetaService views (/topology, /delays, ...) at /tsb/api/v1, behind Airflow's auth.
+    app.include_router(metaservice_router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
+    install_exception_handlers(app)
     app.include_router(ui_router)
     return app

@@ -222,7 +222,11 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         # The Delta log is the durable truth: index every barrier the app committed.
         committed: dict[str, dict[int, int]] = {}
         for sink in self.job.sinks:
-            after = before[sink].barrier_id if before[sink] is not None and not already else None
+            if already:
+                version = store.version_at(sink, barrier)
+                committed[sink] = {barrier: version} if version is not None else {}
+                continue
+            after = before[sink].barrier_id if before[sink] is not None else None
             found = versions_of_barriers(locations[sink], after)
             if barrier is not None:
                 found = {b: v for b, v in found.items() if b <= barrier}

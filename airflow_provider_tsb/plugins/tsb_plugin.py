@@ -7,7 +7,8 @@ Registered through the ``airflow.plugins`` entry point::
 
 * ``fastapi_apps``: :func:`airflow_provider_tsb.api.app.create_app` mounted at ``/tsb`` in the
   api-server (REST under ``/tsb/api/v1``, HTML pages under ``/tsb/ui``), protected by Airflow's auth.
-* ``external_views``: the lineage page shown in the *Browse* menu (``destination="nav"``,
+* ``external_views``: the barrier-delays page in the *Browse* menu (``TSB Delays``); the lineage
+  page shown in the *Browse* menu (``destination="nav"``,
   ``category="browse"``) and as a *TSB lineage* tab on every DAG page (``destination="dag"``;
   the UI substitutes ``{DAG_ID}`` in ``href``). With ``url_route`` set, the UI embeds ``href`` in an
   iframe at ``/plugin/<url_route>`` (same origin, so the ``_token`` cookie authenticates it).
@@ -22,6 +23,7 @@ from airflow.plugins_manager import AirflowPlugin
 from airflow_provider_tsb.api.app import UI_PREFIX, URL_PREFIX, create_app
 
 LINEAGE_PATH = f"{URL_PREFIX}{UI_PREFIX}/lineage"
+DELAYS_PATH = f"{URL_PREFIX}{UI_PREFIX}/delays"
 
 tsb_fastapi_app: dict[str, Any] = {
     "app": create_app(),
@@ -44,10 +46,18 @@ lineage_dag_view: dict[str, Any] = {
     "url_route": "tsb-dag-lineage",
 }
 
+delays_nav_view: dict[str, Any] = {
+    "name": "TSB Delays",
+    "href": DELAYS_PATH,
+    "destination": "nav",
+    "category": "browse",
+    "url_route": "tsb-delays",
+}
+
 
 class TsbPlugin(AirflowPlugin):
     """Timestamp-barrier (FLIP-276) API and UI inside the Airflow api-server."""
 
     name = "tsb"
     fastapi_apps = [tsb_fastapi_app]
-    external_views = [lineage_nav_view, lineage_dag_view]
+    external_views = [lineage_nav_view, delays_nav_view, lineage_dag_view]

@@ -1,0 +1,110 @@
+"""Server side of the TSB UI pages (``/tsb/ui/lineage`` and ``/tsb/ui/delays``).
+
+The pages are plain HTML + vanilla JavaScript + inline SVG (no build step): the server renders a
+shell (``templates/*.html``) with a JSON config (which topology, the registered topologies for
+the selector, the API base); ``static/tsb.js`` then fetches bounded data from the authenticated
+MetaService API (``/tsb/api/v1/topology``, ``/tables/.../barriers``, ``/delays?limit=``) with the
+browser's Airflow ``_token`` cookie and draws it. No data is embedded in the page beyond the
+topology names, and the page routes themselves require Airflow authentication.
+
+DAG -> topology (``?dag_id=`` from the DAG page tab), first match wins:
+
+1. a topology named exactly like the DAG id;
+2. the DAG id without a ``_topology`` / ``-topology`` suffix (``flights_topology`` -> ``flights``);
+3. the longest topology name that prefixes the DAG id followed by ``_``, ``-`` or ``.``
+   (``flights_reporting`` -> ``flights``).
+
+Otherwise (and without ``?topology=``) the page shows a selector of the registered topologies
+(or picks the only one).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from string import Template
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+API_BASE = "../api/v1"  # relative to /tsb/ui/<page>: works under any root path and inside iframes
+_SUFFIXES = ("_topology", "-topology", ".topology")
+_SEPARATORS = ("_", "-", ".")
+
+
+@cache
+def _asset(kind: str, name: str) -> str:
+    return resources.files(__package__).joinpath(kind, name).read_text(encoding="utf-8")
+
+
+def topology_for_dag(dag_id: str, topologies: Sequence[str]) -> str | None:
+    """The topology shown for DAG ``dag_id`` (see module docstring), or None."""
+    known = set(topologies)
+    if dag_id in known:
+        return dag_id
+    for suffix in _SUFFIXES:
+        if dag_id.endswith(suffix) and dag_id[: -len(suffix)] in known:
+            return dag_id[: -len(suffix)]
+    prefixed = [t for t in known if any(dag_id.startswith(t + sep) for sep in _SEPARATORS)]
+    return max(prefixed, key=len) if prefixed else None
+
+
+def _choose(
+    store: MetaStore | None, topology: str | None, dag_id: str | None
+) -> tuple[str | None, list[str], str | None]:
+    """(chosen topology, registered topologies, error message)."""
+    if store is None:
+        return topology, [], "The TSB metastore is not reachable (check TSB_METASTORE_URL / tsb_default)."
+    try:
+        names = sorted(store.topologies())
+    except Exception as exc:  # noqa: BLE001 - show the problem on the page
+        return topology, [], f"The TSB metastore is not readable: {type(exc).__name__}"
+    if topology:
+        return topology, names, None if topology in names else f"Topology {topology!r} is not registered."
+    if dag_id:
+        found = topology_for_dag(dag_id, names)
+        if found:
+            return found, names, None
+        return None, names, f"DAG {dag_id!r} has no topology (no registered topology matches its id)."
+    if len(names) == 1:
+        return names[0], names, None
+    return None, names, None if names else "No topology is registered yet."
+
+
+def _render(
+    template: str, title: str, page: str, user: str, topology: str | None, dag_id: str | None,
+    names: list[str], error: str | None, extra: dict[str, Any] | None = None,
+) -> str:
+    config = {"page": page, "apiBase": API_BASE, "topology": topology, "dagId": dag_id, "topologies": names,
+              "error": error, **(extra or {})}
+    # JSON inside <script>: escape what could close the element or open a comment.
+    config_json = json.dumps(config).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    scope = f"DAG {dag_id}" if dag_id else (f"topology {topology}" if topology else "all topologies")
+    return Template(_asset("templates", template)).substitute(
+        title=html.escape(title),
+        user=html.escape(user),
+        scope=html.escape(scope),
+        topology=html.escape(topology or "-"),
+        config=config_json,
+        css=_asset("static", "tsb.css"),
+        script=_asset("static", "tsb.js"),
+    )
+
+
+def render_lineage(store: MetaStore | None, user: str, topology: str | None, dag_id: str | None) -> str:
+    """HTML of the lineage page."""
+    chosen, names, error = _choose(store, topology, dag_id)
+    return _render("lineage.html", "TSB lineage", "lineage", user, chosen, dag_id, names, error)
+
+
+def render_delays(
+    store: MetaStore | None, user: str, topology: str | None, dag_id: str | None, limit: int = 50
+) -> str:
+    """HTML of the delays page (the newest ``limit`` barriers)."""
+    chosen, names, error = _choose(store, topology, dag_id)
+    return _render("delays.html", "TSB barrier delays", "delays", user, chosen, dag_id, names, error,
+                   {"limit": limit})

@@ -1,0 +1,188 @@
+"""The TSB UI pages in a real Airflow: lineage graph and delay views, in headless Chromium.
+
+Starts its own Airflow api-server (the plugin's API reads the metastore named by
+``TSB_METASTORE_URL``, a SQLite file populated here through the real :class:`MetaStore` API with
+the flights topology and a few barriers), logs in through the Airflow UI, and checks the
+rendered SVG graph, the barrier history of a table, the delay charts and numbers, and that an
+unauthenticated client gets no data. Screenshots: ``test-output/screenshots/{lineage,delays}.png``,
+copied to ``docs/images/``.
+
+Run: ``.venv/bin/pytest tests/ui/test_ui_views.py``
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from airflow_harness import AirflowHandle, start_airflow
+from browser import DEFAULT_TIMEOUT_MS, frame_with_selector, screenshot
+from playwright.sync_api import Browser, Page
+
+from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.topology import Topology
+
+pytestmark = [pytest.mark.airflow, pytest.mark.browser]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOCS_IMAGES = REPO_ROOT / "docs" / "images"
+
+ROOTS = ["tsb.raw.flights", "tsb.raw.weather"]
+JOBS = {
+    "enrich_flights": (ROOTS, "tsb.flights.flights_enriched"),
+    "carrier_daily_delay": (["tsb.flights.flights_enriched"], "tsb.flights.carrier_daily_delay"),
+    "carrier_ranking": (["tsb.flights.carrier_daily_delay"], "tsb.flights.carrier_ranking"),
+}
+SINKS = [sink for _, sink in JOBS.values()]
+N_BARRIERS = 6
+
+
+def populate(url: str, warehouse: Path) -> MetaStore:
+    """The flights topology with ``N_BARRIERS`` barriers: all WRITTEN but the last (PROCESSED in the
+    sink of carrier_ranking, which is still running); per-job timings vary so bottlenecks differ."""
+    store = MetaStore(url)
+    store.migrate()
+    topo = Topology("flights", warehouse=str(warehouse))
+    topo.root_table("raw.flights")
+    topo.root_table("raw.weather")
+    for job_id, (sources, sink) in JOBS.items():
+        topo.job(job_id, f"{job_id}.py", sources=sources, sinks=[sink])
+    store.register_topology(topo)
+    for n in range(1, N_BARRIERS + 1):
+        barrier = store.create_barrier("flights", {ROOTS[0]: n, ROOTS[1]: n}, ts_kind="event", run_key=f"run-{n}")
+        t = barrier.created_at_ms
+        # per-job processing delays (ms); the bottleneck moves between jobs
+        delays = {"enrich_flights": 4000 + 900 * (n % 3), "carrier_daily_delay": 2500 + 1500 * (n % 2),
+                  "carrier_ranking": 1500 + 1100 * n}
+        for job_id, (_, sink) in JOBS.items():
+            t += delays[job_id]
+            if n == N_BARRIERS and job_id == "carrier_ranking":
+                store.record_processed(sink, n, job_id, {"mode": "overwrite", "files": [f"part-{n}.parquet"]})
+                store.record_job_barrier(job_id, n, status="running", started_at_ms=t - delays[job_id])
+                continue
+            store.record_written(sink, n, n, job_id, written_at_ms=t)
+            store.record_job_barrier(job_id, n, status="succeeded", finished_at_ms=t)
+    store.heartbeat("enrich_flights", status="succeeded", barrier_id=N_BARRIERS)
+    store.heartbeat("carrier_daily_delay", status="failed", barrier_id=N_BARRIERS - 1)
+    store.heartbeat("carrier_ranking", status="running", barrier_id=N_BARRIERS)
+    return store
+
+
+@pytest.fixture(scope="module")
+def airflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHandle]:
+    """Overrides the shared instance: an api-server reading our own populated metastore."""
+    tmp = tmp_path_factory.mktemp("tsb_ui")
+    url = f"sqlite:///{tmp / 'tsb_ui.db'}"
+    populate(url, tmp / "warehouse").dispose()
+    handle = start_airflow(env_extra={"TSB_METASTORE_URL": url}, components=("api-server",))
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+def _open(page: Page, url: str, ready: str) -> None:
+    page.goto(url)
+    page.wait_for_selector(ready, timeout=DEFAULT_TIMEOUT_MS)
+    page.wait_for_selector("body[data-loaded=true]", timeout=DEFAULT_TIMEOUT_MS)
+
+
+def test_lineage_graph(page: Page, airflow_server: AirflowHandle, screenshot_dir: Path) -> None:
+    _open(page, f"{airflow_server.base_url}/tsb/ui/lineage?topology=flights", "#tsb-graph-svg")
+    for table in ROOTS + SINKS:
+        node = page.locator(f'[data-node="table:{table}"]')
+        assert node.count() == 1, table
+        assert node.get_attribute("data-kind") == "table"
+    for job_id in JOBS:
+        node = page.locator(f'[data-node="job:{job_id}"]')
+        assert node.count() == 1, job_id
+        assert node.get_attribute("data-kind") == "job"
+    assert page.locator("[data-kind=table]").count() == 5
+    assert page.locator("[data-kind=job]").count() == 3
+    assert page.locator("path.edge").count() == 7
+    # newest WRITTEN barrier, version and lag per table; job states
+    ranking = page.locator('[data-node="table:tsb.flights.carrier_ranking"]')
+    assert (ranking.get_attribute("data-barrier"), ranking.get_attribute("data-lag")) == (str(N_BARRIERS - 1), "1")
+    enriched = page.locator('[data-node="table:tsb.flights.flights_enriched"]')
+    assert enriched.get_attribute("data-version") == str(N_BARRIERS)
+    assert enriched.get_attribute("data-lag") == "0"
+    assert page.locator('[data-node="job:carrier_daily_delay"]').get_attribute("data-state") == "failed"
+    assert page.locator('[data-node="job:carrier_ranking"]').get_attribute("data-state") == "running"
+    # click a table: barrier history and consistent versions
+    ranking.click()
+    page.wait_for_selector("#tsb-history tr[data-barrier]")
+    assert page.locator("#tsb-history tr[data-barrier]").count() == N_BARRIERS
+    assert page.locator(f'#tsb-history tr[data-barrier="{N_BARRIERS}"]').get_attribute("data-state") == "PROCESSED"
+    rr = page.locator('#tsb-consistent tr[data-level="REPEATABLE_READ"]').inner_text()
+    assert f"#{N_BARRIERS - 1}" in rr
+    screenshot(page, screenshot_dir, "lineage")
+    shutil.copyfile(screenshot_dir / "lineage.png", _docs_images() / "lineage.png")
+
+
+def test_lineage_from_dag_tab_maps_dag_to_topology(page: Page, airflow_server: AirflowHandle) -> None:
+    _open(page, f"{airflow_server.base_url}/tsb/ui/lineage?dag_id=flights_topology", "#tsb-graph-svg")
+    assert page.locator("#tsb-topology-name").inner_text() == "flights"
+    assert page.locator("#tsb-lineage-scope").inner_text() == "Scope: DAG flights_topology"
+
+
+def test_delays_view(page: Page, airflow_server: AirflowHandle, screenshot_dir: Path) -> None:
+    _open(page, f"{airflow_server.base_url}/tsb/ui/delays?topology=flights&limit=50", "#tsb-delay-table")
+    rows = page.locator("#tsb-delay-table tr[data-barrier]")
+    assert rows.count() == N_BARRIERS
+    for job_id in JOBS:
+        cells = page.locator(f'#tsb-delay-table td[data-job="{job_id}"]')
+        values = [c for c in cells.evaluate_all("cs => cs.map(c => c.dataset.ms)") if c]
+        expected = N_BARRIERS - 1 if job_id == "carrier_ranking" else N_BARRIERS
+        assert len(values) == expected, (job_id, values)
+        assert all(int(v) > 0 for v in values)
+        assert page.locator(f'#tsb-job-summary-table td[data-job="{job_id}"][data-stat=avg]').inner_text() != "–"
+    # barrier 1: enrich 4900, daily 4000, ranking 2600 -> enrich_flights is the bottleneck
+    first = page.locator('#tsb-delay-table tr[data-barrier="1"]')
+    assert first.locator("td.bottleneck").get_attribute("data-job") == "enrich_flights"
+    assert first.locator("td[data-e2e]").get_attribute("data-e2e") == str(4900 + 4000 + 2600)
+    # barrier 5: enrich 5800, daily 4000, ranking 7000 -> carrier_ranking
+    fifth = page.locator('#tsb-delay-table tr[data-barrier="5"]')
+    assert fifth.locator("td.bottleneck").get_attribute("data-job") == "carrier_ranking"
+    assert page.locator(f'#tsb-delay-table tr[data-barrier="{N_BARRIERS}"]').get_attribute("data-complete") == "false"
+    assert page.locator("#tsb-chart-tables-svg circle[data-series]").count() == 3 * N_BARRIERS - 1
+    assert page.locator("#tsb-chart-jobs-svg rect.bar.bottleneck").count() == N_BARRIERS
+    screenshot(page, screenshot_dir, "delays")
+    shutil.copyfile(screenshot_dir / "delays.png", _docs_images() / "delays.png")
+
+
+def test_delays_in_browse_menu(page: Page, airflow_server: AirflowHandle) -> None:
+    page.goto(f"{airflow_server.base_url}/")
+    page.get_by_role("button", name="Browse").click()
+    page.get_by_role("menuitem", name="TSB Delays").click()
+    frame = frame_with_selector(page, "#tsb-delays")
+    assert frame != page.main_frame
+    assert "/plugin/tsb-delays" in page.url
+
+
+def test_unauthenticated_gets_no_data(browser: Browser, airflow_server: AirflowHandle) -> None:
+    base = airflow_server.base_url
+    with httpx.Client(base_url=base, timeout=30) as client:
+        for path in ("/tsb/api/v1/topology?name=flights", "/tsb/api/v1/delays?topology=flights",
+                     "/tsb/api/v1/tables/tsb/raw/flights/barriers", "/tsb/ui/lineage?topology=flights",
+                     "/tsb/ui/delays?topology=flights"):
+            r = client.get(path)
+            assert r.status_code == 401, (path, r.status_code)
+            assert "flights_enriched" not in r.text and "enrich_flights" not in r.text
+        bad = client.get("/tsb/api/v1/delays?topology=flights", headers={"Authorization": "Bearer forged"})
+        assert bad.status_code in (401, 403)
+    context = browser.new_context()
+    try:
+        anon = context.new_page()
+        anon.goto(f"{base}/tsb/ui/lineage?topology=flights")
+        assert anon.locator("#tsb-login").count() == 1
+        assert anon.locator("[data-node]").count() == 0
+    finally:
+        context.close()
+
+
+def _docs_images() -> Path:
+    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+    return DOCS_IMAGES
