@@ -130,3 +130,51 @@ class TsbBarrierOperator(BaseOperator):
             info.barrier_id, info.topology, info.ts_ms, info.ts_kind, info.root_versions,
         )
         return info.barrier_id
+
+
+class TsbBarrierEmitterOperator(TsbBarrierOperator):
+    """Emit barriers on a short interval (seconds) for streaming-mode topologies.
+
+    Runs for ``duration_s`` seconds (or ``count`` barriers), generating a barrier every
+    ``interval_s`` seconds when a root table has a new Delta version (no new data, no barrier).
+    Pair it with :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator` in
+    ``mode="streaming"`` tasks of the same DAG run, which pick up each new barrier as it
+    appears. Barriers stay idempotent per (DAG run, sequence number).
+
+    :param interval_s: seconds between barrier attempts (> 0).
+    :param duration_s: stop after this many seconds.
+    :param count: stop after this many barriers (``None``: only the duration bounds it).
+
+    Returns (XCom) the list of barrier ids generated.
+    """
+
+    def __init__(
+        self, *, interval_s: float = 5.0, duration_s: float = 300.0, count: int | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        if interval_s <= 0:
+            raise ValueError(f"{self.task_id}: interval_s must be positive, got {interval_s}")
+        self.interval_s = interval_s
+        self.duration_s = duration_s
+        self.count = count
+
+    def execute(self, context: Any) -> list[int]:  # type: ignore[override]
+        import time
+
+        store = TsbMetastoreHook(self.tsb_conn_id).get_conn()
+        store.register_topology(self.topology)
+        run = context.get("dag_run")
+        prefix = f"{run.dag_id}/{run.run_id}" if run is not None else f"emitter/{time.time()}"
+        emitted: list[int] = []
+        deadline = time.monotonic() + self.duration_s
+        seq = 0
+        while time.monotonic() < deadline and (self.count is None or len(emitted) < self.count):
+            versions = read_root_versions(self.topology)
+            last = store.latest_barrier(self.topology.name)
+            if last is None or versions != last.root_versions:
+                info = store.create_barrier(self.topology.name, versions, ts_kind="system", run_key=f"{prefix}#{seq}")
+                seq += 1
+                emitted.append(info.barrier_id)
+                self.log.info("barrier %s: root versions %s", info.barrier_id, versions)
+            time.sleep(self.interval_s)
+        return emitted

@@ -1,0 +1,1 @@
+"""Sample data sets for examples, tests and benchmarks."""

@@ -1,0 +1,211 @@
+"""Barrier look-ups on Delta tables: which version holds which barrier, what is committed.
+
+The *current lineage* of a table is the chain of versions whose data the latest version
+descends from: walking back from the latest version, a ``RESTORE`` commit to version ``t``
+jumps to ``t`` (the versions between ``t`` and the restore were undone). Barrier ids grow
+along a lineage, so walks stop as soon as they pass the barrier asked for.
+
+Costs are given per function; "walk" means one small log-file read per commit visited
+(see :mod:`airflow_provider_tsb.delta.log`), newest first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_tsb.delta.conventions import (
+    EPOCH_BASE_PROPERTY,
+    EPOCH_PROPERTY,
+    RESTORE_BARRIER_KEY,
+    RESTORE_NEXT_EPOCH_KEY,
+    app_id,
+    parse_tag,
+)
+from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
+from airflow_provider_tsb.delta.log import commit_info, normalize_location, open_table, table_exists
+
+
+@dataclass(frozen=True)
+class TableEpoch:
+    """Restore epoch of a table.
+
+    Attributes:
+        epoch: 0 for a never-restored table, bumped by each restore.
+        base_barrier: the barrier the table was restored to (barriers <= it are WRITTEN in the
+            restored state), or ``None``.
+        pending: True when the restore commit exists but its epoch bump commit does not yet
+            (a restore interrupted between its two commits); writers finish it first.
+    """
+
+    epoch: int
+    base_barrier: int | None
+    pending: bool = False
+
+
+def iter_lineage(location: str, start: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(version, commitInfo)`` of the current lineage, newest first.
+
+    Args:
+        location: table location.
+        start: version to start from (default: latest; costs one snapshot load).
+
+    Stops silently at version 0, or raises when a commit file is missing (log cleaned up).
+
+    Raises:
+        TableNotFoundError: no table at ``location``.
+        DeltaLogError: a commit of the lineage is no longer in the log.
+    """
+    version = open_table(location).version() if start is None else start
+    while version >= 0:
+        info = commit_info(location, version)
+        if info is None:
+            raise DeltaLogError(
+                f"Delta log of {normalize_location(location)!r} has no commit {version} "
+                "(cleaned up?): cannot walk the lineage further back"
+            )
+        yield version, info
+        if info.get("operation") == "RESTORE":
+            params = info.get("operationParameters") or {}
+            target = params.get("version")
+            if target is not None and int(target) < version:
+                version = int(target)
+                continue
+        version -= 1
+
+
+def barrier_of_version(location: str, version: int) -> int | None:
+    """Return the barrier tagged on commit ``version``, or ``None`` if it is not a tsb commit.
+
+    Cost: O(1), one log-file read.
+
+    Raises:
+        DeltaLogError: ``version`` does not exist in the log.
+    """
+    info = commit_info(location, version)
+    if info is None:
+        raise DeltaLogError(f"Delta table {normalize_location(location)!r} has no version {version}")
+    tag = parse_tag(info)
+    return tag.barrier if tag else None
+
+
+def version_of_barrier(location: str, barrier: int) -> int | None:
+    """Return the newest version tagged with ``barrier`` in the current lineage, or ``None``.
+
+    ``None`` also when the table does not exist. Cost: a walk over the commits newer than the
+    barrier (O(1) for the latest barrier), plus one snapshot load for the latest version.
+    """
+    if not table_exists(location):
+        return None
+    for version, info in iter_lineage(location):
+        tag = parse_tag(info)
+        if tag is None:
+            continue
+        if tag.barrier == barrier:
+            return version
+        if tag.barrier < barrier:
+            return None
+    return None
+
+
+def versions_of_barriers(location: str, after: int | None) -> dict[int, int]:
+    """Return ``{barrier: version}`` for every barrier > ``after`` in the current lineage.
+
+    One walk for many barriers (use it instead of repeated :func:`version_of_barrier`).
+    ``{}`` when the table does not exist. Cost: a walk back to the first barrier <= ``after``
+    (the whole lineage when ``after`` is ``None``).
+    """
+    found: dict[int, int] = {}
+    if not table_exists(location):
+        return found
+    for version, info in iter_lineage(location):
+        tag = parse_tag(info)
+        if tag is None:
+            continue
+        if after is not None and tag.barrier <= after:
+            break
+        found.setdefault(tag.barrier, version)
+    return found
+
+
+def latest_written_barrier(location: str) -> tuple[int, int] | None:
+    """Return ``(barrier, version)`` of the newest barrier WRITTEN in the table, or ``None``.
+
+    ``None`` when the table does not exist or has no tsb commit. After a restore to barrier k
+    this is ``(k, version of k)``. Cost: a walk over the untagged commits at the head (usually
+    O(1)).
+    """
+    if not table_exists(location):
+        return None
+    for version, info in iter_lineage(location):
+        tag = parse_tag(info)
+        if tag is not None:
+            return tag.barrier, version
+    return None
+
+
+def table_epoch(location: str, *, table: Any = None) -> TableEpoch:
+    """Return the restore epoch of the table (see :class:`TableEpoch`).
+
+    Args:
+        location: table location (must exist).
+        table: an already loaded ``DeltaTable`` of the latest version, to save a load.
+
+    Cost: one snapshot load (unless ``table`` is given) and one log-file read.
+    """
+    dt = table if table is not None else open_table(location)
+    config = dt.metadata().configuration or {}
+    epoch = int(config.get(EPOCH_PROPERTY) or 0)
+    base_raw = config.get(EPOCH_BASE_PROPERTY)
+    base = int(base_raw) if base_raw not in (None, "") else None
+    latest = commit_info(location, dt.version()) or {}
+    if latest.get("operation") == "RESTORE" and RESTORE_NEXT_EPOCH_KEY in latest:
+        next_epoch = int(latest[RESTORE_NEXT_EPOCH_KEY])
+        if next_epoch > epoch:
+            return TableEpoch(next_epoch, int(latest[RESTORE_BARRIER_KEY]), pending=True)
+    return TableEpoch(epoch, base)
+
+
+def committed_barrier(location: str, job_id: str, *, table: Any = None) -> int | None:
+    """Return the highest barrier of ``job_id`` committed in the table's current epoch.
+
+    Reads the epoch-scoped txn (``transaction_version``); after a restore to barrier k with no
+    commit since, returns k. ``None`` if nothing is committed or the table does not exist.
+    Cost: one snapshot load (unless ``table`` is given) and one log-file read.
+    """
+    if table is None:
+        if not table_exists(location):
+            return None
+        table = open_table(location)
+    epoch = table_epoch(location, table=table)
+    txn = table.transaction_version(app_id(job_id, epoch.epoch))
+    candidates = [b for b in (txn, epoch.base_barrier) if b is not None]
+    return max(candidates) if candidates else None
+
+
+def is_barrier_committed(location: str, job_id: str, barrier: int) -> bool:
+    """Whether ``barrier`` of ``job_id`` is committed (WRITTEN) in the table's current lineage.
+
+    True iff the epoch-scoped txn version of the job is >= ``barrier`` (barriers are committed
+    in order), or ``barrier`` <= the barrier the table was restored to. Txn versions of commits
+    undone by a restore are ignored because they belong to the previous epoch's app id.
+    False when the table does not exist. Cost: one snapshot load and one log-file read.
+    """
+    done = committed_barrier(location, job_id)
+    return done is not None and barrier <= done
+
+
+def root_version(location: str) -> int:
+    """Return the latest Delta version of a root table.
+
+    Cost: one snapshot load.
+
+    Raises:
+        TableNotFoundError: no Delta table at ``location`` (the message names the location).
+    """
+    if not table_exists(location):
+        raise TableNotFoundError(
+            f"root table at {normalize_location(location)!r} does not exist: ingest into it before generating barriers"
+        )
+    return open_table(location).version()

@@ -1,0 +1,142 @@
+"""One atomic, exactly-once Delta commit of one barrier's files for one table (delta-rs only).
+
+The files were written by someone else (Spark executors) under the table root; this module
+only builds the ``add`` actions and commits them with the barrier tag and the epoch-scoped
+txn (see :mod:`airflow_provider_tsb.delta.conventions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import DeltaError
+from deltalake.transaction import AddAction, create_table_with_add_actions
+
+from airflow_provider_tsb.delta.barriers import committed_barrier, table_epoch, version_of_barrier
+from airflow_provider_tsb.delta.conventions import BarrierTag, barrier_commit_properties
+from airflow_provider_tsb.delta.log import normalize_location, open_table, table_exists
+from airflow_provider_tsb.delta.restore import finish_pending_restore
+
+WriteMode = Literal["append", "overwrite"]
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A data file already written under the table root, ready to be added.
+
+    Attributes:
+        path: path relative to the table root (``/``-separated, not URL-encoded).
+        size: bytes.
+        modification_time: epoch milliseconds.
+        num_records: rows in the file.
+        stats: Delta stats JSON (``numRecords``, ``minValues``, ``maxValues``, ``nullCount``).
+        partition_values: partition column -> value as string (``{}`` if unpartitioned).
+    """
+
+    path: str
+    size: int
+    modification_time: int
+    num_records: int
+    stats: str
+    partition_values: Mapping[str, str | None] = field(default_factory=dict)
+
+    def to_add_action(self) -> AddAction:
+        """Return the delta-rs ``AddAction`` (``dataChange=True``)."""
+        return AddAction(self.path, self.size, dict(self.partition_values), self.modification_time, True, self.stats)
+
+    def to_json(self) -> dict[str, object]:
+        """Manifest entry (JSON-safe dict) reported with PROCESSED."""
+        return {
+            "path": self.path,
+            "size": self.size,
+            "modification_time": self.modification_time,
+            "num_records": self.num_records,
+            "stats": self.stats,
+            "partition_values": dict(self.partition_values),
+        }
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """Result of :func:`commit_barrier_files`.
+
+    Attributes:
+        version: the Delta version that holds the barrier (new or pre-existing).
+        committed: False when the barrier was already committed (replay discarded).
+        created: True when this commit created the table.
+    """
+
+    version: int
+    committed: bool
+    created: bool = False
+
+
+def _existing_version(location: str, tag: BarrierTag) -> CommitOutcome:
+    version = version_of_barrier(location, tag.barrier)
+    if version is None:
+        # committed, then superseded or restored-to (restore base): report the head.
+        version = open_table(location).version()
+    return CommitOutcome(version, committed=False)
+
+
+def commit_barrier_files(
+    location: str,
+    files: Sequence[StagedFile],
+    *,
+    tag: BarrierTag,
+    mode: WriteMode,
+    schema: DeltaSchema,
+    partition_by: Sequence[str] = (),
+) -> CommitOutcome:
+    """Commit ``files`` as barrier ``tag.barrier`` of ``tag.job_id``: exactly once.
+
+    * Table missing: create it with these files in one commit (version 0) carrying the txn;
+      if another attempt created it first, fall through to the checks below.
+    * Barrier already committed in the current epoch (txn check): commit nothing, return the
+      existing version (replay of a committed barrier is discarded).
+    * Otherwise one ``create_write_transaction`` (``append`` adds the files, ``overwrite``
+      removes every current file and adds these), with an empty ``files`` list still making a
+      commit so the barrier is WRITTEN.
+
+    Cost: two snapshot loads, plus a short walk to find the version.
+
+    Raises:
+        deltalake.exceptions.CommitFailedError: a concurrent writer conflicted (retry the
+            barrier; the txn check then discards it if the other writer committed it).
+    """
+    loc = normalize_location(location)
+    adds = [f.to_add_action() for f in files]
+    if not table_exists(loc):
+        try:
+            create_table_with_add_actions(
+                loc,
+                schema,
+                adds,
+                mode="error",
+                partition_by=list(partition_by) or None,
+                commit_properties=barrier_commit_properties(tag, epoch=0),
+            )
+            return CommitOutcome(0, committed=True, created=True)
+        except DeltaError as exc:
+            if "already exists" not in str(exc):
+                raise
+    finish_pending_restore(loc)
+    dt = open_table(loc)
+    done = committed_barrier(loc, tag.job_id, table=dt)
+    if done is not None and tag.barrier <= done:
+        return _existing_version(loc, tag)
+    epoch = table_epoch(loc, table=dt).epoch
+    dt.create_write_transaction(
+        adds,
+        mode,
+        schema,
+        partition_by=list(partition_by) or None,
+        commit_properties=barrier_commit_properties(tag, epoch=epoch),
+    )
+    version = version_of_barrier(loc, tag.barrier)
+    if version is None:  # pragma: no cover - the commit above must be visible
+        raise RuntimeError(f"barrier {tag.barrier} committed to {loc!r} but not found in its log")
+    return CommitOutcome(version, committed=True)

@@ -1,0 +1,109 @@
+"""Commit-info conventions of tsb commits on Delta tables.
+
+Every commit that writes barrier ``n`` of job ``j`` to a table carries:
+
+* custom commit metadata (``commitInfo`` keys, all values strings):
+
+  - ``tsb.barrier``: the barrier id, e.g. ``"7"``;
+  - ``tsb.job``: the job id;
+  - ``tsb.inputs``: JSON object ``{table name: Delta version read}``;
+  - ``tsb.ts``: the barrier timestamp in epoch milliseconds;
+  - ``tsb.attempt``: the attempt id (uuid hex) whose staged files the commit adds;
+
+* an app transaction ``txn(appId=app_id(j, epoch), version=n)``.
+
+The *epoch* of a table (table property ``tsb.epoch``, absent = 0) is bumped by every
+:func:`airflow_provider_tsb.delta.restore.restore_to_barrier`. Because the app id carries the
+epoch, a txn version left behind by a commit that a restore undid can never make a later
+barrier look committed: after a restore the job writes under a fresh app id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from deltalake import CommitProperties, Transaction
+
+BARRIER_KEY = "tsb.barrier"
+JOB_KEY = "tsb.job"
+INPUTS_KEY = "tsb.inputs"
+TS_KEY = "tsb.ts"
+ATTEMPT_KEY = "tsb.attempt"
+
+#: Table property holding the restore epoch (decimal string; absent means 0).
+EPOCH_PROPERTY = "tsb.epoch"
+#: Table property: the barrier the table was last restored to (every barrier <= it is WRITTEN).
+EPOCH_BASE_PROPERTY = "tsb.epoch.base_barrier"
+
+#: Commit metadata of a RESTORE commit made by ``restore_to_barrier``.
+RESTORE_BARRIER_KEY = "tsb.restore.barrier"
+RESTORE_VERSION_KEY = "tsb.restore.version"
+RESTORE_NEXT_EPOCH_KEY = "tsb.restore.next_epoch"
+#: Commit metadata of the epoch-bump commit that follows a restore.
+EPOCH_REASON_KEY = "tsb.epoch.reason"
+
+APP_ID_PREFIX = "tsb:"
+
+
+def app_id(job_id: str, epoch: int) -> str:
+    """Return the Delta txn appId of ``job_id`` in table epoch ``epoch``.
+
+    ``tsb:<job_id>`` for epoch 0, ``tsb:<job_id>@<epoch>`` after restores.
+    """
+    if epoch < 0:
+        raise ValueError(f"epoch must be >= 0, got {epoch}")
+    return f"{APP_ID_PREFIX}{job_id}" if epoch == 0 else f"{APP_ID_PREFIX}{job_id}@{epoch}"
+
+
+@dataclass(frozen=True)
+class BarrierTag:
+    """The tsb metadata of one commit (see module docstring)."""
+
+    barrier: int
+    job_id: str
+    inputs: dict[str, int] = field(default_factory=dict)
+    ts_ms: int | None = None
+    attempt: str | None = None
+
+    def to_metadata(self) -> dict[str, str]:
+        """Return the ``custom_metadata`` dict (string values) for a commit."""
+        meta = {
+            BARRIER_KEY: str(self.barrier),
+            JOB_KEY: self.job_id,
+            INPUTS_KEY: json.dumps(dict(sorted(self.inputs.items())), separators=(",", ":")),
+        }
+        if self.ts_ms is not None:
+            meta[TS_KEY] = str(self.ts_ms)
+        if self.attempt is not None:
+            meta[ATTEMPT_KEY] = self.attempt
+        return meta
+
+
+def parse_tag(commit_info: Mapping[str, Any] | None) -> BarrierTag | None:
+    """Parse the tsb tag of a ``commitInfo`` dict; ``None`` if the commit is not a tsb commit."""
+    if not commit_info or BARRIER_KEY not in commit_info:
+        return None
+    raw_inputs = commit_info.get(INPUTS_KEY)
+    inputs: dict[str, int] = {}
+    if raw_inputs:
+        decoded = json.loads(raw_inputs) if isinstance(raw_inputs, str) else raw_inputs
+        inputs = {str(k): int(v) for k, v in decoded.items()}
+    ts = commit_info.get(TS_KEY)
+    return BarrierTag(
+        barrier=int(commit_info[BARRIER_KEY]),
+        job_id=str(commit_info.get(JOB_KEY, "")),
+        inputs=inputs,
+        ts_ms=int(ts) if ts is not None else None,
+        attempt=commit_info.get(ATTEMPT_KEY),
+    )
+
+
+def barrier_commit_properties(tag: BarrierTag, epoch: int) -> CommitProperties:
+    """Commit properties of a barrier commit: custom metadata plus the epoch-scoped txn."""
+    return CommitProperties(
+        custom_metadata=tag.to_metadata(),
+        app_transactions=[Transaction(app_id(tag.job_id, epoch), tag.barrier)],
+    )

@@ -1,0 +1,37 @@
+"""Errors of the data plane (Delta tables and the Spark app framework).
+
+All derive from :class:`airflow_provider_tsb.exceptions.TsbError` and name the table
+location, job and barrier involved so that a failed Spark app says what is wrong.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_tsb.exceptions import BarrierNotReadyError, TsbError, UnknownBarrierError
+
+
+class TableNotFoundError(TsbError, LookupError):
+    """No Delta table exists at a location that must hold one (e.g. a root table)."""
+
+
+class DeltaLogError(TsbError):
+    """A commit of the Delta log that the operation needs is missing or unreadable.
+
+    Usually the log was cleaned up (``delta.logRetentionDuration``) past the versions a
+    barrier or an epoch of changes refers to.
+    """
+
+
+class MisalignedInputError(BarrierNotReadyError):
+    """An input would be read at a version that does not belong to the barrier processed."""
+
+
+class BarrierNotInTableError(UnknownBarrierError):
+    """A barrier has no tagged version in a table (e.g. the target of a restore)."""
+
+
+__all__ = [
+    "BarrierNotInTableError",
+    "DeltaLogError",
+    "MisalignedInputError",
+    "TableNotFoundError",
+]

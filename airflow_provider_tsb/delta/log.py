@@ -1,0 +1,111 @@
+"""Direct, cheap reads of single Delta log commits (``_delta_log/<version>.json``).
+
+delta-rs loads a whole snapshot to answer ``history()``; the barrier look-ups only need one
+commit at a time, so they read the commit JSON file directly. Each read costs one small file
+read (O(actions in that commit)). Locations are local paths or URIs understood by
+``pyarrow.fs`` (``file://``, ``s3://``, ``gs://``, ``abfs://`` ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow.fs as pafs
+from deltalake import DeltaTable
+
+from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
+
+LOG_DIR = "_delta_log"
+
+
+def normalize_location(location: str) -> str:
+    """Return ``location`` as an absolute local path (no ``file://``) or an unchanged URI."""
+    location = str(location)
+    if location.startswith("file://"):
+        return unquote(urlparse(location).path).rstrip("/") or "/"
+    if "://" in location:
+        return location.rstrip("/")
+    return os.path.abspath(location)
+
+
+def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    """Return ``(filesystem, path)`` for a table location (path without scheme)."""
+    loc = normalize_location(location)
+    if "://" not in loc:
+        return pafs.LocalFileSystem(), loc
+    fs, path = pafs.FileSystem.from_uri(loc)
+    return fs, path.rstrip("/")
+
+
+def join(location: str, relative: str) -> str:
+    """Join a table location and a relative (possibly URL-encoded) Delta path."""
+    return normalize_location(location) + "/" + unquote(relative)
+
+
+def table_exists(location: str) -> bool:
+    """Whether a Delta table exists at ``location`` (one log listing)."""
+    return DeltaTable.is_deltatable(normalize_location(location))
+
+
+def open_table(location: str, version: int | None = None) -> DeltaTable:
+    """Load the Delta table at ``location`` (latest or ``version``).
+
+    Cost: a snapshot load, O(log since last checkpoint + active files).
+
+    Raises:
+        TableNotFoundError: no Delta table at ``location`` (message names it).
+    """
+    loc = normalize_location(location)
+    if not DeltaTable.is_deltatable(loc):
+        raise TableNotFoundError(
+            f"no Delta table at {loc!r}: create it (root tables are created by ingestion, "
+            "intermediate tables by their writer job's first barrier)"
+        )
+    try:
+        return DeltaTable(loc, version=version)
+    except Exception as exc:  # delta-rs raises its own errors for missing versions
+        raise DeltaLogError(f"cannot load Delta table {loc!r} at version {version}: {exc}") from exc
+
+
+def read_commit_actions(location: str, version: int) -> list[dict[str, Any]] | None:
+    """Return the actions of commit ``version`` (one dict per JSON line), or ``None`` if absent.
+
+    Cost: one read of ``_delta_log/<version:020d>.json``.
+    """
+    fs, path = filesystem(location)
+    log_file = f"{path}/{LOG_DIR}/{version:020d}.json"
+    try:
+        with fs.open_input_stream(log_file) as stream:
+            data = stream.read().decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if "not found" in str(exc).lower() or "no such file" in str(exc).lower():
+            return None
+        raise DeltaLogError(f"cannot read {log_file!r}: {exc}") from exc
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def commit_info(location: str, version: int) -> dict[str, Any] | None:
+    """Return the ``commitInfo`` of ``version`` (``{}`` if it has none, ``None`` if absent)."""
+    actions = read_commit_actions(location, version)
+    if actions is None:
+        return None
+    for action in actions:
+        if "commitInfo" in action:
+            return dict(action["commitInfo"])
+    return {}
+
+
+def latest_version(location: str) -> int:
+    """Return the latest version of the table.
+
+    Cost: one snapshot load (see :func:`open_table`).
+
+    Raises:
+        TableNotFoundError: no table at ``location``.
+    """
+    return open_table(location).version()

@@ -1,0 +1,45 @@
+"""Spark side of the data plane: the library the ``spark_apps/`` jobs import.
+
+* :mod:`.session` - a SparkSession configured for tsb;
+* :mod:`.inputs` - snapshots and epochs of changes of Delta tables at exact versions;
+* :mod:`.outputs` - exactly-once commit of one barrier's output to one sink;
+* :mod:`.catalog` - the ``BarrierCatalog`` Protocol and the plan-file catalog;
+* :mod:`.app` - the app framework (batch mode, CLI); :mod:`.streaming` - streaming mode;
+* :mod:`.killpoints` - named crash points for exactly-once tests.
+"""
+
+from airflow_provider_tsb.spark.app import BarrierContext, Sink, TsbApp, run_app, run_barrier, run_batch
+from airflow_provider_tsb.spark.catalog import (
+    BarrierCatalog,
+    BarrierPlan,
+    PlanFile,
+    PlanFileCatalog,
+    open_catalog,
+    read_report,
+    register_catalog_kind,
+)
+from airflow_provider_tsb.spark.inputs import change_sign, read_changes, read_snapshot
+from airflow_provider_tsb.spark.outputs import WriteResult, write_barrier
+from airflow_provider_tsb.spark.session import get_spark
+
+__all__ = [
+    "BarrierCatalog",
+    "BarrierContext",
+    "BarrierPlan",
+    "PlanFile",
+    "PlanFileCatalog",
+    "Sink",
+    "TsbApp",
+    "WriteResult",
+    "change_sign",
+    "get_spark",
+    "open_catalog",
+    "read_changes",
+    "read_report",
+    "read_snapshot",
+    "register_catalog_kind",
+    "run_app",
+    "run_barrier",
+    "run_batch",
+    "write_barrier",
+]

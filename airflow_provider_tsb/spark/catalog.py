@@ -1,0 +1,382 @@
+"""How an app learns its barriers and reports barrier states: the ``BarrierCatalog`` Protocol.
+
+Two implementations: :class:`PlanFileCatalog` here (a JSON plan file written by the Airflow
+operator, states recorded into a JSON report file the operator reads back) and the lead's
+metastore catalog (registered with :func:`register_catalog_kind` under ``"metastore"``).
+A catalog must be re-openable in another process from :meth:`BarrierCatalog.spec` (the
+streaming source runs in a Spark Python worker): :func:`open_catalog` does that.
+
+Plan file (``tsb-plan/1``)::
+
+    {"format": "tsb-plan/1",
+     "tables": {"<table name>": "<location>", ...},
+     "barriers": [{"barrier": 1, "ts": 1700000000000, "ts_kind": "system",
+                   "watermark": null, "roots": {"<root table>": <delta version>, ...}}, ...]}
+
+``roots`` is the atomically recorded (barrier, offset) map of the root tables. Versions of
+intermediate tables are not in the plan: they are resolved from the Delta log (the version
+tagged with the barrier), and a barrier is pending for a job only once it is WRITTEN in all
+the job's inputs.
+
+Report file (``tsb-report/1``)::
+
+    {"format": "tsb-report/1",
+     "processed": [{"table", "barrier", "job_id", "manifest": [...], "at"}],
+     "written": [{"table", "barrier", "version", "job_id", "at"}],
+     "heartbeats": {"<job_id>": <epoch ms>}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from airflow_provider_tsb.delta.barriers import root_version, versions_of_barriers
+from airflow_provider_tsb.exceptions import UnknownBarrierError
+
+TsKind = Literal["system", "event"]
+PLAN_FORMAT = "tsb-plan/1"
+REPORT_FORMAT = "tsb-report/1"
+
+
+@dataclass(frozen=True)
+class BarrierPlan:
+    """What a job needs to process one barrier.
+
+    Attributes:
+        barrier: barrier id.
+        ts_ms: barrier timestamp, epoch milliseconds.
+        ts_kind: ``system`` (processing time) or ``event`` (event-time watermark).
+        watermark_ms: event-time watermark in epoch ms, or ``None``.
+        inputs: ``{input table: Delta version}`` of this barrier, one per job input.
+        previous_barrier: the barrier this one follows for the job (the state its sinks are
+            in before it), or ``None`` for the job's first barrier.
+        previous_inputs: ``{input table: Delta version}`` of ``previous_barrier`` (empty when
+            it is ``None``): the epoch of changes is ``(previous_inputs[t], inputs[t]]``.
+    """
+
+    barrier: int
+    ts_ms: int
+    inputs: dict[str, int]
+    ts_kind: TsKind = "system"
+    watermark_ms: int | None = None
+    previous_barrier: int | None = None
+    previous_inputs: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """Serialize (used to pass a plan through the streaming source)."""
+        return json.dumps(
+            {
+                "barrier": self.barrier,
+                "ts": self.ts_ms,
+                "ts_kind": self.ts_kind,
+                "watermark": self.watermark_ms,
+                "inputs": self.inputs,
+                "previous_barrier": self.previous_barrier,
+                "previous_inputs": self.previous_inputs,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> BarrierPlan:
+        """Inverse of :meth:`to_json`."""
+        d = json.loads(text)
+        return cls(
+            barrier=int(d["barrier"]),
+            ts_ms=int(d["ts"]),
+            ts_kind=d.get("ts_kind", "system"),
+            watermark_ms=d.get("watermark"),
+            inputs={k: int(v) for k, v in d["inputs"].items()},
+            previous_barrier=d.get("previous_barrier"),
+            previous_inputs={k: int(v) for k, v in (d.get("previous_inputs") or {}).items()},
+        )
+
+
+@runtime_checkable
+class BarrierCatalog(Protocol):
+    """Barrier source and state sink of a running app (driver side)."""
+
+    def pending_barriers(
+        self, job_id: str, sources: Mapping[str, str], after: int | None, limit: int | None = None
+    ) -> list[BarrierPlan]:
+        """Barriers > ``after`` (all if ``None``) that ``job_id`` can process now, in order.
+
+        Args:
+            job_id: the job.
+            sources: ``{input table name: location}`` of the job.
+            after: the barrier the job's sinks are at, or ``None`` if they are empty.
+            limit: at most this many plans.
+
+        A barrier is returned only when it is WRITTEN in every input; the list stops at the
+        first barrier that is not (barriers are processed strictly in order).
+        """
+        ...
+
+    def record_processed(self, table: str, barrier: int, job_id: str, manifest: Sequence[Mapping[str, Any]]) -> None:
+        """Report PROCESSED: all files of ``barrier`` for ``table`` are written, not committed.
+
+        ``manifest``: one entry per staged file (``path`` relative to the table root,
+        ``size`` bytes, ``num_records``, ``stats`` JSON, ``modification_time`` ms).
+        """
+        ...
+
+    def record_written(self, table: str, barrier: int, version: int, job_id: str) -> None:
+        """Report WRITTEN: Delta ``version`` of ``table`` holds ``barrier`` (idempotent)."""
+        ...
+
+    def heartbeat(self, job_id: str) -> None:
+        """Tell the control plane the job is alive (called at least once per barrier)."""
+        ...
+
+    def spec(self) -> dict[str, str]:
+        """Options from which :func:`open_catalog` re-creates this catalog in another process."""
+        ...
+
+
+CatalogFactory = Callable[[Mapping[str, str]], BarrierCatalog]
+_FACTORIES: dict[str, CatalogFactory] = {}
+
+
+def register_catalog_kind(kind: str, factory: CatalogFactory) -> None:
+    """Register a catalog implementation for :func:`open_catalog` (``spec["kind"] == kind``)."""
+    _FACTORIES[kind] = factory
+
+
+def open_catalog(spec: Mapping[str, str]) -> BarrierCatalog:
+    """Re-create a catalog from its :meth:`BarrierCatalog.spec`.
+
+    Raises:
+        ValueError: unknown ``kind`` (the message lists the registered kinds).
+    """
+    kind = spec.get("kind", "")
+    if kind not in _FACTORIES:
+        raise ValueError(f"unknown barrier catalog kind {kind!r}; registered: {sorted(_FACTORIES)}")
+    return _FACTORIES[kind](spec)
+
+
+def _atomic_write_json(path: str, payload: Mapping[str, Any]) -> None:
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tsb-", suffix=".json", dir=directory)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(payload, handle, indent=1, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+class PlanFile:
+    """Reader/writer of a plan file (see module docstring). Writes are atomic (rename)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+
+    def load(self) -> dict[str, Any]:
+        """Return the plan; an empty plan if the file does not exist."""
+        if not os.path.exists(self.path):
+            return {"format": PLAN_FORMAT, "tables": {}, "barriers": []}
+        with open(self.path) as handle:
+            plan = json.load(handle)
+        if plan.get("format") != PLAN_FORMAT:
+            raise ValueError(f"{self.path}: not a {PLAN_FORMAT} plan file (format={plan.get('format')!r})")
+        return plan
+
+    def set_tables(self, tables: Mapping[str, str]) -> None:
+        """Add or update ``{table name: location}`` entries."""
+        plan = self.load()
+        plan["tables"].update(tables)
+        _atomic_write_json(self.path, plan)
+
+    def append_barrier(
+        self,
+        roots: Sequence[str],
+        *,
+        ts_ms: int | None = None,
+        ts_kind: TsKind = "system",
+        watermark_ms: int | None = None,
+    ) -> int:
+        """Generate the next barrier: record the current version of each root table.
+
+        Args:
+            roots: root table names (their locations must be in ``tables``).
+            ts_ms: barrier timestamp (default: now).
+            ts_kind: ``system`` or ``event``.
+            watermark_ms: event-time watermark.
+
+        Returns:
+            The new barrier id (last + 1, starting at 1).
+
+        Raises:
+            TableNotFoundError: a root table does not exist.
+            KeyError: a root has no location in the plan.
+        """
+        plan = self.load()
+        versions = {name: root_version(plan["tables"][name]) for name in roots}
+        barrier = max((b["barrier"] for b in plan["barriers"]), default=0) + 1
+        plan["barriers"].append(
+            {
+                "barrier": barrier,
+                "ts": int(time.time() * 1000) if ts_ms is None else ts_ms,
+                "ts_kind": ts_kind,
+                "watermark": watermark_ms,
+                "roots": versions,
+            }
+        )
+        _atomic_write_json(self.path, plan)
+        return barrier
+
+
+class PlanFileCatalog:
+    """:class:`BarrierCatalog` over a plan file and a report file (production path).
+
+    Args:
+        plan_path: the plan file (re-read on every call: barriers appended while a streaming
+            app runs are picked up).
+        report_path: where states are recorded (``None``: not recorded).
+    """
+
+    def __init__(self, plan_path: str, report_path: str | None = None) -> None:
+        self.plan = PlanFile(plan_path)
+        self.report_path = os.path.abspath(report_path) if report_path else None
+        self._lock = threading.Lock()
+
+    def spec(self) -> dict[str, str]:
+        """See :meth:`BarrierCatalog.spec`."""
+        spec = {"kind": "plan", "plan": self.plan.path}
+        if self.report_path:
+            spec["report"] = self.report_path
+        return spec
+
+    def tables(self) -> dict[str, str]:
+        """``{table name: location}`` declared in the plan."""
+        return dict(self.plan.load().get("tables", {}))
+
+    def pending_barriers(
+        self, job_id: str, sources: Mapping[str, str], after: int | None, limit: int | None = None
+    ) -> list[BarrierPlan]:
+        """See :meth:`BarrierCatalog.pending_barriers`.
+
+        Cost: one plan-file read plus, per non-root input, one Delta log walk back to the
+        barrier before ``after``.
+
+        Raises:
+            UnknownBarrierError: ``after`` is not a barrier of the plan.
+        """
+        entries = sorted(self.plan.load()["barriers"], key=lambda b: b["barrier"])
+        ids = [b["barrier"] for b in entries]
+        if after is not None and after not in ids:
+            raise UnknownBarrierError(
+                f"job {job_id}: its sinks are at barrier {after}, which is not in plan {self.plan.path}"
+            )
+        start = 0 if after is None else ids.index(after)
+        walk_after = ids[start - 1] if after is not None and start > 0 else None
+        intermediate: dict[str, dict[int, int]] = {}
+
+        def version(name: str, entry: Mapping[str, Any]) -> int | None:
+            roots = entry.get("roots", {})
+            if name in roots:
+                return int(roots[name])
+            if name not in intermediate:
+                intermediate[name] = versions_of_barriers(sources[name], walk_after)
+            return intermediate[name].get(entry["barrier"])
+
+        def versions(entry: Mapping[str, Any]) -> dict[str, int] | None:
+            out: dict[str, int] = {}
+            for name in sorted(sources):
+                v = version(name, entry)
+                if v is None:
+                    return None
+                out[name] = v
+            return out
+
+        previous_barrier: int | None = None
+        previous_inputs: dict[str, int] = {}
+        if after is not None:
+            prev = versions(entries[start])
+            if prev is None:
+                raise UnknownBarrierError(
+                    f"job {job_id}: barrier {after} (its sinks' state) is not WRITTEN in all its "
+                    f"inputs {sorted(sources)}; were the inputs restored without the sinks?"
+                )
+            previous_barrier, previous_inputs = after, prev
+            start += 1
+        plans: list[BarrierPlan] = []
+        for entry in entries[start:]:
+            if limit is not None and len(plans) >= limit:
+                break
+            inputs = versions(entry)
+            if inputs is None:
+                break
+            plans.append(
+                BarrierPlan(
+                    barrier=int(entry["barrier"]),
+                    ts_ms=int(entry["ts"]),
+                    ts_kind=entry.get("ts_kind", "system"),
+                    watermark_ms=entry.get("watermark"),
+                    inputs=inputs,
+                    previous_barrier=previous_barrier,
+                    previous_inputs=previous_inputs,
+                )
+            )
+            previous_barrier, previous_inputs = int(entry["barrier"]), inputs
+        return plans
+
+    def _update_report(self, mutate: Callable[[dict[str, Any]], None]) -> None:
+        if not self.report_path:
+            return
+        with self._lock:
+            report = read_report(self.report_path)
+            mutate(report)
+            _atomic_write_json(self.report_path, report)
+
+    def record_processed(self, table: str, barrier: int, job_id: str, manifest: Sequence[Mapping[str, Any]]) -> None:
+        """See :meth:`BarrierCatalog.record_processed`."""
+        entry = {
+            "table": table,
+            "barrier": barrier,
+            "job_id": job_id,
+            "manifest": [dict(m) for m in manifest],
+            "at": int(time.time() * 1000),
+        }
+        self._update_report(lambda r: r["processed"].append(entry))
+
+    def record_written(self, table: str, barrier: int, version: int, job_id: str) -> None:
+        """See :meth:`BarrierCatalog.record_written`; a repeated report is recorded once."""
+
+        def mutate(report: dict[str, Any]) -> None:
+            for w in report["written"]:
+                if (w["table"], w["barrier"], w["version"]) == (table, barrier, version):
+                    return
+            report["written"].append(
+                {
+                    "table": table,
+                    "barrier": barrier,
+                    "version": version,
+                    "job_id": job_id,
+                    "at": int(time.time() * 1000),
+                }
+            )
+
+        self._update_report(mutate)
+
+    def heartbeat(self, job_id: str) -> None:
+        """See :meth:`BarrierCatalog.heartbeat`."""
+        self._update_report(lambda r: r["heartbeats"].__setitem__(job_id, int(time.time() * 1000)))
+
+
+def read_report(path: str) -> dict[str, Any]:
+    """Read a report file (for the operator); an empty report if it does not exist."""
+    if not os.path.exists(path):
+        return {"format": REPORT_FORMAT, "processed": [], "written": [], "heartbeats": {}}
+    with open(path) as handle:
+        return json.load(handle)
+
+
+register_catalog_kind("plan", lambda spec: PlanFileCatalog(spec["plan"], spec.get("report")))

@@ -1,0 +1,208 @@
+"""Read Delta tables with Spark at exact versions: snapshots and epochs of changes.
+
+delta-rs supplies the file lists (driver, metadata only); Spark executors read the Parquet
+files. Table data is never collected to the driver. Deletion vectors and column mapping are
+not supported (tsb tables and delta-rs root tables use neither); such tables raise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, LongType, StringType, StructField, StructType
+
+from airflow_provider_tsb.delta.errors import DeltaLogError
+from airflow_provider_tsb.delta.log import join, normalize_location, open_table, read_commit_actions
+
+#: Columns added by :func:`read_changes`.
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+#: ``_change_type`` values that add a row / remove a row.
+INSERT_TYPES = ("insert", "update_postimage")
+DELETE_TYPES = ("delete", "update_preimage")
+
+
+def spark_schema(table: object) -> StructType:
+    """Return the Spark schema of a loaded ``DeltaTable`` (Delta schema JSON is Spark's)."""
+    return StructType.fromJson(json.loads(table.schema().to_json()))  # type: ignore[attr-defined]
+
+
+def _check_supported(table: object, location: str) -> None:
+    protocol = table.protocol()  # type: ignore[attr-defined]
+    features = set(protocol.reader_features or [])
+    if "deletionVectors" in features or "columnMapping" in features:
+        raise NotImplementedError(
+            f"Delta table {location!r} uses {sorted(features)}: deletion vectors and column "
+            "mapping are not supported by the tsb Spark reader"
+        )
+
+
+def _partition_literal(value: str | None, data_type: DataType) -> Column:
+    return F.lit(value).cast(data_type)
+
+
+def _read_files(
+    spark: SparkSession,
+    schema: StructType,
+    partition_columns: Sequence[str],
+    groups: Mapping[tuple[tuple[str, str | None], ...], list[str]],
+    extra: Mapping[str, Column] | None = None,
+    file_schema_extra: Sequence[StructField] = (),
+) -> DataFrame | None:
+    """Read groups of files sharing partition values; ``None`` if there are no files."""
+    data_schema = StructType([f for f in schema.fields if f.name not in partition_columns] + list(file_schema_extra))
+    types = {f.name: f.dataType for f in schema.fields}
+    frames: list[DataFrame] = []
+    for part_values, paths in groups.items():
+        df = spark.read.schema(data_schema).parquet(*paths)
+        for name, value in part_values:
+            df = df.withColumn(name, _partition_literal(value, types[name]))
+        for name, col in (extra or {}).items():
+            df = df.withColumn(name, col)
+        frames.append(df)
+    if not frames:
+        return None
+    out_cols = [f.name for f in schema.fields] + [f.name for f in file_schema_extra] + list(extra or {})
+    return reduce(lambda a, b: a.unionByName(b), (f.select(*out_cols) for f in frames))
+
+
+def _group_key(
+    partition_values: Mapping[str, str | None] | None, partition_columns: Iterable[str]
+) -> tuple[tuple[str, str | None], ...]:
+    values = partition_values or {}
+    return tuple((c, values.get(c)) for c in partition_columns)
+
+
+def read_snapshot(spark: SparkSession, location: str, version: int) -> DataFrame:
+    """Return the Delta table at ``location`` as of ``version`` as a lazy DataFrame.
+
+    Columns: the table schema (partition columns filled from the partition values). An empty
+    table gives an empty DataFrame with that schema. Cost on the driver: one snapshot load
+    (file list and schema); data is read by the executors.
+
+    Raises:
+        TableNotFoundError: no table at ``location``.
+        DeltaLogError: ``version`` does not exist (or its log was cleaned up).
+    """
+    loc = normalize_location(location)
+    table = open_table(loc, version)
+    _check_supported(table, loc)
+    schema = spark_schema(table)
+    partition_columns = list(table.metadata().partition_columns)
+    groups: dict[tuple[tuple[str, str | None], ...], list[str]] = defaultdict(list)
+    if partition_columns:
+        for entry in _add_entries(table):
+            groups[_group_key(entry["partitionValues"], partition_columns)].append(join(loc, entry["path"]))
+    else:
+        uris = table.file_uris()
+        if uris:
+            groups[()] = list(uris)
+    df = _read_files(spark, schema, partition_columns, groups)
+    return df if df is not None else spark.createDataFrame([], schema)
+
+
+def _add_entries(table: object) -> list[dict[str, object]]:
+    """Active files of a loaded table as ``{"path", "partitionValues"}`` (metadata only)."""
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=True))  # type: ignore[attr-defined]
+    part_cols = [c for c in actions.column_names if c.startswith("partition.")]
+    rows = actions.select(["path", *part_cols]).to_pylist()
+    return [
+        {
+            "path": row["path"],
+            "partitionValues": {c[len("partition.") :]: (None if row[c] is None else str(row[c])) for c in part_cols},
+        }
+        for row in rows
+    ]
+
+
+def change_schema(schema: StructType) -> StructType:
+    """Schema of :func:`read_changes`: the table columns + ``_change_type`` + ``_commit_version``."""
+    return StructType(
+        list(schema.fields)
+        + [StructField(CHANGE_TYPE, StringType(), False), StructField(COMMIT_VERSION, LongType(), False)]
+    )
+
+
+def read_changes(spark: SparkSession, location: str, from_version: int | None, to_version: int) -> DataFrame:
+    """Return the changes of the epoch ``(from_version, to_version]`` as a lazy DataFrame.
+
+    ``from_version=None`` (or -1) means from the table's creation. Columns: table schema
+    (as of ``to_version``) + ``_change_type`` (``insert`` / ``delete`` / ``update_preimage`` /
+    ``update_postimage``) + ``_commit_version``. Per commit, following the Delta change data
+    feed rules: if the commit has ``cdc`` actions (table with ``delta.enableChangeDataFeed``),
+    its ``_change_data`` files are read; otherwise files added with ``dataChange`` are inserts
+    and files removed with ``dataChange`` are deletes (correct for whole-file rewrites, e.g.
+    overwrite, restore, or copy-on-write updates: old rows out, new rows in). For an
+    append-only root table this is exactly the rows appended in the epoch.
+
+    Cost on the driver: one log-file read per version in the range + one snapshot load.
+
+    Raises:
+        DeltaLogError: a commit in the range is missing from the log.
+        ValueError: ``from_version > to_version``.
+    """
+    loc = normalize_location(location)
+    start = -1 if from_version is None else from_version
+    if start > to_version:
+        raise ValueError(f"read_changes({loc!r}): from_version {start} > to_version {to_version}")
+    table = open_table(loc, to_version)
+    _check_supported(table, loc)
+    schema = spark_schema(table)
+    partition_columns = list(table.metadata().partition_columns)
+    frames: list[DataFrame] = []
+    for version in range(start + 1, to_version + 1):
+        actions = read_commit_actions(loc, version)
+        if actions is None:
+            raise DeltaLogError(f"Delta log of {loc!r} has no commit {version}: cannot read its changes")
+        cdc = [a["cdc"] for a in actions if "cdc" in a]
+        by_kind: dict[str, dict[tuple[tuple[str, str | None], ...], list[str]]] = defaultdict(lambda: defaultdict(list))
+        if cdc:
+            for entry in cdc:
+                key = _group_key(entry.get("partitionValues"), partition_columns)
+                by_kind["cdc"][key].append(join(loc, entry["path"]))
+        else:
+            for kind, name in (("insert", "add"), ("delete", "remove")):
+                for a in actions:
+                    entry = a.get(name)
+                    if entry and entry.get("dataChange", True):
+                        key = _group_key(entry.get("partitionValues"), partition_columns)
+                        by_kind[kind][key].append(join(loc, entry["path"]))
+        for kind, groups in by_kind.items():
+            if kind == "cdc":
+                df = _read_files(
+                    spark,
+                    schema,
+                    partition_columns,
+                    groups,
+                    extra={COMMIT_VERSION: F.lit(version).cast(LongType())},
+                    file_schema_extra=[StructField(CHANGE_TYPE, StringType(), True)],
+                )
+            else:
+                df = _read_files(
+                    spark,
+                    schema,
+                    partition_columns,
+                    groups,
+                    extra={
+                        CHANGE_TYPE: F.lit(kind),
+                        COMMIT_VERSION: F.lit(version).cast(LongType()),
+                    },
+                )
+            if df is not None:
+                frames.append(df)
+    cols = [f.name for f in change_schema(schema).fields]
+    if not frames:
+        return spark.createDataFrame([], change_schema(schema))
+    return reduce(lambda a, b: a.unionByName(b), (f.select(*cols) for f in frames))
+
+
+def change_sign() -> Column:
+    """Column ``+1`` for added rows, ``-1`` for removed rows of a :func:`read_changes` frame."""
+    return F.when(F.col(CHANGE_TYPE).isin(*INSERT_TYPES), F.lit(1)).otherwise(F.lit(-1))

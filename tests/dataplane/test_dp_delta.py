@@ -1,0 +1,153 @@
+"""delta-rs side: barrier tags, exactly-once commits, restore-safe app ids (no Spark)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from deltalake import Schema as DeltaSchema
+
+from airflow_provider_tsb.delta import (
+    BarrierNotInTableError,
+    BarrierTag,
+    StagedFile,
+    TableNotFoundError,
+    app_id,
+    barrier_of_version,
+    commit_barrier_files,
+    is_barrier_committed,
+    latest_written_barrier,
+    restore_to_barrier,
+    root_version,
+    table_epoch,
+    version_of_barrier,
+    versions_of_barriers,
+)
+from airflow_provider_tsb.delta.conventions import RESTORE_BARRIER_KEY, RESTORE_NEXT_EPOCH_KEY
+from airflow_provider_tsb.delta.roots import append_words
+from airflow_provider_tsb.delta.stats import footer_stats
+
+SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
+JOB = "job_a"
+
+
+def stage(location: Path, barrier: int, rows: int) -> StagedFile:
+    rel = f"tsb_staging/{JOB}/0/{barrier}/{time.time_ns()}/part-0.parquet"
+    path = location / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"k": list(range(rows)), "v": [f"b{barrier}"] * rows}, schema=SCHEMA), path)
+    import pyarrow.fs as pafs
+
+    num, stats = footer_stats(pafs.LocalFileSystem(), str(path))
+    return StagedFile(rel, os.path.getsize(path), int(time.time() * 1000), num, stats)
+
+
+def commit(location: Path, barrier: int, rows: int = 2, mode: str = "append") -> tuple[int, bool]:
+    out = commit_barrier_files(
+        str(location),
+        [stage(location, barrier, rows)],
+        tag=BarrierTag(barrier, JOB, {"raw.x": barrier}, ts_ms=1000 * barrier, attempt="a"),
+        mode=mode,  # type: ignore[arg-type]
+        schema=DeltaSchema.from_arrow(SCHEMA),
+    )
+    return out.version, out.committed
+
+
+def test_tags_and_lookups(tmp_path: Path) -> None:
+    t = tmp_path / "t"
+    assert commit(t, 1) == (0, True)
+    assert commit(t, 2) == (1, True)
+    assert commit(t, 3, rows=0) == (2, True)  # empty barrier still WRITTEN
+    assert barrier_of_version(str(t), 1) == 2
+    assert version_of_barrier(str(t), 3) == 2
+    assert version_of_barrier(str(t), 4) is None
+    assert versions_of_barriers(str(t), 1) == {2: 1, 3: 2}
+    assert latest_written_barrier(str(t)) == (3, 2)
+    assert DeltaTable(str(t)).transaction_version(app_id(JOB, 0)) == 3
+    info = DeltaTable(str(t)).history(1)[0]
+    assert info["tsb.barrier"] == "3" and info["tsb.job"] == JOB and info["tsb.ts"] == "3000"
+    assert info["tsb.inputs"] == '{"raw.x":3}'
+    assert DeltaTable(str(t)).to_pyarrow_table().num_rows == 4
+
+
+def test_replay_is_discarded(tmp_path: Path) -> None:
+    t = tmp_path / "t"
+    commit(t, 1)
+    commit(t, 2)
+    assert commit(t, 2) == (1, False)
+    assert commit(t, 1) == (0, False)
+    assert DeltaTable(str(t)).version() == 1
+    assert DeltaTable(str(t)).to_pyarrow_table().num_rows == 4
+
+
+def test_create_is_exactly_once(tmp_path: Path) -> None:
+    t = tmp_path / "t"
+    assert commit(t, 1) == (0, True)
+    assert commit(t, 1) == (0, False)  # a second attempt of the creating barrier
+    assert DeltaTable(str(t)).version() == 0
+
+
+def test_restore_bumps_epoch_and_ignores_undone_txn(tmp_path: Path) -> None:
+    t = tmp_path / "t"
+    for b in (1, 2, 3, 4):
+        commit(t, b, mode="overwrite")
+    assert is_barrier_committed(str(t), JOB, 4)
+    result = restore_to_barrier(str(t), 2)
+    assert result.changed and result.target_version == 1 and result.epoch == 1
+    # the txn of epoch 0 still says 4, but barriers 3 and 4 are no longer committed
+    assert DeltaTable(str(t)).transaction_version(app_id(JOB, 0)) == 4
+    assert not is_barrier_committed(str(t), JOB, 3)
+    assert is_barrier_committed(str(t), JOB, 2) and is_barrier_committed(str(t), JOB, 1)
+    assert latest_written_barrier(str(t)) == (2, 1)
+    assert version_of_barrier(str(t), 3) is None and version_of_barrier(str(t), 2) == 1
+    assert table_epoch(str(t)).epoch == 1
+    rows = DeltaTable(str(t)).to_pyarrow_table().to_pydict()
+    assert set(rows["v"]) == {"b2"}
+    # reprocess barrier 3 under app id tsb:job_a@1
+    version, committed = commit(t, 3, mode="overwrite")
+    assert committed and version_of_barrier(str(t), 3) == version
+    assert DeltaTable(str(t)).transaction_version(app_id(JOB, 1)) == 3
+    assert commit(t, 3, mode="overwrite")[1] is False
+    # idempotent: restoring to the current barrier changes nothing
+    assert restore_to_barrier(str(t), 3).changed is False
+    # a second restore goes to epoch 2 even though the restored metadata says 0
+    assert restore_to_barrier(str(t), 1).epoch == 2
+    assert table_epoch(str(t)).epoch == 2 and not is_barrier_committed(str(t), JOB, 2)
+
+
+def test_restore_interrupted_between_commits(tmp_path: Path) -> None:
+    from deltalake import CommitProperties
+
+    t = tmp_path / "t"
+    for b in (1, 2, 3):
+        commit(t, b)
+    DeltaTable(str(t)).restore(
+        0, commit_properties=CommitProperties(custom_metadata={RESTORE_BARRIER_KEY: "1", RESTORE_NEXT_EPOCH_KEY: "1"})
+    )
+    state = table_epoch(str(t))
+    assert state.pending and state.epoch == 1
+    assert not is_barrier_committed(str(t), JOB, 2)  # already safe before the epoch commit
+    result = restore_to_barrier(str(t), 1)  # rerun finishes it
+    assert result.epoch == 1 and not table_epoch(str(t)).pending
+    assert DeltaTable(str(t)).metadata().configuration["tsb.epoch"] == "1"
+
+
+def test_errors_name_the_location(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(TableNotFoundError, match="nope"):
+        root_version(str(missing))
+    words = tmp_path / "words"
+    assert append_words(str(words), ["a", "b"]) == 0
+    assert append_words(str(words), ["c"]) == 1
+    assert root_version(str(words)) == 1
+    assert latest_written_barrier(str(words)) is None
+    t = tmp_path / "t"
+    commit(t, 1)
+    with pytest.raises(BarrierNotInTableError, match="barrier 7"):
+        restore_to_barrier(str(t), 7)
+    assert not is_barrier_committed(str(missing), JOB, 1)
