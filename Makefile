@@ -23,7 +23,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(UV): | $(PY)
-	$(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip -q
+	$(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip --default-pip >/dev/null
 	$(PY) -m pip install -q --upgrade pip uv
 
 $(VENV)/.installed: pyproject.toml | $(UV)
