@@ -184,8 +184,10 @@ def report_barrier(store: Any, barrier: int, ingest: dict[str, Any], console: An
 
 
 def _adds(table: Any) -> list[dict[str, Any]]:
-    actions = table.get_add_actions(flatten=True).to_pylist()
-    return [{"num_records": a.get("num_records") or 0} for a in actions]
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=True))  # delta-rs returns an arro3 table
+    return [{"num_records": n or 0} for n in actions.column("num_records").to_pylist()]
 
 
 def run_demo(days: int) -> int:
