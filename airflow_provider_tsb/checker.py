@@ -1,0 +1,334 @@
+"""Consistency checker: ``tsb check`` (FLIP-276 "Data Consistency Type", verified on real runs).
+
+It runs the wordcount and flights topologies barrier by barrier (real Spark jobs, real Delta
+tables, a real metastore) while readers query every consistency level -- concurrently from one
+thread per level, and also at each step of the pipeline (after ingestion, after each job's
+commit) -- and checks the topologies' invariants on what they read:
+
+* wordcount: ``sum(word_count.cnt) == count(words)`` and ``sum(count_of_counts.cnt2) == count(word_count)``;
+* flights: ``count(flights_enriched) == count(raw.flights)`` and
+  ``sum(carrier_daily_delay.flights) == count(flights_enriched)``.
+
+Expected: zero anomalies at REPEATABLE_READ and AS OF; some at READ_UNCOMMITTED, which shows
+that the checker catches the inconsistencies the barriers prevent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_tsb.consistency import ConsistencyLevel
+from airflow_provider_tsb.exceptions import InconsistentReadError
+from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.topology import Topology
+
+#: the levels a checker samples; ``AS_OF`` is time travel to a random COMMIT barrier
+LEVELS = ("READ_UNCOMMITTED", "READ_COMMITTED", "REPEATABLE_READ", "AS_OF")
+
+Check = Callable[[Mapping[str, pa.Table]], tuple[bool, str]]
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """A property that must hold over a consistent read of ``tables``.
+
+    ``check`` takes ``{canonical table name: Arrow table}`` and returns (holds, description).
+    """
+
+    name: str
+    tables: tuple[str, ...]
+    check: Check
+
+
+def _sum(table: pa.Table, column: str) -> int:
+    if table.num_rows == 0:
+        return 0
+    return int(pc.sum(table.column(column)).as_py() or 0)
+
+
+def _equal(name: str, left: int, right: int) -> tuple[bool, str]:
+    return left == right, f"{name}: {left} vs {right}"
+
+
+WORDS, WORD_COUNT, COUNT_OF_COUNTS = "tsb.raw.words", "tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"
+FLIGHTS, ENRICHED, DAILY = "tsb.raw.flights", "tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay"
+
+WORDCOUNT_INVARIANTS = (
+    Invariant(
+        "sum(word_count.cnt) == count(words)", (WORDS, WORD_COUNT),
+        lambda t: _equal("sum(cnt) vs count(words)", _sum(t[WORD_COUNT], "cnt"), t[WORDS].num_rows),
+    ),
+    Invariant(
+        "sum(count_of_counts.cnt2) == count(word_count)", (WORD_COUNT, COUNT_OF_COUNTS),
+        lambda t: _equal("sum(cnt2) vs count(word_count)", _sum(t[COUNT_OF_COUNTS], "cnt2"), t[WORD_COUNT].num_rows),
+    ),
+)
+FLIGHTS_INVARIANTS = (
+    Invariant(
+        "count(flights_enriched) == count(raw.flights)", (FLIGHTS, ENRICHED),
+        lambda t: _equal("enriched vs flights", t[ENRICHED].num_rows, t[FLIGHTS].num_rows),
+    ),
+    Invariant(
+        "sum(carrier_daily_delay.flights) == count(flights_enriched)", (ENRICHED, DAILY),
+        lambda t: _equal("sum(flights) vs enriched", _sum(t[DAILY], "flights"), t[ENRICHED].num_rows),
+    ),
+)
+
+
+@dataclass
+class LevelReport:
+    """What the readers of one level saw: samples taken, anomalies (invariant violations)."""
+
+    level: str
+    samples: int = 0
+    skipped: int = 0
+    anomalies: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "level": self.level, "samples": self.samples, "skipped": self.skipped,
+            "anomalies": len(self.anomalies), "examples": self.anomalies[:5],
+        }
+
+
+class ConsistencyChecker:
+    """Reads invariant tables at each level and records violations (see module docstring).
+
+    Args:
+        store: the metastore the topologies run against.
+        invariants: the invariants to check.
+        levels: subset of :data:`LEVELS`.
+        seed: seed of the AS OF barrier choice.
+    """
+
+    def __init__(
+        self, store: MetaStore, invariants: Sequence[Invariant], levels: Sequence[str] = LEVELS, seed: int = 7
+    ) -> None:
+        unknown = sorted(set(levels) - set(LEVELS))
+        if unknown:
+            raise ValueError(f"unknown level(s) {unknown}; use {list(LEVELS)}")
+        self.store = store
+        self.invariants = list(invariants)
+        self.reports = {level: LevelReport(level) for level in levels}
+        self._lock = threading.Lock()
+        self._random = random.Random(seed)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def _resolve(self, invariant: Invariant, level: str) -> Any:
+        from airflow_provider_tsb.versions import VersionResolver
+
+        if level != "AS_OF":
+            return VersionResolver(self.store).resolve(invariant.tables, ConsistencyLevel.parse(level))
+        newest = self.store.resolve(invariant.tables).barrier_id
+        with self._lock:
+            barrier = self._random.randint(1, newest)
+        return self.store.resolve(invariant.tables, as_of=barrier)
+
+    def sample(self, level: str) -> None:
+        """Read every invariant's tables once at ``level`` and record the outcome."""
+        from airflow_provider_tsb.readers import read_tables_arrow
+
+        report = self.reports[level]
+        for invariant in self.invariants:
+            try:
+                resolution = self._resolve(invariant, level)
+                if any(tv.version is None and tv.staged is None for tv in resolution.tables.values()):
+                    raise InconsistentReadError("a table has no version yet")
+                tables = read_tables_arrow(invariant.tables, store=self.store, resolution=resolution)
+            except InconsistentReadError:
+                with self._lock:
+                    report.skipped += 1  # nothing consistent to read yet (before the first barrier)
+                continue
+            holds, detail = invariant.check(tables)
+            with self._lock:
+                report.samples += 1
+                if not holds:
+                    at = resolution.barrier_id if resolution.barrier_id is not None else "latest"
+                    report.anomalies.append(f"{invariant.name} violated at barrier {at}: {detail}")
+
+    def sample_all(self) -> None:
+        """One sample at every level (called at each step of the pipeline)."""
+        for level in self.reports:
+            self.sample(level)
+
+    def start(self, interval_s: float = 0.05) -> None:
+        """Start one reader thread per level, sampling every ``interval_s`` seconds."""
+        self._stop.clear()
+
+        def loop(level: str) -> None:
+            while not self._stop.is_set():
+                try:
+                    self.sample(level)
+                except Exception as exc:  # a reader racing a commit must not stop the run
+                    with self._lock:
+                        self.reports[level].anomalies.append(f"reader error: {type(exc).__name__}: {exc}")
+                self._stop.wait(interval_s)
+
+        self._threads = [threading.Thread(target=loop, args=(lv,), daemon=True) for lv in self.reports]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop the reader threads."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """{level: {"samples", "skipped", "anomalies", "examples"}}."""
+        return {level: report.as_dict() for level, report in self.reports.items()}
+
+
+def _repo() -> Path:
+    return Path(os.environ.get("TSB_REPO") or Path(__file__).resolve().parents[1])
+
+
+def _load_app(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"tsb_app_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"Spark application not found: {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.APP
+
+
+def wordcount_topology(warehouse: str) -> Topology:
+    apps = _repo() / "spark_apps" / "wordcount"
+    topo = Topology("wordcount", warehouse=warehouse)
+    topo.root_table("raw.words")
+    topo.job("wordcount_words", str(apps / "wordcount_words.py"), sources=["raw.words"], sinks=["wordcount.word_count"])
+    topo.job("wordcount_counts", str(apps / "wordcount_counts.py"), sources=["wordcount.word_count"],
+             sinks=["wordcount.count_of_counts"])
+    return topo
+
+
+def flights_topology(warehouse: str) -> Topology:
+    apps = _repo() / "spark_apps" / "flights"
+    topo = Topology("flights", warehouse=warehouse)
+    topo.root_table("raw.flights", event_time_column="time_hour")
+    topo.root_table("raw.weather", event_time_column="time_hour")
+    topo.job("enrich_flights", str(apps / "enrich_flights.py"), sources=["raw.flights", "raw.weather"],
+             sinks=["flights.flights_enriched"])
+    topo.job("carrier_daily_delay", str(apps / "carrier_daily_delay.py"), sources=["flights.flights_enriched"],
+             sinks=["flights.carrier_daily_delay"])
+    topo.job("carrier_ranking", str(apps / "carrier_ranking.py"), sources=["flights.carrier_daily_delay"],
+             sinks=["flights.carrier_ranking"])
+    return topo
+
+
+def run_check(
+    workdir: str, *, wordcount_barriers: int = 4, flights_barriers: int = 2, interval_s: float = 0.05,
+    log: Callable[[str], None] = print,
+) -> dict[str, dict[str, Any]]:
+    """Run both topologies under concurrent readers; returns :meth:`ConsistencyChecker.summary`.
+
+    Args:
+        workdir: folder for the metastore (SQLite) and the warehouse; created if missing.
+        wordcount_barriers / flights_barriers: barriers to run per topology (0 skips it).
+        interval_s: pause of each reader thread between samples, seconds.
+    """
+    from airflow_provider_tsb.ingest import ingest_next_flights_days, ingest_next_words
+    from airflow_provider_tsb.operators.barrier import read_root_versions
+    from airflow_provider_tsb.spark import get_spark, run_batch
+    from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
+
+    os.makedirs(workdir, exist_ok=True)
+    url = f"sqlite:///{os.path.join(os.path.abspath(workdir), 'tsb.db')}"
+    store = MetaStore(url)
+    store.migrate()
+    warehouse = os.path.join(workdir, "warehouse")
+    plans: list[tuple[Topology, int, Callable[[Topology, str], Any]]] = []
+    invariants: list[Invariant] = []
+    if wordcount_barriers:
+        plans.append((wordcount_topology(warehouse), wordcount_barriers,
+                      lambda t, key: ingest_next_words(t.location("raw.words"), key, lines=60)))
+        invariants += WORDCOUNT_INVARIANTS
+    if flights_barriers:
+        plans.append((flights_topology(warehouse), flights_barriers,
+                      lambda t, key: ingest_next_flights_days(t.location("raw.flights"), t.location("raw.weather"),
+                                                              key)))
+        invariants += FLIGHTS_INVARIANTS
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = get_spark("tsb-check")
+    catalog = MetastoreCatalog(url)
+    checker = ConsistencyChecker(store, invariants)
+    for topo, _, _ in plans:
+        store.register_topology(topo)
+    checker.start(interval_s)
+    try:
+        for topo, count, ingest in plans:
+            apps = {job.id: _load_app(Path(job.application)) for job in topo.jobs_in_order()}
+            overrides = {name: topo.location(name) for name in topo.tables}
+            for n in range(count):
+                ingest(topo, f"check/{topo.name}/{n}")
+                checker.sample_all()
+                barrier = store.create_barrier(topo.name, read_root_versions(topo), run_key=f"check/{topo.name}/{n}")
+                for job in topo.jobs_in_order():
+                    app = apps[job.id]
+                    run_batch(spark, app, catalog, app.resolve_locations(None, overrides),
+                              until_barrier=barrier.barrier_id)
+                    checker.sample_all()
+                log(f"{topo.name}: barrier {barrier.barrier_id} committed in every table")
+    finally:
+        checker.stop()
+    return checker.summary()
+
+
+def format_summary(summary: Mapping[str, Mapping[str, Any]]) -> str:
+    """A table of samples and anomalies per level, plus example anomalies."""
+    lines = [f"{'level':<18} {'samples':>8} {'anomalies':>10}"]
+    for level, row in summary.items():
+        lines.append(f"{level:<18} {row['samples']:>8} {row['anomalies']:>10}")
+    for level, row in summary.items():
+        for example in row["examples"][:2]:
+            lines.append(f"  {level}: {example}")
+    return "\n".join(lines)
+
+
+def register_cli(sub: Any) -> None:
+    """Add ``tsb check`` to the command line."""
+    p = sub.add_parser(
+        "check", help="run the example topologies under concurrent readers and count anomalies per level"
+    )
+    p.add_argument("--wordcount-barriers", type=int, default=4)
+    p.add_argument("--flights-barriers", type=int, default=2)
+    p.add_argument("--workdir", help="folder for the metastore and tables (default: a temporary folder)")
+    p.add_argument("--interval", type=float, default=0.05, help="seconds between samples of each reader thread")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--output", help="also write the JSON summary to this file")
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    if args.wordcount_barriers < 0 or args.flights_barriers < 0:
+        raise ValueError("barrier counts must be >= 0")
+    workdir = args.workdir or tempfile.mkdtemp(prefix="tsb-check-")
+    log = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    start = time.monotonic()
+    summary = run_check(workdir, wordcount_barriers=args.wordcount_barriers,
+                        flights_barriers=args.flights_barriers, interval_s=args.interval, log=log)
+    if args.output:
+        Path(args.output).write_text(json.dumps(summary, indent=2, sort_keys=True))
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        print(format_summary(summary))
+        print(f"checked in {time.monotonic() - start:.0f} s (workdir {workdir})")
+    consistent = all(summary[lv]["anomalies"] == 0 for lv in ("REPEATABLE_READ", "AS_OF") if lv in summary)
+    return 0 if consistent else 1
