@@ -29,8 +29,13 @@ class BarrierNotInTableError(UnknownBarrierError):
     """A barrier has no tagged version in a table (e.g. the target of a restore)."""
 
 
+class UnsupportedTableFeatureError(TsbError):
+    """A Delta table uses a reader feature the tsb Spark reader does not implement."""
+
+
 __all__ = [
     "BarrierNotInTableError",
+    "UnsupportedTableFeatureError",
     "DeltaLogError",
     "MisalignedInputError",
     "TableNotFoundError",

@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, LongType, StringType, StructField, StructType
 
-from airflow_provider_tsb.delta.errors import DeltaLogError
+from airflow_provider_tsb.delta.errors import DeltaLogError, UnsupportedTableFeatureError
 from airflow_provider_tsb.delta.log import join, normalize_location, open_table, read_commit_actions
 
 #: Columns added by :func:`read_changes`.
@@ -36,9 +36,10 @@ def _check_supported(table: object, location: str) -> None:
     protocol = table.protocol()  # type: ignore[attr-defined]
     features = set(protocol.reader_features or [])
     if "deletionVectors" in features or "columnMapping" in features:
-        raise NotImplementedError(
-            f"Delta table {location!r} uses {sorted(features)}: deletion vectors and column "
-            "mapping are not supported by the tsb Spark reader"
+        raise UnsupportedTableFeatureError(
+            f"Delta table {location!r} uses reader features {sorted(features)}: deletion vectors and "
+            "column mapping are not supported by the tsb Spark reader; rewrite the table without them "
+            "(e.g. REORG/purge deletion vectors, or recreate it with delta.columnMapping.mode=none)"
         )
 
 

@@ -109,3 +109,44 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
     sensor_log = af.task_log("flights_reporting", final["dag_run_id"], "wait_for_barrier")
     assert "defer" in sensor_log.lower() or "trigger" in sensor_log.lower() or "committed" in sensor_log.lower()
     assert os.path.exists(root / "warehouse")
+
+
+def test_ui_views_on_the_real_flights_run(deployment) -> None:
+    """Both UI views, in headless Chromium logged in as a user, on the barriers the scheduler ran."""
+    from browser import chromium, login, new_page, screenshot
+
+    af, store, root = deployment
+    barriers = [b.barrier_id for b in store.barriers("flights")]
+    assert len(barriers) >= BARRIERS, "run after test_flights_topology_under_real_scheduler"
+    jobs = ["enrich_flights", "carrier_daily_delay", "carrier_ranking"]
+    out = REPO / "test-output" / "screenshots" / "e2e"
+    with chromium() as browser:
+        page = new_page(browser)
+        login(page, af.base_url, af.username, af.password)
+        page.goto(f"{af.base_url}/tsb/ui/lineage?dag_id=flights_topology")
+        page.wait_for_selector("body[data-loaded=true]")
+        for table in TABLES:
+            node = page.locator(f'[data-node="table:{table}"]')
+            assert node.count() == 1, table
+            assert node.get_attribute("data-barrier") == str(max(barriers))
+            assert node.get_attribute("data-version") == str(store.version_at(table, max(barriers)))
+        for job in jobs:
+            assert page.locator(f'[data-node="job:{job}"]').get_attribute("data-state") == "succeeded"
+        assert page.locator("[data-kind=job]").count() == len(jobs)
+        screenshot(page, out, "lineage")
+        page.goto(f"{af.base_url}/tsb/ui/delays?topology=flights&limit=50")
+        page.wait_for_selector("#tsb-delay-table tr[data-barrier]")
+        page.wait_for_selector("body[data-loaded=true]")
+        assert page.locator("#tsb-delay-table tr[data-barrier]").count() == len(barriers)
+        for job in jobs:
+            values = page.locator(f'#tsb-delay-table td[data-job="{job}"]').evaluate_all(
+                "cs => cs.map(c => c.dataset.ms)"
+            )
+            assert len([v for v in values if v]) == len(barriers), (job, values)
+            assert all(int(v) >= 0 for v in values if v)
+        screenshot(page, out, "delays")
+        # without the login cookie: no data
+        anon = new_page(browser)
+        anon.goto(f"{af.base_url}/tsb/api/v1/topology?name=flights")
+        assert "tsb.raw.flights" not in anon.content()
+    assert (out / "lineage.png").stat().st_size > 10_000 and (out / "delays.png").stat().st_size > 10_000
