@@ -58,6 +58,10 @@ def test_register_topology_and_read_back(store: MetaStore, tmp_path) -> None:
     assert store.writer_of(WC) == "count_words"
     assert store.table(WORDS).kind == "root"
     assert store.table(WC).location == str(tmp_path / "wh" / "tsb" / "mart" / "word_count")
+    # the batched listings agree with the one-by-one lookups
+    assert store.tables("wordcount") == [store.table(t.name) for t in store.tables("wordcount")]
+    assert store.jobs("wordcount") == [store.job(j.id) for j in store.jobs("wordcount")]
+    assert store.table(WC).writer == "count_words" and store.table(WC).readers == ("count_counts",)
     graph = store.graph("wordcount")
     assert graph.has_edge(f"table:{WC}", "job:count_counts")
 

@@ -540,14 +540,29 @@ class MetaStore:
             return self._job_info(s, row)
 
     def jobs(self, topology: str | None = None) -> list[JobInfo]:
-        """All registered jobs (of one topology), ordered by id."""
+        """All registered jobs (of one topology), ordered by id. Three queries, whatever the count."""
         with self._tx() as s:
             query = select(JobRow).order_by(JobRow.id)
             if topology:
                 query = query.where(JobRow.topology == topology)
-            return [self._job_info(s, row) for row in s.scalars(query)]
+            rows = list(s.scalars(query))
+            ids = [r.id for r in rows]
+            sources: dict[str, list[str]] = {i: [] for i in ids}
+            sinks: dict[str, list[str]] = {i: [] for i in ids}
+            for link, out in ((JobSourceRow, sources), (JobSinkRow, sinks)):
+                pairs = s.execute(
+                    select(link.job_id, TableRow.name).join(TableRow, TableRow.id == link.table_id)
+                    .where(link.job_id.in_(ids)).order_by(TableRow.name)
+                )
+                for job_id, name in pairs:
+                    out[job_id].append(name)
+            return [self._job_info(s, r, tuple(sources[r.id]), tuple(sinks[r.id])) for r in rows]
 
-    def _job_info(self, s: Session, row: JobRow) -> JobInfo:
+    def _job_info(
+        self, s: Session, row: JobRow, sources: tuple[str, ...] | None = None, sinks: tuple[str, ...] | None = None
+    ) -> JobInfo:
+        if sources is not None and sinks is not None:
+            return self._job_info_of(row, sources, sinks)
         sources = s.scalars(
             select(TableRow.name).join(JobSourceRow, JobSourceRow.table_id == TableRow.id)
             .where(JobSourceRow.job_id == row.id).order_by(TableRow.name)
@@ -556,6 +571,10 @@ class MetaStore:
             select(TableRow.name).join(JobSinkRow, JobSinkRow.table_id == TableRow.id)
             .where(JobSinkRow.job_id == row.id).order_by(TableRow.name)
         ).all()
+        return self._job_info_of(row, tuple(sources), tuple(sinks))
+
+    @staticmethod
+    def _job_info_of(row: JobRow, sources: tuple[str, ...], sinks: tuple[str, ...]) -> JobInfo:
         return JobInfo(
             id=row.id,
             topology=row.topology,
@@ -564,8 +583,8 @@ class MetaStore:
             registered_at_ms=row.registered_at_ms,
             last_heartbeat_ms=row.last_heartbeat_ms,
             current_barrier=row.current_barrier,
-            sources=tuple(sources),
-            sinks=tuple(sinks),
+            sources=sources,
+            sinks=sinks,
             message=row.message,
         )
 
@@ -588,12 +607,29 @@ class MetaStore:
             return self._table_info(s, row)
 
     def tables(self, topology: str | None = None) -> list[TableInfo]:
-        """All registered tables (of one topology), ordered by name."""
+        """All registered tables (of one topology), ordered by name. Three queries, whatever the count."""
         with self._tx() as s:
             query = select(TableRow).order_by(TableRow.name)
             if topology:
                 query = query.where(TableRow.topology == topology)
-            return [self._table_info(s, row) for row in s.scalars(query)]
+            rows = list(s.scalars(query))
+            ids = [r.id for r in rows]
+            writers = dict(
+                s.execute(
+                    select(JobSinkRow.table_id, JobSinkRow.job_id).where(JobSinkRow.table_id.in_(ids))
+                ).all()
+            )
+            readers: dict[int, list[str]] = {i: [] for i in ids}
+            for table_id, job_id in s.execute(
+                select(JobSourceRow.table_id, JobSourceRow.job_id)
+                .where(JobSourceRow.table_id.in_(ids)).order_by(JobSourceRow.job_id)
+            ):
+                readers[table_id].append(job_id)
+            return [
+                TableInfo(r.id, r.name, r.topology, r.kind, r.location, r.event_time_column,
+                          writers.get(r.id), tuple(readers[r.id]))
+                for r in rows
+            ]
 
     def _table_info(self, s: Session, row: TableRow) -> TableInfo:
         writer = s.scalar(select(JobSinkRow.job_id).where(JobSinkRow.table_id == row.id))
