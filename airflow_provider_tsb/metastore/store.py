@@ -1355,31 +1355,27 @@ class MetaStore:
             Cost: one index seek per table (max over the ``(table_id, state, barrier_id)``
             prefix) plus one primary-key lookup per table, independent of the history length.
         """
-        from sqlalchemy import tuple_
+        from sqlalchemy.orm import aliased
 
+        inner = aliased(TableBarrierRow)
         with self._tx() as s:
             newest = (
-                select(func.max(TableBarrierRow.barrier_id))
-                .where(TableBarrierRow.table_id == TableRow.id, TableBarrierRow.state == WRITTEN)
+                select(func.max(inner.barrier_id))
+                .where(inner.table_id == TableRow.id, inner.state == WRITTEN)
                 .correlate(TableRow)
                 .scalar_subquery()
             )
+            # one join: per table an index seek for its newest WRITTEN barrier, then a primary-key
+            # lookup (a row-value IN list would make SQLite scan the whole state table)
             rows = s.execute(
-                select(TableRow.id, TableRow.name, newest.label("barrier")).where(TableRow.topology == topology)
+                select(TableRow.name, TableBarrierRow)
+                .join(
+                    TableBarrierRow,
+                    and_(TableBarrierRow.table_id == TableRow.id, TableBarrierRow.barrier_id == newest),
+                )
+                .where(TableRow.topology == topology)
             ).all()
-            keys = [(r.id, r.barrier) for r in rows if r.barrier is not None]
-            names = {r.id: r.name for r in rows}
-            out: dict[str, TableState] = {}
-            for chunk_start in range(0, len(keys), 500):
-                chunk = keys[chunk_start : chunk_start + 500]
-                found = s.scalars(
-                    select(TableBarrierRow).where(
-                        tuple_(TableBarrierRow.table_id, TableBarrierRow.barrier_id).in_(chunk)
-                    )
-                ).all()
-                for row in found:
-                    out[names[row.table_id]] = _state(names[row.table_id], row)
-            return out
+            return {name: _state(name, row) for name, row in rows}
 
     def barrier_timings(
         self, topology: str, *, limit: int = 20, before: int | None = None
