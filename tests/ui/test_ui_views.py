@@ -153,6 +153,20 @@ def test_delays_view(page: Page, airflow_server: AirflowHandle, screenshot_dir: 
     shutil.copyfile(screenshot_dir / "delays.png", _docs_images() / "delays.png")
 
 
+def test_delays_view_pages_through_older_barriers(page: Page, airflow_server: AirflowHandle) -> None:
+    _open(page, f"{airflow_server.base_url}/tsb/ui/delays?topology=flights&limit=4", "#tsb-delay-table")
+    shown = page.locator("#tsb-delay-table tr[data-barrier]").evaluate_all("rs => rs.map(r => r.dataset.barrier)")
+    assert sorted(int(b) for b in shown) == list(range(N_BARRIERS - 3, N_BARRIERS + 1))
+    assert page.locator("#tsb-newest").count() == 0
+    page.click("#tsb-older")
+    page.wait_for_selector("body[data-loaded=true]")
+    page.wait_for_selector("#tsb-delay-table tr[data-barrier]")
+    older = page.locator("#tsb-delay-table tr[data-barrier]").evaluate_all("rs => rs.map(r => r.dataset.barrier)")
+    assert sorted(int(b) for b in older) == list(range(1, N_BARRIERS - 3))
+    assert page.locator("#tsb-older").count() == 0  # barrier 1 is on this page: nothing older
+    assert "before=" in page.url and page.locator("#tsb-newest").count() == 1
+
+
 def test_delays_in_browse_menu(page: Page, airflow_server: AirflowHandle) -> None:
     page.goto(f"{airflow_server.base_url}/")
     page.get_by_role("button", name="Browse").click()

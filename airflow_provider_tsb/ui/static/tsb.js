@@ -386,13 +386,21 @@
     const wrap = $("tsb-delay-table-wrap");
     wrap.textContent = "";
     wrap.appendChild(t);
-    if (data.next_before) wrap.appendChild(el("p", { class: "tsb-muted" }, `Showing the newest ${CFG.limit} barriers (limit=${CFG.limit}).`));
+    const before = new URLSearchParams(location.search).get("before");
+    const nav = el("p", { class: "tsb-muted", id: "tsb-paging" },
+      before ? `Barriers before #${before}, ${CFG.limit || 50} per page. ` : `The newest ${CFG.limit || 50} barriers. `);
+    const page = (b) => qs({ topology: CFG.topology, limit: CFG.limit || 50, before: b });
+    if (before) nav.appendChild(el("a", { id: "tsb-newest", href: page(null) }, "Newest barriers"));
+    if (before && data.next_before) nav.appendChild(document.createTextNode(" · "));
+    if (data.next_before) nav.appendChild(el("a", { id: "tsb-older", href: page(data.next_before) }, "Older barriers →"));
+    wrap.appendChild(nav);
   }
 
   async function loadDelays() {
     if (!CFG.topology) { $("tsb-chart-tables").textContent = "Choose a topology above."; return; }
     try {
-      renderDelays(await api("/delays" + qs({ topology: CFG.topology, limit: CFG.limit || 50 })));
+      const before = new URLSearchParams(location.search).get("before");
+      renderDelays(await api("/delays" + qs({ topology: CFG.topology, limit: CFG.limit || 50, before })));
     } catch (err) {
       showError(String(err.message || err));
       $("tsb-chart-tables").textContent = "";
