@@ -154,3 +154,18 @@ def test_job_operator_runs_spark_and_emits_asset_events(tsb_env) -> None:
     again = TsbSparkJobOperator(task_id="x", topology=topo, job_id="wordcount_words", barrier="2",
                                 conn_id="spark_local").execute(run_context("run-2"))
     assert again["barriers"] == [2]
+
+
+def test_openlineage_facets_name_inputs_and_outputs_with_versions(tsb_env) -> None:
+    """With apache-airflow-providers-openlineage installed, the job reports the Delta versions."""
+    import airflow.providers.openlineage  # noqa: F401  (in the test extra: this test always runs)
+    topo = wordcount_topology(tsb_env.warehouse)
+    op = TsbSparkJobOperator(task_id="wordcount_words", topology=topo, job_id="wordcount_words", barrier="1")
+    op._lineage = {"inputs": {"tsb.raw.words": 3}, "outputs": {"tsb.wordcount.word_count": 5}}
+    lineage = op.get_openlineage_facets_on_complete(None)
+    (source,) = lineage.inputs
+    (sink,) = lineage.outputs
+    assert (source.namespace, source.name) == ("file", topo.location("raw.words"))
+    assert source.facets["version"].datasetVersion == "3"
+    assert (sink.namespace, sink.name) == ("file", topo.location("wordcount.word_count"))
+    assert sink.facets["version"].datasetVersion == "5"
