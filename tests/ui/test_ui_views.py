@@ -12,6 +12,7 @@ Run: ``.venv/bin/pytest tests/ui/test_ui_views.py``
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,7 +120,8 @@ def test_lineage_graph(page: Page, airflow_server: AirflowHandle, screenshot_dir
     rr = page.locator('#tsb-consistent tr[data-level="REPEATABLE_READ"]').inner_text()
     assert f"#{N_BARRIERS - 1}" in rr
     screenshot(page, screenshot_dir, "lineage")
-    shutil.copyfile(screenshot_dir / "lineage.png", _docs_images() / "lineage.png")
+    if os.environ.get("TSB_UPDATE_DOCS") == "1":  # refresh the README's screenshot on request only
+        shutil.copyfile(screenshot_dir / "lineage.png", _docs_images() / "lineage.png")
 
 
 def test_lineage_from_dag_tab_maps_dag_to_topology(page: Page, airflow_server: AirflowHandle) -> None:
@@ -150,7 +152,8 @@ def test_delays_view(page: Page, airflow_server: AirflowHandle, screenshot_dir: 
     assert page.locator("#tsb-chart-tables-svg circle[data-series]").count() == 3 * N_BARRIERS - 1
     assert page.locator("#tsb-chart-jobs-svg rect.bar.bottleneck").count() == N_BARRIERS
     screenshot(page, screenshot_dir, "delays")
-    shutil.copyfile(screenshot_dir / "delays.png", _docs_images() / "delays.png")
+    if os.environ.get("TSB_UPDATE_DOCS") == "1":  # refresh the README's screenshot on request only
+        shutil.copyfile(screenshot_dir / "delays.png", _docs_images() / "delays.png")
 
 
 def test_delays_view_pages_through_older_barriers(page: Page, airflow_server: AirflowHandle) -> None:
