@@ -4,13 +4,14 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
-DAYS ?= 3
+MODE ?= streaming
+DAYS ?=
 PYTEST_ARGS ?=
 
 .PHONY: help venv install check-java demo demo-stop test lint bench clean
 
 help:
-	@echo "make demo       run the flights topology on real data under a real Airflow (DAYS=$(DAYS))"
+	@echo "make demo       stream the flights topology on real data under a real Airflow (MODE=batch, DAYS=N)"
 	@echo "make demo-stop  stop the Airflow started by make demo"
 	@echo "make test       run the test suite (starts its own PostgreSQL and Airflow)"
 	@echo "make lint       ruff"
@@ -38,7 +39,7 @@ check-java:
 	  if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "error: Java 17+ is required by Spark, found '$$(java -version 2>&1 | head -1)'" >&2; exit 2; fi
 
 demo: install check-java
-	$(PY) -m airflow_provider_tsb demo --days $(DAYS)
+	$(PY) -m airflow_provider_tsb demo --mode $(MODE) $(if $(DAYS),--days $(DAYS))
 
 demo-stop: install
 	$(PY) -m airflow_provider_tsb demo stop

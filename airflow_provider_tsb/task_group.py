@@ -3,7 +3,12 @@
 :class:`TopologyTaskGroup` renders, inside a DAG, one barrier-generation task followed by one
 :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator` per job in topological
 order (a job waits for the writers of its sources), like astronomer-cosmos renders a dbt
-project. When the topology has no root table (it is the part of a topology owned by another
+project. With ``mode="streaming"`` it renders a
+:class:`~airflow_provider_tsb.operators.barrier.TsbBarrierEmitterOperator` and one long-running
+streaming job task per job, all running at once: the jobs pipeline (job 2 on barrier n while
+job 1 is on n+1) and stop after the final barrier (FLIP-147 end of input).
+
+When the topology has no root table (it is the part of a topology owned by another
 team, fed by :meth:`~airflow_provider_tsb.topology.Topology.external_table`), the group starts
 with a :class:`~airflow_provider_tsb.sensors.barrier_committed.BarrierCommittedSensor` on the
 external tables instead, taking the barrier from the triggering asset events.
@@ -16,17 +21,21 @@ from typing import Any
 
 from airflow.sdk import TaskGroup
 
-from airflow_provider_tsb.operators.barrier import TsbBarrierOperator
+from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator, TsbBarrierOperator
 from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
 from airflow_provider_tsb.sensors.barrier_committed import BarrierCommittedSensor
 from airflow_provider_tsb.topology import Topology
 
 
 class TopologyTaskGroup(TaskGroup):
-    """A TaskGroup running one barrier of ``topology`` through all its jobs.
+    """A TaskGroup running ``topology``: one barrier through all its jobs, or a streaming stretch.
 
     :param topology: the topology; validated now (an invalid one is a DAG import error).
     :param group_id: defaults to the topology name.
+    :param mode: ``batch`` (one barrier per DAG run: ``generate_barrier`` then the jobs in
+        topological order) or ``streaming`` (``generate_barriers``, an emitter, and every job
+        as a long-running streaming query, all started together; no task waits for another).
+    :param emitter_kwargs: streaming: arguments of the emitter (``interval_s``, ``duration_s``...).
     :param ts_kind: barrier timestamps, ``system`` or ``event``.
     :param spark_conn_id: Spark connection of the job operators.
     :param tsb_conn_id: metastore connection.
@@ -43,6 +52,8 @@ class TopologyTaskGroup(TaskGroup):
         topology: Topology,
         *,
         group_id: str | None = None,
+        mode: str = "batch",
+        emitter_kwargs: Mapping[str, Any] | None = None,
         ts_kind: str = "system",
         spark_conn_id: str = "spark_default",
         tsb_conn_id: str = "tsb_default",
@@ -52,6 +63,13 @@ class TopologyTaskGroup(TaskGroup):
         **kwargs: Any,
     ) -> None:
         topology.validate()
+        if mode not in ("batch", "streaming"):
+            raise ValueError(f"TopologyTaskGroup({topology.name!r}): mode must be 'batch' or 'streaming', got {mode!r}")
+        if mode == "streaming" and not topology.root_tables:
+            raise ValueError(
+                f"TopologyTaskGroup({topology.name!r}): streaming mode needs the topology's root tables "
+                "(the emitter generates the barriers); a split topology without roots runs in batch mode"
+            )
         super().__init__(group_id=group_id or topology.name, **kwargs)
         self.topology = topology
         job_kwargs = dict(job_kwargs or {})
@@ -59,6 +77,24 @@ class TopologyTaskGroup(TaskGroup):
         if unknown:
             raise ValueError(f"job_kwargs names jobs {unknown} that topology {topology.name!r} does not declare")
         with self:
+            if mode == "streaming":
+                self.barrier_task = TsbBarrierEmitterOperator(
+                    task_id="generate_barriers", topology=topology, ts_kind=ts_kind, tsb_conn_id=tsb_conn_id,
+                    **dict(emitter_kwargs or {}),
+                )
+                self.job_tasks = {
+                    job.id: TsbSparkJobOperator(
+                        task_id=job.id,
+                        topology=topology,
+                        job_id=job.id,
+                        mode="streaming",
+                        conn_id=spark_conn_id,
+                        tsb_conn_id=tsb_conn_id,
+                        **{**dict(default_job_kwargs or {}), **dict(job_kwargs.get(job.id, {}))},
+                    )
+                    for job in topology.jobs_in_order()
+                }
+                return
             if topology.root_tables:
                 self.barrier_task = TsbBarrierOperator(
                     task_id="generate_barrier", topology=topology, ts_kind=ts_kind, tsb_conn_id=tsb_conn_id

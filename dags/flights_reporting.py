@@ -15,7 +15,7 @@ from airflow_provider_tsb.sensors.barrier_committed import BarrierCommittedSenso
 TABLES = ["tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay", "tsb.flights.carrier_ranking"]
 
 try:  # the asset is defined by the flights topology's DAG file
-    from flights_topology import topology
+    from common.flights import topology
 
     from airflow_provider_tsb.assets import table_asset
 

@@ -8,44 +8,21 @@ barrier (watermark = max ``time_hour`` ingested) and runs the three Spark jobs f
         -> carrier_daily_delay -> flights.carrier_daily_delay
         -> carrier_ranking -> flights.carrier_ranking
 
-Copy this file to your DAG folder; point ``TSB_SPARK_APPS`` at the ``spark_apps`` folder.
+The topology is declared in ``common/flights.py`` (shared with ``flights_streaming``). Copy both
+to your DAG folder; point ``TSB_SPARK_APPS`` at the ``spark_apps`` folder.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pendulum
 from airflow.sdk import DAG, task
+from common.flights import topology
 
 from airflow_provider_tsb.task_group import TopologyTaskGroup
-from airflow_provider_tsb.topology import Topology
 
-APPS = Path(os.environ.get("TSB_SPARK_APPS") or Path(__file__).resolve().parents[1] / "spark_apps")
 DAYS_PER_BARRIER = int(os.environ.get("TSB_DAYS_PER_BARRIER", "1"))
-
-topology = Topology("flights")
-topology.root_table("raw.flights", event_time_column="time_hour")
-topology.root_table("raw.weather", event_time_column="time_hour")
-topology.job(
-    "enrich_flights",
-    str(APPS / "flights" / "enrich_flights.py"),
-    sources=["raw.flights", "raw.weather"],
-    sinks=["flights.flights_enriched"],
-)
-topology.job(
-    "carrier_daily_delay",
-    str(APPS / "flights" / "carrier_daily_delay.py"),
-    sources=["flights.flights_enriched"],
-    sinks=["flights.carrier_daily_delay"],
-)
-topology.job(
-    "carrier_ranking",
-    str(APPS / "flights" / "carrier_ranking.py"),
-    sources=["flights.carrier_daily_delay"],
-    sinks=["flights.carrier_ranking"],
-)
 
 with DAG(
     dag_id="flights_topology",

@@ -1,4 +1,12 @@
-"""Root-table ingestion with delta-rs (root tables are written from outside the topology)."""
+"""Root-table ingestion with delta-rs (root tables are written from outside the topology).
+
+End of input (FLIP-147): a bounded input says it is exhausted by committing its last version
+with the commit metadata ``tsb.end_of_input = "true"`` (:func:`mark_end_of_input`, or
+``append_rows(..., end_of_input=True)``). The marker is durable in the table's own Delta log;
+:func:`input_ended` reads it. The barrier emitter generates a final barrier once every root
+table of a topology has ended at its newest version; a later append (without the marker)
+reopens the input.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +15,58 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from airflow_provider_tsb.delta.log import normalize_location
+from airflow_provider_tsb.delta.log import normalize_location, table_exists
+
+#: commit metadata key marking the newest version of a root table as the end of its input
+END_OF_INPUT = "tsb.end_of_input"
 
 
-def append_rows(location: str, rows: pa.Table, *, metadata: dict[str, Any] | None = None) -> int:
+def append_rows(
+    location: str, rows: pa.Table, *, metadata: dict[str, Any] | None = None, end_of_input: bool = False
+) -> int:
     """Append ``rows`` to the root table at ``location`` (created if missing); one commit.
 
     Args:
         location: table location.
         rows: Arrow table (its schema becomes the table schema on creation).
         metadata: extra commit metadata (e.g. ``{"ingest.day": "2013-01-01"}``).
+        end_of_input: mark this commit as the end of a bounded input (FLIP-147).
 
     Returns:
         The new Delta version.
     """
     loc = normalize_location(location)
+    meta = {**(metadata or {}), **({END_OF_INPUT: "true"} if end_of_input else {})}
     write_deltalake(
         loc,
         rows,
         mode="append",
-        commit_properties=CommitProperties(custom_metadata=metadata) if metadata else None,
+        commit_properties=CommitProperties(custom_metadata=meta) if meta else None,
     )
     return DeltaTable(loc).version()
+
+
+def mark_end_of_input(location: str, *, metadata: dict[str, Any] | None = None) -> int:
+    """Commit an empty append marked ``tsb.end_of_input``: the input of this root table ended.
+
+    Returns the new Delta version. Raises :class:`ValueError` naming the location when the
+    table does not exist (there is no schema to append an empty batch with).
+    """
+    loc = normalize_location(location)
+    if not table_exists(loc):
+        raise ValueError(f"cannot mark the end of input of {loc!r}: the root table does not exist yet")
+    schema = DeltaTable(loc).schema().to_arrow()
+    empty = pa.Table.from_batches([], schema=pa.schema(schema))
+    return append_rows(loc, empty, metadata=metadata, end_of_input=True)
+
+
+def input_ended(location: str) -> bool:
+    """True when the newest version of the root table at ``location`` is marked end of input."""
+    loc = normalize_location(location)
+    if not table_exists(loc):
+        return False
+    history = DeltaTable(loc).history(1)
+    return bool(history) and str(history[0].get(END_OF_INPUT, "")).lower() == "true"
 
 
 def append_words(location: str, words: list[str]) -> int:

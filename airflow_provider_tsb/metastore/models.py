@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     ForeignKey,
     Index,
     Integer,
@@ -25,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -140,6 +142,8 @@ class BarrierRow(Base):
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
     #: idempotency key (e.g. the Airflow DAG run id): a retried generation returns the same barrier
     run_key: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    #: the last barrier of a bounded input (FLIP-147 "end of input"): streaming jobs stop after it
+    final: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class TableBarrierRow(Base):

@@ -79,6 +79,8 @@ class BarrierInfo:
         run_key: idempotency key it was generated for (e.g. the DAG run id).
         root_versions: Delta version of every root table at the barrier, {table: version}.
         created: False when an existing barrier was returned for a repeated run key.
+        final: the last barrier of a bounded input (FLIP-147 "end of input"): streaming jobs
+            stop once they have committed it.
     """
 
     topology: str
@@ -89,6 +91,7 @@ class BarrierInfo:
     run_key: str | None
     root_versions: dict[str, int]
     created: bool = True
+    final: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,18 @@ class JobInfo:
             return False
         last = self.last_heartbeat_ms or self.registered_at_ms
         return ((now or now_ms()) - last) > threshold_s * 1000
+
+
+@dataclass(frozen=True)
+class JobBarrierTiming:
+    """One job's run of one barrier (epoch ms), as recorded by the app or the operator."""
+
+    job_id: str
+    barrier_id: int
+    status: str
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    attempts: int
 
 
 @dataclass(frozen=True)
@@ -680,6 +695,7 @@ class MetaStore:
         ts_ms: int | None = None,
         ts_kind: str = "system",
         run_key: str | None = None,
+        final: bool = False,
     ) -> BarrierInfo:
         """Generate the next barrier of ``topology`` (FLIP-276 "Timestamp Barrier").
 
@@ -694,6 +710,8 @@ class MetaStore:
             ts_ms: barrier timestamp, epoch ms; system time when omitted.
             ts_kind: ``system`` or ``event`` (``ts_ms`` is then the event-time watermark).
             run_key: idempotency key, e.g. the Airflow DAG run id.
+            final: mark the barrier as the end of a bounded input (FLIP-147): streaming jobs
+                stop after committing it. Later barriers may still be generated (a new stretch).
 
         Raises:
             UnknownTableError: a root table is missing from ``root_versions`` or unregistered.
@@ -773,6 +791,7 @@ class MetaStore:
                 ts_kind=ts_kind,
                 created_at_ms=created_at,
                 run_key=run_key,
+                final=bool(final),
             )
             s.add(row)
             s.flush()
@@ -791,7 +810,7 @@ class MetaStore:
                         for name, table_id in roots.items()
                     ],
                 )
-            return BarrierInfo(topology, barrier_id, ts, ts_kind, created_at, run_key, versions)
+            return BarrierInfo(topology, barrier_id, ts, ts_kind, created_at, run_key, versions, final=bool(final))
 
     def _barrier_info(self, s: Session, row: BarrierRow, created: bool = True) -> BarrierInfo:
         versions = dict(
@@ -807,7 +826,7 @@ class MetaStore:
         )
         return BarrierInfo(
             row.topology, row.barrier_id, row.ts_ms, row.ts_kind, row.created_at_ms, row.run_key,
-            {k: int(v) for k, v in versions.items()}, created,
+            {k: int(v) for k, v in versions.items()}, created, bool(row.final),
         )
 
     def barrier(self, topology: str, barrier_id: int) -> BarrierInfo:
@@ -833,6 +852,16 @@ class MetaStore:
                 select(BarrierRow).where(BarrierRow.topology == topology)
                 .order_by(BarrierRow.barrier_id.desc()).limit(1)
             )
+            return self._barrier_info(s, row) if row is not None else None
+
+    def latest_final_barrier(self, topology: str, since_ms: int | None = None) -> BarrierInfo | None:
+        """The newest final barrier (FLIP-147 end of input) of ``topology`` generated at or after
+        ``since_ms`` (epoch ms; any time if ``None``), or ``None``."""
+        with self._tx() as s:
+            query = select(BarrierRow).where(BarrierRow.topology == topology, BarrierRow.final.is_(True))
+            if since_ms is not None:
+                query = query.where(BarrierRow.created_at_ms >= since_ms)
+            row = s.scalar(query.order_by(BarrierRow.barrier_id.desc()).limit(1))
             return self._barrier_info(s, row) if row is not None else None
 
     def barriers(
@@ -1008,12 +1037,24 @@ class MetaStore:
         Returns:
             {(canonical table name, barrier id): Delta version}; missing pairs are not WRITTEN.
         """
+        return {key: version for key, (version, _) in self.written_entries(tables, barrier_ids).items()}
+
+    def written_entries(
+        self, tables: Sequence[str], barrier_ids: Sequence[int]
+    ) -> dict[tuple[str, int], tuple[int, int | None]]:
+        """Delta version and WRITTEN time of every (table, barrier) pair that has one, in one query.
+
+        Returns:
+            {(canonical table name, barrier id): (Delta version, written_at epoch ms)}.
+        """
         names = [normalize_table_name(t) for t in tables]
         if not names or not barrier_ids:
             return {}
         with self._tx() as s:
             rows = s.execute(
-                select(TableRow.name, TableBarrierRow.barrier_id, TableBarrierRow.version)
+                select(
+                    TableRow.name, TableBarrierRow.barrier_id, TableBarrierRow.version, TableBarrierRow.written_at_ms
+                )
                 .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
                 .where(
                     TableRow.name.in_(names),
@@ -1021,7 +1062,7 @@ class MetaStore:
                     TableBarrierRow.state == WRITTEN,
                 )
             ).all()
-            return {(name, int(b)): int(v) for name, b, v in rows if v is not None}
+            return {(name, int(b)): (int(v), w) for name, b, v, w in rows if v is not None}
 
     def states_at(self, topology: str, barrier_ids: Sequence[int]) -> list[TableState]:
         """Every table state of ``topology`` at the given barriers (for delay views)."""
@@ -1079,6 +1120,25 @@ class MetaStore:
                     row.started_at_ms = started_at_ms
                 if finished_at_ms is not None:
                     row.finished_at_ms = finished_at_ms
+
+    def job_barriers(self, job_ids: Sequence[str], barrier_ids: Sequence[int]) -> list[JobBarrierTiming]:
+        """Recorded timings of ``job_ids`` at ``barrier_ids`` (one query), ordered by job and barrier."""
+        if not job_ids or not barrier_ids:
+            return []
+        with self._tx() as s:
+            rows = s.scalars(
+                select(JobBarrierRow)
+                .where(JobBarrierRow.job_id.in_(list(job_ids)), JobBarrierRow.barrier_id.in_(list(barrier_ids)))
+                .order_by(JobBarrierRow.job_id, JobBarrierRow.barrier_id)
+            ).all()
+            return [
+                JobBarrierTiming(r.job_id, int(r.barrier_id), r.status, r.started_at_ms, r.finished_at_ms, r.attempts)
+                for r in rows
+            ]
+
+    def job_barrier_statuses(self, job_id: str, barrier_ids: Sequence[int]) -> dict[int, str]:
+        """{barrier id: status} of the timings recorded for ``job_id`` at ``barrier_ids``."""
+        return {t.barrier_id: t.status for t in self.job_barriers([job_id], barrier_ids)}
 
     # ------------------------------------------------------------------ version resolution
     def resolve(

@@ -102,23 +102,28 @@ class TsbBarrierOperator(BaseOperator):
         self.ts_kind = ts_kind
         self.tsb_conn_id = tsb_conn_id
 
+    def _watermark(self, versions: dict[str, int]) -> int | None:
+        """Event-time watermark (epoch ms) at ``versions``: the min over root tables of the max of
+        their ``event_time_column``; ``None`` while no root table has rows."""
+        marks = [
+            event_time_watermark(self.topology.location(t.name), versions[t.name], t.event_time_column)
+            for t in self.topology.root_tables
+            if t.event_time_column
+        ]
+        known = [m for m in marks if m is not None]
+        return min(known) if known else None
+
     def execute(self, context: Any) -> int:
         store = TsbMetastoreHook(self.tsb_conn_id).get_conn()
         store.register_topology(self.topology)
         versions = read_root_versions(self.topology)
         ts_ms = None
         if self.ts_kind == "event":
-            marks = [
-                event_time_watermark(self.topology.location(t.name), versions[t.name], t.event_time_column)
-                for t in self.topology.root_tables
-                if t.event_time_column
-            ]
-            known = [m for m in marks if m is not None]
-            if not known:
+            ts_ms = self._watermark(versions)
+            if ts_ms is None:
                 raise RootTableError(
                     f"topology {self.topology.name!r}: no event-time watermark yet (root tables are empty)"
                 )
-            ts_ms = min(known)
         run = context.get("dag_run")
         run_key = f"{run.dag_id}/{run.run_id}" if run is not None else None
         info = store.create_barrier(
@@ -133,30 +138,86 @@ class TsbBarrierOperator(BaseOperator):
 
 
 class TsbBarrierEmitterOperator(TsbBarrierOperator):
-    """Emit barriers on a short interval (seconds) for streaming-mode topologies.
+    """Emit barriers every few seconds for a streaming topology, and a final one at end of input.
 
-    Runs for ``duration_s`` seconds (or ``count`` barriers), generating a barrier every
-    ``interval_s`` seconds when a root table has a new Delta version (no new data, no barrier).
-    Pair it with :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator` in
-    ``mode="streaming"`` tasks of the same DAG run, which pick up each new barrier as it
-    appears. Barriers stay idempotent per (DAG run, sequence number).
+    Every ``interval_s`` seconds it reads the root tables' Delta versions and generates a
+    barrier when one of them has a new version (no new data, no barrier). Its timestamps are
+    system time or, with ``ts_kind="event"``, the event-time watermark (as
+    :class:`TsbBarrierOperator`). Run it in the same DAG run as the
+    :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator` tasks in
+    ``mode="streaming"`` (``TopologyTaskGroup(..., mode="streaming")`` renders both), which
+    pick up each barrier as it appears.
 
-    :param interval_s: seconds between barrier attempts (> 0).
-    :param duration_s: stop after this many seconds.
-    :param count: stop after this many barriers (``None``: only the duration bounds it).
+    End of input (FLIP-147): when every root table's newest version is marked
+    ``tsb.end_of_input`` (:func:`airflow_provider_tsb.delta.roots.mark_end_of_input`), it
+    generates a *final* barrier and returns; the streaming jobs stop once they have committed
+    it, and the DAG run can succeed. When ``duration_s`` or ``count`` runs out first, a final
+    barrier is generated too (``final_on_stop=False`` leaves the jobs running instead).
+    Root tables that do not exist yet are waited for. A retry of the task in the same DAG run
+    gets the barriers of its run keys back (``<dag_id>/<run_id>#<n>``, ``...#final``).
 
-    Returns (XCom) the list of barrier ids generated.
+    :param interval_s: seconds between barrier attempts (> 0; templated).
+    :param duration_s: stop after this many seconds (templated).
+    :param count: stop after this many barriers (``None``: only the duration or the end of
+        input bound it).
+    :param final_on_stop: generate a final barrier when ``duration_s``/``count`` runs out.
+
+    Returns (XCom) the list of barrier ids generated, the final one last.
+
+    Raises:
+        RootTableError: a root table exists but cannot be read.
     """
 
+    template_fields: Sequence[str] = ("interval_s", "duration_s")
+
     def __init__(
-        self, *, interval_s: float = 5.0, duration_s: float = 300.0, count: int | None = None, **kwargs: Any
+        self,
+        *,
+        interval_s: float | str = 5.0,
+        duration_s: float | str = 3600.0,
+        count: int | None = None,
+        final_on_stop: bool = True,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if interval_s <= 0:
-            raise ValueError(f"{self.task_id}: interval_s must be positive, got {interval_s}")
+        self.interval_s = interval_s
+        self.duration_s = duration_s
+        if not isinstance(interval_s, str):  # templated values are checked when rendered
+            self._seconds("interval_s")
+        if not isinstance(duration_s, str):
+            self._seconds("duration_s")
         self.interval_s = interval_s
         self.duration_s = duration_s
         self.count = count
+        self.final_on_stop = final_on_stop
+
+    def _seconds(self, field_name: str) -> float:
+        """A positive number of seconds from ``field_name`` (rendered template or number).
+
+        Raises:
+            ValueError: not a positive number (names the task, the field and the value).
+        """
+        value = getattr(self, field_name)
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = float("nan")
+        if not (seconds > 0 and seconds != float("inf")):
+            raise ValueError(f"{self.task_id}: {field_name} must be a positive number of seconds, got {value!r}")
+        return seconds
+
+    def _current_versions(self) -> dict[str, int] | None:
+        """Root versions now, or ``None`` while a root table does not exist yet."""
+        from airflow_provider_tsb.delta.log import table_exists
+
+        if not all(table_exists(self.topology.location(t.name)) for t in self.topology.root_tables):
+            return None
+        return read_root_versions(self.topology)
+
+    def _input_ended(self) -> bool:
+        from airflow_provider_tsb.delta.roots import input_ended
+
+        return all(input_ended(self.topology.location(t.name)) for t in self.topology.root_tables)
 
     def execute(self, context: Any) -> list[int]:  # type: ignore[override]
         import time
@@ -165,16 +226,44 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
         store.register_topology(self.topology)
         run = context.get("dag_run")
         prefix = f"{run.dag_id}/{run.run_id}" if run is not None else f"emitter/{time.time()}"
+        interval_s, duration_s = self._seconds("interval_s"), self._seconds("duration_s")
         emitted: list[int] = []
-        deadline = time.monotonic() + self.duration_s
+        deadline = time.monotonic() + duration_s
         seq = 0
-        while time.monotonic() < deadline and (self.count is None or len(emitted) < self.count):
-            versions = read_root_versions(self.topology)
+        while True:
+            versions = self._current_versions()
+            ended = versions is not None and self._input_ended()
+            out_of_time = time.monotonic() >= deadline or (self.count is not None and len(emitted) >= self.count)
+            if versions is not None and (ended or (out_of_time and self.final_on_stop)):
+                info = self._generate(store, versions, f"{prefix}#final", final=True)
+                if info is not None:
+                    emitted.append(info.barrier_id)
+                    why = "end of input" if ended else "duration or count reached"
+                    self.log.info("final barrier %s (%s): root versions %s", info.barrier_id, why, versions)
+                break
+            if out_of_time:
+                self.log.warning("stopping without a final barrier: root tables %s not readable", versions)
+                break
             last = store.latest_barrier(self.topology.name)
-            if last is None or versions != last.root_versions:
-                info = store.create_barrier(self.topology.name, versions, ts_kind="system", run_key=f"{prefix}#{seq}")
-                seq += 1
-                emitted.append(info.barrier_id)
-                self.log.info("barrier %s: root versions %s", info.barrier_id, versions)
-            time.sleep(self.interval_s)
+            if versions is not None and (last is None or versions != last.root_versions):
+                info = self._generate(store, versions, f"{prefix}#{seq}")
+                if info is not None:
+                    seq += 1
+                    emitted.append(info.barrier_id)
+                    self.log.info("barrier %s: root versions %s", info.barrier_id, versions)
+            time.sleep(interval_s)
         return emitted
+
+    def _generate(self, store: Any, versions: dict[str, int], run_key: str, *, final: bool = False) -> Any:
+        """One barrier at ``versions``; ``None`` while an event-time watermark is unknown (no rows yet)."""
+        ts_ms = None
+        if self.ts_kind == "event":
+            ts_ms = self._watermark(versions)
+            if ts_ms is None:
+                return None
+            last = store.latest_barrier(self.topology.name)
+            if last is not None and last.ts_kind == "event":
+                ts_ms = max(ts_ms, last.ts_ms)  # an empty final epoch keeps the watermark
+        return store.create_barrier(
+            self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final
+        )

@@ -63,8 +63,14 @@ class TsbSparkJobOperator(SparkSubmitOperator):
     :param job_id: the job to run.
     :param barrier: barrier id (templated; e.g. the barrier task's XCom). ``None`` runs every
         pending barrier in batch mode (the last one committed before the app exits).
-    :param mode: ``batch`` or ``streaming`` (long-running; stops after ``--idle-timeout``).
-    :param idle_timeout_s: streaming mode: stop after this many seconds without a new barrier.
+    :param mode: ``batch`` or ``streaming``: a long-running Structured Streaming query whose
+        micro-batches are barriers. It stops on its own once it has committed a final barrier
+        (FLIP-147 end of input, see :class:`~airflow_provider_tsb.operators.barrier.TsbBarrierEmitterOperator`)
+        generated since the DAG run started; a retry resumes from the query's checkpoint.
+        Bound it with ``execution_timeout`` like any long-running task.
+    :param idle_timeout_s: streaming mode: also stop after this many seconds without a new
+        barrier (``None``: only the end of input stops it).
+    :param trigger_interval_s: streaming mode: seconds between polls for the next barrier.
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
     :param heartbeat_interval_s: seconds between liveness heartbeats while the app runs.
     :param kwargs: passed to ``SparkSubmitOperator`` (``conn_id``, ``conf``, ...).
@@ -87,7 +93,8 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         job_id: str,
         barrier: int | str | None = None,
         mode: str = "batch",
-        idle_timeout_s: float = 30.0,
+        idle_timeout_s: float | None = None,
+        trigger_interval_s: float = 0.5,
         tsb_conn_id: str = TsbMetastoreHook.default_conn_name,
         heartbeat_interval_s: float = 10.0,
         conn_id: str = "spark_default",
@@ -119,6 +126,7 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         self.barrier = barrier
         self.mode = mode
         self.idle_timeout_s = idle_timeout_s
+        self.trigger_interval_s = trigger_interval_s
         self.tsb_conn_id = tsb_conn_id
         self.heartbeat_interval_s = heartbeat_interval_s
         self._lineage: dict[str, Any] = {}
@@ -155,13 +163,23 @@ class TsbSparkJobOperator(SparkSubmitOperator):
             )
         return vector
 
-    def build_application_args(self, barrier: int | None, vector: dict[str, int] | None) -> list[str]:
-        """The app's command line: mode, catalog, barrier bound and table locations."""
+    def build_application_args(
+        self, barrier: int | None, vector: dict[str, int] | None, final_since_ms: int | None = None
+    ) -> list[str]:
+        """The app's command line: mode, catalog, barrier bound and table locations.
+
+        ``final_since_ms`` (streaming): the DAG run's start, epoch ms; the app stops after a
+        final barrier generated since then.
+        """
         args = [*self.job.application_args, "--mode", self.mode, "--metastore-url", "env:TSB_METASTORE_URL"]
         if barrier is not None:
             args += ["--until-barrier", str(barrier)]
         if self.mode == "streaming":
-            args += ["--idle-timeout", str(self.idle_timeout_s)]
+            args += ["--trigger-interval", str(self.trigger_interval_s)]
+            if self.idle_timeout_s is not None:
+                args += ["--idle-timeout", str(self.idle_timeout_s)]
+            if final_since_ms is not None:
+                args += ["--final-since", str(final_since_ms)]
         for name, table in sorted(self._job_tables().items()):
             args += ["--table", f"{name}={table.resolved_location(self.topology.warehouse)}"]
         return args
@@ -200,7 +218,7 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         if already:
             self.log.info("job %s: barrier %s is WRITTEN in all sinks already; nothing to run", self.job_id, barrier)
         else:
-            self.application_args = self.build_application_args(barrier, vector)
+            self.application_args = self.build_application_args(barrier, vector, _run_start_ms(context))
             self.env_vars = self.build_env(hook.get_uri(), barrier, vector)
             self.log.info("job %s: barrier %s, input versions %s", self.job_id, barrier, vector)
             if barrier is not None:
@@ -239,9 +257,12 @@ class TsbSparkJobOperator(SparkSubmitOperator):
                 store.record_written(sink, b, v, self.job_id)
             committed[sink] = found
         barriers = sorted({b for found in committed.values() for b in found} | ({barrier} if barrier else set()))
+        # the app recorded each barrier's timing itself; only barriers it could not record are added
+        recorded = store.job_barrier_statuses(self.job_id, barriers)
         finished = now_ms()
         for b in barriers:
-            store.record_job_barrier(self.job_id, b, status="succeeded", finished_at_ms=finished)
+            if recorded.get(b) != "succeeded":
+                store.record_job_barrier(self.job_id, b, status="succeeded", finished_at_ms=finished)
         last = barriers[-1] if barriers else None
         store.heartbeat(self.job_id, status="succeeded", barrier_id=last)
         self._emit_asset_events(context, store, committed, last)
@@ -296,6 +317,13 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         inputs = [dataset(t, self._lineage.get("inputs", {}).get(t)) for t in self.job.sources]
         outputs = [dataset(t, self._lineage.get("outputs", {}).get(t)) for t in self.job.sinks]
         return OperatorLineage(inputs=inputs, outputs=outputs)
+
+
+def _run_start_ms(context: Any) -> int | None:
+    """Start of the DAG run (epoch ms): a streaming job stops at a final barrier generated since."""
+    run = context.get("dag_run") if hasattr(context, "get") else None
+    start = getattr(run, "start_date", None) or getattr(run, "run_after", None)
+    return int(start.timestamp() * 1000) if start is not None else None
 
 
 def resolve_application(application: str) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ from airflow_provider_tsb.delta.log import table_exists
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan, PlanFileCatalog, open_catalog
 from airflow_provider_tsb.spark.inputs import read_changes, read_snapshot
 from airflow_provider_tsb.spark.outputs import SinkMode, WriteResult, write_barrier
+from airflow_provider_tsb.spark.timing import barrier_timer, phase
 
 log = logging.getLogger("airflow_provider_tsb.spark")
 
@@ -257,8 +259,17 @@ def run_barrier(
     plan: BarrierPlan,
     locations: Mapping[str, str],
     catalog: BarrierCatalog | None,
+    *,
+    poll_s: float = 0.0,
 ) -> list[WriteResult]:
     """Process one barrier end to end (alignment, skip-if-committed, process, commit sinks).
+
+    Records the job's timing for the barrier in the catalog (``running``, then ``succeeded``
+    or ``failed``) and logs a ``tsb-timing`` line with the phases of
+    :mod:`airflow_provider_tsb.spark.timing`.
+
+    Args:
+        poll_s: seconds the barrier waited for its micro-batch (streaming mode), logged as ``poll``.
 
     Returns one :class:`WriteResult` per sink (sorted by sink name).
 
@@ -266,11 +277,43 @@ def run_barrier(
         MisalignedInputError: an input is not at the barrier's version.
         KeyError: ``process`` did not return a DataFrame for every sink.
     """
-    check_alignment(app, plan, locations)
+    started = _now_ms()
+    with barrier_timer(app.job_id, plan.barrier, poll_s=poll_s):
+        if catalog is not None:
+            catalog.record_job_barrier(app.job_id, plan.barrier, "running", started_at_ms=started)
+        try:
+            results = _run_barrier(spark, app, plan, locations, catalog)
+        except BaseException:
+            if catalog is not None:
+                try:
+                    catalog.record_job_barrier(app.job_id, plan.barrier, "failed", finished_at_ms=_now_ms())
+                except Exception:  # the original error matters more than a lost timing
+                    log.warning("job %s: could not record the failure of barrier %s", app.job_id, plan.barrier)
+            raise
+        if catalog is not None:
+            catalog.record_job_barrier(app.job_id, plan.barrier, "succeeded", finished_at_ms=_now_ms())
+    return results
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _run_barrier(
+    spark: SparkSession,
+    app: TsbApp,
+    plan: BarrierPlan,
+    locations: Mapping[str, str],
+    catalog: BarrierCatalog | None,
+) -> list[WriteResult]:
+    with phase("delta_log"):
+        check_alignment(app, plan, locations)
+        committed = all(is_barrier_committed(locations[s], app.job_id, plan.barrier) for s in app.sinks)
     results: list[WriteResult] = []
-    if all(is_barrier_committed(locations[s], app.job_id, plan.barrier) for s in app.sinks):
+    if committed:
         for sink in sorted(app.sinks):
-            version = version_of_barrier(locations[sink], plan.barrier)
+            with phase("delta_log"):
+                version = version_of_barrier(locations[sink], plan.barrier)
             if version is not None and catalog is not None:
                 catalog.record_written(sink, plan.barrier, version, app.job_id)
             results.append(WriteResult(sink, plan.barrier, version if version is not None else -1, skipped=True))
@@ -299,8 +342,6 @@ def run_barrier(
                 catalog=catalog,
             )
         )
-    if catalog is not None:
-        catalog.heartbeat(app.job_id)
     log.info("job %s: barrier %s done: %s", app.job_id, plan.barrier, results)
     return results
 
@@ -345,6 +386,10 @@ def build_arg_parser(app: TsbApp) -> argparse.ArgumentParser:
     p.add_argument("--idle-timeout", type=float, default=None, help="streaming: stop after S seconds idle")
     p.add_argument("--trigger-interval", type=float, default=0.5, help="streaming: seconds between polls")
     p.add_argument("--checkpoint", help="streaming checkpoint dir (default: <first sink>/_tsb_checkpoints/<job>)")
+    p.add_argument(
+        "--final-since", type=int, default=None, metavar="EPOCH_MS",
+        help="streaming: stop after a final barrier (end of input) generated at or after this time",
+    )
     p.add_argument("--table", action="append", default=[], metavar="NAME=LOCATION", help="table location")
     p.add_argument("--warehouse", help="default location root: <warehouse>/<table name>")
     p.add_argument("--master", help="Spark master when not launched by spark-submit")
@@ -393,6 +438,7 @@ def run_app(app: TsbApp, argv: Sequence[str] | None = None, spark: SparkSession 
         max_barriers=args.max_barriers,
         idle_timeout_s=args.idle_timeout,
         trigger_interval_s=args.trigger_interval,
+        final_since_ms=args.final_since,
     )
     log.info("job %s: streaming mode processed barriers %s", app.job_id, done)
     return 0

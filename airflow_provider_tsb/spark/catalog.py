@@ -28,6 +28,7 @@ Report file (``tsb-report/1``)::
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import tempfile
@@ -59,6 +60,11 @@ class BarrierPlan:
             in before it), or ``None`` for the job's first barrier.
         previous_inputs: ``{input table: Delta version}`` of ``previous_barrier`` (empty when
             it is ``None``): the epoch of changes is ``(previous_inputs[t], inputs[t]]``.
+        final: the last barrier of a bounded input (FLIP-147 "end of input"): a streaming job
+            stops after committing it.
+        ready_at_ms: when the barrier became processable for this job (epoch ms: its
+            generation, or the last input's WRITTEN time), if the catalog knows it.
+        created_at_ms: when the barrier was generated (epoch ms), if the catalog knows it.
     """
 
     barrier: int
@@ -68,6 +74,15 @@ class BarrierPlan:
     watermark_ms: int | None = None
     previous_barrier: int | None = None
     previous_inputs: dict[str, int] = field(default_factory=dict)
+    final: bool = False
+    ready_at_ms: int | None = None
+    created_at_ms: int | None = None
+
+    def ends_input_since(self, since_ms: int | None) -> bool:
+        """True when this is a final barrier (FLIP-147) generated at or after ``since_ms`` (epoch ms)."""
+        if not self.final:
+            return False
+        return since_ms is None or (self.created_at_ms or self.ts_ms) >= since_ms
 
     def to_json(self) -> str:
         """Serialize (used to pass a plan through the streaming source)."""
@@ -80,6 +95,9 @@ class BarrierPlan:
                 "inputs": self.inputs,
                 "previous_barrier": self.previous_barrier,
                 "previous_inputs": self.previous_inputs,
+                "final": self.final,
+                "ready_at": self.ready_at_ms,
+                "created_at": self.created_at_ms,
             },
             sort_keys=True,
         )
@@ -96,6 +114,9 @@ class BarrierPlan:
             inputs={k: int(v) for k, v in d["inputs"].items()},
             previous_barrier=d.get("previous_barrier"),
             previous_inputs={k: int(v) for k, v in (d.get("previous_inputs") or {}).items()},
+            final=bool(d.get("final", False)),
+            ready_at_ms=d.get("ready_at"),
+            created_at_ms=d.get("created_at"),
         )
 
 
@@ -135,6 +156,18 @@ class BarrierCatalog(Protocol):
         """Tell the control plane the job is alive (called at least once per barrier)."""
         ...
 
+    def record_job_barrier(
+        self, job_id: str, barrier: int, status: str, started_at_ms: int | None = None,
+        finished_at_ms: int | None = None,
+    ) -> None:
+        """Record the job's timing for ``barrier`` (``running`` / ``succeeded`` / ``failed``, epoch ms)."""
+        ...
+
+    def final_barrier(self, job_id: str, since_ms: int | None = None) -> int | None:
+        """The newest final barrier (FLIP-147 end of input) of the job's topology generated at or
+        after ``since_ms`` (epoch ms), or ``None``: a streaming job whose sinks are at it is done."""
+        ...
+
     def spec(self) -> dict[str, str]:
         """Options from which :func:`open_catalog` re-creates this catalog in another process."""
         ...
@@ -142,6 +175,12 @@ class BarrierCatalog(Protocol):
 
 CatalogFactory = Callable[[Mapping[str, str]], BarrierCatalog]
 _FACTORIES: dict[str, CatalogFactory] = {}
+#: modules that register the built-in kinds, imported on first use in whatever process opens a
+#: spec (a Spark Python worker computing streaming offsets imports nothing of the app's own)
+BUILTIN_KINDS: dict[str, str] = {
+    "plan": "airflow_provider_tsb.spark.catalog",
+    "metastore": "airflow_provider_tsb.spark.metastore_catalog",
+}
 
 
 def register_catalog_kind(kind: str, factory: CatalogFactory) -> None:
@@ -150,14 +189,20 @@ def register_catalog_kind(kind: str, factory: CatalogFactory) -> None:
 
 
 def open_catalog(spec: Mapping[str, str]) -> BarrierCatalog:
-    """Re-create a catalog from its :meth:`BarrierCatalog.spec`.
+    """Re-create a catalog from its :meth:`BarrierCatalog.spec`, in this or any other process.
+
+    The built-in kinds (:data:`BUILTIN_KINDS`: ``plan``, ``metastore``) are imported on first
+    use, so the streaming source's Python worker can open the production catalog.
 
     Raises:
-        ValueError: unknown ``kind`` (the message lists the registered kinds).
+        ValueError: unknown ``kind`` (the message lists the known kinds).
     """
     kind = spec.get("kind", "")
+    if kind not in _FACTORIES and kind in BUILTIN_KINDS:
+        importlib.import_module(BUILTIN_KINDS[kind])
     if kind not in _FACTORIES:
-        raise ValueError(f"unknown barrier catalog kind {kind!r}; registered: {sorted(_FACTORIES)}")
+        known = sorted(set(_FACTORIES) | set(BUILTIN_KINDS))
+        raise ValueError(f"unknown barrier catalog kind {kind!r}; known kinds: {known}")
     return _FACTORIES[kind](spec)
 
 
@@ -201,6 +246,7 @@ class PlanFile:
         ts_ms: int | None = None,
         ts_kind: TsKind = "system",
         watermark_ms: int | None = None,
+        final: bool = False,
     ) -> int:
         """Generate the next barrier: record the current version of each root table.
 
@@ -209,6 +255,7 @@ class PlanFile:
             ts_ms: barrier timestamp (default: now).
             ts_kind: ``system`` or ``event``.
             watermark_ms: event-time watermark.
+            final: the last barrier of a bounded input (FLIP-147).
 
         Returns:
             The new barrier id (last + 1, starting at 1).
@@ -227,6 +274,8 @@ class PlanFile:
                 "ts_kind": ts_kind,
                 "watermark": watermark_ms,
                 "roots": versions,
+                "final": final,
+                "created_at": int(time.time() * 1000),
             }
         )
         _atomic_write_json(self.path, plan)
@@ -323,6 +372,8 @@ class PlanFileCatalog:
                     inputs=inputs,
                     previous_barrier=previous_barrier,
                     previous_inputs=previous_inputs,
+                    final=bool(entry.get("final", False)),
+                    created_at_ms=entry.get("created_at"),
                 )
             )
             previous_barrier, previous_inputs = int(entry["barrier"]), inputs
@@ -369,6 +420,23 @@ class PlanFileCatalog:
     def heartbeat(self, job_id: str) -> None:
         """See :meth:`BarrierCatalog.heartbeat`."""
         self._update_report(lambda r: r["heartbeats"].__setitem__(job_id, int(time.time() * 1000)))
+
+    def final_barrier(self, job_id: str, since_ms: int | None = None) -> int | None:
+        """See :meth:`BarrierCatalog.final_barrier`."""
+        finals = [
+            int(b["barrier"]) for b in self.plan.load()["barriers"]
+            if b.get("final") and (since_ms is None or int(b.get("created_at") or b["ts"]) >= since_ms)
+        ]
+        return max(finals, default=None)
+
+    def record_job_barrier(
+        self, job_id: str, barrier: int, status: str, started_at_ms: int | None = None,
+        finished_at_ms: int | None = None,
+    ) -> None:
+        """See :meth:`BarrierCatalog.record_job_barrier`; kept in the report's ``jobs`` list."""
+        entry = {"job_id": job_id, "barrier": barrier, "status": status,
+                 "started_at": started_at_ms, "finished_at": finished_at_ms}
+        self._update_report(lambda r: r.setdefault("jobs", []).append(entry))
 
 
 def read_report(path: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pyspark.sql.types import DataType, LongType, StringType, StructField, Struc
 
 from airflow_provider_tsb.delta.errors import DeltaLogError, UnsupportedTableFeatureError
 from airflow_provider_tsb.delta.log import join, normalize_location, open_table, read_commit_actions
+from airflow_provider_tsb.spark.timing import phase
 
 #: Columns added by :func:`read_changes`.
 CHANGE_TYPE = "_change_type"
@@ -91,18 +92,19 @@ def read_snapshot(spark: SparkSession, location: str, version: int) -> DataFrame
         DeltaLogError: ``version`` does not exist (or its log was cleaned up).
     """
     loc = normalize_location(location)
-    table = open_table(loc, version)
-    _check_supported(table, loc)
-    schema = spark_schema(table)
-    partition_columns = list(table.metadata().partition_columns)
-    groups: dict[tuple[tuple[str, str | None], ...], list[str]] = defaultdict(list)
-    if partition_columns:
-        for entry in _add_entries(table):
-            groups[_group_key(entry["partitionValues"], partition_columns)].append(join(loc, entry["path"]))
-    else:
-        uris = table.file_uris()
-        if uris:
-            groups[()] = list(uris)
+    with phase("delta_log"):
+        table = open_table(loc, version)
+        _check_supported(table, loc)
+        schema = spark_schema(table)
+        partition_columns = list(table.metadata().partition_columns)
+        groups: dict[tuple[tuple[str, str | None], ...], list[str]] = defaultdict(list)
+        if partition_columns:
+            for entry in _add_entries(table):
+                groups[_group_key(entry["partitionValues"], partition_columns)].append(join(loc, entry["path"]))
+        else:
+            uris = table.file_uris()
+            if uris:
+                groups[()] = list(uris)
     df = _read_files(spark, schema, partition_columns, groups)
     return df if df is not None else spark.createDataFrame([], schema)
 
@@ -153,13 +155,15 @@ def read_changes(spark: SparkSession, location: str, from_version: int | None, t
     start = -1 if from_version is None else from_version
     if start > to_version:
         raise ValueError(f"read_changes({loc!r}): from_version {start} > to_version {to_version}")
-    table = open_table(loc, to_version)
-    _check_supported(table, loc)
-    schema = spark_schema(table)
-    partition_columns = list(table.metadata().partition_columns)
+    with phase("delta_log"):
+        table = open_table(loc, to_version)
+        _check_supported(table, loc)
+        schema = spark_schema(table)
+        partition_columns = list(table.metadata().partition_columns)
+        commits = {v: read_commit_actions(loc, v) for v in range(start + 1, to_version + 1)}
     frames: list[DataFrame] = []
     for version in range(start + 1, to_version + 1):
-        actions = read_commit_actions(loc, version)
+        actions = commits[version]
         if actions is None:
             raise DeltaLogError(f"Delta log of {loc!r} has no commit {version}: cannot read its changes")
         cdc = [a["cdc"] for a in actions if "cdc" in a]

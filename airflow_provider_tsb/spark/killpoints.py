@@ -7,6 +7,9 @@
   staged-file manifest has not been built (files are orphans of a failed attempt);
 * ``after_files``: all files written and PROCESSED reported, before the Delta commit;
 * ``after_commit``: the Delta commit is done, before WRITTEN is reported.
+
+With ``TSB_KILL_ONCE_DIR=<dir>`` each (point, job, barrier) kills once: a marker file is made
+in ``<dir>`` before dying, so a retried process (e.g. Airflow's retry of the task) goes on.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable
 
 KILL_POINTS = ("while_writing", "after_files", "after_commit")
 ENV_VAR = "TSB_KILL_AT"
+ONCE_ENV_VAR = "TSB_KILL_ONCE_DIR"
 
 
 def kill_requested(point: str, job_id: str, barrier: int) -> bool:
@@ -31,7 +35,17 @@ def kill_requested(point: str, job_id: str, barrier: int) -> bool:
         return False
     if len(parts) >= 2 and parts[1] and parts[1] != job_id:
         return False
-    return not (len(parts) >= 3 and parts[2] and int(parts[2]) != barrier)
+    if len(parts) >= 3 and parts[2] and int(parts[2]) != barrier:
+        return False
+    once_dir = os.environ.get(ONCE_ENV_VAR)
+    if once_dir:
+        marker = os.path.join(once_dir, f"{point}-{job_id}-{barrier}")
+        if os.path.exists(marker):
+            return False
+        os.makedirs(once_dir, exist_ok=True)
+        with open(marker, "w") as handle:
+            handle.write(str(os.getpid()))
+    return True
 
 
 def die() -> None:

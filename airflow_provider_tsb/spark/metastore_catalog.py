@@ -17,9 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_tsb.exceptions import MetastoreError, UnknownBarrierError
-from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.metastore.store import BarrierInfo, MetaStore
 from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.spark.catalog import BarrierPlan, register_catalog_kind
+from airflow_provider_tsb.spark.timing import phase
 
 _STORES: dict[str, MetaStore] = {}
 #: at most this many barriers are planned per call (a batch run loops until none is left)
@@ -58,6 +59,12 @@ class MetastoreCatalog:
         if store is None:
             store = _STORES[real] = MetaStore(real)
         self.store = store
+        self._topologies: dict[str, str] = {}
+
+    def _topology_of(self, job_id: str) -> str:
+        if job_id not in self._topologies:
+            self._topologies[job_id] = self.store.job(job_id).topology
+        return self._topologies[job_id]
 
     def spec(self) -> dict[str, str]:
         """Re-creatable in a Spark Python worker (the env var must be set there too)."""
@@ -79,21 +86,28 @@ class MetastoreCatalog:
             UnknownBarrierError: ``after`` is not WRITTEN in all inputs (inputs were restored
                 without their downstream sinks).
         """
-        topology = self.store.job(job_id).topology
+        with phase("metastore"):
+            topology = self._topology_of(job_id)
         names = {name: normalize_table_name(name) for name in sources}
         page = min(limit, PLAN_PAGE) if limit is not None else PLAN_PAGE
-        barriers = self.store.barriers(topology, after=after, limit=page, ascending=True)
+        with phase("metastore"):
+            barriers = self.store.barriers(topology, after=after, limit=page, ascending=True)
         wanted = [b.barrier_id for b in barriers] + ([after] if after is not None else [])
-        versions = self.store.written_versions(list(names.values()), wanted)
+        with phase("metastore"):
+            entries = self.store.written_entries(list(names.values()), wanted)
 
         def vector(barrier_id: int) -> dict[str, int] | None:
             out: dict[str, int] = {}
             for name, canonical in names.items():
-                version = versions.get((canonical, barrier_id))
-                if version is None:
+                entry = entries.get((canonical, barrier_id))
+                if entry is None:
                     return None
-                out[name] = version
+                out[name] = entry[0]
             return out
+
+        def ready_at(info: BarrierInfo) -> int:
+            times = [entries[(c, info.barrier_id)][1] for c in names.values()]
+            return max([info.created_at_ms, *(t for t in times if t is not None)])
 
         previous_barrier: int | None = None
         previous_inputs: dict[str, int] = {}
@@ -119,6 +133,9 @@ class MetastoreCatalog:
                     inputs=inputs,
                     previous_barrier=previous_barrier,
                     previous_inputs=previous_inputs,
+                    final=info.final,
+                    ready_at_ms=ready_at(info),
+                    created_at_ms=info.created_at_ms,
                 )
             )
             previous_barrier, previous_inputs = info.barrier_id, inputs
@@ -134,16 +151,35 @@ class MetastoreCatalog:
             files = [dict(m) for m in manifest]
             modes = {f.pop("sink_mode", None) for f in files} - {None}
             payload = {"mode": modes.pop() if len(modes) == 1 else "append", "files": files}
-        self.store.record_processed(table, barrier, job_id, payload)
+        with phase("metastore"):
+            self.store.record_processed(table, barrier, job_id, payload)
 
     def record_written(self, table: str, barrier: int, version: int, job_id: str) -> None:
         """WRITTEN at Delta ``version`` (idempotent)."""
-        self.store.record_written(table, barrier, version, job_id)
-        self.store.heartbeat(job_id, status="running", barrier_id=barrier)
+        with phase("metastore"):
+            self.store.record_written(table, barrier, version, job_id)
 
     def heartbeat(self, job_id: str) -> None:
         """Job liveness for the stale-job view."""
-        self.store.heartbeat(job_id, status="running")
+        with phase("metastore"):
+            self.store.heartbeat(job_id, status="running")
+
+    def final_barrier(self, job_id: str, since_ms: int | None = None) -> int | None:
+        """See :meth:`BarrierCatalog.final_barrier`."""
+        with phase("metastore"):
+            info = self.store.latest_final_barrier(self._topology_of(job_id), since_ms)
+        return info.barrier_id if info is not None else None
+
+    def record_job_barrier(
+        self, job_id: str, barrier: int, status: str, started_at_ms: int | None = None,
+        finished_at_ms: int | None = None,
+    ) -> None:
+        """Job timing for the delay view; also the job's heartbeat and current barrier."""
+        with phase("metastore"):
+            self.store.record_job_barrier(
+                job_id, barrier, status=status, started_at_ms=started_at_ms, finished_at_ms=finished_at_ms
+            )
+            self.store.heartbeat(job_id, status="running", barrier_id=barrier)
 
 
 def _factory(spec: Mapping[str, str]) -> MetastoreCatalog:

@@ -49,6 +49,7 @@ from airflow_provider_tsb.delta.log import (
 from airflow_provider_tsb.delta.stats import footer_stats
 from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema
 from airflow_provider_tsb.spark.killpoints import kill_requested, kill_when, maybe_kill
+from airflow_provider_tsb.spark.timing import phase
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.spark.catalog import BarrierCatalog
@@ -210,23 +211,25 @@ def write_barrier(
     if mode not in ("append", "overwrite", "merge"):
         raise ValueError(f"unknown sink mode {mode!r} for {table}: use append, overwrite or merge")
     loc = normalize_location(location)
-    exists = table_exists(loc)
-    dt = open_table(loc) if exists else None
-    epoch = table_epoch(loc, table=dt).epoch if dt is not None else 0
-
-    # (a) exactly-once on replay
-    done = committed_barrier(loc, job_id, table=dt) if dt is not None else None
+    with phase("delta_log"):
+        exists = table_exists(loc)
+        dt = open_table(loc) if exists else None
+        epoch = table_epoch(loc, table=dt).epoch if dt is not None else 0
+        # (a) exactly-once on replay
+        done = committed_barrier(loc, job_id, table=dt) if dt is not None else None
     if done is not None and barrier <= done:
-        removed = remove_orphan_attempts(loc, job_id, epoch, barrier, _committed_attempt(loc, barrier))
-        version = version_of_barrier(loc, barrier)
-        if version is None:
-            version = dt.version()  # type: ignore[union-attr]
+        with phase("delta_log"):
+            removed = remove_orphan_attempts(loc, job_id, epoch, barrier, _committed_attempt(loc, barrier))
+            version = version_of_barrier(loc, barrier)
+            if version is None:
+                version = dt.version()  # type: ignore[union-attr]
         if catalog is not None:
             catalog.record_written(table, barrier, version, job_id)
         return WriteResult(table, barrier, version, skipped=True, orphans_removed=removed)
 
     # (b) orphans of failed attempts (nothing of this barrier is committed in this epoch)
-    removed = remove_orphan_attempts(loc, job_id, epoch, barrier, keep=None)
+    with phase("delta_log"):
+        removed = remove_orphan_attempts(loc, job_id, epoch, barrier, keep=None)
 
     # prepare the frame to write
     if dt is not None:
@@ -251,12 +254,14 @@ def write_barrier(
     watcher = None
     if kill_requested("while_writing", job_id, barrier):
         watcher = kill_when(lambda: _has_any_file(fs, f"{root}/{rel_dir}"))
-    out.write.mode("errorifexists").option("compression", "snappy").parquet(abs_dir)
+    with phase("spark"):
+        out.write.mode("errorifexists").option("compression", "snappy").parquet(abs_dir)
     if watcher is not None:
         maybe_kill("while_writing", job_id, barrier)
 
     # (d) footers only
-    files = _staged_files(loc, rel_dir)
+    with phase("footers"):
+        files = _staged_files(loc, rel_dir)
     rows = sum(f.num_records for f in files)
 
     # (e) PROCESSED with the manifest, before the commit
@@ -268,9 +273,10 @@ def write_barrier(
     # (f) one atomic commit
     tag = BarrierTag(barrier=barrier, job_id=job_id, inputs=dict(inputs), ts_ms=ts_ms, attempt=attempt)
     delta_schema = DeltaSchema.from_json(json.dumps(table_schema.jsonValue()))
-    outcome = commit_barrier_files(
-        loc, files, tag=tag, mode="append" if mode == "append" else "overwrite", schema=delta_schema
-    )
+    with phase("commit"):
+        outcome = commit_barrier_files(
+            loc, files, tag=tag, mode="append" if mode == "append" else "overwrite", schema=delta_schema
+        )
     maybe_kill("after_commit", job_id, barrier)
     if not outcome.committed:  # another attempt won the race: ours are orphans
         remove_orphan_attempts(loc, job_id, epoch, barrier, _committed_attempt(loc, barrier))

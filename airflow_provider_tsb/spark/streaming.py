@@ -9,7 +9,13 @@ restarted query replays the same barriers (whose commits the txn check then disc
 After restoring the sinks to an earlier barrier, delete the checkpoint.
 
 The source runs in a Spark Python worker, so it re-opens the catalog from its spec
-(:func:`airflow_provider_tsb.spark.catalog.open_catalog`).
+(:func:`airflow_provider_tsb.spark.catalog.open_catalog`, which imports every built-in kind).
+
+End of input (FLIP-147): a barrier generated with ``final=True`` is the last one of a bounded
+input. The source offers nothing after it, and :func:`run_streaming` stops once it is committed
+(with ``final_since_ms``, only a final barrier generated at or after that time counts, so a new
+run is not stopped by the previous run's final barrier, and a retried run whose sinks already
+hold its final barrier ends at once).
 """
 
 from __future__ import annotations
@@ -46,7 +52,9 @@ class TsbStreamReader(DataSourceStreamReader):
     Options: ``catalog`` (JSON catalog spec), ``job_id``, ``sources`` (JSON
     ``{table: location}``), ``start_after`` (barrier the sinks are at, ``-1`` for none),
     optional ``until_barrier`` and ``max_barriers`` (the reader never offers a barrier past
-    them, so a stopping query never starts a barrier it will not finish).
+    them, so a stopping query never starts a barrier it will not finish), and
+    ``final_since_ms`` (nothing is offered after a final barrier generated since then; empty:
+    after any final barrier).
     """
 
     def __init__(self, options: Mapping[str, str]) -> None:
@@ -58,7 +66,9 @@ class TsbStreamReader(DataSourceStreamReader):
         self._current = self.start_after
         self.until_barrier = int(options["until_barrier"]) if options.get("until_barrier") else None
         self.max_barriers = int(options["max_barriers"]) if options.get("max_barriers") else None
+        self.final_since_ms = int(options["final_since_ms"]) if options.get("final_since_ms") else None
         self._offered: set[int] = set()
+        self._final: int | None = None
 
     def __getstate__(self) -> dict:
         """Pickled for the read tasks: without the (unpicklable, driver-side) catalog."""
@@ -84,6 +94,8 @@ class TsbStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:  # noqa: N802
         """The next barrier after ``start`` that is WRITTEN in all inputs (or ``start``)."""
         after = int(start["barrier"]) if start is not None else self._current
+        if self._final is not None and after >= self._final:
+            return {"barrier": after}  # end of input: nothing after the final barrier
         plan = self._next(after)
         if plan is not None and self.until_barrier is not None and plan.barrier > self.until_barrier:
             plan = None
@@ -92,6 +104,8 @@ class TsbStreamReader(DataSourceStreamReader):
                 plan = None
         if plan is not None:
             self._offered.add(plan.barrier)
+            if plan.ends_input_since(self.final_since_ms):
+                self._final = plan.barrier
         self._current = plan.barrier if plan is not None else after
         return {"barrier": self._current}
 
@@ -137,6 +151,7 @@ class TsbDataSource(DataSource):
 @dataclass
 class _Progress:
     barriers: list[int] = field(default_factory=list)
+    final: int | None = None
     last_progress: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -149,10 +164,16 @@ def barrier_stream(
     *,
     until_barrier: int | None = None,
     max_barriers: int | None = None,
+    final_since_ms: int | None = None,
+    after: int | None = None,
 ) -> DataFrame:
-    """The streaming DataFrame of the job's barriers (one control row per micro-batch)."""
+    """The streaming DataFrame of the job's barriers (one control row per micro-batch).
+
+    ``after``: the barrier the sinks are at (read from their Delta logs when ``None``).
+    """
     spark.dataSource.register(TsbDataSource)
-    after = sinks_base_barrier(app, locations)
+    if after is None:
+        after = sinks_base_barrier(app, locations)
     return (
         spark.readStream.format("tsb")
         .option("catalog", json.dumps(catalog.spec()))
@@ -161,6 +182,7 @@ def barrier_stream(
         .option("start_after", str(-1 if after is None else after))
         .option("until_barrier", "" if until_barrier is None else str(until_barrier))
         .option("max_barriers", "" if max_barriers is None else str(max_barriers))
+        .option("final_since_ms", "" if final_since_ms is None else str(final_since_ms))
         .load()
     )
 
@@ -176,11 +198,18 @@ def run_streaming(
     max_barriers: int | None = None,
     idle_timeout_s: float | None = None,
     trigger_interval_s: float = 0.5,
+    final_since_ms: int | None = None,
 ) -> list[int]:
     """Streaming mode: run the barrier query until a stop condition, return the barriers done.
 
-    Stops after ``max_barriers`` micro-batches, after committing ``until_barrier``, or after
-    ``idle_timeout_s`` seconds without a new barrier (runs forever if none is given).
+    Stops after committing a final barrier (FLIP-147 end of input; generated at or after
+    ``final_since_ms`` epoch ms when given), after ``max_barriers`` micro-batches, after
+    committing ``until_barrier``, or after ``idle_timeout_s`` seconds without a new barrier;
+    with none of them it runs until the input ends. If the sinks already hold a final barrier
+    generated since ``final_since_ms`` (a retry after the job finished), it returns at once.
+
+    Args:
+        trigger_interval_s: seconds between offset polls (the micro-batch trigger).
 
     Raises:
         pyspark.errors.StreamingQueryException: a micro-batch failed (e.g. misaligned input).
@@ -188,19 +217,31 @@ def run_streaming(
     ckpt = checkpoint or os.path.join(locations[sorted(app.sinks)[0]], "_tsb_checkpoints", app.job_id)
     progress = _Progress()
     report_written_heads(app, locations, catalog)
+    base = sinks_base_barrier(app, locations)
+    final = catalog.final_barrier(app.job_id, final_since_ms) if final_since_ms is not None else None
+    if base is not None and final is not None and base >= final:
+        log.info("job %s: sinks already hold final barrier %s; input ended, nothing to do", app.job_id, final)
+        catalog.heartbeat(app.job_id)
+        return []
 
     def handle(batch: DataFrame, batch_id: int) -> None:
         # control rows only (<= 1 barrier descriptor), never table data
-        for row in batch.collect():
+        rows = batch.collect()
+        for row in rows:
             plan = BarrierPlan.from_json(row["plan"])
-            run_barrier(spark, app, plan, locations, catalog)
+            poll_s = max(0.0, time.time() - plan.ready_at_ms / 1000) if plan.ready_at_ms else 0.0
+            run_barrier(spark, app, plan, locations, catalog, poll_s=poll_s)
             with progress.lock:
                 progress.barriers.append(plan.barrier)
                 progress.last_progress = time.monotonic()
-        catalog.heartbeat(app.job_id)
+                if plan.ends_input_since(final_since_ms):
+                    progress.final = plan.barrier
 
     query = (
-        barrier_stream(spark, app, catalog, locations, until_barrier=until_barrier, max_barriers=max_barriers)
+        barrier_stream(
+            spark, app, catalog, locations, until_barrier=until_barrier, max_barriers=max_barriers,
+            final_since_ms=final_since_ms, after=base,
+        )
         .writeStream.queryName(f"tsb_{app.job_id}")
         .foreachBatch(handle)
         .option("checkpointLocation", ckpt)
@@ -212,6 +253,10 @@ def run_streaming(
             with progress.lock:
                 done = list(progress.barriers)
                 idle = time.monotonic() - progress.last_progress
+                ended = progress.final
+            if ended is not None:
+                log.info("job %s: committed final barrier %s (end of input); stopping", app.job_id, ended)
+                break
             if max_barriers is not None and len(done) >= max_barriers:
                 break
             if until_barrier is not None and done and done[-1] >= until_barrier:
@@ -225,4 +270,5 @@ def run_streaming(
     exc = query.exception()
     if exc is not None:
         raise exc
+    catalog.heartbeat(app.job_id)
     return progress.barriers

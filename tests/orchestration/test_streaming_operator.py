@@ -1,0 +1,137 @@
+"""Streaming mode the way production runs it: each job is the operator's own ``spark-submit``
+process with ``--metastore-url`` (the production catalog, reopened in Spark's Python worker),
+on SQLite and on PostgreSQL, with barriers from the emitter and a final barrier at end of input.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from types import SimpleNamespace
+
+import pyarrow.compute as pc
+import pytest
+from conftest import wordcount_topology
+from deltalake import DeltaTable
+
+from airflow_provider_tsb.delta.barriers import barrier_of_version
+from airflow_provider_tsb.delta.roots import input_ended
+from airflow_provider_tsb.ingest import ingest_next_words
+from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
+from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
+
+pytestmark = pytest.mark.spark
+
+WORDS, COUNTS, CC = "tsb.raw.words", "tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"
+APPENDS = 4
+
+
+def _context(run_id: str, start: dt.datetime) -> dict:
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    run = SimpleNamespace(dag_id="wordcount_streaming", run_id=run_id, start_date=start)
+    return {"dag_run": run, "outlet_events": OutletEventAccessors()}
+
+
+@pytest.fixture
+def streaming_env(metastore_url, tmp_path, monkeypatch) -> SimpleNamespace:
+    monkeypatch.setenv("TSB_METASTORE_URL", metastore_url)
+    monkeypatch.setenv("TSB_WAREHOUSE", str(tmp_path / "warehouse"))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", '{"conn_type": "spark", "host": "local[2]"}')
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+    store = MetaStore(metastore_url)
+    store.migrate()
+    yield SimpleNamespace(url=metastore_url, store=store, warehouse=str(tmp_path / "warehouse"))
+    store.dispose()
+
+
+def _ingest(topo, stop_after: int) -> None:
+    """Append words every second, then mark the end of input (FLIP-147)."""
+    from airflow_provider_tsb.delta.roots import mark_end_of_input
+
+    for i in range(stop_after):
+        ingest_next_words(topo.location("raw.words"), run_key=f"w{i}", lines=15)
+        time.sleep(1.0)
+    mark_end_of_input(topo.location("raw.words"))
+
+
+def _run_all(topo, store, context: dict) -> tuple[dict[str, dict], list[int]]:
+    """Emitter, ingestion and both streaming job operators at once; returns (XComs, emitted)."""
+    jobs = {
+        job_id: TsbSparkJobOperator(task_id=job_id, topology=topo, job_id=job_id, mode="streaming",
+                                    conn_id="spark_local", trigger_interval_s=0.3)
+        for job_id in ("wordcount_words", "wordcount_counts")
+    }
+    results: dict[str, dict] = {}
+    errors: list[BaseException] = []
+
+    def run(job_id: str) -> None:
+        try:
+            results[job_id] = jobs[job_id].execute(context)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    emitter = TsbBarrierEmitterOperator(task_id="generate_barriers", topology=topo, interval_s=0.7, duration_s=600)
+    store.register_topology(topo)
+    threads = [threading.Thread(target=run, args=(j,)) for j in jobs]
+    for t in threads:
+        t.start()
+    feeder = threading.Thread(target=_ingest, args=(topo, APPENDS))
+    feeder.start()
+    emitted = emitter.execute(context)
+    feeder.join()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors, errors
+    assert all(not t.is_alive() for t in threads), "a streaming job did not stop after the final barrier"
+    return results, emitted
+
+
+def test_streaming_jobs_through_the_operator_on_the_metastore_catalog(streaming_env) -> None:
+    topo = wordcount_topology(streaming_env.warehouse)
+    store = streaming_env.store
+    start = dt.datetime.now(dt.UTC)
+    results, emitted = _run_all(topo, store, _context("run-1", start))
+
+    # the emitter generated barriers while data arrived, the last one final (end of input)
+    barriers = store.barriers("wordcount", limit=1000, ascending=True)
+    assert [b.barrier_id for b in barriers] == emitted and len(emitted) >= 2
+    assert barriers[-1].final and not any(b.final for b in barriers[:-1])
+    assert input_ended(topo.location("raw.words"))
+    assert barriers[-1].root_versions[WORDS] == DeltaTable(topo.location("raw.words")).version()
+    # both jobs stopped on their own after committing the final barrier, every barrier in order
+    for job_id in ("wordcount_words", "wordcount_counts"):
+        assert results[job_id]["barriers"] == emitted, (job_id, results[job_id])
+        timings = store.job_barrier_statuses(job_id, emitted)
+        assert timings == {b: "succeeded" for b in emitted}
+
+    # barrier by barrier, each sink version is tagged with its barrier and the FLIP-276 invariants hold
+    for info in barriers:
+        b = info.barrier_id
+        res = store.resolve([WORDS, COUNTS, CC], as_of=b)
+        for table in (COUNTS, CC):
+            assert barrier_of_version(res.tables[table].location, res.tables[table].version) == b
+        read = {t: DeltaTable(tv.location, version=tv.version).to_pyarrow_table() for t, tv in res.tables.items()}
+        assert read[WORDS].num_rows == DeltaTable(topo.location("raw.words"), version=info.root_versions[WORDS]
+                                                  ).to_pyarrow_table().num_rows
+        assert pc.sum(read[COUNTS].column("cnt")).as_py() == read[WORDS].num_rows, b
+        assert pc.sum(read[CC].column("cnt2")).as_py() == read[COUNTS].num_rows, b
+    assert store.resolve([WORDS, COUNTS, CC]).barrier_id == emitted[-1]
+
+
+def test_retried_streaming_job_after_end_of_input_ends_at_once(streaming_env) -> None:
+    """An Airflow retry of a job that already committed the run's final barrier exits without waiting."""
+    if not streaming_env.url.startswith("sqlite"):
+        pytest.skip("the retry path does not depend on the database")
+    topo = wordcount_topology(streaming_env.warehouse)
+    start = dt.datetime.now(dt.UTC)
+    context = _context("run-1", start)
+    _, emitted = _run_all(topo, streaming_env.store, context)
+    retry = TsbSparkJobOperator(task_id="wordcount_words", topology=topo, job_id="wordcount_words",
+                                mode="streaming", conn_id="spark_local")
+    began = time.monotonic()
+    out = retry.execute(context)
+    assert out["barriers"] == [] and time.monotonic() - began < 120
+    assert streaming_env.store.newest_written(COUNTS).barrier_id == emitted[-1]
