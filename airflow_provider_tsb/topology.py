@@ -22,9 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
-
-import networkx as nx
+from typing import TYPE_CHECKING, Literal
 
 from airflow_provider_tsb.exceptions import (
     CycleError,
@@ -34,6 +32,9 @@ from airflow_provider_tsb.exceptions import (
     UnknownTableError,
 )
 from airflow_provider_tsb.names import normalize_table_name, parse_table_name, validate_job_id
+
+if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
+    import networkx as nx
 
 TableKind = Literal["root", "intermediate", "external"]
 
@@ -275,6 +276,8 @@ class Topology:
             TopologyError: the topology is invalid (see :meth:`validate`).
         """
         self.validate()
+        import networkx as nx
+
         order = nx.lexicographical_topological_sort(self.graph)
         return [self.jobs[n.split(":", 1)[1]] for n in order if n.startswith("job:")]
 
@@ -300,6 +303,8 @@ class Topology:
 
 def build_graph(tables: Iterable[Table], jobs: Iterable[Job]) -> nx.DiGraph:
     """Build the bipartite DiGraph of tables and jobs (see :attr:`Topology.graph`)."""
+    import networkx as nx
+
     graph = nx.DiGraph()
     for table in tables:
         graph.add_node(_table_node(table.name), kind="table", role=table.kind, name=table.name)
@@ -318,6 +323,8 @@ def build_graph(tables: Iterable[Table], jobs: Iterable[Job]) -> nx.DiGraph:
 
 def cycle_error(graph: nx.DiGraph) -> CycleError | None:
     """A :class:`CycleError` describing one cycle of ``graph``, or ``None`` if acyclic."""
+    import networkx as nx
+
     try:
         edges = nx.find_cycle(graph)
     except nx.NetworkXNoCycle:

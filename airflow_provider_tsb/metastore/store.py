@@ -24,9 +24,8 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 from sqlalchemy import Engine, and_, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
@@ -59,6 +58,9 @@ from airflow_provider_tsb.metastore.models import (
 )
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
 from airflow_provider_tsb.topology import Job, Table, Topology, build_graph, cycle_error
+
+if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
+    import networkx as nx
 
 
 def now_ms() -> int:
@@ -529,6 +531,8 @@ class MetaStore:
 
     def _registered_graph(self, s: Session, exclude_job: str | None = None) -> nx.DiGraph:
         names = dict(s.execute(select(TableRow.id, TableRow.name)).all())
+        import networkx as nx
+
         graph = nx.DiGraph()
         for job_id, table_id in s.execute(select(JobSourceRow.job_id, JobSourceRow.table_id)):
             if job_id != exclude_job:

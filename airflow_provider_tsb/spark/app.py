@@ -260,7 +260,7 @@ def run_barrier(
     locations: Mapping[str, str],
     catalog: BarrierCatalog | None,
     *,
-    poll_s: float = 0.0,
+    before: dict[str, float] | None = None,
 ) -> list[WriteResult]:
     """Process one barrier end to end (alignment, skip-if-committed, process, commit sinks).
 
@@ -269,7 +269,8 @@ def run_barrier(
     :mod:`airflow_provider_tsb.spark.timing`.
 
     Args:
-        poll_s: seconds the barrier waited for its micro-batch (streaming mode), logged as ``poll``.
+        before: ``{phase: seconds}`` the barrier spent before this call (streaming mode: ``poll``,
+            the wait for its micro-batch, and ``source``, reading the control row).
 
     Returns one :class:`WriteResult` per sink (sorted by sink name).
 
@@ -278,7 +279,7 @@ def run_barrier(
         KeyError: ``process`` did not return a DataFrame for every sink.
     """
     started = _now_ms()
-    with barrier_timer(app.job_id, plan.barrier, poll_s=poll_s):
+    with barrier_timer(app.job_id, plan.barrier, before=before):
         if catalog is not None:
             catalog.record_job_barrier(app.job_id, plan.barrier, "running", started_at_ms=started)
         try:

@@ -125,7 +125,17 @@ def _align_to_table(df: DataFrame, location: str, table_schema: StructType) -> D
             f"output for {location!r} does not match the table schema: missing columns {missing}, "
             f"unexpected columns {extra} (schema evolution is not supported)"
         )
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in table_schema.fields])
+    actual = {f.name: f.dataType for f in df.schema.fields}
+    if [f.name for f in df.schema.fields] == table_schema.fieldNames() and all(
+        actual[f.name] == f.dataType for f in table_schema.fields
+    ):
+        return df  # already the table's columns and types: no projection (saves driver round trips)
+    return df.select(
+        *[
+            F.col(f.name) if actual[f.name] == f.dataType else F.col(f.name).cast(f.dataType).alias(f.name)
+            for f in table_schema.fields
+        ]
+    )
 
 
 def merge_rows(current: DataFrame, update: DataFrame, keys: Sequence[str]) -> DataFrame:

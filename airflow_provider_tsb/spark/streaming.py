@@ -226,11 +226,13 @@ def run_streaming(
 
     def handle(batch: DataFrame, batch_id: int) -> None:
         # control rows only (<= 1 barrier descriptor), never table data
+        began = time.time()
         rows = batch.collect()
+        source_s = time.time() - began
         for row in rows:
             plan = BarrierPlan.from_json(row["plan"])
-            poll_s = max(0.0, time.time() - plan.ready_at_ms / 1000) if plan.ready_at_ms else 0.0
-            run_barrier(spark, app, plan, locations, catalog, poll_s=poll_s)
+            poll_s = max(0.0, began - plan.ready_at_ms / 1000) if plan.ready_at_ms else 0.0
+            run_barrier(spark, app, plan, locations, catalog, before={"poll": poll_s, "source": source_s})
             with progress.lock:
                 progress.barriers.append(plan.barrier)
                 progress.last_progress = time.monotonic()

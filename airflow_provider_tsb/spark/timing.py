@@ -8,6 +8,7 @@ the phases add up to ``total_s``):
 
 * ``poll``: from the barrier being ready (WRITTEN in every input) to its micro-batch starting
   (streaming mode; the trigger interval and the offset computation);
+* ``source``: reading the micro-batch's control row (streaming mode);
 * ``metastore``: catalog calls (PROCESSED, WRITTEN, heartbeats, job timings);
 * ``delta_log``: Delta log reads on the driver (alignment check, replay check, snapshot loads);
 * ``spark``: the Spark job computing the output and writing its Parquet files (executors);
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("airflow_provider_tsb.spark")
 
-PHASES: tuple[str, ...] = ("poll", "metastore", "delta_log", "spark", "footers", "commit", "other")
+PHASES: tuple[str, ...] = ("poll", "source", "metastore", "delta_log", "spark", "footers", "commit", "other")
 TIMING_PREFIX = "tsb-timing "
 
 _CURRENT: contextvars.ContextVar[BarrierTimer | None] = contextvars.ContextVar("tsb_barrier_timer", default=None)
@@ -53,9 +54,16 @@ class BarrierTimer:
     phases: dict[str, float] = field(default_factory=dict)
     _stack: list[list] = field(default_factory=list, repr=False)
     _started: float = field(default_factory=time.perf_counter, repr=False)
+    _before: float = field(default=0.0, repr=False)
 
     def add(self, name: str, seconds: float) -> None:
-        """Add ``seconds`` to phase ``name`` (e.g. a poll wait measured outside the timer)."""
+        """Add ``seconds`` to phase ``name``; outside any block (e.g. a poll wait measured before
+        the timer started) they also count in ``total_s``."""
+        self._accumulate(name, seconds)
+        if not self._stack:
+            self._before += max(0.0, seconds)
+
+    def _accumulate(self, name: str, seconds: float) -> None:
         self.phases[name] = self.phases.get(name, 0.0) + max(0.0, seconds)
 
     @contextmanager
@@ -64,42 +72,44 @@ class BarrierTimer:
         now = time.perf_counter()
         if self._stack:  # pause the enclosing phase
             outer = self._stack[-1]
-            self.add(outer[0], now - outer[1])
+            self._accumulate(outer[0], now - outer[1])
         self._stack.append([name, now])
         try:
             yield
         finally:
             end = time.perf_counter()
             inner = self._stack.pop()
-            self.add(inner[0], end - inner[1])
+            self._accumulate(inner[0], end - inner[1])
             if self._stack:
                 self._stack[-1][1] = end
 
     def finish(self) -> dict[str, object]:
         """The record of this barrier: ``{"job", "barrier", "total_s", "phases"}``; ``other`` is the rest."""
-        measured = time.perf_counter() - self._started + self.phases.get("poll", 0.0)
-        accounted = sum(v for k, v in self.phases.items() if k != "other")
-        self.phases["other"] = self.phases.get("other", 0.0) + max(0.0, measured - accounted)
+        measured = time.perf_counter() - self._started + self._before
+        phases = dict(self.phases)
+        phases["other"] = phases.get("other", 0.0) + max(0.0, measured - sum(phases.values()))
         return {
             "job": self.job_id,
             "barrier": self.barrier,
             "total_s": round(measured, 4),
-            "phases": {k: round(v, 4) for k, v in sorted(self.phases.items())},
+            "phases": {k: round(v, 4) for k, v in sorted(phases.items())},
         }
 
 
 @contextmanager
-def barrier_timer(job_id: str, barrier: int, *, poll_s: float = 0.0) -> Iterator[BarrierTimer]:
+def barrier_timer(
+    job_id: str, barrier: int, *, before: dict[str, float] | None = None
+) -> Iterator[BarrierTimer]:
     """Make a :class:`BarrierTimer` current for the block and log its record at the end.
 
     Args:
         job_id: the job.
         barrier: the barrier processed in the block.
-        poll_s: seconds the barrier waited for its micro-batch before the block (``poll``).
+        before: ``{phase: seconds}`` spent on the barrier before the block (``poll``, ``source``).
     """
     timer = BarrierTimer(job_id, barrier)
-    if poll_s:
-        timer.add("poll", poll_s)
+    for name, seconds in (before or {}).items():
+        timer.add(name, seconds)
     token = _CURRENT.set(timer)
     try:
         yield timer

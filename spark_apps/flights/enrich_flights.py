@@ -6,20 +6,28 @@ and hour (both root tables read at the same barrier), plus planes and airlines (
 
 from __future__ import annotations
 
+import functools
 import sys
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_tsb.datasets.nycflights13 import FLIGHTS, WEATHER, csv_path
+from airflow_provider_tsb.datasets import nycflights13
+from airflow_provider_tsb.datasets.nycflights13 import FLIGHTS, WEATHER
 from airflow_provider_tsb.spark import BarrierContext, Sink, TsbApp, run_app
 from airflow_provider_tsb.spark.inputs import CHANGE_TYPE, COMMIT_VERSION, INSERT_TYPES
 
 ENRICHED = "flights.flights_enriched"
-PLANES_SCHEMA = (
-    "tailnum string, plane_year int, type string, manufacturer string, model string, "
-    "engines int, seats int, speed int, engine string"
-)
+
+
+@functools.cache
+def dimensions(spark: SparkSession) -> tuple[DataFrame, DataFrame]:
+    """Planes and airlines: static, so built once per driver from the CSVs as local relations
+    (broadcast from the driver, no file scan per barrier)."""
+    return (
+        spark.createDataFrame(nycflights13.dimension("planes")),
+        spark.createDataFrame(nycflights13.dimension("airlines")),
+    )
 
 
 def process(ctx: BarrierContext) -> dict[str, DataFrame]:
@@ -31,10 +39,7 @@ def process(ctx: BarrierContext) -> dict[str, DataFrame]:
         .drop(CHANGE_TYPE, COMMIT_VERSION)
     )
     weather = ctx.snapshot(WEATHER).select("origin", "time_hour", "temp", "wind_speed", "precip", "visib")
-    planes = spark.read.csv(csv_path("planes"), header=True, nullValue="NA", schema=PLANES_SCHEMA).select(
-        "tailnum", "plane_year", "manufacturer", "seats"
-    )
-    airlines = spark.read.csv(csv_path("airlines"), header=True, schema="carrier string, airline string")
+    planes, airlines = dimensions(spark)
     out = (
         new.join(weather, on=["origin", "time_hour"], how="left")
         .join(F.broadcast(planes), on="tailnum", how="left")

@@ -151,3 +151,25 @@ def test_errors_name_the_location(tmp_path: Path) -> None:
     with pytest.raises(BarrierNotInTableError, match="barrier 7"):
         restore_to_barrier(str(t), 7)
     assert not is_barrier_committed(str(missing), JOB, 1)
+
+
+def test_barrier_timer_phases_add_up_to_the_total() -> None:
+    """Nested phases are not counted twice; time outside any phase is ``other``; ``before`` counts."""
+    import time
+
+    from airflow_provider_tsb.spark.timing import barrier_timer, parse_timing_line, phase
+
+    with barrier_timer("job", 7, before={"poll": 0.5}) as timer:
+        with phase("spark"):
+            time.sleep(0.05)
+            with phase("commit"):
+                time.sleep(0.03)
+        time.sleep(0.02)
+    record = timer.finish()
+    phases = record["phases"]
+    assert record["barrier"] == 7 and phases["poll"] == 0.5
+    assert 0.05 <= phases["spark"] < 0.075 and 0.03 <= phases["commit"] < 0.05
+    assert 0.02 <= phases["other"] < 0.04
+    assert abs(sum(phases.values()) - record["total_s"]) < 0.002
+    assert parse_timing_line("2026 INFO tsb-timing " + __import__("json").dumps(record)) == record
+    assert parse_timing_line("no timing here") is None

@@ -133,14 +133,15 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
 
     af, store, root, run = streaming_run
     barriers = store.barriers("flights", limit=1000, ascending=True)
+    short = {t: t.removeprefix("tsb.") for t in ROOTS + SINKS}  # the apps' table names
     tables = {t: store.table(t).location for t in ROOTS}
     tables.update({t: str(tmp_path / t) for t in SINKS})
     plan = PlanFile(str(tmp_path / "plan.json"))
-    plan.set_tables(tables)
+    plan.set_tables({short[t]: loc for t, loc in tables.items()})
     payload = plan.load()
     payload["barriers"] = [
         {"barrier": b.barrier_id, "ts": b.ts_ms, "ts_kind": b.ts_kind, "watermark": b.ts_ms,
-         "roots": b.root_versions, "final": b.final}
+         "roots": {short[t]: v for t, v in b.root_versions.items()}, "final": b.final}
         for b in barriers
     ]
     (tmp_path / "plan.json").write_text(__import__("json").dumps(payload))
