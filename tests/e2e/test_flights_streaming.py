@@ -68,7 +68,7 @@ def streaming_run(tmp_path_factory):
 
 def _rows(location: str, version: int) -> list[tuple]:
     table = DeltaTable(location, version=version).to_pyarrow_table()
-    return sorted(tuple(r.values()) for r in table.to_pylist())
+    return sorted((tuple(r.values()) for r in table.to_pylist()), key=lambda row: [(v is None, str(v)) for v in row])
 
 
 def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming_run) -> None:

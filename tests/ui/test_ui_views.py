@@ -4,16 +4,14 @@ Starts its own Airflow api-server (the plugin's API reads the metastore named by
 ``TSB_METASTORE_URL``, a SQLite file populated here through the real :class:`MetaStore` API with
 the flights topology and a few barriers), logs in through the Airflow UI, and checks the
 rendered SVG graph, the barrier history of a table, the delay charts and numbers, and that an
-unauthenticated client gets no data. Screenshots: ``test-output/screenshots/{lineage,delays}.png``,
-copied to ``docs/images/``.
+unauthenticated client gets no data. Screenshots: ``test-output/screenshots/{lineage,delays}.png``
+(the README's screenshots come from a real streaming run: ``tests/e2e/test_flights_streaming.py``).
 
 Run: ``.venv/bin/pytest tests/ui/test_ui_views.py``
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +27,6 @@ from airflow_provider_tsb.topology import Topology
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCS_IMAGES = REPO_ROOT / "docs" / "images"
 
 ROOTS = ["tsb.raw.flights", "tsb.raw.weather"]
 JOBS = {
@@ -120,8 +117,6 @@ def test_lineage_graph(page: Page, airflow_server: AirflowHandle, screenshot_dir
     rr = page.locator('#tsb-consistent tr[data-level="REPEATABLE_READ"]').inner_text()
     assert f"#{N_BARRIERS - 1}" in rr
     screenshot(page, screenshot_dir, "lineage")
-    if os.environ.get("TSB_UPDATE_DOCS") == "1":  # refresh the README's screenshot on request only
-        shutil.copyfile(screenshot_dir / "lineage.png", _docs_images() / "lineage.png")
 
 
 def test_lineage_from_dag_tab_maps_dag_to_topology(page: Page, airflow_server: AirflowHandle) -> None:
@@ -152,8 +147,6 @@ def test_delays_view(page: Page, airflow_server: AirflowHandle, screenshot_dir: 
     assert page.locator("#tsb-chart-tables-svg circle[data-series]").count() == 3 * N_BARRIERS - 1
     assert page.locator("#tsb-chart-jobs-svg rect.bar.bottleneck").count() == N_BARRIERS
     screenshot(page, screenshot_dir, "delays")
-    if os.environ.get("TSB_UPDATE_DOCS") == "1":  # refresh the README's screenshot on request only
-        shutil.copyfile(screenshot_dir / "delays.png", _docs_images() / "delays.png")
 
 
 def test_delays_view_pages_through_older_barriers(page: Page, airflow_server: AirflowHandle) -> None:
@@ -198,8 +191,3 @@ def test_unauthenticated_gets_no_data(browser: Browser, airflow_server: AirflowH
         assert anon.locator("[data-node]").count() == 0
     finally:
         context.close()
-
-
-def _docs_images() -> Path:
-    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
-    return DOCS_IMAGES
