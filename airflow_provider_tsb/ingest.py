@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -108,9 +109,13 @@ def stream_flights_days(
     days: int,
     pace_s: float = 2.0,
     end_of_input: bool = True,
+    warm_up: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Append the next ``days`` days of flights and weather as they "arrive": one day every
     ``pace_s`` seconds, then mark the end of input (FLIP-147) on both root tables.
+
+    ``warm_up`` is called after the first day: e.g. wait until the streaming jobs have committed
+    it (:func:`wait_for_commit`), so that the stream starts once the Spark drivers are up.
 
     Event time is ``time_hour``. Idempotent per ``run_key``: a retried task counts the days its
     run already appended (commit metadata ``tsb.ingest.run = <run_key>#day<i>``) and goes on
@@ -143,6 +148,8 @@ def stream_flights_days(
         appended.extend(out["days"])
         flights_rows += out["flights_rows"]
         weather_rows += out["weather_rows"]
+        if i == 0 and warm_up is not None:
+            warm_up()
     ended = False
     if end_of_input and table_exists(flights_location):
         meta = {RUN_KEY: f"{run_key}#end"}
@@ -152,6 +159,41 @@ def stream_flights_days(
             mark_end_of_input(flights_location, metadata=meta)
         ended = True
     return {"days": appended, "flights_rows": flights_rows, "weather_rows": weather_rows, "end_of_input": ended}
+
+
+def wait_for_commit(store: Any, topology: str, tables: Sequence[str], *, timeout_s: float = 900.0) -> int:
+    """Wait until a barrier generated from now on is WRITTEN in every table of ``tables`` (COMMIT).
+
+    Args:
+        store: a :class:`~airflow_provider_tsb.metastore.store.MetaStore`.
+        topology: the topology whose barriers are awaited.
+        tables: the tables that must all hold the barrier (e.g. every sink).
+        timeout_s: seconds to wait at most.
+
+    Returns:
+        The committed barrier id.
+
+    Raises:
+        TimeoutError: no such barrier within ``timeout_s`` (names the tables and how far each got).
+    """
+    import time
+
+    since = int(time.time() * 1000)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        latest = store.latest_barrier(topology)
+        if latest is not None and latest.created_at_ms >= since:
+            heads = {t: store.newest_written(t) for t in tables}
+            if all(h is not None and h.barrier_id >= latest.barrier_id for h in heads.values()):
+                return latest.barrier_id
+        if time.monotonic() > deadline:
+            got = {t: (h.barrier_id if (h := store.newest_written(t)) else None) for t in tables}
+            raise TimeoutError(
+                f"no barrier of topology {topology!r} generated after {since} ms reached COMMIT in "
+                f"{list(tables)} within {timeout_s:g} s; newest WRITTEN barrier per table: {got}. "
+                "Are the streaming jobs running?"
+            )
+        time.sleep(0.5)
 
 
 def corpus_lines() -> list[str]:

