@@ -169,3 +169,45 @@ def test_openlineage_facets_name_inputs_and_outputs_with_versions(tsb_env) -> No
     assert source.facets["version"].datasetVersion == "3"
     assert (sink.namespace, sink.name) == ("file", topo.location("wordcount.word_count"))
     assert sink.facets["version"].datasetVersion == "5"
+
+
+def test_emitter_generates_a_final_barrier_at_end_of_input(tsb_env) -> None:
+    from airflow_provider_tsb.delta.roots import input_ended, mark_end_of_input
+    from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
+
+    topo = wordcount_topology(tsb_env.warehouse)
+    words = topo.location("raw.words")
+    ingest_next_words(words, run_key="r1", lines=20)
+    ingest_next_words(words, run_key="r2", lines=20)
+    mark_end_of_input(words)
+    assert input_ended(words)
+    emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=60)
+    began = time.monotonic()
+    assert emitter.execute(run_context("run-1")) == [1]  # the input had ended: one final barrier
+    assert time.monotonic() - began < 30
+    info = tsb_env.store.barrier("wordcount", 1)
+    assert info.final and info.root_versions == {"tsb.raw.words": 2}
+    assert tsb_env.store.latest_final_barrier("wordcount").barrier_id == 1
+    # a retry of the same run gets its final barrier back, nothing new
+    assert emitter.execute(run_context("run-1")) == [1]
+    # new data reopens the input; the next stretch emits barriers and, on its duration, a final one
+    ingest_next_words(words, run_key="r3", lines=20)
+    assert not input_ended(words)
+    short = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=1)
+    assert short.execute(run_context("run-2")) == [2, 3]
+    assert [tsb_env.store.barrier("wordcount", b).final for b in (2, 3)] == [False, True]
+
+
+def test_emitter_waits_for_root_tables_and_checks_its_interval(tsb_env) -> None:
+    from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
+
+    topo = wordcount_topology(tsb_env.warehouse)
+    with pytest.raises(ValueError, match="interval_s must be a positive number of seconds, got 0"):
+        TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0)
+    templated = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s="{{ params.x }}", duration_s=1)
+    templated.interval_s = "soon"  # what a bad rendered template leaves
+    with pytest.raises(ValueError, match="e: interval_s must be a positive number of seconds, got 'soon'"):
+        templated.execute(run_context("run-1"))
+    waiting = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.2, duration_s=1)
+    assert waiting.execute(run_context("run-1")) == []  # no root table yet: nothing to generate
+    assert tsb_env.store.latest_barrier("wordcount") is None
