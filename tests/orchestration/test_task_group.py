@@ -1,0 +1,51 @@
+"""``TopologyTaskGroup`` rendered inside ``with DAG(...)``, without a scheduler."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import wordcount_topology
+
+from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator, TsbBarrierOperator
+from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
+from airflow_provider_tsb.task_group import TopologyTaskGroup
+
+
+def _dag(**group_kwargs):
+    import pendulum
+    from airflow.sdk import DAG
+
+    with DAG("render", schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC")) as dag:
+        group = TopologyTaskGroup(wordcount_topology("/tmp/wh"), **group_kwargs)
+    return dag, group
+
+
+def test_batch_mode_renders_barrier_then_jobs_in_order() -> None:
+    dag, group = _dag()
+    barrier = dag.get_task("wordcount.generate_barrier")
+    words, counts = dag.get_task("wordcount.wordcount_words"), dag.get_task("wordcount.wordcount_counts")
+    assert isinstance(barrier, TsbBarrierOperator) and not isinstance(barrier, TsbBarrierEmitterOperator)
+    assert words.upstream_task_ids == {"wordcount.generate_barrier"}
+    assert counts.upstream_task_ids == {"wordcount.generate_barrier", "wordcount.wordcount_words"}
+    assert words.mode == "batch" and "ti.xcom_pull(task_ids='wordcount.generate_barrier')" in words.barrier
+
+
+def test_streaming_mode_renders_emitter_and_parallel_streaming_jobs() -> None:
+    dag, group = _dag(mode="streaming", emitter_kwargs={"interval_s": "{{ params.interval_s }}", "duration_s": 60},
+                      default_job_kwargs={"retries": 3})
+    emitter = dag.get_task("wordcount.generate_barriers")
+    assert isinstance(emitter, TsbBarrierEmitterOperator)
+    assert emitter.interval_s == "{{ params.interval_s }}" and "interval_s" in emitter.template_fields
+    jobs = [dag.get_task(f"wordcount.{j}") for j in ("wordcount_words", "wordcount_counts")]
+    for job in jobs:
+        assert isinstance(job, TsbSparkJobOperator) and job.mode == "streaming" and job.barrier is None
+        assert job.upstream_task_ids == set() and job.retries == 3  # all run at once
+    assert group.job_tasks["wordcount_counts"] is jobs[1]
+    assert jobs[0].build_application_args(None, None, 1_700_000_000_000)[:4] == [
+        "--mode", "streaming", "--metastore-url", "env:TSB_METASTORE_URL"
+    ]
+    assert "--final-since" in jobs[0].build_application_args(None, None, 1_700_000_000_000)
+
+
+def test_bad_mode_is_a_dag_import_error_naming_the_topology() -> None:
+    with pytest.raises(ValueError, match="TopologyTaskGroup\\('wordcount'\\): mode must be 'batch' or 'streaming'"):
+        _dag(mode="continuous")
