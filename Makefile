@@ -48,7 +48,7 @@ test: install check-java
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check airflow_provider_tsb dags spark_apps tests benchmarks
+	$(VENV)/bin/ruff check airflow_provider_tsb dags spark_apps tests benchmarks dev
 
 bench: install check-java
 	$(PY) benchmarks/barrier_overhead.py
