@@ -161,6 +161,11 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
     :param count: stop after this many barriers (``None``: only the duration or the end of
         input bound it).
     :param final_on_stop: generate a final barrier when ``duration_s``/``count`` runs out.
+    :param max_in_flight: backpressure: generate a barrier only while fewer than this many
+        barriers are generated but not yet COMMIT (WRITTEN in every table of the topology), like
+        Flink's maximum of concurrent checkpoints. A topology that cannot keep up with
+        ``interval_s`` then gets fewer, larger barriers instead of a queue that grows without
+        bound, and the delay from a barrier to its COMMIT stays bounded. ``None``: no limit.
 
     Returns (XCom) the list of barrier ids generated, the final one last.
 
@@ -177,6 +182,7 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
         duration_s: float | str = 3600.0,
         count: int | None = None,
         final_on_stop: bool = True,
+        max_in_flight: int | None = 2,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -190,6 +196,9 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
         self.duration_s = duration_s
         self.count = count
         self.final_on_stop = final_on_stop
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"{self.task_id}: max_in_flight must be at least 1 (or None), got {max_in_flight}")
+        self.max_in_flight = max_in_flight
 
     def _seconds(self, field_name: str) -> float:
         """A positive number of seconds from ``field_name`` (rendered template or number).
@@ -245,7 +254,8 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
                 self.log.warning("stopping without a final barrier: root tables %s not readable", versions)
                 break
             last = store.latest_barrier(self.topology.name)
-            if versions is not None and (last is None or versions != last.root_versions):
+            changed = versions is not None and (last is None or versions != last.root_versions)
+            if changed and self._has_room(store, last):
                 info = self._generate(store, versions, f"{prefix}#{seq}")
                 if info is not None:
                     seq += 1
@@ -253,6 +263,15 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
                     self.log.info("barrier %s: root versions %s", info.barrier_id, versions)
             time.sleep(interval_s)
         return emitted
+
+    def _has_room(self, store: Any, last: Any) -> bool:
+        """Whether fewer than ``max_in_flight`` barriers are generated but not COMMIT."""
+        if self.max_in_flight is None or last is None:
+            return True
+        sinks = [t.name for t in self.topology.tables.values() if t.kind == "intermediate"]
+        heads = [store.newest_written(t) for t in sinks]
+        committed = min((h.barrier_id if h is not None else 0) for h in heads) if heads else last.barrier_id
+        return last.barrier_id - committed < self.max_in_flight
 
     def _generate(self, store: Any, versions: dict[str, int], run_key: str, *, final: bool = False) -> Any:
         """One barrier at ``versions``; ``None`` while an event-time watermark is unknown (no rows yet)."""

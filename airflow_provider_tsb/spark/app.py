@@ -23,6 +23,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -35,7 +36,7 @@ from airflow_provider_tsb.delta.barriers import (
 from airflow_provider_tsb.delta.errors import MisalignedInputError
 from airflow_provider_tsb.delta.log import table_exists
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan, PlanFileCatalog, open_catalog
-from airflow_provider_tsb.spark.inputs import read_changes, read_snapshot
+from airflow_provider_tsb.spark.inputs import Ranges, change_ranges, read_changes, read_snapshot
 from airflow_provider_tsb.spark.outputs import SinkMode, WriteResult, write_barrier
 from airflow_provider_tsb.spark.timing import barrier_timer, phase
 
@@ -162,9 +163,22 @@ class BarrierContext:
             raise KeyError(f"job {self.app.job_id}: {name!r} is not a source (sources: {sorted(self.plan.inputs)})")
         return self.locations[name]
 
-    def snapshot(self, source: str) -> DataFrame:
-        """The source table as of this barrier (its version in ``plan.inputs``)."""
-        return read_snapshot(self.spark, self._source(source), self.plan.inputs[source])
+    def snapshot(self, source: str, *, within: Ranges | None = None) -> DataFrame:
+        """The source table as of this barrier (its version in ``plan.inputs``).
+
+        ``within``: data skipping, ``{column: (min, max)}`` (e.g. from :meth:`change_ranges`):
+        only files whose statistics overlap are read; the result may hold rows outside the
+        ranges, so join or filter for exactness. See
+        :func:`airflow_provider_tsb.spark.inputs.read_snapshot`.
+        """
+        return read_snapshot(self.spark, self._source(source), self.plan.inputs[source], within=within)
+
+    def change_ranges(self, source: str, columns: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+        """``{column: (min, max)}`` of the rows added to ``source`` in this barrier's epoch, from
+        the Delta statistics of the added files (no data read); ``{}`` when nothing was added.
+        """
+        start = self.plan.previous_inputs.get(source) if self.plan.previous_barrier is not None else None
+        return change_ranges(self._source(source), start, self.plan.inputs[source], columns)
 
     def changes(self, source: str) -> DataFrame:
         """The source's changes in the epoch ``(previous barrier, this barrier]``.

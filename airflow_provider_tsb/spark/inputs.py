@@ -11,6 +11,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from functools import reduce
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -80,12 +81,24 @@ def _group_key(
     return tuple((c, values.get(c)) for c in partition_columns)
 
 
-def read_snapshot(spark: SparkSession, location: str, version: int) -> DataFrame:
+Ranges = Mapping[str, tuple[Any, Any]]
+
+
+def read_snapshot(
+    spark: SparkSession, location: str, version: int, *, within: Ranges | None = None
+) -> DataFrame:
     """Return the Delta table at ``location`` as of ``version`` as a lazy DataFrame.
 
     Columns: the table schema (partition columns filled from the partition values). An empty
     table gives an empty DataFrame with that schema. Cost on the driver: one snapshot load
     (file list and schema); data is read by the executors.
+
+    Args:
+        within: data skipping, ``{column: (min, max)}``: only the files whose Delta statistics
+            (``minValues``/``maxValues``, Delta protocol "Per-file Statistics") overlap every
+            range are read; files without statistics for a column are kept. The result is a
+            superset of the rows in the ranges: join or filter for exactness. Ranges usually
+            come from :func:`change_ranges`.
 
     Raises:
         TableNotFoundError: no table at ``location``.
@@ -98,8 +111,10 @@ def read_snapshot(spark: SparkSession, location: str, version: int) -> DataFrame
         schema = spark_schema(table)
         partition_columns = list(table.metadata().partition_columns)
         groups: dict[tuple[tuple[str, str | None], ...], list[str]] = defaultdict(list)
-        if partition_columns:
-            for entry in _add_entries(table):
+        if partition_columns or within:
+            for entry in _add_entries(table, stats_of=list(within or {})):
+                if within and not _overlaps(entry, within):
+                    continue
                 groups[_group_key(entry["partitionValues"], partition_columns)].append(join(loc, entry["path"]))
         else:
             uris = table.file_uris()
@@ -109,17 +124,69 @@ def read_snapshot(spark: SparkSession, location: str, version: int) -> DataFrame
     return df if df is not None else spark.createDataFrame([], schema)
 
 
-def _add_entries(table: object) -> list[dict[str, object]]:
-    """Active files of a loaded table as ``{"path", "partitionValues"}`` (metadata only)."""
+def _overlaps(entry: Mapping[str, Any], within: Ranges) -> bool:
+    """Whether a file's [min, max] overlaps every range (unknown statistics overlap)."""
+    for column, (lo, hi) in within.items():
+        fmin, fmax = entry["min"].get(column), entry["max"].get(column)
+        if fmin is None or fmax is None or lo is None or hi is None:
+            continue
+        if fmin > hi or fmax < lo:
+            return False
+    return True
+
+
+def change_ranges(location: str, from_version: int | None, to_version: int, columns: Sequence[str]) -> dict[
+    str, tuple[Any, Any]
+]:
+    """``{column: (min, max)}`` over the files added in the epoch ``(from_version, to_version]``.
+
+    From the Delta statistics of the added files (no data is read), for
+    :func:`read_snapshot`'s ``within``. A column some added file has no statistics for is left
+    out (no skipping on it); an epoch that added no file gives ``{}``. Timestamp statistics are
+    truncated to milliseconds by Delta writers; truncation is monotonic, so overlaps are kept.
+
+    Raises:
+        DeltaLogError: a commit in the range is missing from the log.
+    """
+    loc = normalize_location(location)
+    start = -1 if from_version is None else from_version
+    with phase("delta_log"):
+        added: set[str] = set()
+        for version in range(start + 1, to_version + 1):
+            actions = read_commit_actions(loc, version)
+            if actions is None:
+                raise DeltaLogError(f"Delta log of {loc!r} has no commit {version}: cannot read its changes")
+            added.update(a["add"]["path"] for a in actions if "add" in a and a["add"].get("dataChange", True))
+        if not added:
+            return {}
+        entries = [e for e in _add_entries(open_table(loc, to_version), stats_of=list(columns)) if e["path"] in added]
+    out: dict[str, tuple[Any, Any]] = {}
+    for column in columns:
+        mins = [e["min"].get(column) for e in entries]
+        maxs = [e["max"].get(column) for e in entries]
+        if entries and all(v is not None for v in mins + maxs):
+            out[column] = (min(mins), max(maxs))
+    return out
+
+
+def _add_entries(table: object, stats_of: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Active files of a loaded table as ``{"path", "partitionValues", "min", "max"}`` (metadata only).
+
+    ``min``/``max``: ``{column: value}`` of the statistics of ``stats_of`` (``None`` when absent).
+    """
     import pyarrow as pa
 
     actions = pa.table(table.get_add_actions(flatten=True))  # type: ignore[attr-defined]
+    names = set(actions.column_names)
     part_cols = [c for c in actions.column_names if c.startswith("partition.")]
-    rows = actions.select(["path", *part_cols]).to_pylist()
+    stat_cols = [f"{k}.{c}" for c in stats_of for k in ("min", "max") if f"{k}.{c}" in names]
+    rows = actions.select(["path", *part_cols, *stat_cols]).to_pylist()
     return [
         {
             "path": row["path"],
             "partitionValues": {c[len("partition.") :]: (None if row[c] is None else str(row[c])) for c in part_cols},
+            "min": {c: row.get(f"min.{c}") for c in stats_of},
+            "max": {c: row.get(f"max.{c}") for c in stats_of},
         }
         for row in rows
     ]

@@ -1,6 +1,7 @@
 """Job ``carrier_daily_delay``: per carrier and day, flights, cancelled (``dep_time`` null),
 mean and p90 of ``dep_delay``. Incremental: only the (carrier, day) groups touched in the
-epoch are recomputed from the snapshot and upserted (merge).
+epoch are recomputed from the snapshot (reading only the files whose day statistics meet the
+epoch's: Delta data skipping) and upserted (merge).
 
     spark-submit spark_apps/flights/carrier_daily_delay.py --plan plan.json --report r.json
 """
@@ -34,7 +35,9 @@ def daily_delay(flights: DataFrame) -> DataFrame:
 def process(ctx: BarrierContext) -> dict[str, DataFrame]:
     """Recompute the groups changed in the epoch (n-1, n]."""
     touched = ctx.changes(ENRICHED).select(*KEYS).distinct()
-    rows = ctx.snapshot(ENRICHED).join(touched, on=list(KEYS), how="left_semi")
+    # data skipping: read only the files whose (year, month, day) statistics meet the epoch's
+    days = ctx.change_ranges(ENRICHED, ["year", "month", "day"])
+    rows = ctx.snapshot(ENRICHED, within=days).join(touched, on=list(KEYS), how="left_semi")
     return {DAILY: daily_delay(rows)}
 
 

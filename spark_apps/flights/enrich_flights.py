@@ -38,7 +38,9 @@ def process(ctx: BarrierContext) -> dict[str, DataFrame]:
         .where(F.col(CHANGE_TYPE).isin(*INSERT_TYPES))  # raw.flights is append-only
         .drop(CHANGE_TYPE, COMMIT_VERSION)
     )
-    weather = ctx.snapshot(WEATHER).select("origin", "time_hour", "temp", "wind_speed", "precip", "visib")
+    # data skipping: only the weather files whose time_hour range meets the new flights' range
+    hours = ctx.change_ranges(FLIGHTS, ["time_hour"])
+    weather = ctx.snapshot(WEATHER, within=hours).select("origin", "time_hour", "temp", "wind_speed", "precip", "visib")
     planes, airlines = dimensions(spark)
     out = (
         new.join(weather, on=["origin", "time_hour"], how="left")

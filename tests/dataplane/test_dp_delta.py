@@ -173,3 +173,30 @@ def test_barrier_timer_phases_add_up_to_the_total() -> None:
     assert abs(sum(phases.values()) - record["total_s"]) < 0.002
     assert parse_timing_line("2026 INFO tsb-timing " + __import__("json").dumps(record)) == record
     assert parse_timing_line("no timing here") is None
+
+
+def test_data_skipping_reads_only_files_whose_statistics_meet_the_epoch(spark, tmp_path) -> None:
+    """``change_ranges`` from the epoch's added files' statistics; ``read_snapshot(within=)`` prunes files."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from airflow_provider_tsb.delta.roots import append_rows
+    from airflow_provider_tsb.spark.inputs import change_ranges, read_snapshot
+
+    loc = str(tmp_path / "events")
+    utc = dt.UTC
+    for day in (1, 2, 3):  # one file per day, disjoint ranges
+        hours = [dt.datetime(2013, 1, day, h, tzinfo=utc) for h in (0, 12, 23)]
+        rows = {"day": pa.array([day] * 3, pa.int32()), "ts": pa.array(hours, pa.timestamp("us", "UTC"))}
+        append_rows(loc, pa.table(rows))
+    ranges = change_ranges(loc, 0, 1, ["day", "ts"])  # the epoch (0, 1] added day 2
+    assert ranges["day"] == (2, 2)
+    assert ranges["ts"][0] == dt.datetime(2013, 1, 2, 0, tzinfo=utc) and ranges["ts"][1].day == 2
+    assert change_ranges(loc, 2, 2, ["day"]) == {}  # nothing added: no skipping
+    pruned = read_snapshot(spark, loc, 2, within={"day": ranges["day"]})
+    assert len(pruned.inputFiles()) == 1 and sorted(r.day for r in pruned.collect()) == [2, 2, 2]
+    by_time = read_snapshot(spark, loc, 2, within={"ts": (ranges["ts"][0], dt.datetime(2013, 1, 3, 0, tzinfo=utc))})
+    assert len(by_time.inputFiles()) == 2  # day 3 starts at 00:00, inside the range
+    assert read_snapshot(spark, loc, 2, within={"day": (7, 9)}).count() == 0
+    assert read_snapshot(spark, loc, 2).count() == 9 and len(read_snapshot(spark, loc, 2).inputFiles()) == 3

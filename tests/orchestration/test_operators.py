@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -211,3 +212,36 @@ def test_emitter_waits_for_root_tables_and_checks_its_interval(tsb_env) -> None:
     waiting = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.2, duration_s=1)
     assert waiting.execute(run_context("run-1")) == []  # no root table yet: nothing to generate
     assert tsb_env.store.latest_barrier("wordcount") is None
+
+
+def test_emitter_backpressure_keeps_at_most_max_in_flight_uncommitted(tsb_env) -> None:
+    """A topology that does not keep up gets no new barrier while ``max_in_flight`` are not COMMIT."""
+    from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
+
+    topo = wordcount_topology(tsb_env.warehouse)
+    words = topo.location("raw.words")
+    ingest_next_words(words, run_key="r1", lines=5)
+    emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=1.0,
+                                        max_in_flight=2, final_on_stop=False)
+    stop = threading.Event()
+
+    def feed() -> None:  # new data all the time, no job commits anything
+        i = 2
+        while not stop.is_set():
+            ingest_next_words(words, run_key=f"r{i}", lines=5)
+            i += 1
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        emitted = emitter.execute(run_context("run-1"))
+    finally:
+        stop.set()
+        feeder.join()
+    assert emitted == [1, 2], emitted  # two in flight, then nothing until a COMMIT
+    tsb_env.store.record_written("wordcount.word_count", 1, 0, "wordcount_words")
+    tsb_env.store.record_written("wordcount.count_of_counts", 1, 0, "wordcount_counts")
+    ingest_next_words(words, run_key="more", lines=5)
+    again = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=0.5,
+                                      max_in_flight=2, final_on_stop=False)
+    assert again.execute(run_context("run-2")) == [3]  # barrier 1 committed: room for one more
