@@ -8,46 +8,35 @@ one Spark session, barrier by barrier through the topology:
   checks, no barrier look-ups, no orphan cleanup, no PROCESSED/WRITTEN reports);
 * ``tsb``: the full framework (:func:`airflow_provider_tsb.spark.app.run_barrier`).
 
-Prints both times; the last line is ``ratio=<tsb/plain>`` (target <= 1.10).
+The arms alternate over ``--pairs`` pairs (plain first in even pairs, tsb first in odd ones,
+each on fresh tables), so a slow spell of the machine hits both arms alike. One run's ratio
+varied from 0.70 to 1.03 on the same code before; the median over pairs is the figure, its
+min and max show the spread. Prints each pair, then last line
+``ratio=<median tsb/plain> min=<x> max=<y> pairs=<n>`` (target <= 1.10).
 
-    .venv/bin/python benchmarks/barrier_overhead.py [--days 6] [--repeat 2]
+    .venv/bin/python benchmarks/barrier_overhead.py [--days 6] [--pairs 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
-import json
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from deltalake import DeltaTable
-from deltalake import Schema as DeltaSchema
-from deltalake.transaction import create_table_with_add_actions
+from plain import load_app, run_plain_barrier
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from airflow_provider_tsb.datasets import nycflights13 as nyc  # noqa: E402
-from airflow_provider_tsb.delta.log import table_exists  # noqa: E402
 from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, get_spark, run_barrier  # noqa: E402
-from airflow_provider_tsb.spark.app import BarrierContext  # noqa: E402
-from airflow_provider_tsb.spark.catalog import BarrierPlan  # noqa: E402
-from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema  # noqa: E402
-from airflow_provider_tsb.spark.outputs import _staged_files, merge_rows  # noqa: E402
 
 SCRIPTS = ("enrich_flights.py", "carrier_daily_delay.py", "carrier_ranking.py")
 ROOTS = (nyc.FLIGHTS, nyc.WEATHER)
-
-
-def load(script):
-    spec = importlib.util.spec_from_file_location(script[:-3], REPO / "spark_apps" / "flights" / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.APP
 
 
 def setup(root: Path, apps, days) -> PlanFileCatalog:
@@ -73,90 +62,47 @@ def run_tsb(spark, apps, catalog: PlanFileCatalog, barriers: int) -> float:
     return time.perf_counter() - start
 
 
-class PlainContext(BarrierContext):
-    """``previous(sink)`` = the sink's latest version (no barrier look-up)."""
-
-    def previous(self, sink):
-        loc = self.locations[sink]
-        if not table_exists(loc):
-            ddl = self.app.sinks[sink].schema
-            return self.spark.createDataFrame([], ddl) if ddl else None
-        return read_snapshot(self.spark, loc, DeltaTable(loc).version())
-
-
-def plain_write(spark, df, location, mode, keys, max_files, barrier) -> None:
-    """Spark writes Parquet, delta-rs commits: no txn, no tags, no reports, no cleanup."""
-    existing = DeltaTable(location) if table_exists(location) else None
-    if existing is not None:
-        schema = spark_schema(existing)
-        if mode == "merge":
-            df = merge_rows(read_snapshot(spark, location, existing.version()), df, keys)
-    else:
-        schema = df.schema
-    if max_files:
-        df = df.coalesce(max_files)
-    rel = f"plain/{barrier}/{time.time_ns()}"
-    df.write.parquet(f"{location}/{rel}")
-    adds = [f.to_add_action() for f in _staged_files(location, rel)]
-    delta_schema = DeltaSchema.from_json(json.dumps(schema.jsonValue()))
-    if existing is None:
-        create_table_with_add_actions(location, delta_schema, adds, mode="error")
-    else:
-        existing.create_write_transaction(adds, "append" if mode == "append" else "overwrite", delta_schema)
-
-
 def run_plain(spark, apps, catalog: PlanFileCatalog, barriers: int) -> float:
-    """Root versions from the plan; intermediate table version of barrier b is b - 1 (one
-    commit per barrier, created at version 0), so no look-ups are needed."""
+    """The same ``process()`` and write path without bookkeeping (``plain.py``)."""
     entries = catalog.plan.load()["barriers"]
     tables = catalog.tables()
     start = time.perf_counter()
     for barrier in range(1, barriers + 1):
         for app in apps:
-            locs = app.resolve_locations(tables)
-
-            def version(name, b):
-                if name in ROOTS:
-                    return entries[b - 1]["roots"][name]
-                return b - 1
-
-            plan = BarrierPlan(
-                barrier=barrier,
-                ts_ms=entries[barrier - 1]["ts"],
-                inputs={n: version(n, barrier) for n in app.sources},
-                previous_barrier=barrier - 1 if barrier > 1 else None,
-                previous_inputs={n: version(n, barrier - 1) for n in app.sources} if barrier > 1 else {},
-            )
-            outputs = app.process(PlainContext(spark, app, plan, locs))
-            for sink, spec in app.sinks.items():
-                plain_write(spark, outputs[sink], locs[sink], spec.mode, spec.keys, spec.max_files, barrier)
+            run_plain_barrier(spark, app, barrier, entries, ROOTS, app.resolve_locations(tables))
     return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--days", type=int, default=6)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--days", type=int, default=6, help="barriers (one 2013 day each) per arm")
+    parser.add_argument("--pairs", type=int, default=5, help="alternated (plain, tsb) pairs, at least 5")
     args = parser.parse_args()
+    if args.pairs < 1 or args.days < 1:
+        parser.error("--pairs and --days must be at least 1")
     spark = get_spark("tsb-benchmark")
     spark.sparkContext.setLogLevel("ERROR")
-    apps = [load(s) for s in SCRIPTS]
+    apps = [load_app(REPO / "spark_apps" / "flights" / s) for s in SCRIPTS]
     days = nyc.days(dt.date(2013, 1, 1), args.days)
     nyc.flights(), nyc.weather()  # parse the CSVs outside the timings
+    ratios: list[float] = []
     totals = {"plain": 0.0, "tsb": 0.0}
+    print(f"days={args.days} jobs={len(apps)} pairs={args.pairs}")
     with tempfile.TemporaryDirectory() as tmp:
         run_tsb(spark, apps, setup(Path(tmp) / "warmup", apps, days[:2]), 2)  # JIT, Python workers
-        for i in range(args.repeat):
+        for i in range(args.pairs):
             order = ("plain", "tsb") if i % 2 == 0 else ("tsb", "plain")
+            seconds = {}
             for kind in order:
                 catalog = setup(Path(tmp) / f"{kind}{i}", apps, days)
                 runner = run_plain if kind == "plain" else run_tsb
-                totals[kind] += runner(spark, apps, catalog, len(days))
-    plain, tsb = totals["plain"], totals["tsb"]
-    print(f"days={args.days} jobs={len(apps)} repeat={args.repeat}")
-    print(f"plain_seconds={plain:.2f}")
-    print(f"tsb_seconds={tsb:.2f}")
-    print(f"ratio={tsb / plain:.3f}")
+                seconds[kind] = runner(spark, apps, catalog, len(days))
+                totals[kind] += seconds[kind]
+            ratios.append(seconds["tsb"] / seconds["plain"])
+            print(f"pair {i + 1} ({order[0]} first): plain {seconds['plain']:.2f} s, tsb {seconds['tsb']:.2f} s, "
+                  f"ratio {ratios[-1]:.3f}", flush=True)
+    print(f"plain_seconds={totals['plain']:.2f} tsb_seconds={totals['tsb']:.2f}")
+    print(f"ratio={statistics.median(ratios):.3f} min={min(ratios):.3f} max={max(ratios):.3f} pairs={len(ratios)}")
 
 
 if __name__ == "__main__":

@@ -70,7 +70,11 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         Bound it with ``execution_timeout`` like any long-running task.
     :param idle_timeout_s: streaming mode: also stop after this many seconds without a new
         barrier (``None``: only the end of input stops it).
-    :param trigger_interval_s: streaming mode: seconds between polls for the next barrier.
+    :param trigger_interval_s: streaming mode: longest wait, seconds, for the next barrier in
+        one offset poll (the source long-polls the catalog; an idle query makes one micro-batch
+        attempt per interval, and stopping waits at most this long).
+    :param poll_interval_s: streaming mode: seconds between catalog look-ups while waiting: a
+        ready barrier starts its micro-batch within about this delay.
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
     :param heartbeat_interval_s: seconds between liveness heartbeats while the app runs.
     :param kwargs: passed to ``SparkSubmitOperator`` (``conn_id``, ``conf``, ...).
@@ -94,7 +98,8 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         barrier: int | str | None = None,
         mode: str = "batch",
         idle_timeout_s: float | None = None,
-        trigger_interval_s: float = 0.5,
+        trigger_interval_s: float = 1.0,
+        poll_interval_s: float = 0.05,
         tsb_conn_id: str = TsbMetastoreHook.default_conn_name,
         heartbeat_interval_s: float = 10.0,
         conn_id: str = "spark_default",
@@ -127,6 +132,7 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         self.mode = mode
         self.idle_timeout_s = idle_timeout_s
         self.trigger_interval_s = trigger_interval_s
+        self.poll_interval_s = poll_interval_s
         self.tsb_conn_id = tsb_conn_id
         self.heartbeat_interval_s = heartbeat_interval_s
         self._lineage: dict[str, Any] = {}
@@ -175,7 +181,7 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         if barrier is not None:
             args += ["--until-barrier", str(barrier)]
         if self.mode == "streaming":
-            args += ["--trigger-interval", str(self.trigger_interval_s)]
+            args += ["--trigger-interval", str(self.trigger_interval_s), "--poll-interval", str(self.poll_interval_s)]
             if self.idle_timeout_s is not None:
                 args += ["--idle-timeout", str(self.idle_timeout_s)]
             if final_since_ms is not None:

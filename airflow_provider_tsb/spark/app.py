@@ -399,7 +399,14 @@ def build_arg_parser(app: TsbApp) -> argparse.ArgumentParser:
     p.add_argument("--until-barrier", type=int, help="process barriers up to this one, then stop")
     p.add_argument("--max-barriers", type=int, help="stop after this many barriers")
     p.add_argument("--idle-timeout", type=float, default=None, help="streaming: stop after S seconds idle")
-    p.add_argument("--trigger-interval", type=float, default=0.5, help="streaming: seconds between polls")
+    p.add_argument(
+        "--trigger-interval", type=float, default=1.0,
+        help="streaming: longest wait (seconds) for a barrier in one offset poll (long poll)",
+    )
+    p.add_argument(
+        "--poll-interval", type=float, default=0.05,
+        help="streaming: seconds between catalog look-ups while waiting for a barrier",
+    )
     p.add_argument("--checkpoint", help="streaming checkpoint dir (default: <first sink>/_tsb_checkpoints/<job>)")
     p.add_argument(
         "--final-since", type=int, default=None, metavar="EPOCH_MS",
@@ -453,6 +460,7 @@ def run_app(app: TsbApp, argv: Sequence[str] | None = None, spark: SparkSession 
         max_barriers=args.max_barriers,
         idle_timeout_s=args.idle_timeout,
         trigger_interval_s=args.trigger_interval,
+        poll_interval_s=args.poll_interval,
         final_since_ms=args.final_since,
     )
     log.info("job %s: streaming mode processed barriers %s", app.job_id, done)

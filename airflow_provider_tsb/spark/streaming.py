@@ -67,6 +67,8 @@ class TsbStreamReader(DataSourceStreamReader):
         self.until_barrier = int(options["until_barrier"]) if options.get("until_barrier") else None
         self.max_barriers = int(options["max_barriers"]) if options.get("max_barriers") else None
         self.final_since_ms = int(options["final_since_ms"]) if options.get("final_since_ms") else None
+        self.wait_s = float(options.get("wait_s") or 0.0)
+        self.poll_s = max(0.01, float(options.get("poll_s") or 0.05))
         self._offered: set[int] = set()
         self._final: int | None = None
 
@@ -96,7 +98,11 @@ class TsbStreamReader(DataSourceStreamReader):
         after = int(start["barrier"]) if start is not None else self._current
         if self._final is not None and after >= self._final:
             return {"barrier": after}  # end of input: nothing after the final barrier
+        deadline = time.monotonic() + self.wait_s
         plan = self._next(after)
+        while plan is None and time.monotonic() + self.poll_s < deadline:
+            time.sleep(self.poll_s)
+            plan = self._next(after)
         if plan is not None and self.until_barrier is not None and plan.barrier > self.until_barrier:
             plan = None
         if plan is not None and self.max_barriers is not None and plan.barrier not in self._offered:
@@ -166,10 +172,13 @@ def barrier_stream(
     max_barriers: int | None = None,
     final_since_ms: int | None = None,
     after: int | None = None,
+    wait_s: float = 0.0,
+    poll_s: float = 0.05,
 ) -> DataFrame:
     """The streaming DataFrame of the job's barriers (one control row per micro-batch).
 
-    ``after``: the barrier the sinks are at (read from their Delta logs when ``None``).
+    ``after``: the barrier the sinks are at (read from their Delta logs when ``None``);
+    ``wait_s``/``poll_s``: the source's long poll, seconds (see :class:`TsbStreamReader`).
     """
     spark.dataSource.register(TsbDataSource)
     if after is None:
@@ -183,6 +192,8 @@ def barrier_stream(
         .option("until_barrier", "" if until_barrier is None else str(until_barrier))
         .option("max_barriers", "" if max_barriers is None else str(max_barriers))
         .option("final_since_ms", "" if final_since_ms is None else str(final_since_ms))
+        .option("wait_s", str(wait_s))
+        .option("poll_s", str(poll_s))
         .load()
     )
 
@@ -199,6 +210,7 @@ def run_streaming(
     idle_timeout_s: float | None = None,
     trigger_interval_s: float = 0.5,
     final_since_ms: int | None = None,
+    poll_interval_s: float = 0.05,
 ) -> list[int]:
     """Streaming mode: run the barrier query until a stop condition, return the barriers done.
 
@@ -209,7 +221,10 @@ def run_streaming(
     generated since ``final_since_ms`` (a retry after the job finished), it returns at once.
 
     Args:
-        trigger_interval_s: seconds between offset polls (the micro-batch trigger).
+        trigger_interval_s: longest wait, seconds, for a barrier inside one offset poll (the
+            source's long poll); an idle query makes one micro-batch attempt per interval.
+        poll_interval_s: seconds between catalog look-ups while the source waits: a ready
+            barrier starts its micro-batch within about this delay.
 
     Raises:
         pyspark.errors.StreamingQueryException: a micro-batch failed (e.g. misaligned input).
@@ -242,12 +257,12 @@ def run_streaming(
     query = (
         barrier_stream(
             spark, app, catalog, locations, until_barrier=until_barrier, max_barriers=max_barriers,
-            final_since_ms=final_since_ms, after=base,
+            final_since_ms=final_since_ms, after=base, wait_s=trigger_interval_s, poll_s=poll_interval_s,
         )
         .writeStream.queryName(f"tsb_{app.job_id}")
         .foreachBatch(handle)
         .option("checkpointLocation", ckpt)
-        .trigger(processingTime=f"{trigger_interval_s} seconds")
+        .trigger(processingTime="0 seconds")  # the source's long poll paces idle polls
         .start()
     )
     try:

@@ -1,0 +1,127 @@
+"""End-to-end delay of the streaming flights topology: from a barrier's generation to its COMMIT.
+
+The three flights jobs run as long-running streaming queries, each its own ``spark-submit``
+process built by ``TsbSparkJobOperator`` (metastore catalog on SQLite, ``--metastore-url``), as
+the ``flights_streaming`` DAG runs them minus the scheduler. Every ``--interval`` seconds the
+benchmark appends one day of nycflights13 flights and weather and generates an event-time
+barrier with the emitter's code; like the emitter's ``max_in_flight``, it waits while
+``--max-in-flight`` barriers are not yet COMMIT, so barriers come every ``--interval`` seconds
+or as fast as the topology sustains, whichever is slower. The first barrier (the Spark drivers
+starting) is a warm-up and not counted. At the end the input is marked ended, a final barrier
+(FLIP-147) is generated and the jobs stop on their own.
+
+Prints per-job delay (the job's sink WRITTEN minus its inputs WRITTEN) and end-to-end delay
+(generation -> WRITTEN in every table) median and p95, barriers per minute, each phase's
+median seconds per job (``tsb-timing`` records, see ``airflow_provider_tsb/spark/timing.py``),
+checks the FLIP-276 invariants at REPEATABLE_READ on every barrier, and ends with
+
+    e2e_median_s=<x> e2e_p95_s=<y> barriers=<n>
+
+    .venv/bin/python benchmarks/e2e_latency.py [--barriers 60] [--interval 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from flights_bench import JOBS, FlightsBench, check_invariants, median, percentile, phase_table, timing_records
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--barriers", type=int, default=60, help="barriers after the warm-up one (one day each)")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between barriers (at least)")
+    parser.add_argument("--max-in-flight", type=int, default=2, help="barriers not yet COMMIT before waiting")
+    parser.add_argument("--poll-interval", type=float, default=None,
+                        help="the jobs' poll_interval_s (default: the operator's)")
+    parser.add_argument("--keep", help="keep the warehouse, metastore and job logs in this directory")
+    args = parser.parse_args()
+    if args.barriers < 1 or args.barriers > 363:
+        parser.error("--barriers must be 1..363 (one 2013 day each after the warm-up day)")
+
+    from airflow_provider_tsb.datasets import nycflights13 as nyc
+
+    nyc.flights(), nyc.weather()  # parse the CSVs before any timing
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-e2e-"))
+    bench = FlightsBench(root)
+    days = nyc.days(dt.date(2013, 1, 1), args.barriers + 1)
+
+    bench.ingest_day(days[0])
+    warm_up = bench.generate().barrier_id
+    started = time.monotonic()
+    since_ms = int(time.time() * 1000)
+    extra = {"poll_interval_s": args.poll_interval} if args.poll_interval is not None else {}
+    procs = [bench.launch(j, "streaming", root / "logs", final_since_ms=since_ms, **extra) for j in JOBS]
+    _wait(bench, procs, warm_up, timeout_s=600)
+    print(f"warm-up barrier {warm_up} committed {time.monotonic() - started:.1f} s after the 3 spark-submits "
+          "(driver start-up, first Spark jobs)", flush=True)
+
+    measured: list[int] = []
+    waited = 0.0
+    stretch = time.monotonic()
+    for day in days[1:]:
+        tick = time.monotonic()
+        while bench.in_flight() >= args.max_in_flight:
+            _check_alive(procs)
+            time.sleep(0.05)
+        waited += time.monotonic() - tick
+        bench.ingest_day(day)
+        measured.append(bench.generate().barrier_id)
+        time.sleep(max(0.0, tick + args.interval - time.monotonic()))
+    _wait(bench, procs, measured[-1], timeout_s=600)
+    stretch_s = time.monotonic() - stretch
+    bench.end_input()
+    final = bench.generate(final=True).barrier_id
+    for p in procs:
+        p.wait(timeout_s=300)
+    print(f"final barrier {final} committed; every job stopped on its own", flush=True)
+
+    delays = bench.delays(measured)
+    if len(delays["e2e"]) != len(measured):
+        print(f"error: {len(measured) - len(delays['e2e'])} barrier(s) not COMMIT", file=sys.stderr)
+        return 1
+    bad = {b: c for b in [warm_up, *measured, final] if not all((c := check_invariants(bench, b)).values())}
+    records = timing_records([p.log_path for p in procs])
+
+    print(f"\n{len(measured)} barriers (one 2013 day each, every >= {args.interval:g} s, at most "
+          f"{args.max_in_flight} in flight) in {stretch_s:.1f} s: {len(measured) / stretch_s * 60:.1f} barriers/min; "
+          f"{waited:.1f} s spent waiting for room (backpressure)")
+    print(f"{'delay (s)':<22}{'median':>8}{'p95':>8}{'max':>8}")
+    for name in (*JOBS, "e2e"):
+        values = delays[name]
+        print(f"{name:<22}{median(values):>8.2f}{percentile(values, 0.95):>8.2f}{max(values):>8.2f}")
+    print("\nmedian seconds per barrier and phase (tsb-timing):")
+    for line in phase_table(records, set(measured)):
+        print(line)
+    print(f"\ninvariants at REPEATABLE_READ: {len(measured) + 2 - len(bad)}/{len(measured) + 2} barriers hold"
+          + (f"; FAILED at {bad}" if bad else ""))
+    print(f"logs and tables: {root}" if args.keep else f"(run with --keep DIR to keep the logs; tmp {root})")
+    print(f"e2e_median_s={median(delays['e2e']):.2f} e2e_p95_s={percentile(delays['e2e'], 0.95):.2f} "
+          f"barriers={len(measured)}")
+    return 1 if bad else 0
+
+
+def _check_alive(procs) -> None:
+    for p in procs:
+        if p.process.poll() is not None:
+            p.wait(timeout_s=1)  # raises with the log's tail if it failed
+            raise RuntimeError(f"job {p.job_id} stopped before the final barrier; log {p.log_path}")
+
+
+def _wait(bench: FlightsBench, procs, barrier: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not bench.committed(barrier):
+        _check_alive(procs)
+        if time.monotonic() > deadline:
+            where = procs[0].log_path.parent
+            raise TimeoutError(f"barrier {barrier} not COMMIT within {timeout_s:g} s; logs in {where}")
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""The flights topology as the benchmarks run it: the production path without the scheduler.
+
+Shared by ``e2e_latency.py`` and ``full_year.py``. :class:`FlightsBench` holds a throwaway
+warehouse and a SQLite metastore, registers ``dags/common/flights.py``'s topology, ingests
+nycflights13 days into the root tables, generates barriers with
+:class:`~airflow_provider_tsb.operators.barrier.TsbBarrierEmitterOperator`'s own code, and
+launches each job as the ``spark-submit`` command that
+:class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator` builds (through
+Airflow's ``SparkSubmitHook``): same arguments, same environment, ``--metastore-url``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+JOBS = ("enrich_flights", "carrier_daily_delay", "carrier_ranking")
+SINKS = ("flights.flights_enriched", "flights.carrier_daily_delay", "flights.carrier_ranking")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by nearest rank; ``nan`` when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+@dataclass
+class JobProcess:
+    """A running ``spark-submit`` of one job and the file its output goes to."""
+
+    job_id: str
+    process: subprocess.Popen
+    log_path: Path
+
+    def wait(self, timeout_s: float) -> int:
+        """Exit code; raises ``RuntimeError`` with the log's tail when it is not 0."""
+        try:
+            rc = self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise RuntimeError(f"job {self.job_id} did not end within {timeout_s:g} s; log {self.log_path}") from None
+        if rc != 0:
+            tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-40:])
+            raise RuntimeError(f"job {self.job_id} exited with {rc}; last lines of {self.log_path}:\n{tail}")
+        return rc
+
+
+class FlightsBench:
+    """A flights topology in ``root`` (warehouse + ``tsb.db``), registered and ready to run.
+
+    Args:
+        root: an empty directory.
+        spark_master: the ``spark_default`` connection's master.
+    """
+
+    def __init__(self, root: Path, spark_master: str = "local[2]") -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root
+        os.environ["TSB_WAREHOUSE"] = str(root / "warehouse")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+        os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = f'{{"conn_type": "spark", "host": "{spark_master}"}}'
+        self.url = f"sqlite:///{root / 'tsb.db'}"
+        from airflow_provider_tsb.metastore.store import MetaStore
+
+        self.topology = _load_topology()
+        self.store = MetaStore(self.url)
+        self.store.migrate()
+        self.store.register_topology(self.topology)
+        for job in self.topology.jobs.values():
+            tables = {n: self.topology.tables[n] for n in (*job.sources, *job.sinks)}
+            self.store.register_job(self.topology.name, job, tables, warehouse=self.topology.warehouse)
+        from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
+
+        self.emitter = TsbBarrierEmitterOperator(task_id="generate_barriers", topology=self.topology, ts_kind="event")
+        self._seq = 0
+
+    def location(self, table: str) -> str:
+        return self.topology.location(table)
+
+    # ------------------------------------------------------------------ input and barriers
+    def ingest_day(self, day: dt.date) -> dict[str, int]:
+        """Append one day of flights and weather to the root tables (one commit each)."""
+        from airflow_provider_tsb.datasets import nycflights13 as nyc
+
+        return nyc.ingest_day(self.location(nyc.FLIGHTS), self.location(nyc.WEATHER), day)
+
+    def end_input(self) -> None:
+        """Mark the end of input (FLIP-147) on both root tables."""
+        from airflow_provider_tsb.delta.roots import mark_end_of_input
+
+        for table in ("raw.weather", "raw.flights"):
+            mark_end_of_input(self.location(table))
+
+    def generate(self, *, final: bool = False) -> Any:
+        """The next event-time barrier at the root tables' current versions (the emitter's code)."""
+        from airflow_provider_tsb.operators.barrier import read_root_versions
+
+        self._seq += 1
+        key = f"bench/{self.root.name}#{'final' if final else self._seq}"
+        return self.emitter._generate(self.store, read_root_versions(self.topology), key, final=final)
+
+    def in_flight(self) -> int:
+        """Barriers generated but not yet WRITTEN in every sink (not COMMIT)."""
+        last = self.store.latest_barrier(self.topology.name)
+        if last is None:
+            return 0
+        heads = [self.store.newest_written(s) for s in SINKS]
+        return last.barrier_id - min(h.barrier_id if h is not None else 0 for h in heads)
+
+    def committed(self, barrier: int) -> bool:
+        return all((h := self.store.newest_written(s)) is not None and h.barrier_id >= barrier for s in SINKS)
+
+    # ------------------------------------------------------------------ jobs
+    def command(self, job_id: str, mode: str, *, final_since_ms: int | None = None,
+                **operator_kwargs: Any) -> tuple[list[str], dict[str, str]]:
+        """(argv, environment) of the job's ``spark-submit``, built by the operator (its defaults
+        unless ``operator_kwargs`` say otherwise) and Airflow's ``SparkSubmitHook``."""
+        from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
+
+        op = TsbSparkJobOperator(task_id=job_id, topology=self.topology, job_id=job_id, mode=mode,
+                                 **operator_kwargs)
+        op.application_args = op.build_application_args(None, None, final_since_ms)
+        op.env_vars = op.build_env(self.url, None, None)
+        hook = op._get_hook()
+        return hook._build_spark_submit_command(op.application), {**os.environ, **op.env_vars}
+
+    def launch(self, job_id: str, mode: str, log_dir: Path, **kwargs: Any) -> JobProcess:
+        """Start the job's ``spark-submit`` (stdout and stderr to ``log_dir/<job>.log``)."""
+        argv, env = self.command(job_id, mode, **kwargs)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        path = log_dir / f"{job_id}.log"
+        out = path.open("ab")
+        return JobProcess(job_id, subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT), path)
+
+    # ------------------------------------------------------------------ figures
+    def delays(self, barriers: list[int]) -> dict[str, list[float]]:
+        """Seconds per barrier: ``e2e`` (generated -> WRITTEN in every sink) and, per job, its
+        own delay (its sink WRITTEN - its inputs WRITTEN; root tables are WRITTEN at generation).
+        """
+        out: dict[str, list[float]] = {"e2e": [], **{j: [] for j in JOBS}}
+        jobs = {j: self.topology.jobs[j] for j in JOBS}
+        tables = sorted({t for job in jobs.values() for t in (*job.sources, *job.sinks)})
+        sinks = [s for job in jobs.values() for s in job.sinks]
+        for b in barriers:
+            info = self.store.barrier(self.topology.name, b)
+            states = {t: self.store.table_state(t, b) for t in tables}
+            if not all(s is not None and s.written_at_ms for s in states.values()):
+                continue
+            out["e2e"].append((max(states[s].written_at_ms for s in sinks) - info.created_at_ms) / 1000)
+            for job_id, job in jobs.items():
+                ready = max(states[s].written_at_ms for s in job.sources)
+                out[job_id].append((states[job.sinks[0]].written_at_ms - ready) / 1000)
+        return out
+
+
+def timing_records(paths: list[Path]) -> list[dict[str, Any]]:
+    """The ``tsb-timing`` records in the jobs' logs."""
+    from airflow_provider_tsb.spark.timing import parse_timing_line
+
+    records = []
+    for path in paths:
+        for line in path.read_text(errors="replace").splitlines():
+            rec = parse_timing_line(line)
+            if rec is not None:
+                records.append(rec)
+    return records
+
+
+def phase_table(records: list[dict[str, Any]], barriers: set[int]) -> list[str]:
+    """Lines: per job, the median seconds of each phase over ``barriers``."""
+    from airflow_provider_tsb.spark.timing import PHASES
+
+    lines = [f"{'job':<22}" + "".join(f"{p:>10}" for p in (*PHASES, "total"))]
+    for job_id in JOBS:
+        mine = [r for r in records if r["job"] == job_id and r["barrier"] in barriers]
+        if not mine:
+            continue
+        cells = [median([r["phases"].get(p, 0.0) for r in mine]) for p in PHASES]
+        cells.append(median([r["total_s"] for r in mine]))
+        lines.append(f"{job_id:<22}" + "".join(f"{c:>10.3f}" for c in cells))
+    return lines
+
+
+def check_invariants(bench: FlightsBench, barrier: int) -> dict[str, bool]:
+    """FLIP-276 invariants of the flights topology at ``barrier``, read at REPEATABLE_READ."""
+    from airflow_provider_tsb.demo import check_barrier
+
+    return check_barrier(bench.store, barrier)[1]
+
+
+def _load_topology() -> Any:
+    path = REPO / "dags" / "common" / "flights.py"
+    spec = importlib.util.spec_from_file_location("tsb_bench_flights_topology", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.topology
+
+
+def wait_until(predicate: Any, timeout_s: float, what: str, poll_s: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(poll_s)

@@ -1,0 +1,148 @@
+"""All of 2013 (336,776 flights, one barrier per day) through the three flights jobs.
+
+Three arms, each on its own copy of the root tables (the same days, the same commits) and its
+own metastore, every job its own ``spark-submit`` (built by ``TsbSparkJobOperator`` for tsb):
+
+* ``batch``: the 365 barriers are generated first; then a catch-up in batch mode, one
+  ``spark-submit`` per job processing every pending barrier, job after job;
+* ``streaming``: the same barriers, the three jobs as streaming queries started at once
+  (pipelining: job 2 on barrier n while job 1 is on n+1), stopping on their own after the
+  final barrier (end of input, FLIP-147);
+* ``plain``: ``benchmarks/plain.py``, the same ``process()`` functions over the same epochs
+  with the same write path and no barrier bookkeeping, one ``spark-submit`` per job.
+
+Wall times include each ``spark-submit``'s start-up. Checks the FLIP-276 invariants at
+REPEATABLE_READ at the last barrier of both tsb arms and that the plain arm's ranking has the
+same rows. Last line:
+
+    seconds=<batch catch-up> streaming_seconds=<s> barriers=<n> ratio=<batch/plain>
+
+    .venv/bin/python benchmarks/full_year.py [--days 365] [--arms batch,streaming,plain]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from flights_bench import JOBS, SINKS, FlightsBench, check_invariants
+
+HERE = Path(__file__).resolve().parent
+TIMEOUT_S = 3 * 3600
+
+
+def prepare(root: Path, days: list[dt.date]) -> FlightsBench:
+    """A topology with one barrier per day ingested (the streaming input, already arrived)."""
+    bench = FlightsBench(root)
+    for day in days:
+        bench.ingest_day(day)
+        bench.generate()
+    bench.end_input()
+    bench.generate(final=True)
+    return bench
+
+
+def run_batch(bench: FlightsBench) -> float:
+    start = time.monotonic()
+    for job_id in JOBS:
+        bench.launch(job_id, "batch", bench.root / "logs").wait(TIMEOUT_S)
+    return time.monotonic() - start
+
+
+def run_streaming(bench: FlightsBench) -> float:
+    start = time.monotonic()
+    since = int(time.time() * 1000) - 3600_000  # the final barrier was generated before the jobs start
+    procs = [bench.launch(j, "streaming", bench.root / "logs", final_since_ms=since) for j in JOBS]
+    for p in procs:
+        p.wait(TIMEOUT_S)
+    return time.monotonic() - start
+
+
+def run_plain(bench: FlightsBench) -> float:
+    """``plain.py`` per job over the epochs of ``bench``'s barriers (not counting the final one)."""
+    barriers = [b for b in bench.store.barriers(bench.topology.name, limit=100_000, ascending=True) if not b.final]
+    epochs = bench.root / "epochs.json"
+    epochs.write_text(json.dumps({"barriers": [{"barrier": b.barrier_id, "ts": b.ts_ms, "roots": b.root_versions}
+                                               for b in barriers]}))
+    start = time.monotonic()
+    for job_id in JOBS:
+        argv, env = bench.command(job_id, "batch")
+        job = bench.topology.jobs[job_id]
+        app_at = _app_index(argv)
+        tables = [f"--table={n}={bench.location(n)}" for n in (*job.sources, *job.sinks)]
+        argv = [*argv[:app_at], str(HERE / "plain.py"), "--script", argv[app_at], "--epochs", str(epochs), *tables]
+        log = (bench.root / "logs" / f"plain-{job_id}.log").open("ab")
+        rc = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=TIMEOUT_S).returncode
+        if rc != 0:
+            raise RuntimeError(f"plain {job_id} exited with {rc}; log {log.name}")
+    return time.monotonic() - start
+
+
+def _app_index(argv: list[str]) -> int:
+    """Where the application (the first ``.py``) is in a ``spark-submit`` command line."""
+    return next(i for i, a in enumerate(argv) if a.endswith(".py"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--days", type=int, default=365, help="2013 days, one barrier each (1..365)")
+    parser.add_argument("--arms", default="batch,streaming,plain")
+    parser.add_argument("--keep", help="keep warehouses, metastores and logs in this directory")
+    args = parser.parse_args()
+    if not 1 <= args.days <= 365:
+        parser.error("--days must be 1..365")
+    arms = args.arms.split(",")
+    from airflow_provider_tsb.datasets import nycflights13 as nyc
+
+    days = nyc.days(dt.date(2013, 1, 1), args.days)
+    base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-year-"))
+    seconds: dict[str, float] = {}
+    benches: dict[str, FlightsBench] = {}
+    for arm in arms:
+        t0 = time.monotonic()
+        benches[arm] = bench = prepare(base / arm, days)
+        flights = sum(nyc.flights_of_day(d).num_rows for d in days)
+        print(f"{arm}: {len(days)} days ({flights:,} flights) ingested, {len(days)} barriers + a final one "
+              f"generated in {time.monotonic() - t0:.0f} s", flush=True)
+        runner = {"batch": run_batch, "streaming": run_streaming, "plain": run_plain}[arm]
+        seconds[arm] = runner(bench)
+        print(f"{arm}: {seconds[arm]:.1f} s", flush=True)
+
+    last = len(days)
+    ok = True
+    for arm in ("batch", "streaming"):
+        if arm in benches:
+            checks = check_invariants(benches[arm], last)
+            heads = {s: (h.barrier_id if (h := benches[arm].store.newest_written(s)) else None) for s in SINKS}
+            good = all(checks.values()) and all(h == last + 1 for h in heads.values())
+            ok = ok and good
+            print(f"{arm}: invariants at REPEATABLE_READ at barrier {last}: {checks}; final barrier in every "
+                  f"sink: {heads}")
+    if "plain" in benches and "batch" in benches:
+        from deltalake import DeltaTable
+
+        def rows(bench: FlightsBench, version: int | None) -> list:
+            loc = bench.location("flights.carrier_ranking")
+            return sorted(DeltaTable(loc, version=version).to_pyarrow_table().to_pylist(), key=repr)
+
+        same = rows(benches["plain"], None) == rows(benches["batch"], benches["batch"].store.version_at(
+            "tsb.flights.carrier_ranking", last))
+        ok = ok and same
+        print(f"plain carrier_ranking == tsb carrier_ranking at barrier {last}: {same}")
+    print(f"(tables and logs in {base})")
+    figures = [f"seconds={seconds.get('batch', float('nan')):.1f}",
+               f"streaming_seconds={seconds.get('streaming', float('nan')):.1f}", f"barriers={len(days)}"]
+    if "plain" in seconds and "batch" in seconds:
+        figures.append(f"ratio={seconds['batch'] / seconds['plain']:.3f}")
+    print(" ".join(figures))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
