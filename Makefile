@@ -51,8 +51,11 @@ lint: install
 	$(VENV)/bin/ruff check airflow_provider_tsb dags spark_apps tests benchmarks dev
 
 bench: install check-java
+	$(PY) benchmarks/e2e_latency.py
+	$(PY) benchmarks/full_year.py
 	$(PY) benchmarks/barrier_overhead.py
 	$(PY) benchmarks/metastore_scale.py
+	$(PY) benchmarks/ui_scale.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache test-output

@@ -135,3 +135,55 @@ def test_retried_streaming_job_after_end_of_input_ends_at_once(streaming_env) ->
     out = retry.execute(context)
     assert out["barriers"] == [] and time.monotonic() - began < 120
     assert streaming_env.store.newest_written(COUNTS).barrier_id == emitted[-1]
+
+
+def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_env) -> None:
+    """The ``tsb`` source's offset request waits (``wait_s``) and returns a barrier that became
+    ready during the wait, read through the production (metastore) catalog; idle, it answers
+    "no new barrier" only after ``wait_s``."""
+    import json
+
+    from airflow_provider_tsb.operators.barrier import read_root_versions
+    from airflow_provider_tsb.spark.streaming import TsbStreamReader
+
+    topo = wordcount_topology(streaming_env.warehouse)
+    store = streaming_env.store
+    store.register_topology(topo)
+    job = topo.jobs["wordcount_words"]
+    store.register_job(topo.name, job, {n: topo.tables[n] for n in (*job.sources, *job.sinks)})
+    ingest_next_words(topo.location("raw.words"), run_key="w0", lines=5)
+    first = store.create_barrier(topo.name, read_root_versions(topo)).barrier_id
+    reader = TsbStreamReader({
+        "catalog": json.dumps({"kind": "metastore", "url": streaming_env.url, "report": ""}),
+        "job_id": "wordcount_words",
+        "sources": json.dumps({WORDS: topo.location("raw.words")}),
+        "start_after": "-1", "wait_s": "20", "poll_s": "0.05",
+    })
+    assert reader.latestOffset({"barrier": -1}) == {"barrier": first}
+
+    def generate_later() -> None:
+        time.sleep(1.0)
+        ingest_next_words(topo.location("raw.words"), run_key="w1", lines=5)
+        store.create_barrier(topo.name, read_root_versions(topo))
+
+    later = threading.Thread(target=generate_later)
+    began = time.monotonic()
+    later.start()
+    offset = reader.latestOffset({"barrier": first})
+    waited = time.monotonic() - began
+    later.join()
+    # without the long poll the answer would be the unchanged offset: barrier 2 did not exist yet
+    assert offset == {"barrier": first + 1}, offset
+    assert 1.0 <= waited < 20, waited
+    partitions = reader.partitions({"barrier": first}, offset)
+    assert [json.loads(p.plan_json)["barrier"] for p in partitions] == [first + 1]
+
+    idle = TsbStreamReader({
+        "catalog": json.dumps({"kind": "metastore", "url": streaming_env.url, "report": ""}),
+        "job_id": "wordcount_words",
+        "sources": json.dumps({WORDS: topo.location("raw.words")}),
+        "start_after": str(first + 1), "wait_s": "0.6", "poll_s": "0.05",
+    })
+    began = time.monotonic()
+    assert idle.latestOffset({"barrier": first + 1}) == {"barrier": first + 1}
+    assert time.monotonic() - began >= 0.5
