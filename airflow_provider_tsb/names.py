@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 from airflow_provider_tsb.exceptions import InvalidNameError
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_JOB_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,249}$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_JOB_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,249}")
 
 
 class TableName(NamedTuple):
@@ -52,7 +52,7 @@ def parse_table_name(name: str, default_catalog: str = "tsb") -> TableName:
             f"(or 'database.table'), got {len(parts)} part(s)"
         )
     for part in parts:
-        if not _IDENTIFIER.match(part):
+        if not _IDENTIFIER.fullmatch(part):
             raise InvalidNameError(
                 f"invalid table name {name!r}: part {part!r} is not an identifier "
                 "(letters, digits and '_', not starting with a digit; no path separators, "
@@ -72,7 +72,7 @@ def validate_job_id(job_id: str) -> str:
     Raises:
         InvalidNameError: naming the job id and the rule it breaks.
     """
-    if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
         raise InvalidNameError(
             f"invalid job id {job_id!r}: use letters, digits, '_' and '-', starting with a "
             "letter or '_' (it is also the Delta txn appId of the job's commits)"

@@ -93,6 +93,7 @@ def test_job_without_sink() -> None:
         ("a.b.c.d", "got 4 part(s)"),
         ("justone", "got 1 part(s)"),
         ("c..t", "'' is not an identifier"),
+        ("raw.evil\n", "is not an identifier"),  # a trailing newline passed a `$`-anchored check
     ],
 )
 def test_invalid_names(name: str, fragment: str) -> None:
@@ -106,6 +107,13 @@ def test_invalid_name_in_declaration() -> None:
     topo = Topology("bad")
     with pytest.raises(InvalidNameError, match="is not an identifier"):
         topo.root_table("c.d.e/tc")
+
+
+def test_job_id_with_a_trailing_newline_is_refused() -> None:
+    topo = Topology("bad")
+    topo.root_table("raw.a")
+    with pytest.raises(InvalidNameError):
+        topo.job("nljob\n", "app.py", sources=["raw.a"], sinks=["x.b"])
 
 
 def test_two_part_name_gets_default_catalog() -> None:
