@@ -12,6 +12,7 @@ from airflow_provider_tsb.exceptions import (
     InconsistentReadError,
     MetastoreError,
     TopologyError,
+    UnknownBarrierError,
     UnknownTableError,
 )
 from airflow_provider_tsb.metastore.migrate import head_revision
@@ -118,6 +119,47 @@ def test_barriers_are_increasing_and_idempotent(store: MetaStore, tmp_path) -> N
         store.create_barrier("wordcount", {WORDS: 1})
     with pytest.raises(TopologyError, match="not registered"):
         store.create_barrier("nope", {})
+
+
+def test_written_only_for_generated_barriers_and_real_versions(store: MetaStore, tmp_path) -> None:
+    """A WRITTEN state for a barrier never generated would be served at REPEATABLE_READ."""
+    store.register_topology(wordcount(tmp_path))
+    store.create_barrier("wordcount", {WORDS: 0})
+    for bad in (0, -1, 1_000_000):
+        with pytest.raises(UnknownBarrierError, match=f"barrier {bad} was never generated for topology 'wordcount'"):
+            store.record_written(WC, bad, 0, "count_words")
+    for version in (-1, "3", 1.5, None):
+        with pytest.raises(ValueError, match="a Delta version is an integer >= 0"):
+            store.record_written(WC, 1, version, "count_words")  # type: ignore[arg-type]
+    assert store.newest_written(WC) is None  # nothing was recorded by the refused calls
+    store.record_written(WC, 1, 0, "count_words")
+    assert store.version_at(WC, 1) == 0
+
+
+def test_system_time_barrier_timestamps_rise_with_ids(store: MetaStore, tmp_path) -> None:
+    """Four writers at once: each barrier's timestamp is taken under the topology lock."""
+    import threading
+
+    store.register_topology(wordcount(tmp_path))
+    errors: list[BaseException] = []
+
+    def generate() -> None:
+        try:
+            for _ in range(15):
+                store.create_barrier("wordcount", {WORDS: 0})
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=generate) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    barriers = store.barriers("wordcount", limit=100, ascending=True)
+    assert [b.barrier_id for b in barriers] == list(range(1, 61))
+    stamps = [b.ts_ms for b in barriers]
+    assert stamps == sorted(stamps), [(b.barrier_id, b.ts_ms) for b in barriers]
 
 
 def test_resolution_levels(store: MetaStore, tmp_path) -> None:

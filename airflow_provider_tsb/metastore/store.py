@@ -20,6 +20,7 @@ integers strictly increasing per topology.
 
 from __future__ import annotations
 
+import operator
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -725,13 +726,13 @@ class MetaStore:
         if ts_kind not in ("system", "event"):
             raise ValueError(f"ts_kind must be 'system' or 'event', got {ts_kind!r}")
         versions = {normalize_table_name(k): int(v) for k, v in root_versions.items()}
-        created_at = now_ms()
         with self._tx(write=True) as s:
             locked = s.execute(
                 update(TopologyRow)
                 .where(TopologyRow.name == topology)
                 .values(lock_version=TopologyRow.lock_version + 1)
             )
+            created_at = now_ms()  # under the topology lock: timestamps rise with barrier ids
             if not locked.rowcount:
                 raise TopologyError(
                     f"topology {topology!r} is not registered; register its tables and jobs "
@@ -766,6 +767,8 @@ class MetaStore:
                 .order_by(BarrierRow.barrier_id.desc()).limit(1)
             )
             ts = int(ts_ms if ts_ms is not None else created_at)
+            if last is not None and ts_ms is None and ts_kind == "system" and last.ts_kind == "system":
+                ts = max(ts, last.ts_ms)  # a clock step back never orders a barrier before its predecessor
             if last is not None:
                 if ts_kind == "event" and last.ts_kind == "event" and ts < last.ts_ms:
                     raise TopologyError(
@@ -942,10 +945,31 @@ class MetaStore:
         Raises:
             TopologyError: the barrier is WRITTEN already at another version (the Delta log
                 and the metastore disagree; rebuild the index from the log).
+            UnknownBarrierError: ``barrier_id`` was never generated for the table's topology.
+            ValueError: ``version`` is negative.
         """
+        try:
+            version = operator.index(version)
+        except TypeError:
+            version = -1
+        if version < 0:
+            raise ValueError(
+                f"table {table!r}, barrier {barrier_id}: a Delta version is an integer >= 0, got {version!r}"
+            )
         ts = written_at_ms or now_ms()
         with self._tx(write=True) as s:
             table_id = self._table_id(s, table)
+            topology = s.scalar(select(TableRow.topology).where(TableRow.id == table_id))
+            generated = s.scalar(
+                select(BarrierRow.barrier_id).where(
+                    BarrierRow.topology == topology, BarrierRow.barrier_id == barrier_id
+                )
+            )
+            if generated is None:
+                raise UnknownBarrierError(
+                    f"barrier {barrier_id} was never generated for topology {topology!r} (table "
+                    f"{normalize_table_name(table)!r}); only generated barriers can be WRITTEN"
+                )
             row = s.get(TableBarrierRow, (table_id, barrier_id))
             if row is None:
                 s.add(
