@@ -126,6 +126,36 @@ def cmd_versions(args: argparse.Namespace) -> int:
     return 0
 
 
+#: barrier ids are BIGINT in the metastore
+MAX_BARRIER = 2**63 - 1
+#: longest lease: ten years, in seconds
+MAX_LEASE_SECONDS = 10 * 365 * 86400.0
+
+
+def barrier_id_arg(value: str) -> int:
+    """An ``argparse`` type: a barrier id, an integer 1..2**63-1."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a barrier id (an integer >= 1)") from None
+    if not 1 <= number <= MAX_BARRIER:
+        raise argparse.ArgumentTypeError(f"{value} is not a barrier id: barrier ids run from 1 to {MAX_BARRIER}")
+    return number
+
+
+def lease_seconds_arg(value: str) -> float:
+    """An ``argparse`` type: a lease duration, seconds, finite, > 0 and at most ten years."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_LEASE_SECONDS:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a lease duration: give seconds > 0 and at most {MAX_LEASE_SECONDS:.0f} (ten years)"
+        )
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``tsb`` argument parser (every command has ``--help``)."""
     parser = argparse.ArgumentParser(
@@ -164,9 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("tables", nargs="+", metavar="TABLE", help="catalog.database.table names")
     p.add_argument("--level", default="repeatable-read",
                    help="read-uncommitted | read-committed | repeatable-read (default)")
-    p.add_argument("--as-of", type=int, help="time travel to this COMMIT barrier")
-    p.add_argument("--min-barrier", type=int, help="last seen barrier: never return an older one")
-    p.add_argument("--lease-seconds", type=float, help="pin the versions for this many seconds")
+    p.add_argument("--as-of", type=barrier_id_arg, help="time travel to this COMMIT barrier")
+    p.add_argument("--min-barrier", type=barrier_id_arg, help="last seen barrier: never return an older one")
+    p.add_argument("--lease-seconds", type=lease_seconds_arg, help="pin the versions for this many seconds")
     p.add_argument("--api-url", default=os.environ.get("TSB_API_URL"),
                    help="REST API base URL (default $TSB_API_URL); without it the metastore is read directly")
     add_store_options(p)
@@ -190,6 +220,8 @@ def _register_extra_commands(sub: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``tsb`` command line; returns the exit code."""
+    from sqlalchemy import exc as sa_exc
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -199,6 +231,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if not exc.__class__.__name__.startswith("Metastore") else 2
     except (FileNotFoundError, ValueError) as exc:
         print(f"tsb: error: {exc}", file=sys.stderr)
+        return 2
+    except sa_exc.ArgumentError as exc:  # NoSuchModuleError: an unknown URL scheme or driver
+        print(f"tsb: error: cannot open the metastore: {exc}; use a sqlite:/// or postgresql:// URL",
+              file=sys.stderr)
         return 2
 
 

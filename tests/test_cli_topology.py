@@ -121,3 +121,24 @@ def test_db_commands_and_help(tmp_path: Path) -> None:
     env_home = tsb("db", "migrate", env={"AIRFLOW_HOME": str(tmp_path / "home"), "TSB_METASTORE_URL": ""})
     assert env_home.returncode == 0, env_home.stderr
     assert (tmp_path / "home" / "tsb.db").exists()
+
+
+def test_versions_refuses_out_of_range_arguments_without_a_traceback(tmp_path: Path) -> None:
+    """Numbers the metastore cannot hold, infinite or NaN leases and unknown URL schemes get a
+    one-line error naming the option, not an OverflowError or NoSuchModuleError traceback."""
+    url = f"sqlite:///{tmp_path / 'tsb.db'}"
+    cases = {
+        ("--as-of", "9223372036854775808"): "argument --as-of: 9223372036854775808 is not a barrier id",
+        ("--as-of", "1e30"): "argument --as-of: '1e30' is not a barrier id",
+        ("--min-barrier", "-1"): "argument --min-barrier: -1 is not a barrier id",
+        ("--lease-seconds", "inf"): "argument --lease-seconds: 'inf' is not a lease duration",
+        ("--lease-seconds", "1e300"): "argument --lease-seconds: '1e300' is not a lease duration",
+        ("--lease-seconds", "nan"): "argument --lease-seconds: 'nan' is not a lease duration",
+    }
+    for (option, value), message in cases.items():
+        out = tsb("versions", "tsb.raw.words", f"{option}={value}", "--url", url)
+        assert out.returncode == 2, (option, value, out.stderr)
+        assert message in out.stderr and "Traceback" not in out.stderr, out.stderr
+    out = tsb("versions", "tsb.raw.words", "--url", "bogus://x")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "cannot open the metastore" in out.stderr and "sqlite:///" in out.stderr
