@@ -70,6 +70,7 @@ def run_plain(bench: FlightsBench) -> float:
     epochs = bench.root / "epochs.json"
     epochs.write_text(json.dumps({"barriers": [{"barrier": b.barrier_id, "ts": b.ts_ms, "roots": b.root_versions}
                                                for b in barriers]}))
+    (bench.root / "logs").mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     for job_id in JOBS:
         argv, env = bench.command(job_id, "batch")
