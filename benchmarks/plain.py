@@ -84,8 +84,14 @@ def plain_write(spark, df, location, mode, keys, max_files, barrier) -> None:
 def plain_plan(app: TsbApp, barrier: int, entries: Sequence[Mapping[str, Any]], roots: Sequence[str]) -> BarrierPlan:
     """Barrier ``barrier`` (1-based into ``entries``) as a plan, without any look-up."""
 
+    from airflow_provider_tsb.names import normalize_table_name as canonical
+
+    root_names = {canonical(r) for r in roots}
+
     def version(name: str, b: int) -> int:
-        return entries[b - 1]["roots"][name] if name in roots else b - 1
+        if canonical(name) not in root_names:
+            return b - 1
+        return {canonical(k): v for k, v in entries[b - 1]["roots"].items()}[canonical(name)]
 
     return BarrierPlan(
         barrier=barrier,
