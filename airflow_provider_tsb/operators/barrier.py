@@ -241,7 +241,10 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
         seq = 0
         while True:
             versions = self._current_versions()
-            ended = versions is not None and self._input_ended()
+            # ended at exactly these versions: the markers are the newest commits and no commit
+            # landed between reading the versions and the markers (else the final barrier could
+            # miss the flights table's marker commit written just after the weather's)
+            ended = versions is not None and self._input_ended() and self._current_versions() == versions
             out_of_time = time.monotonic() >= deadline or (self.count is not None and len(emitted) >= self.count)
             if versions is not None and (ended or (out_of_time and self.final_on_stop)):
                 info = self._generate(store, versions, f"{prefix}#final", final=True)

@@ -199,6 +199,35 @@ def test_emitter_generates_a_final_barrier_at_end_of_input(tsb_env) -> None:
     assert [tsb_env.store.barrier("wordcount", b).final for b in (2, 3)] == [False, True]
 
 
+def test_final_barrier_includes_an_end_marker_committed_while_the_emitter_reads(tsb_env) -> None:
+    """The ingestion's end-of-input marker lands between the emitter reading the root versions
+    and checking the markers (seen under the real scheduler: flights' marker right after
+    weather's). The final barrier must still hold the marker's version."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_tsb.delta.roots import mark_end_of_input
+    from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
+
+    topo = wordcount_topology(tsb_env.warehouse)
+    words = topo.location("raw.words")
+    ingest_next_words(words, run_key="r1", lines=20)
+
+    class MarkerLandsMidway(TsbBarrierEmitterOperator):
+        landed = False
+
+        def _input_ended(self) -> bool:
+            if not self.landed:  # the ingestion task commits its marker right now
+                mark_end_of_input(words)
+                self.landed = True
+            return super()._input_ended()
+
+    emitter = MarkerLandsMidway(task_id="e", topology=topo, interval_s=0.1, duration_s=60)
+    emitted = emitter.execute(run_context("run-1"))
+    final = tsb_env.store.barrier("wordcount", emitted[-1])
+    assert final.final
+    assert final.root_versions == {"tsb.raw.words": DeltaTable(words).version()}, (emitted, final.root_versions)
+
+
 def test_emitter_waits_for_root_tables_and_checks_its_interval(tsb_env) -> None:
     from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
 
