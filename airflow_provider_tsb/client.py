@@ -24,7 +24,7 @@ from urllib.parse import quote
 import httpx
 
 from airflow_provider_tsb import exceptions as exc_module
-from airflow_provider_tsb.consistency import ConsistencyLevel, UnknownConsistencyLevelError
+from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions, UnknownConsistencyLevelError
 from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError, TsbError
 from airflow_provider_tsb.names import parse_table_name
 
@@ -187,30 +187,35 @@ class TsbClient:
         )
 
     def versions(
-        self,
-        tables: Iterable[str],
-        level: ConsistencyLevel | str = ConsistencyLevel.REPEATABLE_READ,
-        *,
-        as_of: int | None = None,
-        min_barrier: int | None = None,
-        lease_seconds: float | None = None,
-        lease_holder: str | None = None,
+        self, tables: Iterable[str], level: ReadOptions | ConsistencyLevel | str | None = None, **options: Any
     ) -> dict[str, Any]:
-        """``POST /versions``: {level, barrier, as_of, tables{name: {version, barrier, state, location,
-        staged}}, lease}. See :func:`airflow_provider_tsb.versions.resolution_to_dict`."""
+        """``POST /versions``: consistent versions of tables Q.
+
+        Args:
+            tables: ``catalog.database.table`` names (Q).
+            level: a :class:`~airflow_provider_tsb.consistency.ReadOptions`, or a level
+                (default REPEATABLE_READ).
+            **options: :class:`ReadOptions` fields (``as_of``, ``min_barrier``,
+                ``lease_seconds``, ``lease_holder``). With ``monotonic=True`` the client raises
+                ``min_barrier`` to the newest barrier it has seen for the same tables.
+
+        Returns:
+            {level, barrier, as_of, tables{name: {version, barrier, state, location, staged}},
+            lease}: the shape of :meth:`Resolution.to_dict
+            <airflow_provider_tsb.metastore.records.Resolution.to_dict>`.
+
+        Raises:
+            ValueError: invalid options (before any request). The tsb error the server answered.
+        """
+        opts = ReadOptions.of(level, **options)
         names = list(tables)
         key = frozenset(names)
-        level_name = ConsistencyLevel.parse(level).value
-        if self.monotonic and as_of is None and level_name != ConsistencyLevel.READ_UNCOMMITTED.value:
+        if self.monotonic and opts.as_of is None and opts.level is not ConsistencyLevel.READ_UNCOMMITTED:
             seen = self._seen.get(key)
             if seen is not None:
-                min_barrier = max(min_barrier or 0, seen)
-        body = self._params(
-            tables=names, level=level_name, as_of=as_of, min_barrier=min_barrier, lease_seconds=lease_seconds,
-            lease_holder=lease_holder,
-        )
-        answer = self._call("POST", "/versions", json=body)
-        if self.monotonic and answer.get("barrier") is not None and as_of is None:
+                opts = ReadOptions.of(opts, min_barrier=max(opts.min_barrier or 0, seen))
+        answer = self._call("POST", "/versions", json={"tables": names, **opts.to_json()})
+        if self.monotonic and answer.get("barrier") is not None and opts.as_of is None:
             self._seen[key] = max(self._seen.get(key, 0), int(answer["barrier"]))
         return answer
 

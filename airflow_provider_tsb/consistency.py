@@ -1,8 +1,12 @@
-"""Consistency levels of a read over a set of tables (FLIP-276 "Data Consistency Type")."""
+"""Consistency levels and read options of a read over a set of tables (FLIP-276 "Data Consistency Type")."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from airflow_provider_tsb.exceptions import TsbError
 
@@ -49,3 +53,86 @@ class ConsistencyLevel(StrEnum):
 
 class UnknownConsistencyLevelError(TsbError, ValueError):
     """A consistency level name is not one of READ_UNCOMMITTED, READ_COMMITTED, REPEATABLE_READ."""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to read a set of tables Q: the one options object of every read entry point.
+
+    Used by :meth:`MetaStore.resolve <airflow_provider_tsb.metastore.store.MetaStore.resolve>`,
+    the REST API's ``POST /versions`` body, :meth:`TsbClient.versions
+    <airflow_provider_tsb.client.TsbClient.versions>` and the readers
+    (:func:`airflow_provider_tsb.readers.read_tables` and friends), like delta-rs passes
+    ``CommitProperties`` instead of long keyword lists.
+
+    Attributes:
+        level: the consistency level (FLIP-276 "Data Consistency Type"); a name such as
+            ``"read-committed"`` is parsed.
+        as_of: AS OF barrier n (time travel to a COMMIT barrier; REPEATABLE_READ only).
+        min_barrier: the reader's last seen barrier: the answer is never older (monotonic
+            reads); ignored at READ_UNCOMMITTED, which promises nothing.
+        lease_seconds: pin the returned Delta versions for this many seconds (snapshot expiry
+            keeps them); ``None`` for no lease.
+        lease_holder: free text naming who holds the lease.
+
+    Raises:
+        UnknownConsistencyLevelError: ``level`` is not a level.
+        ValueError: ``as_of`` with a level other than REPEATABLE_READ, a negative barrier, or a
+            ``lease_seconds`` that is not a positive finite number (the message names the field).
+
+    Example::
+
+        ReadOptions("read-committed", min_barrier=41)
+        store.resolve(["tsb.flights.daily_delays"], ReadOptions(as_of=40, lease_seconds=60))
+    """
+
+    level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ
+    as_of: int | None = None
+    min_barrier: int | None = None
+    lease_seconds: float | None = None
+    lease_holder: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "level", ConsistencyLevel.parse(self.level))
+        for name in ("as_of", "min_barrier"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"read option {name} must be a barrier id (an integer >= 0), got {value!r}")
+        if self.as_of is not None and self.level is not ConsistencyLevel.REPEATABLE_READ:
+            raise ValueError(
+                f"as_of is time travel to a COMMIT barrier: use level REPEATABLE_READ, not {self.level.value}"
+            )
+        if self.lease_seconds is not None and not (
+            isinstance(self.lease_seconds, int | float) and 0 < self.lease_seconds < math.inf
+        ):
+            raise ValueError(f"lease_seconds must be positive, got {self.lease_seconds}")
+
+    @classmethod
+    def of(cls, level: ReadOptions | ConsistencyLevel | str | None = None, **fields: Any) -> ReadOptions:
+        """Options from a level or options object plus field overrides.
+
+        ``ReadOptions.of("read-committed", min_barrier=3)``; ``ReadOptions.of(opts, as_of=7)``
+        replaces ``as_of`` in ``opts``; ``None`` fields are ignored so keyword arguments can be
+        forwarded as they are.
+
+        Raises:
+            TypeError: an unknown field name. The errors of :class:`ReadOptions`.
+        """
+        given = {k: v for k, v in fields.items() if v is not None}
+        unknown = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise TypeError(f"unknown read option(s) {unknown}; known: level, as_of, min_barrier, lease_seconds, "
+                            "lease_holder")
+        if isinstance(level, ReadOptions):
+            return dataclasses.replace(level, **given) if given else level
+        if level is not None:
+            given.setdefault("level", level)
+        return cls(**given)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``POST /versions`` body fields (``tables`` aside): level name and set options."""
+        out: dict[str, Any] = {"level": self.level.value}
+        for name in ("as_of", "min_barrier", "lease_seconds", "lease_holder"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out

@@ -30,7 +30,6 @@ same mapping on an app for anything raised outside the routes.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
@@ -47,13 +46,11 @@ from airflow_provider_tsb.api.schemas import (
     BarrierPage,
     DelaysOut,
     ErrorOut,
-    JobDelay,
     JobOut,
     LevelVersion,
     RegisterBody,
     SingleVersionOut,
     TableBarriersOut,
-    TableDelay,
     TableStateOut,
     TopologyEdge,
     TopologyJob,
@@ -65,7 +62,7 @@ from airflow_provider_tsb.api.schemas import (
     VersionsRequest,
 )
 from airflow_provider_tsb.client import BadRequestError, UnknownTopologyError
-from airflow_provider_tsb.consistency import ConsistencyLevel
+from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import (
     BarrierNotReadyError,
     CycleError,
@@ -79,7 +76,6 @@ from airflow_provider_tsb.exceptions import (
 from airflow_provider_tsb.metastore.store import JobInfo, MetaStore, now_ms
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
 from airflow_provider_tsb.topology import Table
-from airflow_provider_tsb.versions import VersionResolver, resolution_to_dict
 
 
 def get_store() -> MetaStore:
@@ -298,7 +294,7 @@ def get_version(
     with _client_errors():
         level = ConsistencyLevel.parse(consistency_type)
         name = _table_name(catalog, database, table)
-        res = VersionResolver(store).resolve([name], level, as_of=as_of, min_barrier=min_barrier)
+        res = store.resolve([name], ReadOptions(level, as_of=as_of, min_barrier=min_barrier))
     tv = res.tables[name]
     return SingleVersionOut(
         table=name, level=level.value, version=tv.version, barrier=tv.barrier_id, state=tv.state,
@@ -314,11 +310,8 @@ def post_versions(store: StoreDep, request: VersionsRequest) -> dict[str, Any]:
     409 when the newest consistent barrier is older), ``lease_seconds`` (pin the versions).
     """
     with _client_errors():
-        res = VersionResolver(store).resolve(
-            request.tables, request.level, as_of=request.as_of, min_barrier=request.min_barrier,
-            lease_seconds=request.lease_seconds, lease_holder=request.lease_holder,
-        )
-    return resolution_to_dict(res)
+        res = store.resolve(request.tables, request.to_options())
+    return res.to_dict()
 
 
 # ------------------------------------------------------------------ views
@@ -403,11 +396,10 @@ def get_table_barriers(
         name = _table_name(catalog, database, table)
         info = store.table(name)
         history = store.table_history(name, limit=limit, before=before)
-    resolver = VersionResolver(store)
     consistent: dict[str, LevelVersion] = {}
     for level in ConsistencyLevel:
         try:
-            res = resolver.resolve([name], level)
+            res = store.resolve([name], level)
         except TsbError as exc:
             consistent[level.value] = LevelVersion(error=str(exc))
             continue
@@ -427,60 +419,6 @@ def get_table_barriers(
     )
 
 
-def compute_delays(
-    barriers: list[tuple[int, int, int]],
-    states: list[tuple[str, str, int, str, int | None, int | None]],
-    io: dict[str, tuple[tuple[str, ...], tuple[str, ...]]],
-) -> list[BarrierDelay]:
-    """Delays per barrier from :meth:`MetaStore.barrier_timings` and :meth:`MetaStore.job_io`.
-
-    * table delay: barrier generation (``created_at_ms``) -> WRITTEN, non-root tables;
-    * end-to-end: generation -> the last non-root table WRITTEN (when all are);
-    * job delay: its sinks' (last) WRITTEN minus its inputs' latest WRITTEN (a root input is
-      WRITTEN when the barrier is generated);
-    * bottleneck: the job with the largest delay.
-    """
-    by_barrier: dict[int, dict[str, tuple[str, str, int | None]]] = defaultdict(dict)
-    for table, kind, barrier, state, _processed, written in states:
-        by_barrier[barrier][table] = (kind, state, written)
-    sinks_all = sorted({t for _, sinks in io.values() for t in sinks})
-    out: list[BarrierDelay] = []
-    for barrier_id, ts_ms, created in barriers:
-        rows = by_barrier.get(barrier_id, {})
-
-        def written_at(table: str, rows: dict[str, tuple[str, str, int | None]] = rows, created: int = created
-                       ) -> int | None:
-            row = rows.get(table)
-            if row is None or row[1] != "WRITTEN":
-                return None
-            return created if row[0] == "root" else row[2]
-
-        tables: dict[str, TableDelay] = {}
-        for table in sorted(set(sinks_all) | {t for t, r in rows.items() if r[0] != "root"}):
-            row = rows.get(table)
-            w = written_at(table)
-            tables[table] = TableDelay(state=row[1] if row else "PENDING", delay_ms=(w - created) if w else None)
-        complete = all(t.delay_ms is not None for t in tables.values())
-        end_to_end = max((t.delay_ms for t in tables.values()), default=0) if complete else None
-        jobs: dict[str, JobDelay] = {}
-        for job_id, (sources, sinks) in sorted(io.items()):
-            sink_w = [written_at(t) for t in sinks]
-            src_w = [written_at(t) for t in sources]
-            sink_done = max(sink_w) if sink_w and all(v is not None for v in sink_w) else None  # type: ignore[type-var]
-            src_done = max(src_w) if src_w and all(v is not None for v in src_w) else created  # type: ignore[type-var]
-            delay = (sink_done - src_done) if sink_done is not None else None
-            jobs[job_id] = JobDelay(delay_ms=delay, written_at_ms=sink_done)
-        timed = [(j.delay_ms, job_id) for job_id, j in jobs.items() if j.delay_ms is not None]
-        out.append(
-            BarrierDelay(
-                barrier_id=barrier_id, ts_ms=ts_ms, created_at_ms=created, complete=complete,
-                end_to_end_ms=end_to_end, tables=tables, jobs=jobs,
-                bottleneck=max(timed)[1] if timed else None,
-            )
-        )
-    return out
-
-
 @router.get("/delays", response_model=DelaysOut)
 def get_delays(
     store: StoreDep,
@@ -493,12 +431,10 @@ def get_delays(
     input WRITTEN) and the bottleneck job. Cost is bounded by ``limit`` x tables, independent
     of the barrier history length."""
     name = _pick_topology(store, topology)
-    barriers, states = store.barrier_timings(name, limit=limit, before=before)
-    io = store.job_io(name)
-    items = compute_delays(barriers, states, io)
+    items, next_before = store.delays(name, limit=limit, before=before)
     return DelaysOut(
-        topology=name, barriers=items,
-        next_before=barriers[-1][0] if len(barriers) == limit and barriers[-1][0] > 1 else None,
+        topology=name, barriers=[BarrierDelay.model_validate(d, from_attributes=True) for d in items],
+        next_before=next_before,
     )
 
 

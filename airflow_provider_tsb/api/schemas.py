@@ -11,6 +11,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from airflow_provider_tsb.consistency import ReadOptions
+
 #: Largest integer accepted for barrier ids, versions and similar (fits a signed BIGINT).
 MAX_INT = 2**62
 
@@ -135,6 +137,10 @@ class VersionsRequest(BaseModel):
         None, gt=0, le=366 * 86400, allow_inf_nan=False, description="pin the versions for this many seconds"
     )
     lease_holder: SafeText | None = Field(None, max_length=250)
+
+    def to_options(self) -> ReadOptions:
+        """The request's :class:`ReadOptions` (raises ValueError on inconsistent options)."""
+        return ReadOptions(self.level, self.as_of, self.min_barrier, self.lease_seconds, self.lease_holder)
 
 
 class TopologyNode(BaseModel):

@@ -23,7 +23,7 @@ from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.exceptions import TsbError
 from airflow_provider_tsb.metastore.engine import METASTORE_URL_ENV, default_sqlite_url
-from airflow_provider_tsb.metastore.store import MetaStore, now_ms
+from airflow_provider_tsb.metastore.store import CommitState, MetaStore, now_ms
 
 _ENGINES: dict[str, MetaStore] = {}
 
@@ -89,11 +89,8 @@ class TsbMetastoreHook(BaseHook):
             UnknownTableError: a table is not registered.
         """
         store = self.get_conn()
-        for table in tables:
-            state = store.table_state(table, barrier_id)
-            if state is None or state.state != "WRITTEN":
-                return False
-        return True
+        states = [store.table_state(table, barrier_id) for table in tables]
+        return not states or CommitState.of(s.state if s is not None else None for s in states) is CommitState.COMMIT
 
     def lag_report(self, tables: list[str], barrier_id: int) -> str:
         """One line per table: the barrier it has reached and how far it lags behind ``barrier_id``.

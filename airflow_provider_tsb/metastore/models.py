@@ -30,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from airflow_provider_tsb.metastore.records import JobStatus
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -40,9 +42,6 @@ NAMING_CONVENTION = {
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
-#: Barrier states in one table (DESIGN.md "Barrier states in one table").
-PROCESSED = "PROCESSED"
-WRITTEN = "WRITTEN"
 
 
 class Base(DeclarativeBase):
@@ -87,7 +86,7 @@ class JobRow(Base):
     topology: Mapped[str] = mapped_column(ForeignKey("tsb_topology.name"), index=True)
     application: Mapped[str] = mapped_column(Text)
     #: registered | running | succeeded | failed
-    status: Mapped[str] = mapped_column(String(20), default="registered")
+    status: Mapped[str] = mapped_column(String(20), default=JobStatus.REGISTERED)
     registered_at_ms: Mapped[int] = mapped_column(BigInteger)
     last_heartbeat_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     #: barrier the job is working on or last finished

@@ -1,0 +1,154 @@
+"""Tables, jobs and the lineage graph between them (FLIP-276 "MetaService" registration).
+
+The records every layer shares: :class:`Table` and :class:`Job` as declared in a DAG file's
+:class:`~airflow_provider_tsb.topology.Topology` and as registered in the metastore, and the
+bipartite ``networkx`` graph tables -> jobs -> tables with its cycle check. Pure: no Airflow,
+no database, no I/O; the DAG authoring model (``topology.py``) and the persistence layer
+(``metastore/``) both build on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError
+from airflow_provider_tsb.names import parse_table_name
+
+if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
+    import networkx as nx
+
+TableKind = Literal["root", "intermediate", "external"]
+
+def default_warehouse() -> str:
+    """Directory under which tables without an explicit location live.
+
+    ``$TSB_WAREHOUSE`` if set, else ``$AIRFLOW_HOME/tsb-warehouse`` (``~/airflow`` when
+    ``AIRFLOW_HOME`` is unset). Nothing is created on disk.
+    """
+    if os.environ.get("TSB_WAREHOUSE"):
+        return os.environ["TSB_WAREHOUSE"]
+    home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return os.path.join(home, "tsb-warehouse")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Delta table of a topology.
+
+    Attributes:
+        name: canonical ``catalog.database.table``.
+        kind: ``root`` (written from outside), ``intermediate`` (the sink of one job of this
+            topology) or ``external`` (the sink of a job declared in another DAG file).
+        location: Delta table URI or path; ``None`` means ``<warehouse>/catalog/database/table``.
+        event_time_column: for root tables, the column whose maximum is the event-time
+            watermark of a barrier (FLIP-276 "Timestamp Barrier": event-time timestamps).
+    """
+
+    name: str
+    kind: TableKind
+    location: str | None = None
+    event_time_column: str | None = None
+
+    def resolved_location(self, warehouse: str | None = None) -> str:
+        """The table's location, defaulting to ``<warehouse>/<catalog>/<database>/<table>``."""
+        if self.location:
+            return self.location
+        parts = parse_table_name(self.name)
+        return os.path.join(warehouse or default_warehouse(), *parts)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One ETL job: a Spark application reading ``sources`` and writing ``sinks``.
+
+    Attributes:
+        id: job id; also the Delta txn appId prefix of its commits.
+        application: path of the Spark application (``spark-submit`` argument).
+        sources: canonical names of the tables it reads.
+        sinks: canonical names of the tables it writes (it is their only writer).
+        application_args: extra arguments passed to the application.
+        conf: extra Spark configuration for this job.
+    """
+
+    id: str
+    application: str
+    sources: tuple[str, ...]
+    sinks: tuple[str, ...]
+    application_args: tuple[str, ...] = ()
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+def _table_node(name: str) -> str:
+    return f"table:{name}"
+
+
+def _job_node(job_id: str) -> str:
+    return f"job:{job_id}"
+
+
+def node_label(node: str) -> str:
+    """Human label of a graph node: ``t1`` for a table, ``job a`` for a job."""
+    kind, _, name = node.partition(":")
+    return name if kind == "table" else f"job {name}"
+
+
+def build_graph(tables: Iterable[Table], jobs: Iterable[Job]) -> nx.DiGraph:
+    """Build the bipartite DiGraph of tables and jobs (see :attr:`Topology.graph`)."""
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    for table in tables:
+        graph.add_node(_table_node(table.name), kind="table", role=table.kind, name=table.name)
+    for job in jobs:
+        graph.add_node(_job_node(job.id), kind="job", name=job.id, application=job.application)
+        for source in job.sources:
+            if not graph.has_node(_table_node(source)):
+                graph.add_node(_table_node(source), kind="table", role="unknown", name=source)
+            graph.add_edge(_table_node(source), _job_node(job.id))
+        for sink in job.sinks:
+            if not graph.has_node(_table_node(sink)):
+                graph.add_node(_table_node(sink), kind="table", role="intermediate", name=sink)
+            graph.add_edge(_job_node(job.id), _table_node(sink))
+    return graph
+
+
+def cycle_error(graph: nx.DiGraph) -> CycleError | None:
+    """A :class:`CycleError` describing one cycle of ``graph``, or ``None`` if acyclic."""
+    import networkx as nx
+
+    try:
+        edges = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return None
+    path = [edges[0][0], *(v for _, v in edges)]
+    # start the printed cycle at a table so it reads "t1 -> job a -> t2 -> job b -> t1"
+    tables = [i for i, n in enumerate(path[:-1]) if n.startswith("table:")]
+    if tables:
+        start = min(tables, key=lambda i: path[i])
+        path = path[start:-1] + path[:start] + [path[start]]
+    labels = [node_label(n) for n in path]
+    return CycleError(
+        f"the topology has a cycle: {' -> '.join(labels)}; a table cannot depend on itself, "
+        "remove one of these edges",
+        labels,
+    )
+
+
+
+def double_writer_error(table: str, writers: tuple[str, str]) -> DoubleWriterError:
+    """The error for a table that two jobs want to write (names the table and both jobs)."""
+    first, second = sorted(writers)
+    return DoubleWriterError(
+        f"table {table!r} has two writer jobs, {first!r} and {second!r}; every non-root table has exactly "
+        "one writer job",
+        table,
+        (first, second),
+    )
+
+__all__ = [
+    "Job", "Table", "TableKind", "build_graph", "cycle_error", "default_warehouse", "double_writer_error",
+    "node_label",
+]

@@ -1,0 +1,229 @@
+"""Barrier generation and lookup (FLIP-276 "Timestamp Barrier"; FLIP-147 end of input)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session
+
+from airflow_provider_tsb.exceptions import (
+    TopologyError,
+    UnknownBarrierError,
+    UnknownTableError,
+)
+from airflow_provider_tsb.metastore.base import StoreBase
+from airflow_provider_tsb.metastore.models import (
+    BarrierRow,
+    TableBarrierRow,
+    TableRow,
+    TopologyRow,
+)
+from airflow_provider_tsb.metastore.records import (
+    BarrierInfo,
+    BarrierState,
+    TsKind,
+    now_ms,
+)
+from airflow_provider_tsb.names import normalize_table_name
+
+
+class BarrierManager(StoreBase):
+    """Barriers of a topology: strictly increasing ids, the root versions recorded at each."""
+
+    def create_barrier(
+        self,
+        topology: str,
+        root_versions: Mapping[str, int],
+        *,
+        ts_ms: int | None = None,
+        ts_kind: TsKind | str = TsKind.SYSTEM,
+        run_key: str | None = None,
+        final: bool = False,
+    ) -> BarrierInfo:
+        """Generate the next barrier of ``topology`` (FLIP-276 "Timestamp Barrier").
+
+        In one transaction: lock the topology, return the existing barrier if ``run_key`` was
+        used before (idempotent per DAG run), else insert barrier ``max + 1`` and a WRITTEN row
+        with the Delta version of every root table.
+
+        Args:
+            topology: topology name (registered).
+            root_versions: {root table: Delta version} read just before the call; must name
+                every registered root table of the topology.
+            ts_ms: barrier timestamp, epoch ms; system time when omitted.
+            ts_kind: ``system`` or ``event`` (``ts_ms`` is then the event-time watermark).
+            run_key: idempotency key, e.g. the Airflow DAG run id.
+            final: mark the barrier as the end of a bounded input (FLIP-147): streaming jobs
+                stop after committing it. Later barriers may still be generated (a new stretch).
+
+        Raises:
+            UnknownTableError: a root table is missing from ``root_versions`` or unregistered.
+            TopologyError: the topology is unknown, a version goes backwards, or an event-time
+                timestamp is below the previous barrier's.
+        """
+        if ts_kind not in ("system", "event"):
+            raise ValueError(f"ts_kind must be 'system' or 'event', got {ts_kind!r}")
+        versions = {normalize_table_name(k): int(v) for k, v in root_versions.items()}
+        with self._tx(write=True) as s:
+            locked = s.execute(
+                update(TopologyRow)
+                .where(TopologyRow.name == topology)
+                .values(lock_version=TopologyRow.lock_version + 1)
+            )
+            created_at = now_ms()  # under the topology lock: timestamps rise with barrier ids
+            if not locked.rowcount:
+                raise TopologyError(
+                    f"topology {topology!r} is not registered; register its tables and jobs "
+                    "(the barrier operator does it from the DAG file's Topology) first"
+                )
+            if run_key is not None:
+                found = s.scalar(
+                    select(BarrierRow).where(BarrierRow.topology == topology, BarrierRow.run_key == run_key)
+                )
+                if found is not None:
+                    return self._barrier_info(s, found, created=False)
+            roots = dict(
+                s.execute(
+                    select(TableRow.name, TableRow.id).where(
+                        TableRow.topology == topology, TableRow.kind == "root"
+                    )
+                ).all()
+            )
+            missing = sorted(set(roots) - set(versions))
+            if missing:
+                raise UnknownTableError(
+                    f"barrier generation for topology {topology!r} lacks the Delta version of root "
+                    f"table(s) {missing}; every root table's version is recorded at each barrier"
+                )
+            unknown = sorted(set(versions) - set(roots))
+            if unknown:
+                raise UnknownTableError(
+                    f"{unknown} are not registered root tables of topology {topology!r}"
+                )
+            last = s.scalar(
+                select(BarrierRow).where(BarrierRow.topology == topology)
+                .order_by(BarrierRow.barrier_id.desc()).limit(1)
+            )
+            ts = int(ts_ms if ts_ms is not None else created_at)
+            if last is not None and ts_ms is None and ts_kind == "system" and last.ts_kind == "system":
+                ts = max(ts, last.ts_ms)  # a clock step back never orders a barrier before its predecessor
+            if last is not None:
+                if ts_kind == "event" and last.ts_kind == "event" and ts < last.ts_ms:
+                    raise TopologyError(
+                        f"event-time barrier for topology {topology!r} would go backwards: "
+                        f"watermark {ts} < {last.ts_ms} of barrier {last.barrier_id}"
+                    )
+                prev = dict(
+                    s.execute(
+                        select(TableBarrierRow.table_id, TableBarrierRow.version).where(
+                            TableBarrierRow.barrier_id == last.barrier_id,
+                            TableBarrierRow.table_id.in_(list(roots.values())),
+                        )
+                    ).all()
+                )
+                for name, table_id in roots.items():
+                    if table_id in prev and prev[table_id] is not None and versions[name] < prev[table_id]:
+                        raise TopologyError(
+                            f"root table {name!r} is at Delta version {versions[name]}, below version "
+                            f"{prev[table_id]} recorded at barrier {last.barrier_id}; a root table "
+                            "must not be restored under a running topology"
+                        )
+            barrier_id = (last.barrier_id if last is not None else 0) + 1
+            row = BarrierRow(
+                topology=topology,
+                barrier_id=barrier_id,
+                ts_ms=ts,
+                ts_kind=ts_kind,
+                created_at_ms=created_at,
+                run_key=run_key,
+                final=bool(final),
+            )
+            s.add(row)
+            s.flush()
+            if roots:
+                s.execute(
+                    insert(TableBarrierRow),
+                    [
+                        {
+                            "table_id": table_id,
+                            "barrier_id": barrier_id,
+                            "state": BarrierState.WRITTEN,
+                            "version": versions[name],
+                            "written_at_ms": created_at,
+                            "processed_at_ms": created_at,
+                        }
+                        for name, table_id in roots.items()
+                    ],
+                )
+            return BarrierInfo(topology, barrier_id, ts, ts_kind, created_at, run_key, versions, final=bool(final))
+
+    def _barrier_info(self, s: Session, row: BarrierRow, created: bool = True) -> BarrierInfo:
+        versions = dict(
+            s.execute(
+                select(TableRow.name, TableBarrierRow.version)
+                .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
+                .where(
+                    TableRow.topology == row.topology,
+                    TableRow.kind == "root",
+                    TableBarrierRow.barrier_id == row.barrier_id,
+                )
+            ).all()
+        )
+        return BarrierInfo(
+            row.topology, row.barrier_id, row.ts_ms, row.ts_kind, row.created_at_ms, row.run_key,
+            {k: int(v) for k, v in versions.items()}, created, bool(row.final),
+        )
+
+    def barrier(self, topology: str, barrier_id: int) -> BarrierInfo:
+        """Barrier ``barrier_id`` of ``topology`` with its root versions.
+
+        Raises:
+            UnknownBarrierError: no such barrier (names the newest one).
+        """
+        with self._tx() as s:
+            row = s.get(BarrierRow, (topology, barrier_id))
+            if row is None:
+                newest = s.scalar(select(func.max(BarrierRow.barrier_id)).where(BarrierRow.topology == topology))
+                raise UnknownBarrierError(
+                    f"barrier {barrier_id} does not exist in topology {topology!r} "
+                    f"(newest barrier: {newest})"
+                )
+            return self._barrier_info(s, row)
+
+    def latest_barrier(self, topology: str) -> BarrierInfo | None:
+        """The newest barrier of ``topology`` (``None`` before the first)."""
+        with self._tx() as s:
+            row = s.scalar(
+                select(BarrierRow).where(BarrierRow.topology == topology)
+                .order_by(BarrierRow.barrier_id.desc()).limit(1)
+            )
+            return self._barrier_info(s, row) if row is not None else None
+
+    def latest_final_barrier(self, topology: str, since_ms: int | None = None) -> BarrierInfo | None:
+        """The newest final barrier (FLIP-147 end of input) of ``topology`` generated at or after
+        ``since_ms`` (epoch ms; any time if ``None``), or ``None``."""
+        with self._tx() as s:
+            query = select(BarrierRow).where(BarrierRow.topology == topology, BarrierRow.final.is_(True))
+            if since_ms is not None:
+                query = query.where(BarrierRow.created_at_ms >= since_ms)
+            row = s.scalar(query.order_by(BarrierRow.barrier_id.desc()).limit(1))
+            return self._barrier_info(s, row) if row is not None else None
+
+    def barriers(
+        self, topology: str, *, limit: int = 100, before: int | None = None, after: int | None = None,
+        ascending: bool = False,
+    ) -> list[BarrierInfo]:
+        """Barriers of ``topology``, newest first (oldest first if ``ascending``), at most ``limit``.
+
+        ``before`` / ``after`` bound the barrier ids (exclusive) for paging.
+        """
+        with self._tx() as s:
+            query = select(BarrierRow).where(BarrierRow.topology == topology)
+            if before is not None:
+                query = query.where(BarrierRow.barrier_id < before)
+            if after is not None:
+                query = query.where(BarrierRow.barrier_id > after)
+            order = BarrierRow.barrier_id.asc() if ascending else BarrierRow.barrier_id.desc()
+            query = query.order_by(order).limit(limit)
+            return [self._barrier_info(s, row) for row in s.scalars(query)]

@@ -1,0 +1,89 @@
+"""The transaction and lookup helpers every part of the metastore API shares."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.orm import Session
+
+from airflow_provider_tsb.exceptions import MetastoreError, UnknownTableError
+from airflow_provider_tsb.metastore.engine import transaction
+from airflow_provider_tsb.metastore.models import TableBarrierRow, TableRow
+from airflow_provider_tsb.metastore.records import TableState
+from airflow_provider_tsb.names import normalize_table_name
+
+
+class StoreBase:
+    """An engine and its guarded transactions; the parts of :class:`MetaStore` extend it.
+
+    Attributes:
+        engine: the SQLAlchemy engine of the metastore.
+    """
+
+    engine: Engine
+
+    def _tx(self, write: bool = False):  # noqa: ANN202 - context manager
+        return _GuardedTransaction(self.engine, write)
+
+    def _table_id(self, s: Session, table: str) -> int:
+        canonical = normalize_table_name(table)
+        table_id = s.scalar(select(TableRow.id).where(TableRow.name == canonical))
+        if table_id is None:
+            raise UnknownTableError(
+                f"table {canonical!r} is not registered in the tsb metastore; check the name or "
+                "register the topology that declares it"
+            )
+        return table_id
+
+    def _shown_url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+
+class _GuardedTransaction:
+    """:func:`transaction` that turns a missing schema into an actionable MetastoreError."""
+
+    def __init__(self, engine: Engine, write: bool) -> None:
+        self._cm = transaction(engine, write=write)
+        self._engine = engine
+
+    def __enter__(self) -> Session:
+        try:
+            return self._cm.__enter__()
+        except OperationalError as exc:
+            raise _metastore_error(self._engine, exc) from exc
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        try:
+            suppressed = self._cm.__exit__(*exc_info)
+        except (OperationalError, ProgrammingError) as exc:
+            raise _metastore_error(self._engine, exc) from exc
+        if isinstance(exc_info[1], OperationalError | ProgrammingError):
+            raise _metastore_error(self._engine, exc_info[1]) from exc_info[1]
+        return suppressed
+
+
+def _metastore_error(engine: Engine, exc: Exception) -> MetastoreError:
+    shown = engine.url.render_as_string(hide_password=True)
+    text = str(getattr(exc, "orig", exc))
+    if "no such table" in text or "does not exist" in text and "relation" in text:
+        return MetastoreError(
+            f"the tsb metastore at {shown} has no schema (or an old one): run `tsb db migrate` "
+            f"(database said: {text.strip()})"
+        )
+    return MetastoreError(f"the tsb metastore at {shown} failed: {text.strip()}")
+
+
+def table_state_of(name: str, row: TableBarrierRow) -> TableState:
+    return TableState(
+        table=name,
+        barrier_id=row.barrier_id,
+        state=row.state,
+        version=row.version,
+        job_id=row.job_id,
+        processed_at_ms=row.processed_at_ms,
+        written_at_ms=row.written_at_ms,
+        manifest=row.manifest,
+        inputs=row.inputs,
+    )

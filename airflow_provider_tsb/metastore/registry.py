@@ -1,0 +1,515 @@
+"""Registration (FLIP-276 "MetaService" ``/register/source``, ``/register/sink``, ``/unregister``).
+
+Atomic across processes: every registration holds the registry lock, so the union of
+registered jobs stays acyclic and single-writer (DESIGN.md "Vocabulary").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from airflow_provider_tsb.exceptions import (
+    DoubleWriterError,
+    TopologyError,
+    UnknownJobError,
+    UnknownTableError,
+)
+from airflow_provider_tsb.lineage import Job, Table, build_graph, cycle_error, double_writer_error
+from airflow_provider_tsb.metastore.base import StoreBase
+from airflow_provider_tsb.metastore.models import (
+    JobBarrierRow,
+    JobRow,
+    JobSinkRow,
+    JobSourceRow,
+    RegistryLockRow,
+    TableRow,
+    TopologyRow,
+)
+from airflow_provider_tsb.metastore.records import (
+    JobInfo,
+    JobStatus,
+    TableInfo,
+    now_ms,
+)
+from airflow_provider_tsb.names import normalize_table_name, validate_job_id
+
+if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
+    import networkx as nx
+
+
+class DeclaredTopology(Protocol):
+    """What registration needs of a :class:`~airflow_provider_tsb.topology.Topology` (the DAG
+    authoring model, which this layer does not import)."""
+
+    name: str
+    warehouse: str | None
+    tables: Mapping[str, Table]
+
+    @property
+    def root_tables(self) -> list[Table]: ...
+
+    def validate(self) -> object: ...
+
+    def jobs_in_order(self) -> list[Job]: ...
+
+
+class RegistryManager(StoreBase):
+    """Topologies, tables, jobs and their sources and sinks."""
+
+    def register_topology(self, topology: DeclaredTopology) -> None:
+        """Register every table and job of a (validated) topology; see :meth:`register_job`.
+
+        Raises:
+            TopologyError and subclasses: as :meth:`register_job`.
+        """
+        topology.validate()
+        for table in topology.root_tables:
+            self.register_table(topology.name, table, topology.warehouse)
+        for job in topology.jobs_in_order():
+            tables = {name: topology.tables[name] for name in (*job.sources, *job.sinks)}
+            self.register_job(topology.name, job, tables, warehouse=topology.warehouse)
+
+    def register_table(self, topology: str, table: Table, warehouse: str | None = None) -> TableInfo:
+        """Register (or find) a table of ``topology``. Idempotent.
+
+        Raises:
+            TopologyError: the table is registered already with another topology, kind or
+                location (names the table and both definitions).
+        """
+        with self._tx(write=True) as s:
+            self._lock_registry(s)
+            self._ensure_topology(s, topology)
+            row = self._upsert_table(s, topology, table, warehouse)
+            return self._table_info(s, row)
+
+    def register_job(
+        self,
+        topology: str,
+        job: Job,
+        tables: Mapping[str, Table] | None = None,
+        *,
+        warehouse: str | None = None,
+    ) -> JobInfo:
+        """Register a job with its sources and sinks, atomically.
+
+        In one transaction holding the registry lock: insert missing tables, check that every
+        sink has no other writer and is not a root table, and that the union of all registered
+        jobs plus this one is acyclic. Re-registering the same job with the same tables is a
+        no-op; with different tables the registration is replaced.
+
+        Args:
+            topology: topology name.
+            job: the job (id, application, sources, sinks).
+            tables: table declarations for the job's tables (kind and location); tables not
+                given must be registered already or become intermediate tables at the default
+                location.
+            warehouse: warehouse for tables without an explicit location.
+
+        Returns:
+            The registered job.
+
+        Raises:
+            DoubleWriterError: a sink has another writer (names the table and both jobs).
+            CycleError: the registration would close a cycle (shows the cycle path).
+            TopologyError: a sink is a root table, or a table belongs to another topology.
+            UnknownTableError: a source is neither registered nor declared.
+        """
+        validate_job_id(job.id)
+        tables = dict(tables or {})
+        try:
+            with self._tx(write=True) as s:
+                self._lock_registry(s)
+                self._ensure_topology(s, topology)
+                existing = s.get(JobRow, job.id)
+                if existing is not None and existing.topology != topology:
+                    raise TopologyError(
+                        f"job {job.id!r} is registered in topology {existing.topology!r}, "
+                        f"cannot register it in {topology!r}; unregister it first"
+                    )
+                rows: dict[str, TableRow] = {}
+                for name in job.sinks:
+                    decl = tables.get(name) or Table(name, "intermediate")
+                    known = s.scalar(select(TableRow.kind).where(TableRow.name == name))
+                    if decl.kind == "root" or known == "root":
+                        raise TopologyError(
+                            f"table {name!r} is a root table and cannot be a sink of job {job.id!r}"
+                        )
+                    rows[name] = self._upsert_table(s, topology, decl, warehouse)
+                for name in job.sources:
+                    decl = tables.get(name)
+                    row = s.scalar(select(TableRow).where(TableRow.name == name))
+                    if row is None:
+                        if decl is None or decl.kind == "external":
+                            decl = Table(name, "intermediate", decl.location if decl else None)
+                        row = self._upsert_table(s, topology, decl, warehouse)
+                    rows[name] = row
+                for name in job.sinks:
+                    if rows[name].kind == "root":
+                        raise TopologyError(
+                            f"table {name!r} is a root table and cannot be a sink of job {job.id!r}"
+                        )
+                    writer = s.scalar(
+                        select(JobSinkRow.job_id).where(JobSinkRow.table_id == rows[name].id)
+                    )
+                    if writer is not None and writer != job.id:
+                        raise double_writer_error(name, (writer, job.id))
+                graph = self._registered_graph(s, exclude_job=job.id)
+                jnode = f"job:{job.id}"
+                graph.add_node(jnode)
+                for name in job.sources:
+                    graph.add_edge(f"table:{name}", jnode)
+                for name in job.sinks:
+                    graph.add_edge(jnode, f"table:{name}")
+                cycle = cycle_error(graph)
+                if cycle is not None:
+                    raise cycle
+                ts = now_ms()
+                if existing is None:
+                    s.add(
+                        JobRow(
+                            id=job.id,
+                            topology=topology,
+                            application=job.application,
+                            status=JobStatus.REGISTERED,
+                            registered_at_ms=ts,
+                        )
+                    )
+                else:
+                    existing.application = job.application
+                s.execute(delete(JobSourceRow).where(JobSourceRow.job_id == job.id))
+                s.execute(delete(JobSinkRow).where(JobSinkRow.job_id == job.id))
+                s.flush()
+                for name in job.sources:
+                    s.add(JobSourceRow(job_id=job.id, table_id=rows[name].id))
+                for name in job.sinks:
+                    s.add(JobSinkRow(job_id=job.id, table_id=rows[name].id))
+                s.flush()
+        except IntegrityError as exc:
+            # the unique constraint on tsb_job_sink.table_id caught a racing second writer
+            raise self._double_writer_from_race(job) from exc
+        return self.job(job.id)
+
+    def _double_writer_from_race(self, job: Job) -> DoubleWriterError:
+        for name in job.sinks:
+            writer = self.writer_of(name)
+            if writer is not None and writer != job.id:
+                return double_writer_error(name, (writer, job.id))
+        return DoubleWriterError(
+            f"job {job.id!r} lost a registration race for its sinks {list(job.sinks)}; retry",
+            job.sinks[0] if job.sinks else "",
+            (job.id, "?"),
+        )
+
+    def register_source(self, job_id: str, table: str) -> JobInfo:
+        """FLIP-276 ``/register/source``: add ``table`` to the sources of a registered job.
+
+        Raises:
+            UnknownJobError: the job is not registered.
+            UnknownTableError / CycleError: as :meth:`register_job`.
+        """
+        info = self.job(job_id)
+        name = normalize_table_name(table)
+        if self.table(name, required=False) is None:
+            raise UnknownTableError(
+                f"cannot register source {name!r} for job {job_id!r}: the table is not "
+                "registered; register the job that writes it (or the root table) first"
+            )
+        if name in info.sources:
+            return info
+        job = Job(job_id, info.application, (*info.sources, name), info.sinks)
+        return self.register_job(info.topology, job)
+
+    def register_sink(self, job_id: str, table: str, location: str | None = None) -> JobInfo:
+        """FLIP-276 ``/register/sink``: add ``table`` to the sinks of a registered job.
+
+        Raises:
+            UnknownJobError, DoubleWriterError, CycleError, TopologyError: as :meth:`register_job`.
+        """
+        info = self.job(job_id)
+        name = normalize_table_name(table)
+        if name in info.sinks:
+            return info
+        job = Job(job_id, info.application, info.sources, (*info.sinks, name))
+        tables = {name: Table(name, "intermediate", location)}
+        return self.register_job(info.topology, job, tables)
+
+    def create_job(self, topology: str, job_id: str, application: str = "") -> JobInfo:
+        """Register a job with no tables yet (the REST API's first ``/register/*`` call)."""
+        validate_job_id(job_id)
+        with self._tx(write=True) as s:
+            self._lock_registry(s)
+            self._ensure_topology(s, topology)
+            if s.get(JobRow, job_id) is None:
+                s.add(
+                    JobRow(
+                        id=job_id,
+                        topology=topology,
+                        application=application,
+                        status=JobStatus.REGISTERED,
+                        registered_at_ms=now_ms(),
+                    )
+                )
+        return self.job(job_id)
+
+    def unregister_job(self, job_id: str) -> bool:
+        """FLIP-276 ``/unregister``: remove a job's registration (its tables and data stay).
+
+        Returns:
+            True if the job was registered.
+        """
+        with self._tx(write=True) as s:
+            self._lock_registry(s)
+            s.execute(delete(JobSourceRow).where(JobSourceRow.job_id == job_id))
+            s.execute(delete(JobSinkRow).where(JobSinkRow.job_id == job_id))
+            s.execute(delete(JobBarrierRow).where(JobBarrierRow.job_id == job_id))
+            result = s.execute(delete(JobRow).where(JobRow.id == job_id))
+            return bool(result.rowcount)
+
+    def _lock_registry(self, s: Session) -> None:
+        # The first statement of every registration writes the single lock row: on SQLite the
+        # transaction already holds the write lock (BEGIN IMMEDIATE); on PostgreSQL this row lock
+        # serialises registrations, so the cycle check below sees a graph no one else changes.
+        result = s.execute(
+            update(RegistryLockRow).where(RegistryLockRow.id == 1).values(version=RegistryLockRow.version + 1)
+        )
+        if not result.rowcount:
+            try:
+                with s.begin_nested():
+                    s.add(RegistryLockRow(id=1, version=1))
+            except IntegrityError:
+                pass
+            s.execute(
+                update(RegistryLockRow)
+                .where(RegistryLockRow.id == 1)
+                .values(version=RegistryLockRow.version + 1)
+            )
+
+    def _ensure_topology(self, s: Session, topology: str) -> TopologyRow:
+        row = s.get(TopologyRow, topology)
+        if row is None:
+            validate_job_id(topology)
+            row = TopologyRow(name=topology, created_at_ms=now_ms(), lock_version=0)
+            s.add(row)
+            s.flush()
+        return row
+
+    def _upsert_table(self, s: Session, topology: str, table: Table, warehouse: str | None) -> TableRow:
+        name = normalize_table_name(table.name)
+        location = Table(name, table.kind, table.location).resolved_location(warehouse)
+        row = s.scalar(select(TableRow).where(TableRow.name == name))
+        kind = "root" if table.kind == "root" else "intermediate"
+        if row is None:
+            row = TableRow(
+                name=name,
+                topology=topology,
+                kind=kind,
+                location=location,
+                event_time_column=table.event_time_column,
+                created_at_ms=now_ms(),
+            )
+            s.add(row)
+            s.flush()
+            return row
+        if row.topology != topology:
+            raise TopologyError(
+                f"table {name!r} belongs to topology {row.topology!r}, not {topology!r}; "
+                "a table belongs to exactly one topology"
+            )
+        if row.kind != kind and table.kind != "external":
+            raise TopologyError(
+                f"table {name!r} is registered as a {row.kind} table and declared now as "
+                f"{table.kind}; a table is either a root table or the sink of one job"
+            )
+        if table.location and row.location != location:
+            raise TopologyError(
+                f"table {name!r} is registered at location {row.location!r} and declared now at "
+                f"{location!r}; move the table or fix the declaration"
+            )
+        if table.event_time_column and row.event_time_column != table.event_time_column:
+            row.event_time_column = table.event_time_column
+        return row
+
+    def _registered_graph(self, s: Session, exclude_job: str | None = None) -> nx.DiGraph:
+        names = dict(s.execute(select(TableRow.id, TableRow.name)).all())
+        import networkx as nx
+
+        graph = nx.DiGraph()
+        for job_id, table_id in s.execute(select(JobSourceRow.job_id, JobSourceRow.table_id)):
+            if job_id != exclude_job:
+                graph.add_edge(f"table:{names[table_id]}", f"job:{job_id}")
+        for job_id, table_id in s.execute(select(JobSinkRow.job_id, JobSinkRow.table_id)):
+            if job_id != exclude_job:
+                graph.add_edge(f"job:{job_id}", f"table:{names[table_id]}")
+        return graph
+
+    def job(self, job_id: str) -> JobInfo:
+        """The registered job ``job_id``.
+
+        Raises:
+            UnknownJobError: the job is not registered.
+        """
+        with self._tx() as s:
+            row = s.get(JobRow, job_id)
+            if row is None:
+                raise UnknownJobError(
+                    f"job {job_id!r} is not registered in the tsb metastore ({self._shown_url()}); "
+                    "register it (the job operator does) before using it"
+                )
+            return self._job_info(s, row)
+
+    def jobs(self, topology: str | None = None) -> list[JobInfo]:
+        """All registered jobs (of one topology), ordered by id. Three queries, whatever the count."""
+        with self._tx() as s:
+            query = select(JobRow).order_by(JobRow.id)
+            if topology:
+                query = query.where(JobRow.topology == topology)
+            rows = list(s.scalars(query))
+            ids = [r.id for r in rows]
+            sources: dict[str, list[str]] = {i: [] for i in ids}
+            sinks: dict[str, list[str]] = {i: [] for i in ids}
+            for link, out in ((JobSourceRow, sources), (JobSinkRow, sinks)):
+                pairs = s.execute(
+                    select(link.job_id, TableRow.name).join(TableRow, TableRow.id == link.table_id)
+                    .where(link.job_id.in_(ids)).order_by(TableRow.name)
+                )
+                for job_id, name in pairs:
+                    out[job_id].append(name)
+            return [self._job_info(s, r, tuple(sources[r.id]), tuple(sinks[r.id])) for r in rows]
+
+    def _job_info(
+        self, s: Session, row: JobRow, sources: tuple[str, ...] | None = None, sinks: tuple[str, ...] | None = None
+    ) -> JobInfo:
+        if sources is not None and sinks is not None:
+            return self._job_info_of(row, sources, sinks)
+        sources = s.scalars(
+            select(TableRow.name).join(JobSourceRow, JobSourceRow.table_id == TableRow.id)
+            .where(JobSourceRow.job_id == row.id).order_by(TableRow.name)
+        ).all()
+        sinks = s.scalars(
+            select(TableRow.name).join(JobSinkRow, JobSinkRow.table_id == TableRow.id)
+            .where(JobSinkRow.job_id == row.id).order_by(TableRow.name)
+        ).all()
+        return self._job_info_of(row, tuple(sources), tuple(sinks))
+
+    @staticmethod
+    def _job_info_of(row: JobRow, sources: tuple[str, ...], sinks: tuple[str, ...]) -> JobInfo:
+        return JobInfo(
+            id=row.id,
+            topology=row.topology,
+            application=row.application,
+            status=row.status,
+            registered_at_ms=row.registered_at_ms,
+            last_heartbeat_ms=row.last_heartbeat_ms,
+            current_barrier=row.current_barrier,
+            sources=sources,
+            sinks=sinks,
+            message=row.message,
+        )
+
+    def table(self, name: str, *, required: bool = True) -> TableInfo | None:
+        """The registered table ``name`` (``None`` when missing and not ``required``).
+
+        Raises:
+            UnknownTableError: the table is not registered and ``required``.
+        """
+        canonical = normalize_table_name(name)
+        with self._tx() as s:
+            row = s.scalar(select(TableRow).where(TableRow.name == canonical))
+            if row is None:
+                if required:
+                    raise UnknownTableError(
+                        f"table {canonical!r} is not registered in the tsb metastore; "
+                        "check the name or register the topology that declares it"
+                    )
+                return None
+            return self._table_info(s, row)
+
+    def tables(self, topology: str | None = None) -> list[TableInfo]:
+        """All registered tables (of one topology), ordered by name. Three queries, whatever the count."""
+        with self._tx() as s:
+            query = select(TableRow).order_by(TableRow.name)
+            if topology:
+                query = query.where(TableRow.topology == topology)
+            rows = list(s.scalars(query))
+            ids = [r.id for r in rows]
+            writers = dict(
+                s.execute(
+                    select(JobSinkRow.table_id, JobSinkRow.job_id).where(JobSinkRow.table_id.in_(ids))
+                ).all()
+            )
+            readers: dict[int, list[str]] = {i: [] for i in ids}
+            for table_id, job_id in s.execute(
+                select(JobSourceRow.table_id, JobSourceRow.job_id)
+                .where(JobSourceRow.table_id.in_(ids)).order_by(JobSourceRow.job_id)
+            ):
+                readers[table_id].append(job_id)
+            return [
+                TableInfo(r.id, r.name, r.topology, r.kind, r.location, r.event_time_column,
+                          writers.get(r.id), tuple(readers[r.id]))
+                for r in rows
+            ]
+
+    def _table_info(self, s: Session, row: TableRow) -> TableInfo:
+        writer = s.scalar(select(JobSinkRow.job_id).where(JobSinkRow.table_id == row.id))
+        readers = s.scalars(
+            select(JobSourceRow.job_id).where(JobSourceRow.table_id == row.id).order_by(JobSourceRow.job_id)
+        ).all()
+        return TableInfo(
+            id=row.id,
+            name=row.name,
+            topology=row.topology,
+            kind=row.kind,
+            location=row.location,
+            event_time_column=row.event_time_column,
+            writer=writer,
+            readers=tuple(readers),
+        )
+
+    def writer_of(self, table: str) -> str | None:
+        """Id of the job registered as the writer of ``table`` (``None`` if none)."""
+        canonical = normalize_table_name(table)
+        with self._tx() as s:
+            return s.scalar(
+                select(JobSinkRow.job_id)
+                .join(TableRow, TableRow.id == JobSinkRow.table_id)
+                .where(TableRow.name == canonical)
+            )
+
+    def topologies(self) -> list[str]:
+        """Names of all registered topologies."""
+        with self._tx() as s:
+            return list(s.scalars(select(TopologyRow.name).order_by(TopologyRow.name)))
+
+    def graph(self, topology: str | None = None) -> nx.DiGraph:
+        """The registered tables and jobs as a DiGraph (same node scheme as ``Topology.graph``)."""
+        tables = [
+            Table(t.name, "root" if t.kind == "root" else "intermediate", t.location)
+            for t in self.tables(topology)
+        ]
+        jobs = [Job(j.id, j.application, j.sources, j.sinks) for j in self.jobs(topology)]
+        return build_graph(tables, jobs)
+
+    def job_io(self, topology: str | None = None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """Sources and sinks of every registered job (of one topology) in two queries.
+
+        Returns:
+            {job id: (source table names, sink table names)}, names sorted.
+        """
+        with self._tx() as s:
+            jobs = select(JobRow.id)
+            if topology:
+                jobs = jobs.where(JobRow.topology == topology)
+            out: dict[str, tuple[list[str], list[str]]] = {j: ([], []) for j in s.scalars(jobs)}
+            for link, slot in ((JobSourceRow, 0), (JobSinkRow, 1)):
+                rows = s.execute(
+                    select(link.job_id, TableRow.name).join(TableRow, TableRow.id == link.table_id)
+                    .where(link.job_id.in_(list(out)))
+                ).all()
+                for job_id, name in rows:
+                    out[job_id][slot].append(name)
+            return {j: (tuple(sorted(a)), tuple(sorted(b))) for j, (a, b) in out.items()}

@@ -1,0 +1,296 @@
+"""Per (table, barrier) states PROCESSED and WRITTEN (DESIGN.md "Barrier states in one table")."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import and_, delete, func, select
+
+from airflow_provider_tsb.exceptions import (
+    TopologyError,
+    UnknownBarrierError,
+)
+from airflow_provider_tsb.metastore.base import StoreBase, table_state_of
+from airflow_provider_tsb.metastore.models import (
+    BarrierRow,
+    TableBarrierRow,
+    TableRow,
+)
+from airflow_provider_tsb.metastore.records import (
+    BarrierState,
+    TableState,
+    now_ms,
+)
+from airflow_provider_tsb.names import normalize_table_name
+
+
+class TableStateManager(StoreBase):
+    """What each table holds of each barrier: PROCESSED (staged files) or WRITTEN (a Delta version)."""
+
+    def record_processed(
+        self,
+        table: str,
+        barrier_id: int,
+        job_id: str,
+        manifest: Mapping[str, Any],
+        inputs: Mapping[str, int] | None = None,
+    ) -> None:
+        """Mark barrier ``barrier_id`` PROCESSED in ``table`` with its staged-file manifest.
+
+        A WRITTEN row is never downgraded (a replay after the commit is a no-op).
+        """
+        ts = now_ms()
+        with self._tx(write=True) as s:
+            table_id = self._table_id(s, table)
+            row = s.get(TableBarrierRow, (table_id, barrier_id))
+            if row is None:
+                s.add(
+                    TableBarrierRow(
+                        table_id=table_id, barrier_id=barrier_id, state=BarrierState.PROCESSED, version=None,
+                        job_id=job_id, processed_at_ms=ts, manifest=dict(manifest),
+                        inputs=dict(inputs or {}),
+                    )
+                )
+            elif row.state == BarrierState.PROCESSED:
+                row.manifest = dict(manifest)
+                row.processed_at_ms = ts
+                row.job_id = job_id
+                row.inputs = dict(inputs or {})
+
+    def record_written(
+        self,
+        table: str,
+        barrier_id: int,
+        version: int,
+        job_id: str | None = None,
+        *,
+        inputs: Mapping[str, int] | None = None,
+        written_at_ms: int | None = None,
+    ) -> None:
+        """Mark barrier ``barrier_id`` WRITTEN in ``table`` at Delta ``version``. Idempotent.
+
+        Raises:
+            TopologyError: the barrier is WRITTEN already at another version (the Delta log
+                and the metastore disagree; rebuild the index from the log).
+            UnknownBarrierError: ``barrier_id`` was never generated for the table's topology.
+            ValueError: ``version`` is negative.
+        """
+        try:
+            version = operator.index(version)
+        except TypeError:
+            version = -1
+        if version < 0:
+            raise ValueError(
+                f"table {table!r}, barrier {barrier_id}: a Delta version is an integer >= 0, got {version!r}"
+            )
+        ts = written_at_ms or now_ms()
+        with self._tx(write=True) as s:
+            table_id = self._table_id(s, table)
+            topology = s.scalar(select(TableRow.topology).where(TableRow.id == table_id))
+            generated = s.scalar(
+                select(BarrierRow.barrier_id).where(
+                    BarrierRow.topology == topology, BarrierRow.barrier_id == barrier_id
+                )
+            )
+            if generated is None:
+                raise UnknownBarrierError(
+                    f"barrier {barrier_id} was never generated for topology {topology!r} (table "
+                    f"{normalize_table_name(table)!r}); only generated barriers can be WRITTEN"
+                )
+            row = s.get(TableBarrierRow, (table_id, barrier_id))
+            if row is None:
+                s.add(
+                    TableBarrierRow(
+                        table_id=table_id, barrier_id=barrier_id, state=BarrierState.WRITTEN, version=version,
+                        job_id=job_id, processed_at_ms=ts, written_at_ms=ts,
+                        inputs=dict(inputs or {}) or None,
+                    )
+                )
+            elif row.state == BarrierState.WRITTEN:
+                if row.version != version:
+                    raise TopologyError(
+                        f"barrier {barrier_id} of table {normalize_table_name(table)!r} is WRITTEN at "
+                        f"Delta version {row.version} in the metastore but {version} was reported"
+                    )
+            else:
+                row.state = BarrierState.WRITTEN
+                row.version = version
+                row.written_at_ms = ts
+                row.manifest = None
+                row.job_id = job_id or row.job_id
+                if inputs:
+                    row.inputs = dict(inputs)
+
+    def clear_processed(self, table: str, barrier_id: int | None = None) -> int:
+        """Forget PROCESSED (uncommitted) rows of ``table`` (all, or one barrier) after a failure.
+
+        Returns:
+            Number of rows removed.
+        """
+        with self._tx(write=True) as s:
+            table_id = self._table_id(s, table)
+            query = delete(TableBarrierRow).where(
+                TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.PROCESSED
+            )
+            if barrier_id is not None:
+                query = query.where(TableBarrierRow.barrier_id == barrier_id)
+            return s.execute(query).rowcount or 0
+
+    def rollback_table(self, table: str, to_barrier: int) -> int:
+        """Forget every state of ``table`` above ``to_barrier`` (after a Delta restore).
+
+        Returns:
+            Number of rows removed.
+        """
+        with self._tx(write=True) as s:
+            table_id = self._table_id(s, table)
+            return s.execute(
+                delete(TableBarrierRow).where(
+                    TableBarrierRow.table_id == table_id, TableBarrierRow.barrier_id > to_barrier
+                )
+            ).rowcount or 0
+
+    def table_state(self, table: str, barrier_id: int) -> TableState | None:
+        """State of ``barrier_id`` in ``table``, or ``None`` if neither PROCESSED nor WRITTEN."""
+        with self._tx() as s:
+            table_id = self._table_id(s, table)
+            row = s.get(TableBarrierRow, (table_id, barrier_id))
+            return table_state_of(normalize_table_name(table), row) if row is not None else None
+
+    def version_at(self, table: str, barrier_id: int) -> int | None:
+        """Delta version of ``table`` WRITTEN at ``barrier_id`` (``None`` if not WRITTEN). One seek."""
+        state = self.table_state(table, barrier_id)
+        return state.version if state is not None and state.state == BarrierState.WRITTEN else None
+
+    def newest_written(self, table: str) -> TableState | None:
+        """The newest WRITTEN barrier of ``table`` (``None`` if none). One index seek."""
+        with self._tx() as s:
+            table_id = self._table_id(s, table)
+            row = s.scalar(
+                select(TableBarrierRow)
+                .where(TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN)
+                .order_by(TableBarrierRow.barrier_id.desc()).limit(1)
+            )
+            return table_state_of(normalize_table_name(table), row) if row is not None else None
+
+    def table_history(
+        self, table: str, *, limit: int = 100, before: int | None = None
+    ) -> list[TableState]:
+        """Barrier states of ``table``, newest first, at most ``limit`` (paged by ``before``)."""
+        with self._tx() as s:
+            table_id = self._table_id(s, table)
+            query = select(TableBarrierRow).where(TableBarrierRow.table_id == table_id)
+            if before is not None:
+                query = query.where(TableBarrierRow.barrier_id < before)
+            query = query.order_by(TableBarrierRow.barrier_id.desc()).limit(limit)
+            name = normalize_table_name(table)
+            return [table_state_of(name, row) for row in s.scalars(query)]
+
+    def written_versions(self, tables: Sequence[str], barrier_ids: Sequence[int]) -> dict[tuple[str, int], int]:
+        """Delta versions WRITTEN for every (table, barrier) pair that has one, in one query.
+
+        Returns:
+            {(canonical table name, barrier id): Delta version}; missing pairs are not WRITTEN.
+        """
+        return {key: version for key, (version, _) in self.written_entries(tables, barrier_ids).items()}
+
+    def written_entries(
+        self, tables: Sequence[str], barrier_ids: Sequence[int]
+    ) -> dict[tuple[str, int], tuple[int, int | None]]:
+        """Delta version and WRITTEN time of every (table, barrier) pair that has one, in one query.
+
+        Returns:
+            {(canonical table name, barrier id): (Delta version, written_at epoch ms)}.
+        """
+        names = [normalize_table_name(t) for t in tables]
+        if not names or not barrier_ids:
+            return {}
+        with self._tx() as s:
+            rows = s.execute(
+                select(
+                    TableRow.name, TableBarrierRow.barrier_id, TableBarrierRow.version, TableBarrierRow.written_at_ms
+                )
+                .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
+                .where(
+                    TableRow.name.in_(names),
+                    TableBarrierRow.barrier_id.in_(list(barrier_ids)),
+                    TableBarrierRow.state == BarrierState.WRITTEN,
+                )
+            ).all()
+            return {(name, int(b)): (int(v), w) for name, b, v, w in rows if v is not None}
+
+    def states_at(self, topology: str, barrier_ids: Sequence[int]) -> list[TableState]:
+        """Every table state of ``topology`` at the given barriers (for delay views)."""
+        if not barrier_ids:
+            return []
+        with self._tx() as s:
+            rows = s.execute(
+                select(TableRow.name, TableBarrierRow)
+                .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
+                .where(TableRow.topology == topology, TableBarrierRow.barrier_id.in_(list(barrier_ids)))
+            ).all()
+            return [table_state_of(name, row) for name, row in rows]
+
+    def barriers_at_versions(self, versions: Mapping[str, int | None]) -> dict[str, int | None]:
+        """The barrier each (table, Delta version) is tagged with in the metastore.
+
+        Args:
+            versions: {table name: Delta version} (``None`` versions map to ``None``).
+
+        Returns:
+            {canonical table name: newest barrier WRITTEN at exactly that version, or ``None``}.
+            A root table holds the same version at several barriers when nothing was ingested
+            between them; the newest one is returned. One index seek per table
+            (``ix_tsb_table_barrier_version``).
+
+        Raises:
+            UnknownTableError: a table is not registered.
+        """
+        names = {normalize_table_name(k): v for k, v in versions.items()}
+        out: dict[str, int | None] = {}
+        with self._tx() as s:
+            for name, version in names.items():
+                table_id = self._table_id(s, name)
+                if version is None:
+                    out[name] = None
+                    continue
+                out[name] = s.scalar(
+                    select(func.max(TableBarrierRow.barrier_id)).where(
+                        TableBarrierRow.table_id == table_id,
+                        TableBarrierRow.version == int(version),
+                        TableBarrierRow.state == BarrierState.WRITTEN,
+                    )
+                )
+        return out
+
+    def newest_written_by_table(self, topology: str) -> dict[str, TableState]:
+        """The newest WRITTEN state of every table of ``topology`` that has one.
+
+        Returns:
+            {table name: :class:`TableState`} (tables without a WRITTEN barrier are absent).
+            Cost: one index seek per table (max over the ``(table_id, state, barrier_id)``
+            prefix) plus one primary-key lookup per table, independent of the history length.
+        """
+        from sqlalchemy.orm import aliased
+
+        inner = aliased(TableBarrierRow)
+        with self._tx() as s:
+            newest = (
+                select(func.max(inner.barrier_id))
+                .where(inner.table_id == TableRow.id, inner.state == BarrierState.WRITTEN)
+                .correlate(TableRow)
+                .scalar_subquery()
+            )
+            # one join: per table an index seek for its newest WRITTEN barrier, then a primary-key
+            # lookup (a row-value IN list would make SQLite scan the whole state table)
+            rows = s.execute(
+                select(TableRow.name, TableBarrierRow)
+                .join(
+                    TableBarrierRow,
+                    and_(TableBarrierRow.table_id == TableRow.id, TableBarrierRow.barrier_id == newest),
+                )
+                .where(TableRow.topology == topology)
+            ).all()
+            return {name: table_state_of(name, row) for name, row in rows}
