@@ -16,8 +16,8 @@ g. WRITTEN is reported with the new version.
 Modes: ``append`` adds the rows; ``overwrite`` replaces the table; ``merge`` upserts by key
 columns: new state = current rows whose key is not in the update, plus the update rows,
 implemented as a full rewrite through ``overwrite`` (the old files are removed logically,
-kept for time travel). Sinks are unpartitioned. Kill points: see
-:mod:`airflow_provider_tsb.spark.killpoints`.
+kept for time travel). Sinks are unpartitioned. The ``crash_point`` calls are a test facility,
+inert unless ``TSB_KILL_AT`` is set (:mod:`airflow_provider_tsb.spark.killpoints`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from airflow_provider_tsb.delta.log import (
 )
 from airflow_provider_tsb.delta.stats import footer_stats
 from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema
-from airflow_provider_tsb.spark.killpoints import kill_requested, kill_when, maybe_kill
+from airflow_provider_tsb.spark.killpoints import crash_point, crash_point_during
 from airflow_provider_tsb.spark.timing import phase
 
 if TYPE_CHECKING:
@@ -261,13 +261,9 @@ def write_barrier(
     rel_dir = f"{staging_dir(job_id, epoch, barrier)}/{attempt}"
     fs, root = filesystem(loc)
     abs_dir = f"{loc}/{rel_dir}"
-    watcher = None
-    if kill_requested("while_writing", job_id, barrier):
-        watcher = kill_when(lambda: _has_any_file(fs, f"{root}/{rel_dir}"))
-    with phase("spark"):
-        out.write.mode("errorifexists").option("compression", "snappy").parquet(abs_dir)
-    if watcher is not None:
-        maybe_kill("while_writing", job_id, barrier)
+    with crash_point_during("while_writing", job_id, barrier, lambda: _has_any_file(fs, f"{root}/{rel_dir}")):
+        with phase("spark"):
+            out.write.mode("errorifexists").option("compression", "snappy").parquet(abs_dir)
 
     # (d) footers only
     with phase("footers"):
@@ -278,7 +274,7 @@ def write_barrier(
     if catalog is not None:
         staged_mode = "append" if mode == "append" else "overwrite"  # merge rewrites: staged files replace
         catalog.record_processed(table, barrier, job_id, [{**f.to_json(), "sink_mode": staged_mode} for f in files])
-    maybe_kill("after_files", job_id, barrier)
+    crash_point("after_files", job_id, barrier)
 
     # (f) one atomic commit
     tag = BarrierTag(barrier=barrier, job_id=job_id, inputs=dict(inputs), ts_ms=ts_ms, attempt=attempt)
@@ -287,7 +283,7 @@ def write_barrier(
         outcome = commit_barrier_files(
             loc, files, tag=tag, mode="append" if mode == "append" else "overwrite", schema=delta_schema
         )
-    maybe_kill("after_commit", job_id, barrier)
+    crash_point("after_commit", job_id, barrier)
     if not outcome.committed:  # another attempt won the race: ours are orphans
         remove_orphan_attempts(loc, job_id, epoch, barrier, _committed_attempt(loc, barrier))
 

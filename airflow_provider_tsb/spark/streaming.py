@@ -3,7 +3,7 @@
 The source ``spark.readStream.format("tsb")`` (a Python Data Source) has offsets
 ``{"barrier": n}``; each micro-batch covers exactly one barrier, the next one that is WRITTEN
 in all the job's inputs, and yields one control row ``(barrier, plan JSON)``. The sink is
-``foreachBatch`` running :func:`airflow_provider_tsb.spark.app.run_barrier`, i.e. the
+``foreachBatch`` running :func:`airflow_provider_tsb.spark.runner.run_barrier`, i.e. the
 exactly-once commit protocol. The checkpoint's offset log maps micro-batch -> barrier, so a
 restarted query replays the same barriers (whose commits the txn check then discards).
 After restoring the sinks to an earlier barrier, delete the checkpoint.
@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from airflow_provider_tsb.spark.app import TsbApp, report_written_heads, run_barrier, sinks_base_barrier
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan, open_catalog
+from airflow_provider_tsb.spark.model import TsbApp
+from airflow_provider_tsb.spark.runner import report_written_heads, run_barrier, sinks_base_barrier
 
 log = logging.getLogger("airflow_provider_tsb.spark")
 SOURCE_SCHEMA = "barrier long, plan string"

@@ -1,0 +1,99 @@
+"""The command line of every app script: ``run_app(app)`` parses ``sys.argv`` and runs the app.
+
+``--mode batch`` runs :func:`airflow_provider_tsb.spark.runner.run_batch`; ``--mode streaming``
+runs :func:`airflow_provider_tsb.spark.streaming.run_streaming`. The barriers come from a plan
+file (``--plan``) or the metastore (``--metastore-url``, e.g. ``env:TSB_METASTORE_URL`` as
+:class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook` passes it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Sequence
+
+from pyspark.sql import SparkSession
+
+from airflow_provider_tsb.spark.catalog import BarrierCatalog, PlanFileCatalog, open_catalog
+from airflow_provider_tsb.spark.model import TsbApp
+from airflow_provider_tsb.spark.runner import run_batch
+from airflow_provider_tsb.spark.streaming import run_streaming
+
+log = logging.getLogger("airflow_provider_tsb.spark")
+
+
+def build_arg_parser(app: TsbApp) -> argparse.ArgumentParser:
+    """The CLI of every app script (see :func:`run_app`)."""
+    p = argparse.ArgumentParser(prog=app.job_id, description=app.description or f"tsb job {app.job_id}")
+    p.add_argument("--mode", choices=("batch", "streaming"), default="batch")
+    p.add_argument("--plan", help="plan file (PlanFileCatalog)")
+    p.add_argument("--report", help="report file the states are recorded into")
+    p.add_argument("--metastore-url", help="metastore catalog (needs the 'metastore' catalog kind)")
+    p.add_argument("--until-barrier", type=int, help="process barriers up to this one, then stop")
+    p.add_argument("--max-barriers", type=int, help="stop after this many barriers")
+    p.add_argument("--idle-timeout", type=float, default=None, help="streaming: stop after S seconds idle")
+    p.add_argument(
+        "--trigger-interval", type=float, default=1.0,
+        help="streaming: longest wait (seconds) for a barrier in one offset poll (long poll)",
+    )
+    p.add_argument(
+        "--poll-interval", type=float, default=0.05,
+        help="streaming: seconds between catalog look-ups while waiting for a barrier",
+    )
+    p.add_argument("--checkpoint", help="streaming checkpoint dir (default: <first sink>/_tsb_checkpoints/<job>)")
+    p.add_argument(
+        "--final-since", type=int, default=None, metavar="EPOCH_MS",
+        help="streaming: stop after a final barrier (end of input) generated at or after this time",
+    )
+    p.add_argument("--table", action="append", default=[], metavar="NAME=LOCATION", help="table location")
+    p.add_argument("--warehouse", help="default location root: <warehouse>/<table name>")
+    p.add_argument("--master", help="Spark master when not launched by spark-submit")
+    return p
+
+
+def _catalog_from_args(args: argparse.Namespace) -> BarrierCatalog:
+    if args.metastore_url:
+        import airflow_provider_tsb.spark.metastore_catalog  # noqa: F401  (registers the "metastore" kind)
+
+        return open_catalog({"kind": "metastore", "url": args.metastore_url, "report": args.report or ""})
+    if not args.plan:
+        raise SystemExit("one of --plan or --metastore-url is required")
+    return PlanFileCatalog(args.plan, args.report)
+
+
+def run_app(app: TsbApp, argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    """Command-line entry of an app script: parse ``argv`` and run batch or streaming mode.
+
+    Returns the process exit code (0 on success). Options: see :func:`build_arg_parser`.
+    """
+    from airflow_provider_tsb.spark.session import get_spark
+
+    args = build_arg_parser(app).parse_args(argv)
+    logging.basicConfig(level=os.environ.get("TSB_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s")
+    catalog = _catalog_from_args(args)
+    overrides = dict(t.split("=", 1) for t in args.table)
+    plan_tables = catalog.tables() if isinstance(catalog, PlanFileCatalog) else None
+    locations = app.resolve_locations(plan_tables, overrides, args.warehouse)
+    spark = spark or get_spark(app.job_id, master=args.master)
+    if args.mode == "batch":
+        done = run_batch(
+            spark, app, catalog, locations, until_barrier=args.until_barrier, max_barriers=args.max_barriers
+        )
+        log.info("job %s: batch mode processed barriers %s", app.job_id, done)
+        return 0
+    done = run_streaming(
+        spark,
+        app,
+        catalog,
+        locations,
+        checkpoint=args.checkpoint,
+        until_barrier=args.until_barrier,
+        max_barriers=args.max_barriers,
+        idle_timeout_s=args.idle_timeout,
+        trigger_interval_s=args.trigger_interval,
+        poll_interval_s=args.poll_interval,
+        final_since_ms=args.final_since,
+    )
+    log.info("job %s: streaming mode processed barriers %s", app.job_id, done)
+    return 0

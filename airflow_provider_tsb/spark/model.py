@@ -1,0 +1,197 @@
+"""The app model: what one Spark ETL job of a topology declares, and what it sees per barrier.
+
+An app (:class:`TsbApp`) declares its job id, its source tables, its sink tables
+(:class:`Sink`: mode, keys, schema) and a ``process(ctx) -> {sink: DataFrame}`` function. For
+barrier ``n`` the runner (:mod:`airflow_provider_tsb.spark.runner`) hands ``process`` a
+:class:`BarrierContext`: the inputs as of ``n`` (FLIP-276: every input read at the version of
+the same barrier), their changes in the epoch ``(n-1, n]``, and the sinks' previous state.
+Reads are lazy DataFrames over Delta tables at exact versions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from airflow_provider_tsb.delta.barriers import latest_written_barrier, version_of_barrier
+from airflow_provider_tsb.delta.errors import MisalignedInputError
+from airflow_provider_tsb.delta.log import table_exists
+from airflow_provider_tsb.spark.catalog import BarrierPlan
+from airflow_provider_tsb.spark.inputs import Ranges, change_ranges, read_changes, read_snapshot
+from airflow_provider_tsb.spark.outputs import SinkMode
+
+
+@dataclass(frozen=True)
+class Sink:
+    """A sink table of an app.
+
+    Attributes:
+        mode: ``append`` | ``overwrite`` | ``merge`` (upsert by ``keys``).
+        keys: key columns for ``merge``.
+        schema: Spark DDL of the table, used by ``ctx.previous`` before the table exists
+            (without it ``previous`` returns ``None`` then).
+        max_files: coalesce each barrier's output to at most this many files.
+        location: default location (overridden by the plan's tables or ``--table``).
+    """
+
+    mode: SinkMode = "append"
+    keys: tuple[str, ...] = ()
+    schema: str | None = None
+    max_files: int | None = None
+    location: str | None = None
+
+
+ProcessFn = Callable[["BarrierContext"], Mapping[str, DataFrame]]
+
+
+@dataclass
+class TsbApp:
+    """An ETL job of the topology.
+
+    Attributes:
+        job_id: the job id (also the Delta txn app id stem).
+        sources: ``{input table name: default location or None}``.
+        sinks: ``{sink table name: Sink}``.
+        process: builds each sink's output DataFrame for one barrier (lazy; no actions
+            needed). For ``merge`` sinks return only the upserted rows.
+    """
+
+    job_id: str
+    sources: Mapping[str, str | None]
+    sinks: Mapping[str, Sink]
+    process: ProcessFn
+    description: str = ""
+    _locations: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def resolve_locations(
+        self,
+        plan_tables: Mapping[str, str] | None = None,
+        overrides: Mapping[str, str] | None = None,
+        warehouse: str | None = None,
+    ) -> dict[str, str]:
+        """Return ``{table: location}`` for every source and sink.
+
+        Precedence: ``overrides`` (``--table``) > the plan's tables > the declared default >
+        ``<warehouse>/<table name>``.
+
+        Raises:
+            ValueError: a table has no location (the message names it).
+        """
+        from airflow_provider_tsb.names import normalize_table_name
+
+        declared = {**dict(self.sources), **{n: s.location for n, s in self.sinks.items()}}
+        # ``raw.words`` and ``tsb.raw.words`` name the same table (default catalog ``tsb``)
+        canonical_overrides = {normalize_table_name(k): v for k, v in (overrides or {}).items()}
+        canonical_plan = {normalize_table_name(k): v for k, v in (plan_tables or {}).items()}
+        out: dict[str, str] = {}
+        for name, default in declared.items():
+            key = normalize_table_name(name)
+            loc = (
+                (overrides or {}).get(name)
+                or canonical_overrides.get(key)
+                or (plan_tables or {}).get(name)
+                or canonical_plan.get(key)
+                or default
+            )
+            if not loc and warehouse:
+                loc = os.path.join(warehouse, name)
+            if not loc:
+                raise ValueError(f"job {self.job_id}: no location for table {name!r} (use --table or --plan)")
+            out[name] = loc
+        return out
+
+
+class BarrierContext:
+    """What ``process`` sees for one barrier. All reads are lazy DataFrames."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        app: TsbApp,
+        plan: BarrierPlan,
+        locations: Mapping[str, str],
+    ) -> None:
+        self.spark = spark
+        self.app = app
+        self.plan = plan
+        self.locations = dict(locations)
+
+    @property
+    def barrier(self) -> int:
+        """The barrier being processed."""
+        return self.plan.barrier
+
+    @property
+    def ts_ms(self) -> int:
+        """The barrier timestamp (epoch ms)."""
+        return self.plan.ts_ms
+
+    @property
+    def watermark(self) -> int | None:
+        """The event-time watermark (epoch ms) of the barrier, or ``None``."""
+        return self.plan.watermark_ms
+
+    @property
+    def previous_barrier(self) -> int | None:
+        """The barrier the sinks are at before this one (``None``: first barrier)."""
+        return self.plan.previous_barrier
+
+    def _source(self, name: str) -> str:
+        if name not in self.plan.inputs:
+            raise KeyError(f"job {self.app.job_id}: {name!r} is not a source (sources: {sorted(self.plan.inputs)})")
+        return self.locations[name]
+
+    def snapshot(self, source: str, *, within: Ranges | None = None) -> DataFrame:
+        """The source table as of this barrier (its version in ``plan.inputs``).
+
+        ``within``: data skipping, ``{column: (min, max)}`` (e.g. from :meth:`change_ranges`):
+        only files whose statistics overlap are read; the result may hold rows outside the
+        ranges, so join or filter for exactness. See
+        :func:`airflow_provider_tsb.spark.inputs.read_snapshot`.
+        """
+        return read_snapshot(self.spark, self._source(source), self.plan.inputs[source], within=within)
+
+    def change_ranges(self, source: str, columns: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+        """``{column: (min, max)}`` of the rows added to ``source`` in this barrier's epoch, from
+        the Delta statistics of the added files (no data read); ``{}`` when nothing was added.
+        """
+        start = self.plan.previous_inputs.get(source) if self.plan.previous_barrier is not None else None
+        return change_ranges(self._source(source), start, self.plan.inputs[source], columns)
+
+    def changes(self, source: str) -> DataFrame:
+        """The source's changes in the epoch ``(previous barrier, this barrier]``.
+
+        Columns: the table's + ``_change_type`` + ``_commit_version`` (see
+        :func:`airflow_provider_tsb.spark.inputs.read_changes`). For the job's first barrier:
+        everything up to this barrier.
+        """
+        location = self._source(source)
+        start = self.plan.previous_inputs.get(source) if self.plan.previous_barrier is not None else None
+        return read_changes(self.spark, location, start, self.plan.inputs[source])
+
+    def previous(self, sink: str) -> DataFrame | None:
+        """The sink's state after the previous barrier (base for incremental computation).
+
+        Empty (with ``Sink.schema``) or ``None`` (no schema) when there is no previous state.
+
+        Raises:
+            MisalignedInputError: the sink has no version for the previous barrier.
+        """
+        if sink not in self.app.sinks:
+            raise KeyError(f"job {self.app.job_id}: {sink!r} is not a sink (sinks: {sorted(self.app.sinks)})")
+        location = self.locations[sink]
+        prev = self.plan.previous_barrier
+        version = version_of_barrier(location, prev) if prev is not None else None
+        if version is None:
+            if prev is not None and table_exists(location) and latest_written_barrier(location) is not None:
+                raise MisalignedInputError(
+                    f"job {self.app.job_id}: sink {sink} has no version for previous barrier {prev} "
+                    f"while processing barrier {self.barrier}"
+                )
+            ddl = self.app.sinks[sink].schema
+            return self.spark.createDataFrame([], ddl) if ddl else None
+        return read_snapshot(self.spark, location, version)

@@ -1,0 +1,210 @@
+"""The runner: process an app's barriers in order, exactly once (batch mode).
+
+Per barrier ``n`` (:func:`run_barrier`):
+
+1. asserts *alignment*: every input is read at the version of barrier ``n`` (an intermediate
+   input's version must be tagged with ``n``; :class:`MisalignedInputError` otherwise);
+2. skips the barrier if every sink already has it committed (re-reporting WRITTEN);
+3. calls ``process`` with a :class:`~airflow_provider_tsb.spark.model.BarrierContext`;
+4. commits each sink with :func:`airflow_provider_tsb.spark.outputs.write_barrier`.
+
+:func:`run_batch` processes the pending barriers (optionally up to ``until_barrier``) and
+stops; streaming mode (:mod:`airflow_provider_tsb.spark.streaming`) runs the same
+:func:`run_barrier` once per micro-batch. Both produce identical tables.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+from airflow_provider_tsb.delta.barriers import (
+    barrier_of_version,
+    is_barrier_committed,
+    latest_written_barrier,
+    version_of_barrier,
+)
+from airflow_provider_tsb.delta.errors import MisalignedInputError
+from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
+from airflow_provider_tsb.spark.model import BarrierContext, TsbApp
+from airflow_provider_tsb.spark.outputs import WriteResult, write_barrier
+from airflow_provider_tsb.spark.timing import barrier_timer, phase
+
+log = logging.getLogger("airflow_provider_tsb.spark")
+
+
+def check_alignment(app: TsbApp, plan: BarrierPlan, locations: Mapping[str, str]) -> None:
+    """Assert every input of ``plan`` is read at the version of ``plan.barrier``.
+
+    For a tagged (intermediate) input the version's ``tsb.barrier`` must equal the barrier
+    (and the previous version's the previous barrier); root inputs carry no tags and their
+    versions come from the barrier's recorded offsets. Cost: one log-file read per input.
+
+    Raises:
+        MisalignedInputError: naming the input, the version, and both barriers.
+    """
+    missing = sorted(set(app.sources) - set(plan.inputs))
+    if missing:
+        raise MisalignedInputError(f"job {app.job_id}: barrier {plan.barrier} has no version for inputs {missing}")
+    checks = [(plan.barrier, plan.inputs)]
+    if plan.previous_barrier is not None:
+        checks.append((plan.previous_barrier, plan.previous_inputs))
+    for barrier, versions in checks:
+        for name in sorted(app.sources):
+            version = versions[name]
+            tagged = barrier_of_version(locations[name], version)
+            if tagged is None:
+                continue  # root table (no tags) or a non-barrier commit of a root
+            if tagged != barrier:
+                raise MisalignedInputError(
+                    f"job {app.job_id}: input {name} would be read at version {version}, which holds "
+                    f"barrier {tagged}, while processing barrier {barrier}"
+                )
+
+
+def sinks_base_barrier(app: TsbApp, locations: Mapping[str, str]) -> int | None:
+    """The barrier all sinks have reached (min over sinks); ``None`` if any sink is empty."""
+    barriers = []
+    for name in app.sinks:
+        latest = latest_written_barrier(locations[name])
+        if latest is None:
+            return None
+        barriers.append(latest[0])
+    return min(barriers) if barriers else None
+
+
+def report_written_heads(app: TsbApp, locations: Mapping[str, str], catalog: BarrierCatalog) -> None:
+    """Re-report WRITTEN for each sink's newest barrier (idempotent).
+
+    Repairs a run killed after its Delta commit but before its WRITTEN report: the Delta log
+    is the truth, the catalog only indexes it. Cost: one short log walk per sink.
+    """
+    for sink in sorted(app.sinks):
+        head = latest_written_barrier(locations[sink])
+        if head is not None:
+            catalog.record_written(sink, head[0], head[1], app.job_id)
+
+
+def run_barrier(
+    spark: SparkSession,
+    app: TsbApp,
+    plan: BarrierPlan,
+    locations: Mapping[str, str],
+    catalog: BarrierCatalog | None,
+    *,
+    before: dict[str, float] | None = None,
+) -> list[WriteResult]:
+    """Process one barrier end to end (alignment, skip-if-committed, process, commit sinks).
+
+    Records the job's timing for the barrier in the catalog (``running``, then ``succeeded``
+    or ``failed``) and logs a ``tsb-timing`` line with the phases of
+    :mod:`airflow_provider_tsb.spark.timing`.
+
+    Args:
+        before: ``{phase: seconds}`` the barrier spent before this call (streaming mode: ``poll``,
+            the wait for its micro-batch, and ``source``, reading the control row).
+
+    Returns one :class:`WriteResult` per sink (sorted by sink name).
+
+    Raises:
+        MisalignedInputError: an input is not at the barrier's version.
+        KeyError: ``process`` did not return a DataFrame for every sink.
+    """
+    started = _now_ms()
+    with barrier_timer(app.job_id, plan.barrier, before=before):
+        if catalog is not None:
+            catalog.record_job_barrier(app.job_id, plan.barrier, "running", started_at_ms=started)
+        try:
+            results = _run_barrier(spark, app, plan, locations, catalog)
+        except BaseException:
+            if catalog is not None:
+                try:
+                    catalog.record_job_barrier(app.job_id, plan.barrier, "failed", finished_at_ms=_now_ms())
+                except Exception:  # the original error matters more than a lost timing
+                    log.warning("job %s: could not record the failure of barrier %s", app.job_id, plan.barrier)
+            raise
+        if catalog is not None:
+            catalog.record_job_barrier(app.job_id, plan.barrier, "succeeded", finished_at_ms=_now_ms())
+    return results
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _run_barrier(
+    spark: SparkSession,
+    app: TsbApp,
+    plan: BarrierPlan,
+    locations: Mapping[str, str],
+    catalog: BarrierCatalog | None,
+) -> list[WriteResult]:
+    with phase("delta_log"):
+        check_alignment(app, plan, locations)
+        committed = all(is_barrier_committed(locations[s], app.job_id, plan.barrier) for s in app.sinks)
+    results: list[WriteResult] = []
+    if committed:
+        for sink in sorted(app.sinks):
+            with phase("delta_log"):
+                version = version_of_barrier(locations[sink], plan.barrier)
+            if version is not None and catalog is not None:
+                catalog.record_written(sink, plan.barrier, version, app.job_id)
+            results.append(WriteResult(sink, plan.barrier, version if version is not None else -1, skipped=True))
+        log.info("job %s: barrier %s already committed, skipped", app.job_id, plan.barrier)
+        return results
+    ctx = BarrierContext(spark, app, plan, locations)
+    outputs = app.process(ctx)
+    missing = sorted(set(app.sinks) - set(outputs))
+    if missing:
+        raise KeyError(f"job {app.job_id}: process() returned no DataFrame for sinks {missing}")
+    for sink in sorted(app.sinks):
+        spec = app.sinks[sink]
+        results.append(
+            write_barrier(
+                spark,
+                outputs[sink],
+                table=sink,
+                location=locations[sink],
+                job_id=app.job_id,
+                barrier=plan.barrier,
+                mode=spec.mode,
+                inputs=plan.inputs,
+                ts_ms=plan.ts_ms,
+                keys=spec.keys,
+                max_files=spec.max_files,
+                catalog=catalog,
+            )
+        )
+    log.info("job %s: barrier %s done: %s", app.job_id, plan.barrier, results)
+    return results
+
+
+def run_batch(
+    spark: SparkSession,
+    app: TsbApp,
+    catalog: BarrierCatalog,
+    locations: Mapping[str, str],
+    *,
+    until_barrier: int | None = None,
+    max_barriers: int | None = None,
+) -> list[int]:
+    """Batch mode: process the pending barriers in order (up to ``until_barrier``), then stop.
+
+    Returns the barriers processed (committed or found already committed).
+    """
+    sources = {name: locations[name] for name in app.sources}
+    report_written_heads(app, locations, catalog)
+    after = sinks_base_barrier(app, locations)
+    done: list[int] = []
+    for plan in catalog.pending_barriers(app.job_id, sources, after):
+        if until_barrier is not None and plan.barrier > until_barrier:
+            break
+        if max_barriers is not None and len(done) >= max_barriers:
+            break
+        run_barrier(spark, app, plan, locations, catalog)
+        done.append(plan.barrier)
+    catalog.heartbeat(app.job_id)
+    return done
