@@ -35,89 +35,19 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from airflow_provider_tsb.delta.barriers import root_version, versions_of_barriers
 from airflow_provider_tsb.exceptions import UnknownBarrierError
+from airflow_provider_tsb.spark.plans import (
+    BarrierPlan,
+    GeneratedBarrier,
+    TsKind,
+    plan_pending_barriers,
+)
 
-TsKind = Literal["system", "event"]
 PLAN_FORMAT = "tsb-plan/1"
 REPORT_FORMAT = "tsb-report/1"
-
-
-@dataclass(frozen=True)
-class BarrierPlan:
-    """What a job needs to process one barrier.
-
-    Attributes:
-        barrier: barrier id.
-        ts_ms: barrier timestamp, epoch milliseconds.
-        ts_kind: ``system`` (processing time) or ``event`` (event-time watermark).
-        watermark_ms: event-time watermark in epoch ms, or ``None``.
-        inputs: ``{input table: Delta version}`` of this barrier, one per job input.
-        previous_barrier: the barrier this one follows for the job (the state its sinks are
-            in before it), or ``None`` for the job's first barrier.
-        previous_inputs: ``{input table: Delta version}`` of ``previous_barrier`` (empty when
-            it is ``None``): the epoch of changes is ``(previous_inputs[t], inputs[t]]``.
-        final: the last barrier of a bounded input (FLIP-147 "end of input"): a streaming job
-            stops after committing it.
-        ready_at_ms: when the barrier became processable for this job (epoch ms: its
-            generation, or the last input's WRITTEN time), if the catalog knows it.
-        created_at_ms: when the barrier was generated (epoch ms), if the catalog knows it.
-    """
-
-    barrier: int
-    ts_ms: int
-    inputs: dict[str, int]
-    ts_kind: TsKind = "system"
-    watermark_ms: int | None = None
-    previous_barrier: int | None = None
-    previous_inputs: dict[str, int] = field(default_factory=dict)
-    final: bool = False
-    ready_at_ms: int | None = None
-    created_at_ms: int | None = None
-
-    def ends_input_since(self, since_ms: int | None) -> bool:
-        """True when this is a final barrier (FLIP-147) generated at or after ``since_ms`` (epoch ms)."""
-        if not self.final:
-            return False
-        return since_ms is None or (self.created_at_ms or self.ts_ms) >= since_ms
-
-    def to_json(self) -> str:
-        """Serialize (used to pass a plan through the streaming source)."""
-        return json.dumps(
-            {
-                "barrier": self.barrier,
-                "ts": self.ts_ms,
-                "ts_kind": self.ts_kind,
-                "watermark": self.watermark_ms,
-                "inputs": self.inputs,
-                "previous_barrier": self.previous_barrier,
-                "previous_inputs": self.previous_inputs,
-                "final": self.final,
-                "ready_at": self.ready_at_ms,
-                "created_at": self.created_at_ms,
-            },
-            sort_keys=True,
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> BarrierPlan:
-        """Inverse of :meth:`to_json`."""
-        d = json.loads(text)
-        return cls(
-            barrier=int(d["barrier"]),
-            ts_ms=int(d["ts"]),
-            ts_kind=d.get("ts_kind", "system"),
-            watermark_ms=d.get("watermark"),
-            inputs={k: int(v) for k, v in d["inputs"].items()},
-            previous_barrier=d.get("previous_barrier"),
-            previous_inputs={k: int(v) for k, v in (d.get("previous_inputs") or {}).items()},
-            final=bool(d.get("final", False)),
-            ready_at_ms=d.get("ready_at"),
-            created_at_ms=d.get("created_at"),
-        )
 
 
 @runtime_checkable
@@ -319,6 +249,7 @@ class PlanFileCatalog:
             UnknownBarrierError: ``after`` is not a barrier of the plan.
         """
         entries = sorted(self.plan.load()["barriers"], key=lambda b: b["barrier"])
+        by_id = {int(b["barrier"]): b for b in entries}
         ids = [b["barrier"] for b in entries]
         if after is not None and after not in ids:
             raise UnknownBarrierError(
@@ -326,6 +257,7 @@ class PlanFileCatalog:
             )
         start = 0 if after is None else ids.index(after)
         walk_after = ids[start - 1] if after is not None and start > 0 else None
+        first = start + 1 if after is not None else 0  # the entries after ``after``
         intermediate: dict[str, dict[int, int]] = {}
 
         def version(name: str, entry: Mapping[str, Any]) -> int | None:
@@ -336,48 +268,27 @@ class PlanFileCatalog:
                 intermediate[name] = versions_of_barriers(sources[name], walk_after)
             return intermediate[name].get(entry["barrier"])
 
-        def versions(entry: Mapping[str, Any]) -> dict[str, int] | None:
+        def input_versions(barrier: int) -> dict[str, int] | None:
             out: dict[str, int] = {}
             for name in sorted(sources):
-                v = version(name, entry)
+                v = version(name, by_id[barrier])
                 if v is None:
                     return None
                 out[name] = v
             return out
 
-        previous_barrier: int | None = None
-        previous_inputs: dict[str, int] = {}
-        if after is not None:
-            prev = versions(entries[start])
-            if prev is None:
-                raise UnknownBarrierError(
-                    f"job {job_id}: barrier {after} (its sinks' state) is not WRITTEN in all its "
-                    f"inputs {sorted(sources)}; were the inputs restored without the sinks?"
-                )
-            previous_barrier, previous_inputs = after, prev
-            start += 1
-        plans: list[BarrierPlan] = []
-        for entry in entries[start:]:
-            if limit is not None and len(plans) >= limit:
-                break
-            inputs = versions(entry)
-            if inputs is None:
-                break
-            plans.append(
-                BarrierPlan(
-                    barrier=int(entry["barrier"]),
-                    ts_ms=int(entry["ts"]),
-                    ts_kind=entry.get("ts_kind", "system"),
-                    watermark_ms=entry.get("watermark"),
-                    inputs=inputs,
-                    previous_barrier=previous_barrier,
-                    previous_inputs=previous_inputs,
-                    final=bool(entry.get("final", False)),
-                    created_at_ms=entry.get("created_at"),
-                )
+        generated = (
+            GeneratedBarrier(
+                barrier=int(entry["barrier"]),
+                ts_ms=int(entry["ts"]),
+                ts_kind=entry.get("ts_kind", "system"),
+                watermark_ms=entry.get("watermark"),
+                final=bool(entry.get("final", False)),
+                created_at_ms=entry.get("created_at"),
             )
-            previous_barrier, previous_inputs = int(entry["barrier"]), inputs
-        return plans
+            for entry in entries[first:]
+        )
+        return plan_pending_barriers(job_id, list(sources), after, generated, input_versions, limit=limit)
 
     def _update_report(self, mutate: Callable[[dict[str, Any]], None]) -> None:
         if not self.report_path:

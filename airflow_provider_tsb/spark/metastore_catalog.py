@@ -16,10 +16,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_tsb.exceptions import MetastoreError, UnknownBarrierError
-from airflow_provider_tsb.metastore.store import BarrierInfo, MetaStore
+from airflow_provider_tsb.exceptions import MetastoreError
+from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.names import normalize_table_name
-from airflow_provider_tsb.spark.catalog import BarrierPlan, register_catalog_kind
+from airflow_provider_tsb.spark.catalog import register_catalog_kind
+from airflow_provider_tsb.spark.plans import BarrierPlan, GeneratedBarrier, plan_pending_barriers
 from airflow_provider_tsb.spark.timing import phase
 
 _STORES: dict[str, MetaStore] = {}
@@ -105,41 +106,24 @@ class MetastoreCatalog:
                 out[name] = entry[0]
             return out
 
-        def ready_at(info: BarrierInfo) -> int:
-            times = [entries[(c, info.barrier_id)][1] for c in names.values()]
-            return max([info.created_at_ms, *(t for t in times if t is not None)])
+        def ready_at(barrier: GeneratedBarrier) -> int:
+            times = [entries[(c, barrier.barrier)][1] for c in names.values()]
+            return max([barrier.created_at_ms or 0, *(t for t in times if t is not None)])
 
-        previous_barrier: int | None = None
-        previous_inputs: dict[str, int] = {}
-        if after is not None:
-            prev = vector(after)
-            if prev is None:
-                raise UnknownBarrierError(
-                    f"job {job_id}: its sinks are at barrier {after}, which is not WRITTEN in all its inputs "
-                    f"{sorted(names.values())}; were the inputs restored without their downstream sinks?"
-                )
-            previous_barrier, previous_inputs = after, prev
-        plans: list[BarrierPlan] = []
-        for info in barriers:
-            inputs = vector(info.barrier_id)
-            if inputs is None:
-                break
-            plans.append(
-                BarrierPlan(
-                    barrier=info.barrier_id,
-                    ts_ms=info.ts_ms,
-                    ts_kind="event" if info.ts_kind == "event" else "system",
-                    watermark_ms=info.ts_ms if info.ts_kind == "event" else None,
-                    inputs=inputs,
-                    previous_barrier=previous_barrier,
-                    previous_inputs=previous_inputs,
-                    final=info.final,
-                    ready_at_ms=ready_at(info),
-                    created_at_ms=info.created_at_ms,
-                )
+        generated = [
+            GeneratedBarrier(
+                barrier=info.barrier_id,
+                ts_ms=info.ts_ms,
+                ts_kind="event" if info.ts_kind == "event" else "system",
+                watermark_ms=info.ts_ms if info.ts_kind == "event" else None,
+                final=info.final,
+                created_at_ms=info.created_at_ms,
             )
-            previous_barrier, previous_inputs = info.barrier_id, inputs
-        return plans
+            for info in barriers
+        ]
+        return plan_pending_barriers(
+            job_id, list(names.values()), after, generated, vector, limit=limit, ready_at=ready_at
+        )
 
     def record_processed(
         self, table: str, barrier: int, job_id: str, manifest: Sequence[Mapping[str, Any]] | Mapping[str, Any]
