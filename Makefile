@@ -39,16 +39,16 @@ check-java:
 	  if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "error: Java 17+ is required by Spark, found '$$(java -version 2>&1 | head -1)'" >&2; exit 2; fi
 
 demo: install check-java
-	$(PY) -m airflow_provider_tsb demo --mode $(MODE) $(if $(DAYS),--days $(DAYS))
+	$(PY) -m dev.demo --mode $(MODE) $(if $(DAYS),--days $(DAYS))
 
 demo-stop: install
-	$(PY) -m airflow_provider_tsb demo stop
+	$(PY) -m dev.demo stop
 
 test: install check-java
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check airflow_provider_tsb dags spark_apps tests benchmarks dev
+	$(VENV)/bin/ruff check airflow_provider_tsb tsb_examples dags spark_apps tests benchmarks dev
 
 bench: install check-java
 	$(PY) benchmarks/e2e_latency.py

@@ -32,8 +32,8 @@ from plain import load_app, run_plain_barrier
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from airflow_provider_tsb.datasets import nycflights13 as nyc  # noqa: E402
 from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, get_spark, run_barrier  # noqa: E402
+from tsb_examples.datasets import nycflights13 as nyc  # noqa: E402
 
 SCRIPTS = ("enrich_flights.py", "carrier_daily_delay.py", "carrier_ranking.py")
 ROOTS = (nyc.FLIGHTS, nyc.WEATHER)

@@ -44,7 +44,7 @@ def main() -> int:
     if args.barriers < 1 or args.barriers > 363:
         parser.error("--barriers must be 1..363 (one 2013 day each after the warm-up day)")
 
-    from airflow_provider_tsb.datasets import nycflights13 as nyc
+    from tsb_examples.datasets import nycflights13 as nyc
 
     nyc.flights(), nyc.weather()  # parse the CSVs before any timing
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-e2e-"))

@@ -98,7 +98,7 @@ class FlightsBench:
     # ------------------------------------------------------------------ input and barriers
     def ingest_day(self, day: dt.date) -> dict[str, int]:
         """Append one day of flights and weather to the root tables (one commit each)."""
-        from airflow_provider_tsb.datasets import nycflights13 as nyc
+        from tsb_examples.datasets import nycflights13 as nyc
 
         return nyc.ingest_day(self.location(nyc.FLIGHTS), self.location(nyc.WEATHER), day)
 
@@ -201,7 +201,7 @@ def phase_table(records: list[dict[str, Any]], barriers: set[int]) -> list[str]:
 
 def check_invariants(bench: FlightsBench, barrier: int) -> dict[str, bool]:
     """FLIP-276 invariants of the flights topology at ``barrier``, read at REPEATABLE_READ."""
-    from airflow_provider_tsb.demo import check_barrier
+    from tsb_examples.demo import check_barrier
 
     return check_barrier(bench.store, barrier)[1]
 

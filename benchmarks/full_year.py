@@ -99,7 +99,7 @@ def main() -> int:
     if not 1 <= args.days <= 365:
         parser.error("--days must be 1..365")
     arms = args.arms.split(",")
-    from airflow_provider_tsb.datasets import nycflights13 as nyc
+    from tsb_examples.datasets import nycflights13 as nyc
 
     days = nyc.days(dt.date(2013, 1, 1), args.days)
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-year-"))

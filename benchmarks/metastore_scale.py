@@ -33,7 +33,6 @@ import time
 import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 TOPOLOGY = "bench"
@@ -206,7 +205,7 @@ def main() -> int:
     if os.environ.get("TSB_BENCH_PG_URL"):
         server = os.environ["TSB_BENCH_PG_URL"]
     else:
-        from pg import start_postgres
+        from tests.support.pg import start_postgres
 
         started_here = server = start_postgres()
     try:

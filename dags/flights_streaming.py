@@ -48,7 +48,7 @@ with DAG(
     def ingest_arriving_days(**context: object) -> dict:
         """Append one day every ``pace_s`` seconds, then mark the end of input (idempotent per run)."""
         from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
-        from airflow_provider_tsb.ingest import stream_flights_days, wait_for_commit
+        from tsb_examples.ingest import stream_flights_days, wait_for_commit
 
         run, params = context["dag_run"], context["params"]
         sinks = [t.name for t in topology.tables.values() if t.kind == "intermediate"]

@@ -37,7 +37,7 @@ with DAG(
     @task(retries=2)
     def ingest_next_day(**context: object) -> dict:
         """Append the next day of flights and weather (idempotent per DAG run)."""
-        from airflow_provider_tsb.ingest import ingest_next_flights_days
+        from tsb_examples.ingest import ingest_next_flights_days
 
         run = context["dag_run"]
         return ingest_next_flights_days(

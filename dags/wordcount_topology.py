@@ -47,7 +47,7 @@ with DAG(
     @task(retries=2)
     def ingest_words(**context: object) -> dict:
         """Append the words of the next 200 lines of the corpus (idempotent per DAG run)."""
-        from airflow_provider_tsb.ingest import ingest_next_words
+        from tsb_examples.ingest import ingest_next_words
 
         run = context["dag_run"]
         return ingest_next_words(topology.location("raw.words"), run_key=f"{run.dag_id}/{run.run_id}")

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))  # a script: the repository root is not on sys.path
 
-from browser import chromium, login, new_page, screenshot  # noqa: E402
+from tests.support.browser import chromium, login, new_page, screenshot  # noqa: E402
 
 
 def main() -> int:

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
+from airflow_provider_tsb.metastore.store import MetaStore
+from tests.support.pg import PostgresServer, start_postgres
 
-from conftest_airflow import *  # noqa: E402,F403
-from pg import PostgresServer, start_postgres  # noqa: E402
-
-from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402
-
+pytest_plugins = ["tests.support.airflow_fixtures"]
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer | str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from airflow_harness import AirflowHandle, AirflowHarnessError
-from conftest_airflow import DeployDag
+
+from tests.support.airflow_fixtures import DeployDag
+from tests.support.airflow_harness import AirflowHandle, AirflowHarnessError
 
 pytestmark = pytest.mark.airflow
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from airflow_harness import AirflowHandle
-from browser import capture, frame_with_selector, screenshot
-from conftest_airflow import DeployDag
 from playwright.sync_api import Page
+
+from tests.support.airflow_fixtures import DeployDag
+from tests.support.airflow_harness import AirflowHandle
+from tests.support.browser import capture, frame_with_selector, screenshot
 
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 

@@ -7,9 +7,9 @@ import time
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_tsb.datasets.nycflights13 import flights_of_day
 from airflow_provider_tsb.delta.roots import input_ended
-from airflow_provider_tsb.ingest import ingest_next_flights_days, stream_flights_days
+from tsb_examples.datasets.nycflights13 import flights_of_day
+from tsb_examples.ingest import ingest_next_flights_days, stream_flights_days
 
 
 def test_stream_days_then_end_of_input_then_retry_and_next_stretch(tmp_path) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from airflow_harness import VIEWER_PASSWORD, VIEWER_USER, AirflowHandle
+
+from tests.support.airflow_harness import VIEWER_PASSWORD, VIEWER_USER, AirflowHandle
 
 pytestmark = pytest.mark.airflow
 

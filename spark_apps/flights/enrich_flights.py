@@ -12,10 +12,10 @@ import sys
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_tsb.datasets import nycflights13
-from airflow_provider_tsb.datasets.nycflights13 import FLIGHTS, WEATHER
 from airflow_provider_tsb.spark import BarrierContext, Sink, TsbApp, run_app
 from airflow_provider_tsb.spark.inputs import CHANGE_TYPE, COMMIT_VERSION, INSERT_TYPES
+from tsb_examples.datasets import nycflights13
+from tsb_examples.datasets.nycflights13 import FLIGHTS, WEATHER
 
 ENRICHED = "flights.flights_enriched"
 

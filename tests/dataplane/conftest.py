@@ -7,7 +7,8 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from dp_helpers import (
+
+from tests.support.dataplane import (
     COUNT_OF_COUNTS,
     WORD_COUNT,
     load_app_module,

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 from deltalake import DeltaTable
-from dp_helpers import APPS, REPO, WORD_COUNT, make_wordcount_plan, rows_at_barrier
 
 from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.delta.conventions import parse_tag
 from airflow_provider_tsb.delta.log import commit_info, latest_version, read_commit_actions
 from airflow_provider_tsb.spark.catalog import read_report
+from tests.support.dataplane import APPS, REPO, WORD_COUNT, make_wordcount_plan, rows_at_barrier
 
 
 def run_app(plan: str, kill_at: str | None) -> subprocess.CompletedProcess:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from dp_helpers import load_app_module, rows_at_barrier
 from pyspark.sql import functions as F
 
-from airflow_provider_tsb.datasets import nycflights13 as nyc
 from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, read_snapshot, run_batch
+from tests.support.dataplane import load_app_module, rows_at_barrier
+from tsb_examples.datasets import nycflights13 as nyc
 
 ENRICHED = "flights.flights_enriched"
 DAILY = "flights.carrier_daily_delay"

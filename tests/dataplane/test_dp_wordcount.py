@@ -7,15 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-from dp_helpers import (
-    COUNT_OF_COUNTS,
-    WORD_COUNT,
-    WORDS,
-    make_wordcount_plan,
-    rows_at_barrier,
-    run_wordcount_batch,
-    words_for,
-)
 from pyspark.sql import functions as F
 
 from airflow_provider_tsb.delta import (
@@ -28,6 +19,15 @@ from airflow_provider_tsb.spark import BarrierContext, PlanFile, PlanFileCatalog
 from airflow_provider_tsb.spark.app import BarrierPlan, run_barrier, run_batch
 from airflow_provider_tsb.spark.inputs import read_snapshot
 from airflow_provider_tsb.spark.streaming import run_streaming
+from tests.support.dataplane import (
+    COUNT_OF_COUNTS,
+    WORD_COUNT,
+    WORDS,
+    make_wordcount_plan,
+    rows_at_barrier,
+    run_wordcount_batch,
+    words_for,
+)
 
 
 def snapshot_tables(spark, tables, barriers) -> dict[str, dict[int, list[tuple]]]:

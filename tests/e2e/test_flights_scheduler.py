@@ -18,13 +18,10 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from airflow_harness import start_airflow  # noqa: E402
-
-from airflow_provider_tsb.datasets.nycflights13 import flights_of_day, weather_of_day  # noqa: E402
-from airflow_provider_tsb.delta.barriers import barrier_of_version  # noqa: E402
-from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402
+from airflow_provider_tsb.delta.barriers import barrier_of_version
+from airflow_provider_tsb.metastore.store import MetaStore
+from tests.support.airflow_harness import start_airflow
+from tsb_examples.datasets.nycflights13 import flights_of_day, weather_of_day
 
 REPO = Path(__file__).resolve().parents[2]
 BARRIERS = 3
@@ -113,7 +110,7 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
 
 def test_ui_views_on_the_real_flights_run(deployment) -> None:
     """Both UI views, in headless Chromium logged in as a user, on the barriers the scheduler ran."""
-    from browser import chromium, login, new_page, screenshot
+    from tests.support.browser import chromium, login, new_page, screenshot
 
     af, store, root = deployment
     barriers = [b.barrier_id for b in store.barriers("flights")]

@@ -19,12 +19,9 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from airflow_harness import start_airflow  # noqa: E402
-
-from airflow_provider_tsb.delta.barriers import barrier_of_version  # noqa: E402
-from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402
+from airflow_provider_tsb.delta.barriers import barrier_of_version
+from airflow_provider_tsb.metastore.store import MetaStore
+from tests.support.airflow_harness import start_airflow
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
 
@@ -125,9 +122,7 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
     """Row for row at every barrier: no row lost or duplicated by the kill and the retry."""
     from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, run_batch
     from airflow_provider_tsb.spark.session import get_spark
-
-    sys.path.insert(0, str(REPO / "tests" / "dataplane"))
-    from dp_helpers import load_app_module
+    from tests.support.dataplane import load_app_module
 
     af, store, root, run = streaming_run
     barriers = store.barriers("flights", limit=1000, ascending=True)
@@ -166,7 +161,7 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
 
 def test_ui_views_on_the_streaming_run(streaming_run) -> None:
     """Lineage and delay views on the real streaming run (with its killed and retried job)."""
-    from browser import chromium, login, new_page, screenshot
+    from tests.support.browser import chromium, login, new_page, screenshot
 
     af, store, root, run = streaming_run
     ids = [b.barrier_id for b in store.barriers("flights", limit=1000)]

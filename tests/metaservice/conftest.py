@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 

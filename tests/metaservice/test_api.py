@@ -6,7 +6,6 @@ import time
 
 import pytest
 from fastapi.testclient import TestClient
-from ms_helpers import AMOUNT, ORDERS, PRICE, TOTAL, build_shop
 
 from airflow_provider_tsb.api.routes import create_metaservice_app
 from airflow_provider_tsb.client import BadRequestError, TsbClient
@@ -19,6 +18,7 @@ from airflow_provider_tsb.exceptions import (
     UnknownTableError,
 )
 from airflow_provider_tsb.metastore.store import MetaStore
+from tests.support.metaservice import AMOUNT, ORDERS, PRICE, TOTAL, build_shop
 
 PREFIX = "/tsb/api/v1"
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from ms_helpers import build_shop
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from airflow_provider_tsb.api.routes import create_metaservice_app
 from airflow_provider_tsb.metastore.store import MetaStore
+from tests.support.metaservice import build_shop
 
 MAX_EXAMPLES = 25
 

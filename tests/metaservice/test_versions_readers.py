@@ -1,6 +1,6 @@
 """VersionResolver at every level (READ_UNCOMMITTED on real Delta logs) and the readers.
 
-Includes the FLIP-276 "Read Committed" example (see ms_helpers): the inconsistent row
+Includes the FLIP-276 "Read Committed" example (see tests.support.metaservice): the inconsistent row
 (user1, item1, 2500, 100, 25) is returned only at READ_UNCOMMITTED.
 """
 
@@ -11,7 +11,14 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from ms_helpers import (
+
+from airflow_provider_tsb.consistency import ConsistencyLevel
+from airflow_provider_tsb.exceptions import InconsistentReadError, UnknownTableError
+from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.readers import read_tables, read_tables_arrow, read_tables_pandas
+from airflow_provider_tsb.topology import Topology
+from airflow_provider_tsb.versions import VersionResolver, resolve_versions
+from tests.support.metaservice import (
     AMOUNT,
     AMOUNT_SCHEMA,
     INCONSISTENT_ROW,
@@ -24,13 +31,6 @@ from ms_helpers import (
     price_amount_rows,
     write,
 )
-
-from airflow_provider_tsb.consistency import ConsistencyLevel
-from airflow_provider_tsb.exceptions import InconsistentReadError, UnknownTableError
-from airflow_provider_tsb.metastore.store import MetaStore
-from airflow_provider_tsb.readers import read_tables, read_tables_arrow, read_tables_pandas
-from airflow_provider_tsb.topology import Topology
-from airflow_provider_tsb.versions import VersionResolver, resolve_versions
 
 RU, RC, RR = ConsistencyLevel.READ_UNCOMMITTED, ConsistencyLevel.READ_COMMITTED, ConsistencyLevel.REPEATABLE_READ
 

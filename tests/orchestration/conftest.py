@@ -1,15 +1,12 @@
-"""Fixtures for operator tests: a metastore, a warehouse and the example topologies."""
+"""Fixtures for operator tests: a metastore and a warehouse (helpers: ``tests.support.orchestration``)."""
 
 from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -25,26 +22,6 @@ def tsb_env(tmp_path, monkeypatch) -> SimpleNamespace:
     store = MetaStore(url)
     store.migrate()
     return SimpleNamespace(url=url, store=store, warehouse=str(tmp_path / "warehouse"), tmp=tmp_path)
-
-
-def wordcount_topology(warehouse: str):
-    from airflow_provider_tsb.topology import Topology
-
-    apps = REPO / "spark_apps" / "wordcount"
-    topo = Topology("wordcount", warehouse=warehouse)
-    topo.root_table("raw.words")
-    topo.job("wordcount_words", str(apps / "wordcount_words.py"), sources=["raw.words"],
-             sinks=["wordcount.word_count"])
-    topo.job("wordcount_counts", str(apps / "wordcount_counts.py"), sources=["wordcount.word_count"],
-             sinks=["wordcount.count_of_counts"])
-    return topo
-
-
-def run_context(run_id: str, dag_id: str = "test_dag") -> dict:
-    """The parts of an Airflow task context the tsb operators read, with real Airflow objects."""
-    from airflow.sdk.execution_time.context import OutletEventAccessors
-
-    return {"dag_run": SimpleNamespace(dag_id=dag_id, run_id=run_id), "outlet_events": OutletEventAccessors()}
 
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -7,15 +7,15 @@ import threading
 import time
 
 import pytest
-from conftest import run_context, wordcount_topology
 
 from airflow_provider_tsb.assets import table_asset
 from airflow_provider_tsb.exceptions import BarrierNotReadyError
-from airflow_provider_tsb.ingest import ingest_next_words
 from airflow_provider_tsb.operators.barrier import RootTableError, TsbBarrierOperator
 from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
 from airflow_provider_tsb.sensors.barrier_committed import BarrierCommittedSensor
 from airflow_provider_tsb.triggers.barrier_committed import BarrierCommittedTrigger
+from tests.support.orchestration import run_context, wordcount_topology
+from tsb_examples.ingest import ingest_next_words
 
 
 def test_barrier_generation_is_idempotent_per_run(tsb_env) -> None:

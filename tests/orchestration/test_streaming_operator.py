@@ -12,14 +12,14 @@ from types import SimpleNamespace
 
 import pyarrow.compute as pc
 import pytest
-from conftest import wordcount_topology
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
 from airflow_provider_tsb.delta.roots import input_ended
-from airflow_provider_tsb.ingest import ingest_next_words
 from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
 from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
+from tests.support.orchestration import wordcount_topology
+from tsb_examples.ingest import ingest_next_words
 
 pytestmark = pytest.mark.spark
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import wordcount_topology
 
 from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator, TsbBarrierOperator
 from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
 from airflow_provider_tsb.task_group import TopologyTaskGroup
+from tests.support.orchestration import wordcount_topology
 
 
 def _dag(**group_kwargs):

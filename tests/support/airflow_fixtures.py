@@ -1,7 +1,7 @@
-"""Pytest fixtures for tests that need a real Airflow 3 deployment (see ``tests/airflow_harness.py``).
+"""Pytest fixtures for tests that need a real Airflow 3 deployment (see :mod:`tests.support.airflow_harness`).
 
-Register the fixtures from ``tests/conftest.py`` with ``from conftest_airflow import *  # noqa: F403``
-(tests/ is on ``sys.path`` there), or run ``PYTHONPATH=tests pytest -p conftest_airflow``.
+A pytest plugin: ``tests/conftest.py`` registers it with ``pytest_plugins``; elsewhere run
+``pytest -p tests.support.airflow_fixtures`` from the repository root.
 
 Fixtures:
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,11 +28,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page
 
-sys.path.insert(0, os.path.dirname(__file__))
+from tests.support.airflow_harness import AirflowHandle, shared_airflow, stop_shared_airflow
 
-from airflow_harness import AirflowHandle, shared_airflow, stop_shared_airflow
-
-SCREENSHOT_DIR = Path(__file__).resolve().parents[1] / "test-output" / "screenshots"
+SCREENSHOT_DIR = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
 
 __all__ = [
     "DeployDag",
@@ -42,16 +39,10 @@ __all__ = [
     "browser",
     "deploy_dag",
     "page",
-    "pytest_configure",
     "screenshot_dir",
 ]
 
 DeployDag = Callable[..., Path]
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "airflow: needs a real Airflow deployment (slow)")
-    config.addinivalue_line("markers", "browser: needs headless Chromium")
 
 
 @pytest.fixture(scope="session")
@@ -110,7 +101,7 @@ def screenshot_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
-    from browser import chromium, chromium_path
+    from tests.support.browser import chromium, chromium_path
 
     if chromium_path() is None:
         pytest.skip("Chromium not installed (apt-get install -y chromium)")
@@ -121,7 +112,7 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def page(browser: Browser, airflow_server: AirflowHandle) -> Iterator[Page]:
     """A fresh browser context, logged in to the Airflow UI as the admin user."""
-    from browser import DEFAULT_TIMEOUT_MS, login
+    from tests.support.browser import DEFAULT_TIMEOUT_MS, login
 
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     context.set_default_timeout(DEFAULT_TIMEOUT_MS)

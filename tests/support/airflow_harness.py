@@ -1,4 +1,4 @@
-"""Shared real-Airflow deployment for the test session (see ``airflow_provider_tsb.local_airflow``)."""
+"""Shared real-Airflow deployment for the test session (see :mod:`tests.support.local_airflow`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_tsb.local_airflow import *  # noqa: F403
-from airflow_provider_tsb.local_airflow import (
+from tests.support.local_airflow import *  # noqa: F403
+from tests.support.local_airflow import (
     ADMIN_PASSWORD,
     ADMIN_USER,
     VIEWER_PASSWORD,
@@ -35,15 +35,14 @@ _SHARED_PG: Any = None
 
 def _shared_db_url() -> str | None:
     """Metadata DB of the shared instance: ``TSB_AIRFLOW_DB_URL``, or ``TSB_AIRFLOW_DB=postgres``
-    for a throwaway PostgreSQL (``tests/pg.py``); default SQLite."""
+    for a throwaway PostgreSQL (``tests/support/pg.py``); default SQLite."""
     global _SHARED_PG
     if url := os.environ.get("TSB_AIRFLOW_DB_URL"):
         return url
     if os.environ.get("TSB_AIRFLOW_DB", "sqlite") != "postgres":
         return None
     if _SHARED_PG is None:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from pg import start_postgres
+        from tests.support.pg import start_postgres
 
         _SHARED_PG = start_postgres()
     return str(_SHARED_PG.create_database("airflow"))
@@ -54,7 +53,7 @@ def shared_airflow(env_extra: Mapping[str, str] | None = None) -> AirflowHandle:
 
     Tests add their DAG files with :meth:`AirflowHandle.add_dag_file` and then
     :meth:`AirflowHandle.wait_for_dag`. Stop it with :func:`stop_shared_airflow` (the pytest
-    fixture in ``tests/conftest_airflow.py`` does). ``env_extra`` only applies on first start.
+    fixture in ``tests/support/airflow_fixtures.py`` does). ``env_extra`` only applies on first start.
     """
     global _SHARED
     if _SHARED is None or any(p.poll() is not None for p in _SHARED.processes.values()):
@@ -74,7 +73,7 @@ def stop_shared_airflow() -> None:
         _SHARED_PG = None
 
 
-if __name__ == "__main__":  # manual use: python tests/airflow_harness.py [dags_folder]
+if __name__ == "__main__":  # manual use: python -m tests.support.airflow_harness [dags_folder]
 
     def _interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

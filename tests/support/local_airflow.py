@@ -1,4 +1,6 @@
-"""Run a real Apache Airflow 3 deployment in the background (``tsb demo`` and the end-to-end tests).
+"""Run a real Apache Airflow 3 deployment in the background (``make demo`` and the Airflow tests).
+
+Development and test material, not part of the provider: its users have throwaway passwords.
 
 The harness starts the four Airflow 3 components as separate processes, exactly as a
 deployment does: ``scheduler`` (LocalExecutor), ``dag-processor``, ``triggerer`` and
@@ -6,13 +8,13 @@ deployment does: ``scheduler`` (LocalExecutor), ``dag-processor``, ``triggerer``
 takes down workers and supervisors too.
 
 Defaults: a temporary ``AIRFLOW_HOME``, a SQLite metadata DB (Airflow 3's LocalExecutor works
-on SQLite; any SQLAlchemy URL, e.g. PostgreSQL from ``tests/pg.py``, can be given instead), the
+on SQLite; any SQLAlchemy URL, e.g. PostgreSQL from ``tests/support/pg.py``, can be given instead), the
 SimpleAuthManager with the users ``admin``/``admin`` (role ADMIN) and ``viewer``/``viewer``
 (role VIEWER), free ports on 127.0.0.1, fast DAG-folder rescans, and no example DAGs.
 
 Usage::
 
-    from airflow_provider_tsb.local_airflow import start_airflow
+    from tests.support.local_airflow import start_airflow
 
     af = start_airflow(dags_folder=Path("dags"))
     try:
@@ -48,7 +50,7 @@ from urllib.parse import quote
 
 import httpx
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 AIRFLOW_BIN = str(VENV_BIN / "airflow")
 

@@ -1,4 +1,4 @@
-"""Helpers of the data-plane tests (imported by conftest and the tests)."""
+"""Helpers of the data-plane tests (``tests/dataplane``): the wordcount apps, plans and reads at a barrier."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The FLIP-276 "Read Committed" example on real Delta tables and metastore states.
+"""MetaService test helpers: the FLIP-276 "Read Committed" example on real Delta tables and metastore states.
 
 Topology ``shop``: root table ``orders(user, item, amount, unit_price)``; job ``price_job``
 writes ``user_item_price(user, item, total_price)`` = sum(amount * unit_price); job

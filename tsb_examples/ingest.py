@@ -59,7 +59,7 @@ def ingest_next_flights_days(
         ``{"days": [iso dates], "flights_rows": n, "weather_rows": m, "versions": {table: version},
         "replayed": bool}``; ``days`` is empty after 2013-12-31.
     """
-    from airflow_provider_tsb.datasets.nycflights13 import flights_of_day, weather_of_day
+    from tsb_examples.datasets.nycflights13 import flights_of_day, weather_of_day
 
     last = _last_commit(flights_location)
     if last is not None and last.get(RUN_KEY) == run_key:

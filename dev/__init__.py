@@ -1,0 +1,1 @@
+"""Development material (not shipped): ``python -m dev.demo`` (make demo), README screenshots."""

@@ -1,0 +1,1 @@
+"""The test suite of airflow-provider-tsb (a package, so helpers import as ``tests.support``)."""

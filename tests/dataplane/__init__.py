@@ -1,0 +1,1 @@
+"""Tests of the data plane: Spark apps, Delta commits, crash and replay."""

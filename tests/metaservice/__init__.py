@@ -1,0 +1,1 @@
+"""Tests of the MetaService: versions, readers, REST API, consistency checker."""

@@ -1,0 +1,1 @@
+"""Tests of the orchestration: operators, sensor, trigger, task group."""

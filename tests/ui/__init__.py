@@ -1,0 +1,1 @@
+"""Tests of the UI views in a real Airflow, through headless Chromium."""
