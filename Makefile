@@ -8,12 +8,13 @@ MODE ?= streaming
 DAYS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv install check-java demo demo-stop test lint bench clean
+.PHONY: help venv install check-java demo demo-stop test test-unit lint bench clean
 
 help:
 	@echo "make demo       stream the flights topology on real data under a real Airflow (MODE=batch, DAYS=N)"
 	@echo "make demo-stop  stop the Airflow started by make demo"
 	@echo "make test       run the test suite (starts its own PostgreSQL and Airflow)"
+	@echo "make test-unit  run the fast tier: no JVM, no PostgreSQL, no Airflow process"
 	@echo "make lint       ruff"
 	@echo "make bench      run the benchmarks"
 
@@ -46,6 +47,9 @@ demo-stop: install
 
 test: install check-java
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: install
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check airflow_provider_tsb tsb_examples dags spark_apps tests benchmarks dev

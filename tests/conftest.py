@@ -1,4 +1,10 @@
-"""Shared fixtures: a real PostgreSQL server and fresh metastores on SQLite and PostgreSQL."""
+"""Shared fixtures: a real PostgreSQL server and fresh metastores on SQLite and PostgreSQL; test tiers.
+
+Tiers (markers declared in ``pyproject.toml``): a test that needs Spark, PostgreSQL, Airflow
+processes or a browser carries the marker of each (``spark``, ``postgres``, ``airflow``,
+``browser``, ``e2e``), set explicitly or, below, from the fixtures it uses; every other test is
+``unit`` (``make test-unit``: no JVM, no PostgreSQL, no Airflow process).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,28 @@ from airflow_provider_tsb.metastore.store import MetaStore
 from tests.support.pg import PostgresServer, start_postgres
 
 pytest_plugins = ["tests.support.airflow_fixtures"]
+
+#: markers of the tiers heavier than ``unit``
+HEAVY_MARKERS = ("spark", "postgres", "airflow", "browser", "e2e")
+#: fixture -> markers of the tests that use it (directly or through another fixture)
+FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
+    "spark": ("spark",),
+    "postgres": ("postgres",),
+    "airflow_server": ("airflow",),
+    "browser": ("browser",),
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the tiers of its fixtures, and ``unit`` when it has no heavier marker."""
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            for marker in FIXTURE_MARKERS.get(fixture, ()):
+                item.add_marker(marker)
+        if not any(item.get_closest_marker(m) for m in HEAVY_MARKERS):
+            item.add_marker("unit")
+
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer | str]:
@@ -39,7 +67,7 @@ def _pg_database(postgres: PostgresServer | str) -> str:
     return postgres.create_database(name)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def metastore_url(request: pytest.FixtureRequest, tmp_path) -> str:
     """URL of an empty metastore database, once on SQLite and once on PostgreSQL."""
     if request.param == "sqlite":

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.airflow  # runs the airflow CLI
+
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
 

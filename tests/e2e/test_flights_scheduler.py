@@ -23,6 +23,8 @@ from airflow_provider_tsb.metastore.store import MetaStore
 from tests.support.airflow_harness import start_airflow
 from tsb_examples.datasets.nycflights13 import flights_of_day, weather_of_day
 
+pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
+
 REPO = Path(__file__).resolve().parents[2]
 BARRIERS = 3
 TABLES = ["tsb.raw.flights", "tsb.raw.weather", "tsb.flights.flights_enriched",
@@ -108,6 +110,7 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
     assert os.path.exists(root / "warehouse")
 
 
+@pytest.mark.browser
 def test_ui_views_on_the_real_flights_run(deployment) -> None:
     """Both UI views, in headless Chromium logged in as a user, on the barriers the scheduler ran."""
     from tests.support.browser import chromium, login, new_page, screenshot

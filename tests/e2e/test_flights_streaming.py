@@ -159,6 +159,7 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
     assert len(attempts) == 1, attempts
 
 
+@pytest.mark.browser
 def test_ui_views_on_the_streaming_run(streaming_run) -> None:
     """Lineage and delay views on the real streaming run (with its killed and retried job)."""
     from tests.support.browser import chromium, login, new_page, screenshot

@@ -13,11 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from airflow_provider_tsb.checker import WORDCOUNT_INVARIANTS, ConsistencyChecker
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.spark
 def test_tsb_check_counts_anomalies_per_level(tmp_path: Path) -> None:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     out = subprocess.run(

@@ -121,6 +121,7 @@ def test_sensor_barrier_from_asset_events_and_trigger(tsb_env) -> None:
     assert classpath.endswith("BarrierCommittedTrigger") and kwargs["barrier"] == 3 and kwargs["timeout_s"] == 9
 
 
+@pytest.mark.spark
 def test_job_operator_runs_spark_and_emits_asset_events(tsb_env) -> None:
     topo = wordcount_topology(tsb_env.warehouse)
     for run in ("run-1", "run-2"):
