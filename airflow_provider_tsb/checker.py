@@ -243,7 +243,7 @@ def run_check(
         wordcount_barriers / flights_barriers: barriers to run per topology (0 skips it).
         interval_s: pause of each reader thread between samples, seconds.
     """
-    from airflow_provider_tsb.operators.barrier import read_root_versions
+    from airflow_provider_tsb.hooks.barrier import read_root_versions
     from airflow_provider_tsb.spark import get_spark, run_batch
     from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
     from tsb_examples.ingest import ingest_next_flights_days, ingest_next_words

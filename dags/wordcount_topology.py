@@ -16,6 +16,7 @@ from airflow.sdk import DAG, task
 
 from airflow_provider_tsb.task_group import TopologyTaskGroup
 from airflow_provider_tsb.topology import Topology
+from tsb_examples.spark_conf import LOCAL_SPARK_CONF
 
 APPS = Path(os.environ.get("TSB_SPARK_APPS") or Path(__file__).resolve().parents[1] / "spark_apps")
 
@@ -26,12 +27,14 @@ topology.job(
     str(APPS / "wordcount" / "wordcount_words.py"),
     sources=["raw.words"],
     sinks=["wordcount.word_count"],
+    conf=LOCAL_SPARK_CONF,
 )
 topology.job(
     "wordcount_counts",
     str(APPS / "wordcount" / "wordcount_counts.py"),
     sources=["wordcount.word_count"],
     sinks=["wordcount.count_of_counts"],
+    conf=LOCAL_SPARK_CONF,
 )
 
 with DAG(

@@ -6,10 +6,15 @@ with the commit metadata ``tsb.end_of_input = "true"`` (:func:`mark_end_of_input
 :func:`input_ended` reads it. The barrier emitter generates a final barrier once every root
 table of a topology has ended at its newest version; a later append (without the marker)
 reopens the input.
+
+Event time: :func:`event_time_watermark` reads the newest event time of a root table at a
+version from the ``max`` statistics of its ``add`` actions (Delta protocol, "Per-file
+Statistics"), without scanning data.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pyarrow as pa
@@ -72,3 +77,26 @@ def input_ended(location: str) -> bool:
 def append_words(location: str, words: list[str]) -> int:
     """Append ``words`` (one row each, column ``word``) to a words root table; the new version."""
     return append_rows(location, pa.table({"word": pa.array(words, pa.string())}))
+
+
+def event_time_watermark(location: str, version: int, column: str) -> int | None:
+    """Max of ``column`` at Delta ``version`` in epoch ms, from the files' statistics (no data scan).
+
+    Dates count from their midnight UTC; naive timestamps are read as UTC; numbers are taken as
+    epoch ms already. Returns ``None`` for an empty table or a column without statistics.
+    """
+    actions = DeltaTable(location, version=version).get_add_actions(flatten=True)
+    name = f"max.{column}"
+    if name not in actions.schema.names or actions.num_rows == 0:
+        return None
+    values = [v for v in actions.column(name).to_pylist() if v is not None]
+    if not values:
+        return None
+    newest = max(values)
+    if isinstance(newest, dt.datetime):
+        if newest.tzinfo is None:
+            newest = newest.replace(tzinfo=dt.UTC)
+        return int(newest.timestamp() * 1000)
+    if isinstance(newest, dt.date):
+        return int(dt.datetime(newest.year, newest.month, newest.day, tzinfo=dt.UTC).timestamp() * 1000)
+    return int(newest)

@@ -1,69 +1,24 @@
-"""Barrier generation: :class:`TsbBarrierOperator` (FLIP-276 "Timestamp Barrier", generation).
+"""Barrier generation operators (FLIP-276 "Timestamp Barrier", generation).
 
-The operator reads the current Delta version of every root table of the topology and records
-them, with a new barrier id, in one metastore transaction: the (barrier, offset) map that
-makes replay deterministic. A retried task of the same DAG run gets the same barrier back.
+:class:`TsbBarrierOperator` generates one barrier per task run: it records the current Delta
+version of every root table of the topology, with a new barrier id, in one metastore
+transaction (the (barrier, offset) map that makes replay deterministic). A retried task of the
+same DAG run gets the same barrier back. :class:`TsbBarrierEmitterOperator` emits barriers for
+a streaming topology. Both hold parameters and templating; the logic is
+:class:`~airflow_provider_tsb.hooks.barrier.TsbBarrierHook`'s.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.topology import Topology
-
-
-class RootTableError(TsbError):
-    """A root table does not exist or cannot be read at barrier generation."""
-
-
-def read_root_versions(topology: Topology) -> dict[str, int]:
-    """Current Delta version of every root table of ``topology``.
-
-    Raises:
-        RootTableError: a root table is missing or unreadable (names the table and location).
-    """
-    from airflow_provider_tsb.delta.barriers import root_version
-
-    versions: dict[str, int] = {}
-    for table in topology.root_tables:
-        location = topology.location(table.name)
-        try:
-            versions[table.name] = root_version(location)
-        except Exception as exc:  # TableNotFoundError, or an unreadable log
-            raise RootTableError(
-                f"root table {table.name!r} at {location!r} cannot be read for barrier generation: {exc}"
-            ) from exc
-    return versions
-
-
-def event_time_watermark(location: str, version: int, column: str) -> int | None:
-    """Max of ``column`` at Delta ``version`` in epoch ms, from the files' statistics (no data scan).
-
-    Returns ``None`` for an empty table or a column without statistics.
-    """
-    from deltalake import DeltaTable
-
-    actions = DeltaTable(location, version=version).get_add_actions(flatten=True)
-    name = f"max.{column}"
-    if name not in actions.schema.names or actions.num_rows == 0:
-        return None
-    values = [v for v in actions.column(name).to_pylist() if v is not None]
-    if not values:
-        return None
-    newest = max(values)
-    if isinstance(newest, dt.datetime):
-        if newest.tzinfo is None:
-            newest = newest.replace(tzinfo=dt.UTC)
-        return int(newest.timestamp() * 1000)
-    if isinstance(newest, dt.date):
-        return int(dt.datetime(newest.year, newest.month, newest.day, tzinfo=dt.UTC).timestamp() * 1000)
-    return int(newest)
 
 
 class TsbBarrierOperator(BaseOperator):
@@ -75,8 +30,9 @@ class TsbBarrierOperator(BaseOperator):
         watermark: max of each root table's ``event_time_column`` at the recorded version).
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
 
-    Returns (XCom) the barrier id, an ``int``. Raises :class:`RootTableError` naming the table
-    and its location when a root table is missing.
+    Returns (XCom) the barrier id, an ``int``. Raises
+    :class:`~airflow_provider_tsb.hooks.barrier.RootTableError` naming the table and its location
+    when a root table is missing.
     """
 
     template_fields: Sequence[str] = ()
@@ -101,40 +57,19 @@ class TsbBarrierOperator(BaseOperator):
         self.topology = topology
         self.ts_kind = ts_kind
         self.tsb_conn_id = tsb_conn_id
+        self._hook: TsbBarrierHook | None = None
 
-    def _watermark(self, versions: dict[str, int]) -> int | None:
-        """Event-time watermark (epoch ms) at ``versions``: the min over root tables of the max of
-        their ``event_time_column``; ``None`` while no root table has rows."""
-        marks = [
-            event_time_watermark(self.topology.location(t.name), versions[t.name], t.event_time_column)
-            for t in self.topology.root_tables
-            if t.event_time_column
-        ]
-        known = [m for m in marks if m is not None]
-        return min(known) if known else None
+    @property
+    def hook(self) -> TsbBarrierHook:
+        """The hook generating the barriers (built on first use, from the operator's parameters)."""
+        if self._hook is None:
+            self._hook = TsbBarrierHook(self.topology, ts_kind=self.ts_kind, tsb_conn_id=self.tsb_conn_id)
+        return self._hook
 
     def execute(self, context: Any) -> int:
-        store = TsbMetastoreHook(self.tsb_conn_id).get_conn()
-        store.register_topology(self.topology)
-        versions = read_root_versions(self.topology)
-        ts_ms = None
-        if self.ts_kind == "event":
-            ts_ms = self._watermark(versions)
-            if ts_ms is None:
-                raise RootTableError(
-                    f"topology {self.topology.name!r}: no event-time watermark yet (root tables are empty)"
-                )
+        """Generate the barrier of this DAG run (run key ``<dag_id>/<run_id>``); its id."""
         run = context.get("dag_run")
-        run_key = f"{run.dag_id}/{run.run_id}" if run is not None else None
-        info = store.create_barrier(
-            self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key
-        )
-        self.log.info(
-            "%s barrier %s of topology %s at %s (%s time); root versions %s",
-            "generated" if info.created else "reused (retry of the same run)",
-            info.barrier_id, info.topology, info.ts_ms, info.ts_kind, info.root_versions,
-        )
-        return info.barrier_id
+        return self.hook.generate(f"{run.dag_id}/{run.run_id}" if run is not None else None).barrier_id
 
 
 class TsbBarrierEmitterOperator(TsbBarrierOperator):
@@ -170,7 +105,8 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
     Returns (XCom) the list of barrier ids generated, the final one last.
 
     Raises:
-        RootTableError: a root table exists but cannot be read.
+        RootTableError: a root table exists but cannot be read
+            (:class:`~airflow_provider_tsb.hooks.barrier.RootTableError`).
     """
 
     template_fields: Sequence[str] = ("interval_s", "duration_s")
@@ -215,77 +151,15 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
             raise ValueError(f"{self.task_id}: {field_name} must be a positive number of seconds, got {value!r}")
         return seconds
 
-    def _current_versions(self) -> dict[str, int] | None:
-        """Root versions now, or ``None`` while a root table does not exist yet."""
-        from airflow_provider_tsb.delta.log import table_exists
-
-        if not all(table_exists(self.topology.location(t.name)) for t in self.topology.root_tables):
-            return None
-        return read_root_versions(self.topology)
-
-    def _input_ended(self) -> bool:
-        from airflow_provider_tsb.delta.roots import input_ended
-
-        return all(input_ended(self.topology.location(t.name)) for t in self.topology.root_tables)
-
     def execute(self, context: Any) -> list[int]:  # type: ignore[override]
-        import time
-
-        store = TsbMetastoreHook(self.tsb_conn_id).get_conn()
-        store.register_topology(self.topology)
+        """Emit this DAG run's barriers (run keys ``<dag_id>/<run_id>#<n>``); their ids, final last."""
         run = context.get("dag_run")
         prefix = f"{run.dag_id}/{run.run_id}" if run is not None else f"emitter/{time.time()}"
-        interval_s, duration_s = self._seconds("interval_s"), self._seconds("duration_s")
-        emitted: list[int] = []
-        deadline = time.monotonic() + duration_s
-        seq = 0
-        while True:
-            versions = self._current_versions()
-            # ended at exactly these versions: the markers are the newest commits and no commit
-            # landed between reading the versions and the markers (else the final barrier could
-            # miss the flights table's marker commit written just after the weather's)
-            ended = versions is not None and self._input_ended() and self._current_versions() == versions
-            out_of_time = time.monotonic() >= deadline or (self.count is not None and len(emitted) >= self.count)
-            if versions is not None and (ended or (out_of_time and self.final_on_stop)):
-                info = self._generate(store, versions, f"{prefix}#final", final=True)
-                if info is not None:
-                    emitted.append(info.barrier_id)
-                    why = "end of input" if ended else "duration or count reached"
-                    self.log.info("final barrier %s (%s): root versions %s", info.barrier_id, why, versions)
-                break
-            if out_of_time:
-                self.log.warning("stopping without a final barrier: root tables %s not readable", versions)
-                break
-            last = store.latest_barrier(self.topology.name)
-            changed = versions is not None and (last is None or versions != last.root_versions)
-            if changed and self._has_room(store, last):
-                info = self._generate(store, versions, f"{prefix}#{seq}")
-                if info is not None:
-                    seq += 1
-                    emitted.append(info.barrier_id)
-                    self.log.info("barrier %s: root versions %s", info.barrier_id, versions)
-            time.sleep(interval_s)
-        return emitted
-
-    def _has_room(self, store: Any, last: Any) -> bool:
-        """Whether fewer than ``max_in_flight`` barriers are generated but not COMMIT."""
-        if self.max_in_flight is None or last is None:
-            return True
-        sinks = [t.name for t in self.topology.tables.values() if t.kind == "intermediate"]
-        heads = [store.newest_written(t) for t in sinks]
-        committed = min((h.barrier_id if h is not None else 0) for h in heads) if heads else last.barrier_id
-        return last.barrier_id - committed < self.max_in_flight
-
-    def _generate(self, store: Any, versions: dict[str, int], run_key: str, *, final: bool = False) -> Any:
-        """One barrier at ``versions``; ``None`` while an event-time watermark is unknown (no rows yet)."""
-        ts_ms = None
-        if self.ts_kind == "event":
-            ts_ms = self._watermark(versions)
-            if ts_ms is None:
-                return None
-            last = store.latest_barrier(self.topology.name)
-            if last is not None and last.ts_kind == "event":
-                ts_ms = max(ts_ms, last.ts_ms)  # an empty final epoch keeps the watermark
-        return store.create_barrier(
-            self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final
+        return self.hook.emit(
+            prefix,
+            interval_s=self._seconds("interval_s"),
+            duration_s=self._seconds("duration_s"),
+            count=self.count,
+            final_on_stop=self.final_on_stop,
+            max_in_flight=self.max_in_flight,
         )

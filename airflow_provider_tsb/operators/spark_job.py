@@ -1,42 +1,31 @@
 """Run one ETL job of a topology for one barrier: :class:`TsbSparkJobOperator`.
 
 A thin :class:`~airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator`
-subclass. Before ``spark-submit`` it registers the job (atomic cycle and double-writer check,
-FLIP-276 ``/register/source`` and ``/register/sink``) and refuses to start when an input is not
-WRITTEN at the barrier. It passes the barrier and the input version vector to the app. After
-the app exits it checks the sink commits in the Delta log (the durable truth for WRITTEN),
-records WRITTEN, versions and timings in the metastore, and emits one asset event per sink
-with ``extra={"barrier": n, "version": v}``.
+subclass: it holds the parameters, the templating and the call. The run protocol (register the
+job, refuse to start when an input is not WRITTEN at the barrier, heartbeats, reconcile the sink
+commits from the Delta log, timings, asset events with ``extra={"barrier": n, "version": v}``)
+is :class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook`'s, which calls back this
+operator's own ``spark-submit``.
+
+The operator adds no Spark setting of its own: ``conf`` is the job's declared conf
+(:meth:`Topology.job(conf=...) <airflow_provider_tsb.topology.Topology.job>`) updated with the
+operator's ``conf``. Small-machine tuning is the DAG author's to set (the example DAGs use
+``tsb_examples.spark_conf.LOCAL_SPARK_CONF``).
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import os
-import sys
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_tsb.assets import table_asset
-from airflow_provider_tsb.exceptions import BarrierNotReadyError, TsbError, UnknownJobError
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
-from airflow_provider_tsb.metastore.store import MetaStore, now_ms
-from airflow_provider_tsb.topology import Job, Table, Topology
-
-#: Spark settings for small local runs; any key the user sets wins
-LOCAL_SPARK_CONF = {
-    "spark.sql.shuffle.partitions": "4",
-    "spark.ui.enabled": "false",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.driver.memory": "1g",
-}
-
-
-class CommitMissingError(TsbError):
-    """The app exited successfully but a sink has no Delta commit tagged with the barrier."""
+from airflow_provider_tsb.hooks.spark_job import TsbSparkJobHook, declared_job
+from airflow_provider_tsb.topology import Job, Topology
 
 
 def parse_barrier(value: Any, task_id: str) -> int | None:
@@ -77,7 +66,8 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         ready barrier starts its micro-batch within about this delay.
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
     :param heartbeat_interval_s: seconds between liveness heartbeats while the app runs.
-    :param kwargs: passed to ``SparkSubmitOperator`` (``conn_id``, ``conf``, ...).
+    :param kwargs: passed to ``SparkSubmitOperator`` (``conn_id``, ...); ``conf`` updates the
+        job's declared conf, and nothing else is added to it.
 
     Returns (XCom) ``{"barriers": [n, ...], "versions": {sink: {barrier: version}}}``.
 
@@ -105,19 +95,14 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         conn_id: str = "spark_default",
         **kwargs: Any,
     ) -> None:
-        if job_id not in topology.jobs:
-            raise UnknownJobError(
-                f"job {job_id!r} is not declared in topology {topology.name!r}; "
-                f"declared jobs: {', '.join(sorted(topology.jobs)) or '(none)'}"
-            )
+        job = declared_job(topology, job_id)
         if mode not in ("batch", "streaming"):
             raise ValueError(f"job {job_id!r}: mode must be 'batch' or 'streaming', got {mode!r}")
-        job = topology.jobs[job_id]
         kwargs.setdefault("task_id", job_id)
         kwargs.setdefault("name", f"tsb-{topology.name}-{job_id}")
         outlets = list(kwargs.pop("outlets", None) or []) + [table_asset(topology, s) for s in job.sinks]
         inlets = list(kwargs.pop("inlets", None) or []) + [table_asset(topology, s) for s in job.sources]
-        conf = {**LOCAL_SPARK_CONF, **job.conf, **(kwargs.pop("conf", None) or {})}
+        conf = {**job.conf, **(kwargs.pop("conf", None) or {})}
         super().__init__(
             application=resolve_application(job.application),
             conn_id=conn_id,
@@ -135,169 +120,50 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         self.poll_interval_s = poll_interval_s
         self.tsb_conn_id = tsb_conn_id
         self.heartbeat_interval_s = heartbeat_interval_s
+        self._job_hook: TsbSparkJobHook | None = None
         self._lineage: dict[str, Any] = {}
 
-    # ------------------------------------------------------------------ helpers (logic in the hook/store)
     @property
     def job(self) -> Job:
+        """The job's declaration in the topology."""
         return self.topology.jobs[self.job_id]
 
-    def _job_tables(self) -> dict[str, Table]:
-        return {name: self.topology.tables[name] for name in (*self.job.sources, *self.job.sinks)}
-
-    def check_inputs(self, store: MetaStore, barrier: int) -> dict[str, int]:
-        """Input version vector of ``barrier``: {source table: Delta version}.
-
-        Raises:
-            BarrierNotReadyError: an input is not WRITTEN at ``barrier``.
-        """
-        vector: dict[str, int] = {}
-        problems = []
-        for source in self.job.sources:
-            state = store.table_state(source, barrier)
-            if state is not None and state.state == "WRITTEN" and state.version is not None:
-                vector[source] = state.version
-                continue
-            newest = store.newest_written(source)
-            at = f"barrier {newest.barrier_id}" if newest else "no barrier yet"
-            extra = " (PROCESSED, not committed)" if state is not None else ""
-            problems.append(f"input {source!r} is at {at}{extra}")
-        if problems:
-            raise BarrierNotReadyError(
-                f"job {self.job_id!r} cannot process barrier {barrier}: " + "; ".join(problems)
-                + f". Run the upstream jobs for barrier {barrier} first (or wait with BarrierCommittedSensor)."
+    @property
+    def job_hook(self) -> TsbSparkJobHook:
+        """The hook holding the run protocol (built on first use, from the operator's parameters)."""
+        if self._job_hook is None:
+            self._job_hook = TsbSparkJobHook(
+                self.topology,
+                self.job_id,
+                mode=self.mode,
+                idle_timeout_s=self.idle_timeout_s,
+                trigger_interval_s=self.trigger_interval_s,
+                poll_interval_s=self.poll_interval_s,
+                tsb_conn_id=self.tsb_conn_id,
+                heartbeat_interval_s=self.heartbeat_interval_s,
             )
-        return vector
+        return self._job_hook
 
-    def build_application_args(
-        self, barrier: int | None, vector: dict[str, int] | None, final_since_ms: int | None = None
-    ) -> list[str]:
-        """The app's command line: mode, catalog, barrier bound and table locations.
-
-        ``final_since_ms`` (streaming): the DAG run's start, epoch ms; the app stops after a
-        final barrier generated since then.
-        """
-        args = [*self.job.application_args, "--mode", self.mode, "--metastore-url", "env:TSB_METASTORE_URL"]
-        if barrier is not None:
-            args += ["--until-barrier", str(barrier)]
-        if self.mode == "streaming":
-            args += ["--trigger-interval", str(self.trigger_interval_s), "--poll-interval", str(self.poll_interval_s)]
-            if self.idle_timeout_s is not None:
-                args += ["--idle-timeout", str(self.idle_timeout_s)]
-            if final_since_ms is not None:
-                args += ["--final-since", str(final_since_ms)]
-        for name, table in sorted(self._job_tables().items()):
-            args += ["--table", f"{name}={table.resolved_location(self.topology.warehouse)}"]
-        return args
-
-    def build_env(self, url: str, barrier: int | None, vector: dict[str, int] | None) -> dict[str, str]:
-        """Environment of spark-submit: metastore URL (never on the command line), Python, PATH."""
-        bin_dir = os.path.dirname(sys.executable)
-        env = {
-            **(self.env_vars or {}),
-            "TSB_METASTORE_URL": url,
-            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-            "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable),
-            "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-            "TSB_JOB_ID": self.job_id,
-        }
-        if barrier is not None and vector is not None:
-            env["TSB_BARRIER_INPUTS"] = json.dumps({str(barrier): vector}, sort_keys=True)
-        return env
-
-    # ------------------------------------------------------------------ execute
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow_provider_tsb.delta.barriers import versions_of_barriers
+        """Run the job's protocol with this operator's ``spark-submit``; the XCom of :meth:`JobRun.to_xcom`."""
+        hook = self.job_hook
+        try:
+            run = hook.run(
+                parse_barrier(self.barrier, self.task_id),
+                functools.partial(self._spark_submit, context),
+                run_start_ms=_run_start_ms(context),
+                env_vars=self.env_vars,
+            )
+        finally:
+            self._lineage = dict(hook.lineage)
+        hook.emit_asset_events(context.get("outlet_events") if hasattr(context, "get") else None, run)
+        return run.to_xcom()
 
-        hook = TsbMetastoreHook(self.tsb_conn_id)
-        store = hook.get_conn()
-        store.register_job(self.topology.name, self.job, self._job_tables(), warehouse=self.topology.warehouse)
-        barrier = parse_barrier(self.barrier, self.task_id)
-        vector = self.check_inputs(store, barrier) if barrier is not None else None
-        before = {sink: store.newest_written(sink) for sink in self.job.sinks}
-        locations = {sink: self.topology.location(sink) for sink in self.job.sinks}
-        already = barrier is not None and all(
-            (b := before[s]) is not None and b.barrier_id >= barrier for s in self.job.sinks
-        )
-        self._lineage = {"inputs": vector or {}, "outputs": {}}
-        started = now_ms()
-        if already:
-            self.log.info("job %s: barrier %s is WRITTEN in all sinks already; nothing to run", self.job_id, barrier)
-        else:
-            self.application_args = self.build_application_args(barrier, vector, _run_start_ms(context))
-            self.env_vars = self.build_env(hook.get_uri(), barrier, vector)
-            self.log.info("job %s: barrier %s, input versions %s", self.job_id, barrier, vector)
-            if barrier is not None:
-                store.record_job_barrier(self.job_id, barrier, status="running", started_at_ms=started)
-            store.heartbeat(self.job_id, status="running", barrier_id=barrier)
-            stop = threading.Event()
-            beat = threading.Thread(target=self._heartbeat_loop, args=(store, barrier, stop), daemon=True)
-            beat.start()
-            try:
-                super().execute(context)
-            except BaseException as exc:
-                store.heartbeat(self.job_id, status="failed", barrier_id=barrier, message=str(exc)[:2000])
-                if barrier is not None:
-                    store.record_job_barrier(self.job_id, barrier, status="failed", finished_at_ms=now_ms())
-                raise
-            finally:
-                stop.set()
-                beat.join(timeout=5)
-        # The Delta log is the durable truth: index every barrier the app committed.
-        committed: dict[str, dict[int, int]] = {}
-        for sink in self.job.sinks:
-            if already:
-                version = store.version_at(sink, barrier)
-                committed[sink] = {barrier: version} if version is not None else {}
-                continue
-            after = before[sink].barrier_id if before[sink] is not None else None
-            found = versions_of_barriers(locations[sink], after)
-            if barrier is not None:
-                found = {b: v for b, v in found.items() if b <= barrier}
-                if barrier not in found and store.version_at(sink, barrier) is None:
-                    raise CommitMissingError(
-                        f"job {self.job_id!r} exited successfully but table {sink!r} at {locations[sink]!r} has no "
-                        f"Delta commit tagged with barrier {barrier}; check the application's sink declaration"
-                    )
-            for b, v in sorted(found.items()):
-                store.record_written(sink, b, v, self.job_id)
-            committed[sink] = found
-        barriers = sorted({b for found in committed.values() for b in found} | ({barrier} if barrier else set()))
-        # the app recorded each barrier's timing itself; only barriers it could not record are added
-        recorded = store.job_barrier_statuses(self.job_id, barriers)
-        finished = now_ms()
-        for b in barriers:
-            if recorded.get(b) != "succeeded":
-                store.record_job_barrier(self.job_id, b, status="succeeded", finished_at_ms=finished)
-        last = barriers[-1] if barriers else None
-        store.heartbeat(self.job_id, status="succeeded", barrier_id=last)
-        self._emit_asset_events(context, store, committed, last)
-        self._lineage["outputs"] = {s: store.version_at(s, last) for s in self.job.sinks} if last else {}
-        return {
-            "barriers": barriers,
-            "versions": {s: {str(b): v for b, v in sorted(f.items())} for s, f in committed.items()},
-        }
-
-    def _heartbeat_loop(self, store: MetaStore, barrier: int | None, stop: threading.Event) -> None:
-        while not stop.wait(self.heartbeat_interval_s):
-            try:
-                store.heartbeat(self.job_id, status="running", barrier_id=barrier)
-            except Exception as exc:  # a missed heartbeat must not kill the job
-                self.log.warning("job %s: heartbeat failed: %s", self.job_id, exc)
-
-    def _emit_asset_events(
-        self, context: Any, store: MetaStore, committed: dict[str, dict[int, int]], last: int | None
-    ) -> None:
-        events = context.get("outlet_events") if hasattr(context, "get") else None
-        if events is None or last is None:
-            return
-        for sink in self.job.sinks:
-            version = store.version_at(sink, last)
-            asset = table_asset(self.topology, sink)
-            extra = {"barrier": last, "version": version, "table": sink, "job": self.job_id}
-            if len(committed.get(sink, {})) > 1:
-                extra["barriers"] = {str(b): v for b, v in sorted(committed[sink].items())}
-            events[asset].extra = extra
+    def _spark_submit(self, context: Any, application_args: list[str], env: dict[str, str]) -> None:
+        """``SparkSubmitOperator.execute`` with the app's command line and environment."""
+        self.application_args = application_args
+        self.env_vars = env
+        super().execute(context)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage inputs (with the Delta versions read) and outputs (versions written).

@@ -10,6 +10,8 @@ as ``from common.flights import topology``.
         -> carrier_ranking -> flights.carrier_ranking
 
 ``TSB_SPARK_APPS`` is the ``spark_apps`` folder itself (default: the one next to ``dags/``).
+The jobs declare the examples' small-machine Spark settings (``LOCAL_SPARK_CONF``: 4 shuffle
+partitions, a 1 GB driver); the provider adds none of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 from pathlib import Path
 
 from airflow_provider_tsb.topology import Topology
+from tsb_examples.spark_conf import LOCAL_SPARK_CONF
 
 APPS = Path(os.environ.get("TSB_SPARK_APPS") or Path(__file__).resolve().parents[2] / "spark_apps")
 
@@ -29,16 +32,19 @@ topology.job(
     str(APPS / "flights" / "enrich_flights.py"),
     sources=["raw.flights", "raw.weather"],
     sinks=["flights.flights_enriched"],
+    conf=LOCAL_SPARK_CONF,
 )
 topology.job(
     "carrier_daily_delay",
     str(APPS / "flights" / "carrier_daily_delay.py"),
     sources=["flights.flights_enriched"],
     sinks=["flights.carrier_daily_delay"],
+    conf=LOCAL_SPARK_CONF,
 )
 topology.job(
     "carrier_ranking",
     str(APPS / "flights" / "carrier_ranking.py"),
     sources=["flights.carrier_daily_delay"],
     sinks=["flights.carrier_ranking"],
+    conf=LOCAL_SPARK_CONF,
 )

@@ -10,12 +10,14 @@ import pytest
 
 from airflow_provider_tsb.assets import table_asset
 from airflow_provider_tsb.exceptions import BarrierNotReadyError
-from airflow_provider_tsb.operators.barrier import RootTableError, TsbBarrierOperator
+from airflow_provider_tsb.hooks.barrier import RootTableError, TsbBarrierHook
+from airflow_provider_tsb.operators.barrier import TsbBarrierOperator
 from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
 from airflow_provider_tsb.sensors.barrier_committed import BarrierCommittedSensor
 from airflow_provider_tsb.triggers.barrier_committed import BarrierCommittedTrigger
 from tests.support.orchestration import run_context, wordcount_topology
 from tsb_examples.ingest import ingest_next_words
+from tsb_examples.spark_conf import LOCAL_SPARK_CONF
 
 
 def test_barrier_generation_is_idempotent_per_run(tsb_env) -> None:
@@ -48,7 +50,7 @@ def test_job_refuses_input_not_written_at_barrier(tsb_env) -> None:
     op = TsbSparkJobOperator(task_id="wordcount_counts", topology=topo, job_id="wordcount_counts", barrier="1")
     tsb_env.store.register_topology(topo)
     with pytest.raises(BarrierNotReadyError) as err:
-        op.check_inputs(tsb_env.store, 1)
+        op.job_hook.check_inputs(tsb_env.store, 1)
     assert "job 'wordcount_counts' cannot process barrier 1" in str(err.value)
     assert "input 'tsb.wordcount.word_count' is at no barrier yet" in str(err.value)
 
@@ -58,11 +60,11 @@ def test_job_operator_command_line(tsb_env) -> None:
     op = TsbSparkJobOperator(task_id="wordcount_words", topology=topo, job_id="wordcount_words",
                              barrier="{{ ti.xcom_pull(task_ids='b') }}", conn_id="spark_local")
     assert "barrier" in op.template_fields
-    args = op.build_application_args(3, {"tsb.raw.words": 7})
+    args = op.job_hook.build_application_args(3, {"tsb.raw.words": 7})
     assert args[:6] == ["--mode", "batch", "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", "3"]
     assert f"tsb.raw.words={topo.location('raw.words')}" in args
     assert f"tsb.wordcount.word_count={topo.location('wordcount.word_count')}" in args
-    env = op.build_env(tsb_env.url, 3, {"tsb.raw.words": 7})
+    env = op.job_hook.build_env(tsb_env.url, 3, {"tsb.raw.words": 7})
     assert env["TSB_METASTORE_URL"] == tsb_env.url and env["TSB_BARRIER_INPUTS"] == '{"3": {"tsb.raw.words": 7}}'
     assert tsb_env.url not in " ".join(args)  # the URL (may hold a password) is never on the command line
     assert [a.name for a in op.outlets] == ["tsb.wordcount.word_count"]
@@ -72,6 +74,11 @@ def test_job_operator_command_line(tsb_env) -> None:
     cmd = op._get_hook()._build_spark_submit_command(op.application)
     assert cmd[0] == "spark-submit" and "--master" in cmd and "local[2]" in cmd
     assert cmd[cmd.index(op.application) + 1 :] == args
+    # the operator adds no Spark setting: the job's declared conf, updated by the operator's own
+    assert op.conf == LOCAL_SPARK_CONF and "spark.sql.shuffle.partitions=4" in cmd
+    mine = TsbSparkJobOperator(task_id="w", topology=topo, job_id="wordcount_words",
+                               conf={"spark.driver.memory": "3g"})
+    assert mine.conf == {**LOCAL_SPARK_CONF, "spark.driver.memory": "3g"}
 
 
 def test_sensor_timeout_lists_tables_and_lag(tsb_env) -> None:
@@ -213,16 +220,17 @@ def test_final_barrier_includes_an_end_marker_committed_while_the_emitter_reads(
     words = topo.location("raw.words")
     ingest_next_words(words, run_key="r1", lines=20)
 
-    class MarkerLandsMidway(TsbBarrierEmitterOperator):
+    class MarkerLandsMidway(TsbBarrierHook):
         landed = False
 
-        def _input_ended(self) -> bool:
+        def input_ended(self) -> bool:
             if not self.landed:  # the ingestion task commits its marker right now
                 mark_end_of_input(words)
                 self.landed = True
-            return super()._input_ended()
+            return super().input_ended()
 
-    emitter = MarkerLandsMidway(task_id="e", topology=topo, interval_s=0.1, duration_s=60)
+    emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=60)
+    emitter._hook = MarkerLandsMidway(topo)
     emitted = emitter.execute(run_context("run-1"))
     final = tsb_env.store.barrier("wordcount", emitted[-1])
     assert final.final

@@ -143,7 +143,7 @@ def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_
     "no new barrier" only after ``wait_s``."""
     import json
 
-    from airflow_provider_tsb.operators.barrier import read_root_versions
+    from airflow_provider_tsb.hooks.barrier import read_root_versions
     from airflow_provider_tsb.spark.streaming import TsbStreamReader
 
     topo = wordcount_topology(streaming_env.warehouse)

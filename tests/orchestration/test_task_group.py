@@ -40,10 +40,10 @@ def test_streaming_mode_renders_emitter_and_parallel_streaming_jobs() -> None:
         assert isinstance(job, TsbSparkJobOperator) and job.mode == "streaming" and job.barrier is None
         assert job.upstream_task_ids == set() and job.retries == 3  # all run at once
     assert group.job_tasks["wordcount_counts"] is jobs[1]
-    assert jobs[0].build_application_args(None, None, 1_700_000_000_000)[:4] == [
+    assert jobs[0].job_hook.build_application_args(None, None, 1_700_000_000_000)[:4] == [
         "--mode", "streaming", "--metastore-url", "env:TSB_METASTORE_URL"
     ]
-    assert "--final-since" in jobs[0].build_application_args(None, None, 1_700_000_000_000)
+    assert "--final-since" in jobs[0].job_hook.build_application_args(None, None, 1_700_000_000_000)
 
 
 def test_bad_mode_is_a_dag_import_error_naming_the_topology() -> None:

@@ -9,16 +9,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def wordcount_topology(warehouse: str):
-    """The wordcount topology of ``spark_apps/wordcount`` with its tables under ``warehouse``."""
+    """The wordcount topology of ``spark_apps/wordcount`` with its tables under ``warehouse``; its
+    jobs declare the examples' small-machine Spark settings, as ``dags/wordcount_topology.py`` does."""
     from airflow_provider_tsb.topology import Topology
+    from tsb_examples.spark_conf import LOCAL_SPARK_CONF
 
     apps = REPO / "spark_apps" / "wordcount"
     topo = Topology("wordcount", warehouse=warehouse)
     topo.root_table("raw.words")
     topo.job("wordcount_words", str(apps / "wordcount_words.py"), sources=["raw.words"],
-             sinks=["wordcount.word_count"])
+             sinks=["wordcount.word_count"], conf=LOCAL_SPARK_CONF)
     topo.job("wordcount_counts", str(apps / "wordcount_counts.py"), sources=["wordcount.word_count"],
-             sinks=["wordcount.count_of_counts"])
+             sinks=["wordcount.count_of_counts"], conf=LOCAL_SPARK_CONF)
     return topo
 
 

@@ -1,0 +1,213 @@
+"""Barrier generation (FLIP-276 "Timestamp Barrier"): :class:`TsbBarrierHook`.
+
+Generating barrier n records, in one metastore transaction, the current Delta version of every
+root table of the topology: the (barrier, offset) map that makes replay deterministic. The
+barrier's timestamp is system time or the event-time watermark (the min over root tables of
+the max of their ``event_time_column``). A run key (``<dag_id>/<run_id>``) makes generation
+idempotent: a retried task of the same DAG run gets the same barrier back.
+
+The emitter (:meth:`TsbBarrierHook.emit`) generates barriers for a streaming topology while
+new root versions arrive, with backpressure, and a *final* barrier at end of input (FLIP-147).
+:class:`~airflow_provider_tsb.operators.barrier.TsbBarrierOperator` and
+:class:`~airflow_provider_tsb.operators.barrier.TsbBarrierEmitterOperator` hold the parameters
+and call this hook.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airflow.providers.common.compat.sdk import BaseHook
+
+from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
+from airflow_provider_tsb.metastore.store import BarrierInfo, MetaStore
+from airflow_provider_tsb.topology import Topology
+
+
+class RootTableError(TsbError):
+    """A root table does not exist or cannot be read at barrier generation."""
+
+
+def read_root_versions(topology: Topology) -> dict[str, int]:
+    """Current Delta version of every root table of ``topology``: ``{table name: version}``.
+
+    Raises:
+        RootTableError: a root table is missing or unreadable (names the table and location).
+    """
+    from airflow_provider_tsb.delta.barriers import root_version
+
+    versions: dict[str, int] = {}
+    for table in topology.root_tables:
+        location = topology.location(table.name)
+        try:
+            versions[table.name] = root_version(location)
+        except Exception as exc:  # TableNotFoundError, or an unreadable log
+            raise RootTableError(
+                f"root table {table.name!r} at {location!r} cannot be read for barrier generation: {exc}"
+            ) from exc
+    return versions
+
+
+class TsbBarrierHook(BaseHook):
+    """Generate the timestamp barriers of ``topology`` (see module doc).
+
+    :param topology: the topology (declared in the DAG file).
+    :param ts_kind: ``system`` (barrier timestamp = now) or ``event`` (the event-time watermark).
+    :param tsb_conn_id: metastore connection (default ``tsb_default``).
+    """
+
+    conn_name_attr = "tsb_conn_id"
+    default_conn_name = TsbMetastoreHook.default_conn_name
+    hook_name = "TSB barriers"
+
+    def __init__(
+        self, topology: Topology, *, ts_kind: str = "system", tsb_conn_id: str = default_conn_name, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.topology = topology
+        self.ts_kind = ts_kind
+        self.tsb_conn_id = tsb_conn_id
+
+    def get_conn(self) -> MetaStore:
+        """The metastore of ``tsb_conn_id`` (see :class:`TsbMetastoreHook`)."""
+        return TsbMetastoreHook(self.tsb_conn_id).get_conn()
+
+    def watermark(self, versions: dict[str, int]) -> int | None:
+        """Event-time watermark (epoch ms) at ``versions``: the min over root tables of the max of
+        their ``event_time_column`` (from Delta file statistics); ``None`` while no root table
+        has rows."""
+        from airflow_provider_tsb.delta.roots import event_time_watermark
+
+        marks = [
+            event_time_watermark(self.topology.location(t.name), versions[t.name], t.event_time_column)
+            for t in self.topology.root_tables
+            if t.event_time_column
+        ]
+        known = [m for m in marks if m is not None]
+        return min(known) if known else None
+
+    def generate(self, run_key: str | None) -> BarrierInfo:
+        """Register the topology and generate its next barrier at the root tables' current versions.
+
+        ``run_key``: idempotency key (a retry with the same key gets the same barrier back).
+
+        Raises:
+            RootTableError: a root table is missing, or (``ts_kind="event"``) every root table
+                is empty, so there is no watermark yet.
+        """
+        store = self.get_conn()
+        store.register_topology(self.topology)
+        versions = read_root_versions(self.topology)
+        ts_ms = None
+        if self.ts_kind == "event":
+            ts_ms = self.watermark(versions)
+            if ts_ms is None:
+                raise RootTableError(
+                    f"topology {self.topology.name!r}: no event-time watermark yet (root tables are empty)"
+                )
+        info = store.create_barrier(self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key)
+        self.log.info(
+            "%s barrier %s of topology %s at %s (%s time); root versions %s",
+            "generated" if info.created else "reused (retry of the same run)",
+            info.barrier_id, info.topology, info.ts_ms, info.ts_kind, info.root_versions,
+        )
+        return info
+
+    # ------------------------------------------------------------------ streaming: the emitter
+    def current_versions(self) -> dict[str, int] | None:
+        """Root versions now, or ``None`` while a root table does not exist yet."""
+        from airflow_provider_tsb.delta.log import table_exists
+
+        if not all(table_exists(self.topology.location(t.name)) for t in self.topology.root_tables):
+            return None
+        return read_root_versions(self.topology)
+
+    def input_ended(self) -> bool:
+        """Whether every root table's newest version is marked end of input (FLIP-147)."""
+        from airflow_provider_tsb.delta.roots import input_ended
+
+        return all(input_ended(self.topology.location(t.name)) for t in self.topology.root_tables)
+
+    def has_room(self, store: MetaStore, last: BarrierInfo | None, max_in_flight: int | None) -> bool:
+        """Whether fewer than ``max_in_flight`` barriers are generated but not COMMIT (WRITTEN in
+        every intermediate table); always with ``max_in_flight=None`` or before any barrier."""
+        if max_in_flight is None or last is None:
+            return True
+        sinks = [t.name for t in self.topology.tables.values() if t.kind == "intermediate"]
+        heads = [store.newest_written(t) for t in sinks]
+        committed = min((h.barrier_id if h is not None else 0) for h in heads) if heads else last.barrier_id
+        return last.barrier_id - committed < max_in_flight
+
+    def generate_at(
+        self, store: MetaStore, versions: dict[str, int], run_key: str, *, final: bool = False
+    ) -> BarrierInfo | None:
+        """One barrier at root ``versions``; ``None`` while an event-time watermark is unknown
+        (no rows yet). An event-time barrier never goes back in time: an empty final epoch keeps
+        the previous watermark."""
+        ts_ms = None
+        if self.ts_kind == "event":
+            ts_ms = self.watermark(versions)
+            if ts_ms is None:
+                return None
+            last = store.latest_barrier(self.topology.name)
+            if last is not None and last.ts_kind == "event":
+                ts_ms = max(ts_ms, last.ts_ms)
+        return store.create_barrier(
+            self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final
+        )
+
+    def emit(
+        self,
+        run_prefix: str,
+        *,
+        interval_s: float,
+        duration_s: float,
+        count: int | None = None,
+        final_on_stop: bool = True,
+        max_in_flight: int | None = 2,
+    ) -> list[int]:
+        """Generate a barrier every ``interval_s`` seconds while a root table has a new version,
+        until end of input, ``duration_s`` seconds or ``count`` barriers; returns the barrier ids.
+
+        Run keys are ``<run_prefix>#<n>`` and ``<run_prefix>#final``. A final barrier is
+        generated at end of input, or when the duration or count runs out and
+        ``final_on_stop``. ``max_in_flight``: see :meth:`has_room`. Root tables that do not
+        exist yet are waited for.
+
+        Raises:
+            RootTableError: a root table exists but cannot be read.
+        """
+        store = self.get_conn()
+        store.register_topology(self.topology)
+        emitted: list[int] = []
+        deadline = time.monotonic() + duration_s
+        seq = 0
+        while True:
+            versions = self.current_versions()
+            # ended at exactly these versions: the markers are the newest commits and no commit
+            # landed between reading the versions and the markers (else the final barrier could
+            # miss the flights table's marker commit written just after the weather's)
+            ended = versions is not None and self.input_ended() and self.current_versions() == versions
+            out_of_time = time.monotonic() >= deadline or (count is not None and len(emitted) >= count)
+            if versions is not None and (ended or (out_of_time and final_on_stop)):
+                info = self.generate_at(store, versions, f"{run_prefix}#final", final=True)
+                if info is not None:
+                    emitted.append(info.barrier_id)
+                    why = "end of input" if ended else "duration or count reached"
+                    self.log.info("final barrier %s (%s): root versions %s", info.barrier_id, why, versions)
+                break
+            if out_of_time:
+                self.log.warning("stopping without a final barrier: root tables %s not readable", versions)
+                break
+            last = store.latest_barrier(self.topology.name)
+            changed = versions is not None and (last is None or versions != last.root_versions)
+            if changed and self.has_room(store, last, max_in_flight):
+                info = self.generate_at(store, versions, f"{run_prefix}#{seq}")
+                if info is not None:
+                    seq += 1
+                    emitted.append(info.barrier_id)
+                    self.log.info("barrier %s: root versions %s", info.barrier_id, versions)
+            time.sleep(interval_s)
+        return emitted
