@@ -92,17 +92,32 @@ def declared_job(topology: Topology, job_id: str) -> Job:
     return topology.jobs[job_id]
 
 
+@dataclass(frozen=True)
+class JobRunOptions:
+    """How a job's app runs (the app's command line; see ``TsbSparkJobOperator`` for each).
+
+    Attributes:
+        mode: ``batch`` or ``streaming`` (``--mode``).
+        idle_timeout_s: streaming: stop after this many seconds without a new barrier.
+        trigger_interval_s: streaming: longest wait, seconds, for a barrier in one offset poll.
+        poll_interval_s: streaming: seconds between catalog look-ups while waiting.
+        heartbeat_interval_s: seconds between liveness heartbeats while the app runs.
+    """
+
+    mode: str = "batch"
+    idle_timeout_s: float | None = None
+    trigger_interval_s: float = 1.0
+    poll_interval_s: float = 0.05
+    heartbeat_interval_s: float = 10.0
+
+
 class TsbSparkJobHook(BaseHook):
     """Run ``job_id`` of ``topology`` for one barrier, or every pending one (see module doc).
 
     :param topology: the topology declared in the DAG file.
     :param job_id: the job to run.
-    :param mode: ``batch`` or ``streaming`` (the app's ``--mode``).
-    :param idle_timeout_s: streaming: stop after this many seconds without a new barrier.
-    :param trigger_interval_s: streaming: longest wait, seconds, for a barrier in one offset poll.
-    :param poll_interval_s: streaming: seconds between catalog look-ups while waiting.
+    :param options: how the app runs (:class:`JobRunOptions`).
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
-    :param heartbeat_interval_s: seconds between liveness heartbeats while the app runs.
 
     Raises:
         UnknownJobError: ``job_id`` is not declared in ``topology``.
@@ -116,25 +131,17 @@ class TsbSparkJobHook(BaseHook):
         self,
         topology: Topology,
         job_id: str,
+        options: JobRunOptions | None = None,
         *,
-        mode: str = "batch",
-        idle_timeout_s: float | None = None,
-        trigger_interval_s: float = 1.0,
-        poll_interval_s: float = 0.05,
         tsb_conn_id: str = default_conn_name,
-        heartbeat_interval_s: float = 10.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         declared_job(topology, job_id)
         self.topology = topology
         self.job_id = job_id
-        self.mode = mode
-        self.idle_timeout_s = idle_timeout_s
-        self.trigger_interval_s = trigger_interval_s
-        self.poll_interval_s = poll_interval_s
+        self.options = options or JobRunOptions()
         self.tsb_conn_id = tsb_conn_id
-        self.heartbeat_interval_s = heartbeat_interval_s
         #: OpenLineage of the latest run: ``{"inputs": {table: version}, "outputs": {table: version}}``
         self.lineage: dict[str, dict[str, int | None]] = {}
 
@@ -186,13 +193,14 @@ class TsbSparkJobHook(BaseHook):
         final barrier generated since then. Options: see
         :func:`airflow_provider_tsb.spark.cli.build_arg_parser`.
         """
-        args = [*self.job.application_args, "--mode", self.mode, "--metastore-url", "env:TSB_METASTORE_URL"]
+        opts = self.options
+        args = [*self.job.application_args, "--mode", opts.mode, "--metastore-url", "env:TSB_METASTORE_URL"]
         if barrier is not None:
             args += ["--until-barrier", str(barrier)]
-        if self.mode == "streaming":
-            args += ["--trigger-interval", str(self.trigger_interval_s), "--poll-interval", str(self.poll_interval_s)]
-            if self.idle_timeout_s is not None:
-                args += ["--idle-timeout", str(self.idle_timeout_s)]
+        if opts.mode == "streaming":
+            args += ["--trigger-interval", str(opts.trigger_interval_s), "--poll-interval", str(opts.poll_interval_s)]
+            if opts.idle_timeout_s is not None:
+                args += ["--idle-timeout", str(opts.idle_timeout_s)]
             if final_since_ms is not None:
                 args += ["--final-since", str(final_since_ms)]
         for name, table in sorted(self.job_tables().items()):
@@ -342,7 +350,7 @@ class TsbSparkJobHook(BaseHook):
             beat.join(timeout=5)
 
     def _heartbeat_loop(self, store: MetaStore, barrier: int | None, stop: threading.Event) -> None:
-        while not stop.wait(self.heartbeat_interval_s):
+        while not stop.wait(self.options.heartbeat_interval_s):
             try:
                 store.heartbeat(self.job_id, status=JobStatus.RUNNING, barrier_id=barrier)
             except Exception as exc:  # a missed heartbeat must not kill the job

@@ -24,7 +24,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_provider_tsb.assets import table_asset
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
-from airflow_provider_tsb.hooks.spark_job import TsbSparkJobHook, declared_job
+from airflow_provider_tsb.hooks.spark_job import JobRunOptions, TsbSparkJobHook, declared_job
 from airflow_provider_tsb.topology import Job, Topology
 
 
@@ -132,16 +132,11 @@ class TsbSparkJobOperator(SparkSubmitOperator):
     def job_hook(self) -> TsbSparkJobHook:
         """The hook holding the run protocol (built on first use, from the operator's parameters)."""
         if self._job_hook is None:
-            self._job_hook = TsbSparkJobHook(
-                self.topology,
-                self.job_id,
-                mode=self.mode,
-                idle_timeout_s=self.idle_timeout_s,
-                trigger_interval_s=self.trigger_interval_s,
-                poll_interval_s=self.poll_interval_s,
-                tsb_conn_id=self.tsb_conn_id,
-                heartbeat_interval_s=self.heartbeat_interval_s,
+            options = JobRunOptions(
+                mode=self.mode, idle_timeout_s=self.idle_timeout_s, trigger_interval_s=self.trigger_interval_s,
+                poll_interval_s=self.poll_interval_s, heartbeat_interval_s=self.heartbeat_interval_s,
             )
+            self._job_hook = TsbSparkJobHook(self.topology, self.job_id, options, tsb_conn_id=self.tsb_conn_id)
         return self._job_hook
 
     def execute(self, context: Any) -> dict[str, Any]:
