@@ -131,10 +131,8 @@ class ConsistencyChecker:
         self._threads: list[threading.Thread] = []
 
     def _resolve(self, invariant: Invariant, level: str) -> Any:
-        from airflow_provider_tsb.versions import VersionResolver
-
         if level != "AS_OF":
-            return VersionResolver(self.store).resolve(invariant.tables, ConsistencyLevel.parse(level))
+            return self.store.resolve(invariant.tables, ConsistencyLevel.parse(level))
         newest = self.store.resolve(invariant.tables).barrier_id
         with self._lock:
             barrier = self._random.randint(1, newest)
@@ -142,15 +140,13 @@ class ConsistencyChecker:
 
     def sample(self, level: str) -> None:
         """Read every invariant's tables once at ``level`` and record the outcome."""
-        from airflow_provider_tsb.readers import read_tables_arrow
-
         report = self.reports[level]
         for invariant in self.invariants:
             try:
                 resolution = self._resolve(invariant, level)
                 if any(tv.version is None and tv.staged is None for tv in resolution.tables.values()):
                     raise InconsistentReadError("a table has no version yet")
-                tables = read_tables_arrow(invariant.tables, store=self.store, resolution=resolution)
+                tables = resolution.to_arrow()
             except InconsistentReadError:
                 with self._lock:
                     report.skipped += 1  # nothing consistent to read yet (before the first barrier)

@@ -7,7 +7,7 @@ while the DAG file is parsed; an invalid topology shows in Airflow as an import 
 the message. The same rules are enforced again, atomically and across DAG files, when a job
 registers in the metastore (:meth:`airflow_provider_tsb.metastore.store.MetaStore.register_job`).
 
-Rules (DESIGN.md "Vocabulary"; FLIP-276 "MetaService" registration):
+Rules (docs/design.md "Vocabulary"; FLIP-276 "MetaService" registration):
 
 * every table name is ``catalog.database.table`` of identifiers;
 * a table is either a root table or the sink of exactly one job (single writer);

@@ -2,7 +2,7 @@
 
 A resolved version (:class:`~airflow_provider_tsb.metastore.records.TableVersion`) is a Delta
 version, plus at READ_COMMITTED the staged files of a PROCESSED barrier (FLIP-276 "Data
-Consistency Type"; DESIGN.md "Barrier states in one table"):
+Consistency Type"; docs/design.md "Vocabulary"):
 
 * a WRITTEN (or READ_UNCOMMITTED ``LATEST``) table is read at its Delta version;
 * a PROCESSED table is its previous WRITTEN version with the staged manifest applied:

@@ -1,4 +1,7 @@
-"""Leases: Delta versions pinned for a reader so snapshot expiry keeps them (DESIGN.md "Leases")."""
+"""Leases: Delta versions pinned for a reader so snapshot expiry keeps them.
+
+See docs/design.md "Reading consistently".
+"""
 
 from __future__ import annotations
 

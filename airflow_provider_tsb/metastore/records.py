@@ -1,6 +1,6 @@
 """Records and enums of the tsb metastore: what its API takes and returns.
 
-Every state name of the FLIP-276 vocabulary is defined here once (DESIGN.md "Barrier states";
+Every state name of the FLIP-276 vocabulary is defined here once (docs/design.md "Vocabulary";
 FLIP-276 "Timestamp Barrier", "Data Consistency Type"):
 
 * :class:`BarrierState`: a barrier in one table, PROCESSED or WRITTEN;
@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_provider_tsb.consistency import ConsistencyLevel
 
@@ -28,9 +28,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from airflow_provider_tsb.lineage import Job, Table
+
 
 class BarrierState(StrEnum):
-    """State of one barrier in one table (DESIGN.md "Barrier states in one table").
+    """State of one barrier in one table (docs/design.md "Vocabulary").
 
     * ``PROCESSED``: the job wrote every output file of the barrier (staged, not committed).
     * ``WRITTEN``: the barrier is a Delta commit of the table, at a known version.
@@ -351,3 +353,19 @@ class BarrierDelays:
     tables: dict[str, TableDelay]
     jobs: dict[str, JobDelay]
     bottleneck: str | None
+
+
+class DeclaredTopology(Protocol):
+    """What registration needs of a :class:`~airflow_provider_tsb.topology.Topology` (the DAG
+    authoring model, which this layer does not import)."""
+
+    name: str
+    warehouse: str | None
+    tables: Mapping[str, Table]
+
+    @property
+    def root_tables(self) -> list[Table]: ...
+
+    def validate(self) -> object: ...
+
+    def jobs_in_order(self) -> list[Job]: ...

@@ -1,13 +1,13 @@
 """Registration (FLIP-276 "MetaService" ``/register/source``, ``/register/sink``, ``/unregister``).
 
 Atomic across processes: every registration holds the registry lock, so the union of
-registered jobs stays acyclic and single-writer (DESIGN.md "Vocabulary").
+registered jobs stays acyclic and single-writer (docs/design.md "Vocabulary").
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
@@ -31,6 +31,7 @@ from airflow_provider_tsb.metastore.models import (
     TopologyRow,
 )
 from airflow_provider_tsb.metastore.records import (
+    DeclaredTopology,
     JobInfo,
     JobStatus,
     TableInfo,
@@ -40,22 +41,6 @@ from airflow_provider_tsb.names import normalize_table_name, validate_job_id
 
 if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
     import networkx as nx
-
-
-class DeclaredTopology(Protocol):
-    """What registration needs of a :class:`~airflow_provider_tsb.topology.Topology` (the DAG
-    authoring model, which this layer does not import)."""
-
-    name: str
-    warehouse: str | None
-    tables: Mapping[str, Table]
-
-    @property
-    def root_tables(self) -> list[Table]: ...
-
-    def validate(self) -> object: ...
-
-    def jobs_in_order(self) -> list[Job]: ...
 
 
 class RegistryManager(StoreBase):

@@ -130,7 +130,7 @@ class ResolutionManager(RegistryManager, TableStateManager, LeaseManager):
                     raise InconsistentReadError(
                         f"no barrier is {wanted} "
                         f"over {names}: table(s) {empty} have no "
-                        f"{'PROCESSED or WRITTEN' if level is ConsistencyLevel.READ_COMMITTED else 'WRITTEN'} "
+                        f"{f'{processed} or {written}' if level is ConsistencyLevel.READ_COMMITTED else written} "
                         "barrier yet; wait for the first barrier to be committed"
                     )
                 barrier = min(v for v in newest.values() if v is not None)

@@ -10,8 +10,8 @@ facade over one module per FLIP-276 concept:
 * :mod:`.barriers`: barrier generation (FLIP-276 "Timestamp Barrier"): strictly increasing ids
   per topology, recording the Delta version of every root table in the same transaction,
   idempotent per run key; final barriers (FLIP-147 end of input);
-* :mod:`.table_states`: per (table, barrier) states PROCESSED / WRITTEN (DESIGN.md "Barrier
-  states in one table");
+* :mod:`.table_states`: per (table, barrier) states PROCESSED / WRITTEN (docs/design.md
+  "Vocabulary");
 * :mod:`.resolution`: version resolution at the four levels of FLIP-276 "Data Consistency
   Type" with monotonic reads and leases;
 * :mod:`.leases`: Delta versions pinned for readers;

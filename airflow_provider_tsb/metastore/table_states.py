@@ -1,4 +1,4 @@
-"""Per (table, barrier) states PROCESSED and WRITTEN (DESIGN.md "Barrier states in one table")."""
+"""Per (table, barrier) states PROCESSED and WRITTEN (docs/design.md "Vocabulary")."""
 
 from __future__ import annotations
 

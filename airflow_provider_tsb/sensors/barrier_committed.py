@@ -1,7 +1,7 @@
 """Wait for ``barrier_committed(table, barrier)``: :class:`BarrierCommittedSensor`.
 
 A barrier is committed in a set of tables when a Delta version tagged with it is WRITTEN in
-every one of them (DESIGN.md "COMMIT"); a task gated by the sensor then reads the tables at
+every one of them (docs/design.md "Vocabulary"); a task gated by the sensor then reads the tables at
 REPEATABLE_READ and sees the same consistent epoch.
 """
 

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from airflow_provider_tsb.api.routes import create_metaservice_app
-from airflow_provider_tsb.client import BadRequestError, TsbClient
+from airflow_provider_tsb.client import TsbClient
 from airflow_provider_tsb.consistency import UnknownConsistencyLevelError
 from airflow_provider_tsb.exceptions import (
     CycleError,
@@ -136,8 +136,10 @@ def test_monotonic_reads_through_the_api(http: TestClient, store: MetaStore, tmp
     assert client.version(AMOUNT, "read-committed")["state"] == "PROCESSED"
     with pytest.raises(UnknownTableError, match="tsb.shop.nope"):
         client.version("tsb.shop.nope")
-    with pytest.raises(BadRequestError, match="use level REPEATABLE_READ"):
+    with pytest.raises(ValueError, match="use level REPEATABLE_READ"):  # refused before any request
         client.versions(q, "read-committed", as_of=1)
+    r = http.post(f"{PREFIX}/versions", json={"tables": q, "level": "read-committed", "as_of": 1})
+    assert r.status_code == 422 and "use level REPEATABLE_READ" in r.json()["detail"]
     with pytest.raises(UnknownConsistencyLevelError, match="unknown consistency level 'bogus'"):
         client._call("GET", "/version/bogus/tsb/shop/user_item_price")
     with pytest.raises(DoubleWriterError) as err:

@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_tsb.consistency import ConsistencyLevel
+from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import InconsistentReadError, UnknownTableError
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.readers import read_tables, read_tables_arrow, read_tables_pandas
 from airflow_provider_tsb.topology import Topology
-from airflow_provider_tsb.versions import VersionResolver, resolve_versions
+from airflow_provider_tsb.versions import resolve_versions
 from tests.support.metaservice import (
     AMOUNT,
     AMOUNT_SCHEMA,
@@ -37,7 +37,7 @@ RU, RC, RR = ConsistencyLevel.READ_UNCOMMITTED, ConsistencyLevel.READ_COMMITTED,
 
 def test_resolver_levels_on_real_delta_tables(store: MetaStore, tmp_path) -> None:
     shop = build_shop(store, str(tmp_path))
-    resolver = VersionResolver(store)
+    resolver = store  # every level, READ_UNCOMMITTED included, resolves in the MetaStore
     q = [ORDERS, PRICE, AMOUNT, TOTAL]
 
     ru = resolver.resolve(q, RU)
@@ -77,6 +77,28 @@ def test_resolver_levels_on_real_delta_tables(store: MetaStore, tmp_path) -> Non
         "staged": {"mode": "overwrite", "files": ["tsb_staging/amount_job/0/2/attempt1/part-00000.parquet"]},
     }
     assert as_dict["lease"] is None
+    # the options object gives the same answer as the keywords, and the result reads itself
+    opts = ReadOptions("read-committed")
+    assert store.resolve([PRICE, AMOUNT], opts).to_dict() == as_dict
+    assert resolve_versions([PRICE, AMOUNT], opts, store=store) == as_dict
+    frames = store.resolve([PRICE, AMOUNT], opts).to_arrow()
+    assert frames[AMOUNT].num_rows == read_tables_arrow([PRICE, AMOUNT], opts, store=store)[AMOUNT].num_rows
+
+
+def test_read_options_name_the_field_at_fault() -> None:
+    assert ReadOptions.of("read-committed", min_barrier=3) == ReadOptions(RC, min_barrier=3)
+    assert ReadOptions.of(ReadOptions(as_of=7), lease_seconds=5).as_of == 7
+    assert ReadOptions().to_json() == {"level": "REPEATABLE_READ"}
+    with pytest.raises(ValueError, match="use level REPEATABLE_READ, not READ_COMMITTED"):
+        ReadOptions(RC, as_of=1)
+    with pytest.raises(ValueError, match="min_barrier must be a barrier id"):
+        ReadOptions(min_barrier=-1)
+    with pytest.raises(ValueError, match="lease_seconds must be positive, got inf"):
+        ReadOptions(lease_seconds=float("inf"))
+    with pytest.raises(TypeError, match=r"unknown read option\(s\) \['asof'\]"):
+        ReadOptions.of(RR, asof=3)
+    with pytest.raises(ValueError, match="unknown consistency level 'bogus'"):
+        ReadOptions("bogus")
 
 
 def test_read_uncommitted_table_without_delta_log(sqlite_store: MetaStore, tmp_path) -> None:
@@ -84,7 +106,7 @@ def test_read_uncommitted_table_without_delta_log(sqlite_store: MetaStore, tmp_p
     topo.root_table("a.b.root")
     topo.job("j", "j.py", sources=["a.b.root"], sinks=["a.b.sink"])
     sqlite_store.register_topology(topo)
-    res = VersionResolver(sqlite_store).resolve(["a.b.root", "a.b.sink"], RU)
+    res = sqlite_store.resolve(["a.b.root", "a.b.sink"], RU)
     assert res.versions == {"a.b.root": None, "a.b.sink": None}
     with pytest.raises(Exception, match="has no Delta version to read"):
         read_tables_arrow(["a.b.sink"], RU, store=sqlite_store)
