@@ -2,8 +2,9 @@
 
 Tiers (markers declared in ``pyproject.toml``): a test that needs Spark, PostgreSQL, Airflow
 processes or a browser carries the marker of each (``spark``, ``postgres``, ``airflow``,
-``browser``, ``e2e``), set explicitly or, below, from the fixtures it uses; every other test is
-``unit`` (``make test-unit``: no JVM, no PostgreSQL, no Airflow process).
+``browser``, ``e2e``), set explicitly or, below, from the fixtures it uses; a test that needs no
+service but takes seconds (Python subprocesses, generated requests) is ``slow``; every other
+test is ``unit`` (``make test-unit``: no JVM, no PostgreSQL, no Airflow process, seconds).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tests.support.pg import PostgresServer, start_postgres
 pytest_plugins = ["tests.support.airflow_fixtures"]
 
 #: markers of the tiers heavier than ``unit``
-HEAVY_MARKERS = ("spark", "postgres", "airflow", "browser", "e2e")
+HEAVY_MARKERS = ("spark", "postgres", "airflow", "browser", "e2e", "slow")
 #: fixture -> markers of the tests that use it (directly or through another fixture)
 FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "spark": ("spark",),

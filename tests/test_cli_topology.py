@@ -8,6 +8,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a tsb subprocess per call
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
+import pytest
+
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Job, Table, Topology
+
+pytestmark = pytest.mark.slow  # spawns Python processes
 
 RACERS = 4
 ROUNDS = 2

@@ -8,6 +8,7 @@ bounded so the whole run stays well under two minutes.
 
 from __future__ import annotations
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
@@ -17,6 +18,8 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 from airflow_provider_tsb.api.routes import create_metaservice_app
 from airflow_provider_tsb.metastore.store import MetaStore
 from tests.support.metaservice import build_shop
+
+pytestmark = pytest.mark.slow  # hundreds of generated requests
 
 MAX_EXAMPLES = 25
 
