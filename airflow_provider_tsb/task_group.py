@@ -21,6 +21,7 @@ from typing import Any
 
 from airflow.sdk import TaskGroup
 
+from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator, TsbBarrierOperator
 from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
 from airflow_provider_tsb.sensors.barrier_committed import BarrierCommittedSensor
@@ -54,7 +55,7 @@ class TopologyTaskGroup(TaskGroup):
         group_id: str | None = None,
         mode: str = "batch",
         emitter_kwargs: Mapping[str, Any] | None = None,
-        ts_kind: str = "system",
+        ts_kind: TsKind | str = TsKind.SYSTEM,
         spark_conn_id: str = "spark_default",
         tsb_conn_id: str = "tsb_default",
         job_kwargs: Mapping[str, Mapping[str, Any]] | None = None,

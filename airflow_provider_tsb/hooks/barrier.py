@@ -22,6 +22,7 @@ from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.exceptions import TsbError
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
+from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.metastore.store import BarrierInfo, MetaStore
 from airflow_provider_tsb.topology import Topology
 
@@ -63,7 +64,8 @@ class TsbBarrierHook(BaseHook):
     hook_name = "TSB barriers"
 
     def __init__(
-        self, topology: Topology, *, ts_kind: str = "system", tsb_conn_id: str = default_conn_name, **kwargs: Any
+        self, topology: Topology, *, ts_kind: TsKind | str = TsKind.SYSTEM, tsb_conn_id: str = default_conn_name,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.topology = topology
@@ -101,7 +103,7 @@ class TsbBarrierHook(BaseHook):
         store.register_topology(self.topology)
         versions = read_root_versions(self.topology)
         ts_ms = None
-        if self.ts_kind == "event":
+        if self.ts_kind == TsKind.EVENT:
             ts_ms = self.watermark(versions)
             if ts_ms is None:
                 raise RootTableError(
@@ -147,12 +149,12 @@ class TsbBarrierHook(BaseHook):
         (no rows yet). An event-time barrier never goes back in time: an empty final epoch keeps
         the previous watermark."""
         ts_ms = None
-        if self.ts_kind == "event":
+        if self.ts_kind == TsKind.EVENT:
             ts_ms = self.watermark(versions)
             if ts_ms is None:
                 return None
             last = store.latest_barrier(self.topology.name)
-            if last is not None and last.ts_kind == "event":
+            if last is not None and last.ts_kind == TsKind.EVENT:
                 ts_ms = max(ts_ms, last.ts_ms)
         return store.create_barrier(
             self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final

@@ -62,7 +62,7 @@ class BarrierManager(StoreBase):
             TopologyError: the topology is unknown, a version goes backwards, or an event-time
                 timestamp is below the previous barrier's.
         """
-        if ts_kind not in ("system", "event"):
+        if ts_kind not in (TsKind.SYSTEM, TsKind.EVENT):
             raise ValueError(f"ts_kind must be 'system' or 'event', got {ts_kind!r}")
         versions = {normalize_table_name(k): int(v) for k, v in root_versions.items()}
         with self._tx(write=True) as s:
@@ -106,10 +106,10 @@ class BarrierManager(StoreBase):
                 .order_by(BarrierRow.barrier_id.desc()).limit(1)
             )
             ts = int(ts_ms if ts_ms is not None else created_at)
-            if last is not None and ts_ms is None and ts_kind == "system" and last.ts_kind == "system":
+            if last is not None and ts_ms is None and ts_kind == TsKind.SYSTEM and last.ts_kind == TsKind.SYSTEM:
                 ts = max(ts, last.ts_ms)  # a clock step back never orders a barrier before its predecessor
             if last is not None:
-                if ts_kind == "event" and last.ts_kind == "event" and ts < last.ts_ms:
+                if ts_kind == TsKind.EVENT and last.ts_kind == TsKind.EVENT and ts < last.ts_ms:
                     raise TopologyError(
                         f"event-time barrier for topology {topology!r} would go backwards: "
                         f"watermark {ts} < {last.ts_ms} of barrier {last.barrier_id}"

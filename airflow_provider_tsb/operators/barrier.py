@@ -18,6 +18,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
+from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.topology import Topology
 
 
@@ -42,14 +43,14 @@ class TsbBarrierOperator(BaseOperator):
         self,
         *,
         topology: Topology,
-        ts_kind: str = "system",
+        ts_kind: TsKind | str = TsKind.SYSTEM,
         tsb_conn_id: str = TsbMetastoreHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if ts_kind not in ("system", "event"):
+        if ts_kind not in (TsKind.SYSTEM, TsKind.EVENT):
             raise ValueError(f"{self.task_id}: ts_kind must be 'system' or 'event', got {ts_kind!r}")
-        if ts_kind == "event" and not any(t.event_time_column for t in topology.root_tables):
+        if ts_kind == TsKind.EVENT and not any(t.event_time_column for t in topology.root_tables):
             raise ValueError(
                 f"{self.task_id}: ts_kind='event' needs a root table declared with event_time_column "
                 f"in topology {topology.name!r}"

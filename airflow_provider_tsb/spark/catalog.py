@@ -39,10 +39,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from airflow_provider_tsb.delta.barriers import root_version, versions_of_barriers
 from airflow_provider_tsb.exceptions import UnknownBarrierError
+from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.spark.plans import (
     BarrierPlan,
     GeneratedBarrier,
-    TsKind,
     plan_pending_barriers,
 )
 
@@ -174,7 +174,7 @@ class PlanFile:
         roots: Sequence[str],
         *,
         ts_ms: int | None = None,
-        ts_kind: TsKind = "system",
+        ts_kind: TsKind = TsKind.SYSTEM,
         watermark_ms: int | None = None,
         final: bool = False,
     ) -> int:
@@ -281,7 +281,7 @@ class PlanFileCatalog:
             GeneratedBarrier(
                 barrier=int(entry["barrier"]),
                 ts_ms=int(entry["ts"]),
-                ts_kind=entry.get("ts_kind", "system"),
+                ts_kind=TsKind(entry.get("ts_kind", TsKind.SYSTEM)),
                 watermark_ms=entry.get("watermark"),
                 final=bool(entry.get("final", False)),
                 created_at_ms=entry.get("created_at"),

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_tsb.exceptions import MetastoreError
+from airflow_provider_tsb.metastore.records import JobStatus, TsKind
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.spark.catalog import register_catalog_kind
@@ -114,8 +115,8 @@ class MetastoreCatalog:
             GeneratedBarrier(
                 barrier=info.barrier_id,
                 ts_ms=info.ts_ms,
-                ts_kind="event" if info.ts_kind == "event" else "system",
-                watermark_ms=info.ts_ms if info.ts_kind == "event" else None,
+                ts_kind=TsKind.EVENT if info.ts_kind == TsKind.EVENT else TsKind.SYSTEM,
+                watermark_ms=info.ts_ms if info.ts_kind == TsKind.EVENT else None,
                 final=info.final,
                 created_at_ms=info.created_at_ms,
             )
@@ -146,7 +147,7 @@ class MetastoreCatalog:
     def heartbeat(self, job_id: str) -> None:
         """Job liveness for the stale-job view."""
         with phase("metastore"):
-            self.store.heartbeat(job_id, status="running")
+            self.store.heartbeat(job_id, status=JobStatus.RUNNING)
 
     def final_barrier(self, job_id: str, since_ms: int | None = None) -> int | None:
         """See :meth:`BarrierCatalog.final_barrier`."""
@@ -163,7 +164,7 @@ class MetastoreCatalog:
             self.store.record_job_barrier(
                 job_id, barrier, status=status, started_at_ms=started_at_ms, finished_at_ms=finished_at_ms
             )
-            self.store.heartbeat(job_id, status="running", barrier_id=barrier)
+            self.store.heartbeat(job_id, status=JobStatus.RUNNING, barrier_id=barrier)
 
 
 def _factory(spec: Mapping[str, str]) -> MetastoreCatalog:

@@ -14,11 +14,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from airflow_provider_tsb.exceptions import UnknownBarrierError
-
-TsKind = Literal["system", "event"]
+from airflow_provider_tsb.metastore.records import TsKind
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,7 @@ class BarrierPlan:
     barrier: int
     ts_ms: int
     inputs: dict[str, int]
-    ts_kind: TsKind = "system"
+    ts_kind: TsKind = TsKind.SYSTEM
     watermark_ms: int | None = None
     previous_barrier: int | None = None
     previous_inputs: dict[str, int] = field(default_factory=dict)
@@ -84,7 +82,7 @@ class BarrierPlan:
         return cls(
             barrier=int(d["barrier"]),
             ts_ms=int(d["ts"]),
-            ts_kind=d.get("ts_kind", "system"),
+            ts_kind=TsKind(d.get("ts_kind", TsKind.SYSTEM)),
             watermark_ms=d.get("watermark"),
             inputs={k: int(v) for k, v in d["inputs"].items()},
             previous_barrier=d.get("previous_barrier"),
@@ -105,7 +103,7 @@ class GeneratedBarrier:
 
     barrier: int
     ts_ms: int
-    ts_kind: TsKind = "system"
+    ts_kind: TsKind = TsKind.SYSTEM
     watermark_ms: int | None = None
     final: bool = False
     created_at_ms: int | None = None

@@ -28,6 +28,7 @@ from airflow_provider_tsb.delta.barriers import (
     version_of_barrier,
 )
 from airflow_provider_tsb.delta.errors import MisalignedInputError
+from airflow_provider_tsb.metastore.records import JobStatus
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.model import BarrierContext, TsbApp
 from airflow_provider_tsb.spark.outputs import WriteResult, write_barrier
@@ -116,18 +117,18 @@ def run_barrier(
     started = _now_ms()
     with barrier_timer(app.job_id, plan.barrier, before=before):
         if catalog is not None:
-            catalog.record_job_barrier(app.job_id, plan.barrier, "running", started_at_ms=started)
+            catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.RUNNING, started_at_ms=started)
         try:
             results = _run_barrier(spark, app, plan, locations, catalog)
         except BaseException:
             if catalog is not None:
                 try:
-                    catalog.record_job_barrier(app.job_id, plan.barrier, "failed", finished_at_ms=_now_ms())
+                    catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.FAILED, finished_at_ms=_now_ms())
                 except Exception:  # the original error matters more than a lost timing
                     log.warning("job %s: could not record the failure of barrier %s", app.job_id, plan.barrier)
             raise
         if catalog is not None:
-            catalog.record_job_barrier(app.job_id, plan.barrier, "succeeded", finished_at_ms=_now_ms())
+            catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.SUCCEEDED, finished_at_ms=_now_ms())
     return results
 
 
