@@ -1,6 +1,6 @@
 """Turn a :class:`~airflow_provider_tsb.topology.Topology` into Airflow tasks.
 
-:class:`TopologyTaskGroup` renders, inside a DAG, one barrier-generation task followed by one
+:class:`TsbTopologyTaskGroup` renders, inside a DAG, one barrier-generation task followed by one
 :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator` per job in topological
 order (a job waits for the writers of its sources), like astronomer-cosmos renders a dbt
 project. With ``mode="streaming"`` it renders a
@@ -10,7 +10,7 @@ job 1 is on n+1) and stop after the final barrier (FLIP-147 end of input).
 
 When the topology has no root table (it is the part of a topology owned by another
 team, fed by :meth:`~airflow_provider_tsb.topology.Topology.external_table`), the group starts
-with a :class:`~airflow_provider_tsb.sensors.barrier_committed.BarrierCommittedSensor` on the
+with a :class:`~airflow_provider_tsb.sensors.barrier_committed.TsbBarrierCommittedSensor` on the
 external tables instead, taking the barrier from the triggering asset events.
 """
 
@@ -24,11 +24,11 @@ from airflow.sdk import TaskGroup
 from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator, TsbBarrierOperator
 from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
-from airflow_provider_tsb.sensors.barrier_committed import BarrierCommittedSensor
+from airflow_provider_tsb.sensors.barrier_committed import TsbBarrierCommittedSensor
 from airflow_provider_tsb.topology import Topology
 
 
-class TopologyTaskGroup(TaskGroup):
+class TsbTopologyTaskGroup(TaskGroup):
     """A TaskGroup running ``topology``: one barrier through all its jobs, or a streaming stretch.
 
     :param topology: the topology; validated now (an invalid one is a DAG import error).
@@ -65,10 +65,12 @@ class TopologyTaskGroup(TaskGroup):
     ) -> None:
         topology.validate()
         if mode not in ("batch", "streaming"):
-            raise ValueError(f"TopologyTaskGroup({topology.name!r}): mode must be 'batch' or 'streaming', got {mode!r}")
+            raise ValueError(
+                f"TsbTopologyTaskGroup({topology.name!r}): mode must be 'batch' or 'streaming', got {mode!r}"
+            )
         if mode == "streaming" and not topology.root_tables:
             raise ValueError(
-                f"TopologyTaskGroup({topology.name!r}): streaming mode needs the topology's root tables "
+                f"TsbTopologyTaskGroup({topology.name!r}): streaming mode needs the topology's root tables "
                 "(the emitter generates the barriers); a split topology without roots runs in batch mode"
             )
         super().__init__(group_id=group_id or topology.name, **kwargs)
@@ -102,7 +104,7 @@ class TopologyTaskGroup(TaskGroup):
                 )
             else:
                 externals = sorted(n for n, t in topology.tables.items() if t.kind == "external")
-                self.barrier_task = BarrierCommittedSensor(
+                self.barrier_task = TsbBarrierCommittedSensor(
                     task_id="wait_for_upstream_barrier",
                     tables=externals,
                     tsb_conn_id=tsb_conn_id,

@@ -106,7 +106,7 @@ class Topology:
 
         Use it when a topology is split across DAG files (one per team): the consuming file
         declares the producing team's sink as external and gates on it with
-        :class:`~airflow_provider_tsb.sensors.barrier_committed.BarrierCommittedSensor`.
+        :class:`~airflow_provider_tsb.sensors.barrier_committed.TsbBarrierCommittedSensor`.
         """
         canonical = normalize_table_name(name)
         self._add_table(Table(canonical, "external", location))

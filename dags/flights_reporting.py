@@ -1,4 +1,4 @@
-"""A downstream team's DAG gated by ``BarrierCommittedSensor``.
+"""A downstream team's DAG gated by ``TsbBarrierCommittedSensor``.
 
 Scheduled on the asset of ``tsb.flights.carrier_ranking``: every committed barrier of the
 flights topology triggers it. The deferrable sensor waits until the barrier is committed in
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_provider_tsb.sensors.barrier_committed import BarrierCommittedSensor
+from airflow_provider_tsb.sensors.barrier_committed import TsbBarrierCommittedSensor
 
 TABLES = ["tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay", "tsb.flights.carrier_ranking"]
 
@@ -31,7 +31,7 @@ with DAG(
     max_active_runs=1,
     tags=["tsb", "example"],
 ) as dag:
-    wait = BarrierCommittedSensor(
+    wait = TsbBarrierCommittedSensor(
         task_id="wait_for_barrier",
         tables=TABLES,
         deferrable=True,

@@ -27,7 +27,7 @@ import pendulum
 from airflow.sdk import DAG, Param, task
 from common.flights import topology
 
-from airflow_provider_tsb.task_group import TopologyTaskGroup
+from airflow_provider_tsb.task_group import TsbTopologyTaskGroup
 
 with DAG(
     dag_id="flights_streaming",
@@ -64,7 +64,7 @@ with DAG(
         )
 
     ingest_arriving_days()
-    TopologyTaskGroup(
+    TsbTopologyTaskGroup(
         topology,
         mode="streaming",
         ts_kind="event",

@@ -20,7 +20,7 @@ import pendulum
 from airflow.sdk import DAG, task
 from common.flights import topology
 
-from airflow_provider_tsb.task_group import TopologyTaskGroup
+from airflow_provider_tsb.task_group import TsbTopologyTaskGroup
 
 DAYS_PER_BARRIER = int(os.environ.get("TSB_DAYS_PER_BARRIER", "1"))
 
@@ -47,6 +47,6 @@ with DAG(
             days=DAYS_PER_BARRIER,
         )
 
-    flights = TopologyTaskGroup(topology, ts_kind="event", spark_conn_id="spark_local",
+    flights = TsbTopologyTaskGroup(topology, ts_kind="event", spark_conn_id="spark_local",
                                 default_job_kwargs={"retries": 1})
     ingest_next_day() >> flights

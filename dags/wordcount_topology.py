@@ -14,7 +14,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_provider_tsb.task_group import TopologyTaskGroup
+from airflow_provider_tsb.task_group import TsbTopologyTaskGroup
 from airflow_provider_tsb.topology import Topology
 from tsb_examples.spark_conf import LOCAL_SPARK_CONF
 
@@ -55,4 +55,4 @@ with DAG(
         run = context["dag_run"]
         return ingest_next_words(topology.location("raw.words"), run_key=f"{run.dag_id}/{run.run_id}")
 
-    ingest_words() >> TopologyTaskGroup(topology, spark_conn_id="spark_local")
+    ingest_words() >> TsbTopologyTaskGroup(topology, spark_conn_id="spark_local")

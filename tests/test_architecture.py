@@ -17,7 +17,7 @@ STATE_NAMES = {"PROCESSED", "WRITTEN", "PRECOMMIT", "COMMIT", "LATEST"}
 
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
-    return grimp.build_graph("airflow_provider_tsb", "airflow", include_external_packages=True)
+    return grimp.build_graph("airflow_provider_tsb", "airflow", include_external_packages=True, cache_dir=None)
 
 
 def _imports(graph: grimp.ImportGraph) -> nx.DiGraph:

@@ -180,7 +180,7 @@ class TsbSparkJobHook(BaseHook):
         if problems:
             raise BarrierNotReadyError(
                 f"job {self.job_id!r} cannot process barrier {barrier}: " + "; ".join(problems)
-                + f". Run the upstream jobs for barrier {barrier} first (or wait with BarrierCommittedSensor)."
+                + f". Run the upstream jobs for barrier {barrier} first (or wait with TsbBarrierCommittedSensor)."
             )
         return vector
 

@@ -81,7 +81,7 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
     system time or, with ``ts_kind="event"``, the event-time watermark (as
     :class:`TsbBarrierOperator`). Run it in the same DAG run as the
     :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator` tasks in
-    ``mode="streaming"`` (``TopologyTaskGroup(..., mode="streaming")`` renders both), which
+    ``mode="streaming"`` (``TsbTopologyTaskGroup(..., mode="streaming")`` renders both), which
     pick up each barrier as it appears.
 
     End of input (FLIP-147): when every root table's newest version is marked

@@ -1,4 +1,4 @@
-"""Wait for ``barrier_committed(table, barrier)``: :class:`BarrierCommittedSensor`.
+"""Wait for ``barrier_committed(table, barrier)``: :class:`TsbBarrierCommittedSensor`.
 
 A barrier is committed in a set of tables when a Delta version tagged with it is WRITTEN in
 every one of them (docs/design.md "Vocabulary"); a task gated by the sensor then reads the tables at
@@ -18,10 +18,10 @@ from airflow.sdk.exceptions import AirflowSensorTimeout
 from airflow_provider_tsb.exceptions import TsbError
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.names import normalize_table_name
-from airflow_provider_tsb.triggers.barrier_committed import BarrierCommittedTrigger
+from airflow_provider_tsb.triggers.barrier_committed import TsbBarrierCommittedTrigger
 
 
-class BarrierCommittedSensor(BaseSensorOperator):
+class TsbBarrierCommittedSensor(BaseSensorOperator):
     """Wait until ``barrier`` is WRITTEN in every table of ``tables``.
 
     :param tables: one table name or several (``catalog.database.table``); templated.
@@ -106,7 +106,7 @@ class BarrierCommittedSensor(BaseSensorOperator):
         if self.poke(context):
             return self._resolved
         self.defer(
-            trigger=BarrierCommittedTrigger(
+            trigger=TsbBarrierCommittedTrigger(
                 tables=self._table_names(),
                 barrier=self._resolved,
                 tsb_conn_id=self.tsb_conn_id,

@@ -1,4 +1,4 @@
-"""Trigger of the deferrable :class:`~airflow_provider_tsb.sensors.barrier_committed.BarrierCommittedSensor`.
+"""Trigger of the deferrable :class:`~airflow_provider_tsb.sensors.barrier_committed.TsbBarrierCommittedSensor`.
 
 Polls ``barrier_committed(tables, barrier)`` in the triggerer without blocking its event loop:
 each metastore query runs in a worker thread (``asyncio.to_thread``). It never touches
@@ -15,7 +15,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
-class BarrierCommittedTrigger(BaseTrigger):
+class TsbBarrierCommittedTrigger(BaseTrigger):
     """Fire when ``barrier`` is WRITTEN in every table, or when ``timeout_s`` has passed.
 
     :param tables: canonical table names.
@@ -49,7 +49,7 @@ class BarrierCommittedTrigger(BaseTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
-            "airflow_provider_tsb.triggers.barrier_committed.BarrierCommittedTrigger",
+            "airflow_provider_tsb.triggers.barrier_committed.TsbBarrierCommittedTrigger",
             {
                 "tables": self.tables,
                 "barrier": self.barrier,

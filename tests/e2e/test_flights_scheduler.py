@@ -4,7 +4,7 @@ Starts scheduler, dag-processor, triggerer and api-server (LocalExecutor), serve
 ``dags/`` folder, runs ``flights_topology`` for three barriers (one day each) through the
 scheduler, and checks the committed versions, the barrier tags in the Delta log and the
 invariants at REPEATABLE_READ. ``flights_reporting`` (scheduled on the carrier_ranking asset and
-gated by a deferrable BarrierCommittedSensor) must run after them.
+gated by a deferrable TsbBarrierCommittedSensor) must run after them.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from airflow_provider_tsb.exceptions import BarrierNotReadyError
 from airflow_provider_tsb.hooks.barrier import RootTableError, TsbBarrierHook
 from airflow_provider_tsb.operators.barrier import TsbBarrierOperator
 from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
-from airflow_provider_tsb.sensors.barrier_committed import BarrierCommittedSensor
-from airflow_provider_tsb.triggers.barrier_committed import BarrierCommittedTrigger
+from airflow_provider_tsb.sensors.barrier_committed import TsbBarrierCommittedSensor
+from airflow_provider_tsb.triggers.barrier_committed import TsbBarrierCommittedTrigger
 from tests.support.orchestration import run_context, wordcount_topology
 from tsb_examples.ingest import ingest_next_words
 from tsb_examples.spark_conf import LOCAL_SPARK_CONF
@@ -86,7 +86,7 @@ def test_sensor_timeout_lists_tables_and_lag(tsb_env) -> None:
     ingest_next_words(topo.location("raw.words"), run_key="r1", lines=20)
     TsbBarrierOperator(task_id="b", topology=topo).execute(run_context("run-1"))
     tsb_env.store.record_written("wordcount.word_count", 1, 0, "wordcount_words")
-    sensor = BarrierCommittedSensor(task_id="wait", tables=["raw.words", "wordcount.word_count",
+    sensor = TsbBarrierCommittedSensor(task_id="wait", tables=["raw.words", "wordcount.word_count",
                                     "wordcount.count_of_counts"], barrier=1, poke_interval=0.2, timeout=1,
                                     mode="poke")
     from airflow.sdk.exceptions import AirflowSensorTimeout
@@ -108,24 +108,25 @@ def test_sensor_barrier_from_asset_events_and_trigger(tsb_env) -> None:
     ingest_next_words(topo.location("raw.words"), run_key="r1", lines=20)
     TsbBarrierOperator(task_id="b", topology=topo).execute(run_context("run-1"))
     event = type("Event", (), {"extra": {"barrier": 1, "version": 0}})()
-    sensor = BarrierCommittedSensor(task_id="wait", tables="raw.words")
+    sensor = TsbBarrierCommittedSensor(task_id="wait", tables="raw.words")
     assert sensor.resolve_barrier({"triggering_asset_events": {"a": [event]}}) == 1
     with pytest.raises(Exception, match="no triggering asset event carries extra"):
         sensor.resolve_barrier({"triggering_asset_events": {}})
 
-    async def first_event(trigger: BarrierCommittedTrigger) -> dict:
+    async def first_event(trigger: TsbBarrierCommittedTrigger) -> dict:
         async for ev in trigger.run():
             return ev.payload
         raise AssertionError("no event")
 
-    ok = asyncio.run(first_event(BarrierCommittedTrigger(["tsb.raw.words"], 1, poll_interval_s=0.1, timeout_s=5)))
+    ok = asyncio.run(first_event(TsbBarrierCommittedTrigger(["tsb.raw.words"], 1, poll_interval_s=0.1, timeout_s=5)))
     assert ok == {"status": "committed", "barrier": 1, "tables": ["tsb.raw.words"]}
-    late = asyncio.run(first_event(BarrierCommittedTrigger(["tsb.raw.words"], 2, poll_interval_s=0.1, timeout_s=0.3)))
+    trigger = TsbBarrierCommittedTrigger(["tsb.raw.words"], 2, poll_interval_s=0.1, timeout_s=0.3)
+    late = asyncio.run(first_event(trigger))
     assert late["status"] == "timeout"
     assert "tsb.raw.words: at barrier 1, waiting for barrier 2 (1 barrier(s) behind, barrier 2 not generated yet)" \
         in late["message"]
-    classpath, kwargs = BarrierCommittedTrigger(["t"], 3, timeout_s=9).serialize()
-    assert classpath.endswith("BarrierCommittedTrigger") and kwargs["barrier"] == 3 and kwargs["timeout_s"] == 9
+    classpath, kwargs = TsbBarrierCommittedTrigger(["t"], 3, timeout_s=9).serialize()
+    assert classpath.endswith("TsbBarrierCommittedTrigger") and kwargs["barrier"] == 3 and kwargs["timeout_s"] == 9
 
 
 @pytest.mark.spark

@@ -1,4 +1,4 @@
-"""``TopologyTaskGroup`` rendered inside ``with DAG(...)``, without a scheduler."""
+"""``TsbTopologyTaskGroup`` rendered inside ``with DAG(...)``, without a scheduler."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator, TsbBarrierOperator
 from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
-from airflow_provider_tsb.task_group import TopologyTaskGroup
+from airflow_provider_tsb.task_group import TsbTopologyTaskGroup
 from tests.support.orchestration import wordcount_topology
 
 
@@ -15,7 +15,7 @@ def _dag(**group_kwargs):
     from airflow.sdk import DAG
 
     with DAG("render", schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC")) as dag:
-        group = TopologyTaskGroup(wordcount_topology("/tmp/wh"), **group_kwargs)
+        group = TsbTopologyTaskGroup(wordcount_topology("/tmp/wh"), **group_kwargs)
     return dag, group
 
 
@@ -47,5 +47,5 @@ def test_streaming_mode_renders_emitter_and_parallel_streaming_jobs() -> None:
 
 
 def test_bad_mode_is_a_dag_import_error_naming_the_topology() -> None:
-    with pytest.raises(ValueError, match="TopologyTaskGroup\\('wordcount'\\): mode must be 'batch' or 'streaming'"):
+    with pytest.raises(ValueError, match="TsbTopologyTaskGroup\\('wordcount'\\): mode must be 'batch' or 'streaming'"):
         _dag(mode="continuous")
