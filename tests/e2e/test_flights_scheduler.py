@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -19,8 +18,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
-from airflow_provider_tsb.metastore.store import MetaStore
 from tests.support.airflow_harness import start_airflow
+from tests.support.e2e import examples_deployment
 from tsb_examples.datasets.nycflights13 import flights_of_day, weather_of_day
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
@@ -34,17 +33,7 @@ TABLES = ["tsb.raw.flights", "tsb.raw.weather", "tsb.flights.flights_enriched",
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     root = tmp_path_factory.mktemp("flights-e2e")
-    url = f"sqlite:///{root / 'tsb.db'}"
-    store = MetaStore(url)
-    store.migrate()
-    env = {
-        "TSB_METASTORE_URL": url,
-        "TSB_WAREHOUSE": str(root / "warehouse"),
-        "TSB_SPARK_APPS": str(REPO / "spark_apps"),
-        "AIRFLOW_CONN_SPARK_LOCAL": '{"conn_type": "spark", "host": "local[2]"}',
-        "PYSPARK_PYTHON": sys.executable,
-        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
-    }
+    store, env = examples_deployment(root)
     af = start_airflow(REPO / "dags", home=root / "airflow", env_extra=env)
     try:
         yield af, store, root

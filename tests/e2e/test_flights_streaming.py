@@ -12,7 +12,6 @@ barriers (same root versions) through the same apps.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -20,8 +19,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
-from airflow_provider_tsb.metastore.store import MetaStore
 from tests.support.airflow_harness import start_airflow
+from tests.support.e2e import examples_deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
 
@@ -37,20 +36,12 @@ JOBS = ["enrich_flights", "carrier_daily_delay", "carrier_ranking"]
 @pytest.fixture(scope="module")
 def streaming_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("flights-streaming")
-    url = f"sqlite:///{root / 'tsb.db'}"
-    store = MetaStore(url)
-    store.migrate()
-    env = {
-        "TSB_METASTORE_URL": url,
-        "TSB_WAREHOUSE": str(root / "warehouse"),
-        "TSB_SPARK_APPS": str(REPO / "spark_apps"),
-        "AIRFLOW_CONN_SPARK_LOCAL": '{"conn_type": "spark", "host": "local[2]"}',
-        "PYSPARK_PYTHON": sys.executable,
-        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+    store, env = examples_deployment(
+        root,
         # one SIGKILL of carrier_daily_delay mid-barrier; the retry goes on
-        "TSB_KILL_AT": f"after_files:{KILLED_JOB}:{KILLED_BARRIER}",
-        "TSB_KILL_ONCE_DIR": str(root / "killed"),
-    }
+        TSB_KILL_AT=f"after_files:{KILLED_JOB}:{KILLED_BARRIER}",
+        TSB_KILL_ONCE_DIR=str(root / "killed"),
+    )
     af = start_airflow(REPO / "dags", home=root / "airflow", env_extra=env)
     try:
         af.wait_for_dag(DAG_ID, timeout=180)
