@@ -1,0 +1,60 @@
+"""append_to_root: the supported way to write a root table (issue 11)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from airflow_provider_tsb.delta.roots import input_ended
+from airflow_provider_tsb.root_tables import RUN_KEY, append_to_root
+
+
+def test_appends_are_idempotent_per_run_key(tmp_path) -> None:
+    loc = str(tmp_path / "penguins")
+    first = append_to_root(loc, pa.table({"species": ["Adelie", "Gentoo"], "mass_g": [3750.0, 5000.0]}),
+                           run_key="run-1")
+    assert (first.version, first.rows, first.appended) == (0, 2, True)
+    retried = append_to_root(loc, pa.table({"species": ["Adelie"], "mass_g": [1.0]}), run_key="run-1")
+    assert (retried.version, retried.rows, retried.appended) == (0, 0, False)
+    second = append_to_root(loc, pd.DataFrame({"species": ["Chinstrap"], "mass_g": [3700.0]}), run_key="run-2")
+    assert (second.version, second.rows) == (1, 1)
+    table = DeltaTable(loc)
+    assert table.to_pyarrow_table().num_rows == 3
+    assert table.transaction_version("tsb-root:run-2") == 1
+    assert table.history(1)[0][RUN_KEY] == "run-2"
+
+
+def test_files_are_read_and_cast_to_the_table_schema(tmp_path) -> None:
+    loc = str(tmp_path / "penguins")
+    append_to_root(loc, pa.table({"species": ["Adelie"], "mass_g": [3750.0]}))
+    csv = tmp_path / "day2.csv"
+    csv.write_text("mass_g,species\n4200,Gentoo\n")  # other column order, integers for a double column
+    assert append_to_root(loc, csv).rows == 1
+    parquet = tmp_path / "day3.data"
+    pq.write_table(pa.table({"species": ["Chinstrap"], "mass_g": [3500.0]}), parquet)
+    assert append_to_root(loc, parquet, file_format="parquet", end_of_input=True).version == 2
+    rows = DeltaTable(loc).to_pyarrow_table().sort_by("mass_g").to_pylist()
+    assert rows == [{"species": "Chinstrap", "mass_g": 3500.0}, {"species": "Adelie", "mass_g": 3750.0},
+                    {"species": "Gentoo", "mass_g": 4200.0}]
+    assert input_ended(loc)
+
+
+def test_bad_input_names_what_is_wrong_and_writes_nothing(tmp_path) -> None:
+    loc = str(tmp_path / "penguins")
+    append_to_root(loc, pa.table({"species": ["Adelie"], "mass_g": [3750.0]}))
+    with pytest.raises(ValueError, match=r"columns \['island: string'\] do not match the table's "
+                                         r"\['species: string', 'mass_g: double'\]"):
+        append_to_root(loc, pa.table({"island": ["Biscoe"]}))
+    with pytest.raises(ValueError, match="mass_g"):
+        append_to_root(loc, pa.table({"species": ["Gentoo"], "mass_g": ["heavy"]}))
+    with pytest.raises(FileNotFoundError, match="no data file .*nope.csv"):
+        append_to_root(loc, tmp_path / "nope.csv")
+    (tmp_path / "day.txt").write_text("x")
+    with pytest.raises(ValueError, match="cannot tell the format of .*day.txt"):
+        append_to_root(loc, tmp_path / "day.txt")
+    with pytest.raises(ValueError, match="cannot append a list to a root table"):
+        append_to_root(loc, [1, 2])
+    assert DeltaTable(loc).version() == 0
