@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _register_extra_commands(sub: Any) -> None:
     """Commands contributed by other modules (kept optional so the CLI starts fast)."""
-    for module_name in ("airflow_provider_tsb.checker",):
+    for module_name in ("airflow_provider_tsb.checker", "airflow_provider_tsb.manual_runs"):
         try:
             module = __import__(module_name, fromlist=["register_cli"])
         except ImportError:
