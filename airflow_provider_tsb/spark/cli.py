@@ -47,7 +47,7 @@ def build_arg_parser(app: TsbApp) -> argparse.ArgumentParser:
         help="streaming: stop after a final barrier (end of input) generated at or after this time",
     )
     p.add_argument("--table", action="append", default=[], metavar="NAME=LOCATION", help="table location")
-    p.add_argument("--warehouse", help="default location root: <warehouse>/<table name>")
+    p.add_argument("--warehouse", help="default location root: <warehouse>/<catalog>/<database>/<table> (as Topology)")
     p.add_argument("--master", help="Spark master when not launched by spark-submit")
     return p
 

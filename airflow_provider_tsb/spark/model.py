@@ -76,12 +76,13 @@ class TsbApp:
         """Return ``{table: location}`` for every source and sink.
 
         Precedence: ``overrides`` (``--table``) > the plan's tables > the declared default >
-        ``<warehouse>/<table name>``.
+        ``<warehouse>/<catalog>/<database>/<table>`` (where ``Topology`` puts a table without a
+        location).
 
         Raises:
             ValueError: a table has no location (the message names it).
         """
-        from airflow_provider_tsb.names import normalize_table_name
+        from airflow_provider_tsb.names import normalize_table_name, parse_table_name
 
         declared = {**dict(self.sources), **{n: s.location for n, s in self.sinks.items()}}
         # ``raw.words`` and ``tsb.raw.words`` name the same table (default catalog ``tsb``)
@@ -97,8 +98,8 @@ class TsbApp:
                 or canonical_plan.get(key)
                 or default
             )
-            if not loc and warehouse:
-                loc = os.path.join(warehouse, name)
+            if not loc and warehouse:  # the Topology's convention: <warehouse>/<catalog>/<database>/<table>
+                loc = os.path.join(warehouse, *parse_table_name(key))
             if not loc:
                 raise ValueError(f"job {self.job_id}: no location for table {name!r} (use --table or --plan)")
             out[name] = loc
