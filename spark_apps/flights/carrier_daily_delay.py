@@ -3,7 +3,12 @@ mean and p90 of ``dep_delay``. Incremental: only the (carrier, day) groups touch
 epoch are recomputed from the snapshot (reading only the files whose day statistics meet the
 epoch's: Delta data skipping) and upserted (merge).
 
-    spark-submit spark_apps/flights/carrier_daily_delay.py --plan plan.json --report r.json
+    tsb job run carrier_daily_delay --barrier N --dags dags/   # one barrier, as the operator runs it
+
+The operator (and ``tsb job run``) runs
+``spark-submit spark_apps/flights/carrier_daily_delay.py --mode batch --metastore-url env:TSB_METASTORE_URL
+--table NAME=LOCATION ...``; ``--plan FILE`` runs the barriers of a plan file instead
+(format: :mod:`airflow_provider_tsb.spark.catalog`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,12 @@
 """Job ``carrier_ranking``: per carrier, overall flights, cancellations, mean departure delay
 (weighted over days) and its rank (1 = least delayed), from ``carrier_daily_delay`` (overwrite).
 
-    spark-submit spark_apps/flights/carrier_ranking.py --plan plan.json --report r.json
+    tsb job run carrier_ranking --barrier N --dags dags/   # one barrier, as the operator runs it
+
+The operator (and ``tsb job run``) runs
+``spark-submit spark_apps/flights/carrier_ranking.py --mode batch --metastore-url env:TSB_METASTORE_URL
+--table NAME=LOCATION ...``; ``--plan FILE`` runs the barriers of a plan file instead
+(format: :mod:`airflow_provider_tsb.spark.catalog`).
 """
 
 from __future__ import annotations

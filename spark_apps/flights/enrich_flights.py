@@ -1,7 +1,12 @@
 """Job ``enrich_flights``: new flights of the barrier joined with the weather at their origin
 and hour (both root tables read at the same barrier), plus planes and airlines (static dims).
 
-    spark-submit spark_apps/flights/enrich_flights.py --plan plan.json --report r.json
+    tsb job run enrich_flights --barrier N --dags dags/   # one barrier, as the operator runs it
+
+The operator (and ``tsb job run``) runs
+``spark-submit spark_apps/flights/enrich_flights.py --mode batch --metastore-url env:TSB_METASTORE_URL
+--table NAME=LOCATION ...``; ``--plan FILE`` runs the barriers of a plan file instead
+(format: :mod:`airflow_provider_tsb.spark.catalog`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,12 @@
 
 Recomputed from the snapshot of ``word_count`` at each barrier (overwrite).
 
-    spark-submit spark_apps/wordcount/wordcount_counts.py --plan plan.json --report r.json
+    tsb job run wordcount_counts --barrier N --dags dags/   # one barrier, as the operator runs it
+
+The operator (and ``tsb job run``) runs
+``spark-submit spark_apps/wordcount/wordcount_counts.py --mode batch --metastore-url env:TSB_METASTORE_URL
+--table NAME=LOCATION ...``; ``--plan FILE`` runs the barriers of a plan file instead
+(format: :mod:`airflow_provider_tsb.spark.catalog`).
 """
 
 from __future__ import annotations

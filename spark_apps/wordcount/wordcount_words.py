@@ -3,7 +3,12 @@
 Incremental per barrier: the counts of the words changed in the epoch (n-1, n] are the
 previous counts plus the signed changes; they are upserted (merge by ``word``).
 
-    spark-submit spark_apps/wordcount/wordcount_words.py --plan plan.json --report r.json
+    tsb job run wordcount_words --barrier N --dags dags/   # one barrier, as the operator runs it
+
+The operator (and ``tsb job run``) runs
+``spark-submit spark_apps/wordcount/wordcount_words.py --mode batch --metastore-url env:TSB_METASTORE_URL
+--table NAME=LOCATION ...``; ``--plan FILE`` runs the barriers of a plan file instead
+(format: :mod:`airflow_provider_tsb.spark.catalog`).
 """
 
 from __future__ import annotations
