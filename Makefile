@@ -60,6 +60,7 @@ bench: install check-java
 	$(PY) benchmarks/barrier_overhead.py
 	$(PY) benchmarks/metastore_scale.py
 	$(PY) benchmarks/ui_scale.py
+	$(PY) benchmarks/cli_startup.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache test-output

@@ -27,20 +27,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tsb.consistency import ConsistencyLevel
 from airflow_provider_tsb.exceptions import InconsistentReadError
-from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
+
+if TYPE_CHECKING:  # pyarrow and the metastore (SQLAlchemy) are loaded by ``tsb check`` only, not ``tsb --help``
+    import pyarrow as pa
+
+    from airflow_provider_tsb.metastore.store import MetaStore
 
 #: the levels a checker samples; ``AS_OF`` is time travel to a random COMMIT barrier
 LEVELS = ("READ_UNCOMMITTED", "READ_COMMITTED", "REPEATABLE_READ", "AS_OF")
 
-Check = Callable[[Mapping[str, pa.Table]], tuple[bool, str]]
+Check = Callable[[Mapping[str, "pa.Table"]], tuple[bool, str]]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class Invariant:
 
 
 def _sum(table: pa.Table, column: str) -> int:
+    import pyarrow.compute as pc
+
     if table.num_rows == 0:
         return 0
     return int(pc.sum(table.column(column)).as_py() or 0)
@@ -240,6 +243,7 @@ def run_check(
         interval_s: pause of each reader thread between samples, seconds.
     """
     from airflow_provider_tsb.hooks.barrier import read_root_versions
+    from airflow_provider_tsb.metastore.store import MetaStore
     from airflow_provider_tsb.spark import get_spark, run_batch
     from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
     from tsb_examples.ingest import ingest_next_flights_days, ingest_next_words

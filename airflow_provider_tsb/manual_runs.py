@@ -26,7 +26,6 @@ import sys
 from typing import Any
 
 from airflow_provider_tsb.exceptions import TopologyError
-from airflow_provider_tsb.metastore.engine import METASTORE_URL_ENV
 from airflow_provider_tsb.topology import Topology
 
 
@@ -69,6 +68,8 @@ def find_topology(paths: list[str], *, name: str | None = None, job: str | None 
 
 
 def _use_metastore(args: argparse.Namespace) -> None:
+    from airflow_provider_tsb.metastore.engine import METASTORE_URL_ENV  # SQLAlchemy: not for ``tsb --help``
+
     if getattr(args, "url", None):
         os.environ[METASTORE_URL_ENV] = args.url
 

@@ -146,3 +146,52 @@ def test_versions_refuses_out_of_range_arguments_without_a_traceback(tmp_path: P
     out = tsb("versions", "tsb.raw.words", "--url", "bogus://x")
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert "cannot open the metastore" in out.stderr and "sqlite:///" in out.stderr
+
+
+def test_validate_reports_an_error_found_at_parse_time_once(tmp_path: Path) -> None:
+    """A DAG file that validates its topology fails with the error the union check finds again:
+    it is printed once, with the file's name."""
+    dag = write(tmp_path / "typo.py", """
+        from airflow_provider_tsb.topology import Topology
+        topo = Topology("shop")
+        topo.root_table("tsb.raw.orders")
+        topo.job("daily", "a.py", sources=["tsb.raw.order"], sinks=["tsb.mart.daily"])
+        topo.validate()
+    """)
+    result = tsb("topology", "validate", str(tmp_path))
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.startswith("  - ")]
+    assert result.stderr.startswith("1 error(s):"), result.stderr
+    assert lines == [
+        f"  - {dag}: UnknownTableError: job 'daily' reads unknown table 'tsb.raw.order': declare it with "
+        "root_table() if it is ingested from outside, external_table() if a job of another DAG file writes "
+        "it, or add the job that writes it"
+    ]
+
+
+def test_commands_import_only_what_they_use(tmp_path: Path) -> None:
+    """``tsb --help`` loads neither SQLAlchemy, pyarrow nor Airflow; ``tsb versions`` on a metastore
+    named by ``--metastore-url`` or ``$TSB_METASTORE_URL`` does not load Airflow (seconds to import)."""
+    url = f"sqlite:///{tmp_path / 'tsb.db'}"
+    assert tsb("db", "migrate", "--metastore-url", url).returncode == 0
+    probe = (
+        "import sys\n"
+        "from airflow_provider_tsb.cli import main\n"
+        "try:\n"
+        "    main(sys.argv[1:])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(m for m in ('sqlalchemy', 'pyarrow', 'airflow', 'pyspark') if m in sys.modules),"
+        " file=sys.stderr)\n"
+    )
+
+    def loaded(*args: str, env: dict[str, str] | None = None) -> tuple[str, str]:
+        done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=REPO,
+                              env={**os.environ, "TSB_METASTORE_URL": "", **(env or {})}, timeout=300)
+        return done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "", done.stdout
+
+    assert loaded("--help")[0] == ""
+    modules, out = loaded("versions", "tsb.raw.words", "--level", "read-uncommitted", "--metastore-url", url)
+    assert "airflow" not in modules.split() and "sqlalchemy" in modules.split(), modules
+    modules, _ = loaded("versions", "tsb.raw.words", env={"TSB_METASTORE_URL": url})
+    assert "airflow" not in modules.split(), modules
