@@ -136,7 +136,7 @@ class ConsistencyChecker:
     def _resolve(self, invariant: Invariant, level: str) -> Any:
         if level != "AS_OF":
             return self.store.resolve(invariant.tables, ConsistencyLevel.parse(level))
-        newest = self.store.resolve(invariant.tables).barrier_id
+        newest = self.store.resolve(invariant.tables).barrier
         with self._lock:
             barrier = self._random.randint(1, newest)
         return self.store.resolve(invariant.tables, as_of=barrier)
@@ -158,7 +158,7 @@ class ConsistencyChecker:
             with self._lock:
                 report.samples += 1
                 if not holds:
-                    at = resolution.barrier_id if resolution.barrier_id is not None else "latest"
+                    at = resolution.barrier if resolution.barrier is not None else "latest"
                     report.anomalies.append(f"{invariant.name} violated at barrier {at}: {detail}")
 
     def sample_all(self) -> None:
@@ -282,9 +282,9 @@ def run_check(
                 for job in topo.jobs_in_order():
                     app = apps[job.id]
                     run_batch(spark, app, catalog, app.resolve_locations(None, overrides),
-                              until_barrier=barrier.barrier_id)
+                              until_barrier=barrier.barrier)
                     checker.sample_all()
-                log(f"{topo.name}: barrier {barrier.barrier_id} committed in every table")
+                log(f"{topo.name}: barrier {barrier.barrier} committed in every table")
     finally:
         checker.stop()
     return checker.summary()

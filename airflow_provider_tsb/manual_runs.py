@@ -98,7 +98,7 @@ def cmd_barrier_create(args: argparse.Namespace) -> int:
     topology = find_topology(args.dags, name=args.topology)
     with contextlib.redirect_stdout(sys.stderr):  # Airflow logs to stdout; stdout is the JSON answer
         info = TsbBarrierHook(topology, ts_kind=args.ts_kind, tsb_conn_id=args.conn_id).generate(args.run_key)
-    print(json.dumps({"topology": info.topology, "barrier": info.barrier_id, "ts_ms": info.ts_ms,
+    print(json.dumps({"topology": info.topology, "barrier": info.barrier, "ts_ms": info.ts_ms,
                       "ts_kind": str(info.ts_kind), "root_versions": info.root_versions,
                       "created": info.created}, sort_keys=True))
     return 0

@@ -52,7 +52,7 @@ def main() -> int:
     days = nyc.days(dt.date(2013, 1, 1), args.barriers + 1)
 
     bench.ingest_day(days[0])
-    warm_up = bench.generate().barrier_id
+    warm_up = bench.generate().barrier
     started = time.monotonic()
     since_ms = int(time.time() * 1000)
     extra = {"poll_interval_s": args.poll_interval} if args.poll_interval is not None else {}
@@ -71,12 +71,12 @@ def main() -> int:
             time.sleep(0.05)
         waited += time.monotonic() - tick
         bench.ingest_day(day)
-        measured.append(bench.generate().barrier_id)
+        measured.append(bench.generate().barrier)
         time.sleep(max(0.0, tick + args.interval - time.monotonic()))
     _wait(bench, procs, measured[-1], timeout_s=600)
     stretch_s = time.monotonic() - stretch
     bench.end_input()
-    final = bench.generate(final=True).barrier_id
+    final = bench.generate(final=True).barrier
     for p in procs:
         p.wait(timeout_s=300)
     print(f"final barrier {final} committed; every job stopped on its own", flush=True)

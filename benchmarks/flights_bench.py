@@ -124,10 +124,10 @@ class FlightsBench:
         if last is None:
             return 0
         heads = [self.store.newest_written(s) for s in SINKS]
-        return last.barrier_id - min(h.barrier_id if h is not None else 0 for h in heads)
+        return last.barrier - min(h.barrier if h is not None else 0 for h in heads)
 
     def committed(self, barrier: int) -> bool:
-        return all((h := self.store.newest_written(s)) is not None and h.barrier_id >= barrier for s in SINKS)
+        return all((h := self.store.newest_written(s)) is not None and h.barrier >= barrier for s in SINKS)
 
     # ------------------------------------------------------------------ jobs
     def command(self, job_id: str, mode: str, *, final_since_ms: int | None = None,

@@ -68,7 +68,7 @@ def run_plain(bench: FlightsBench) -> float:
     """``plain.py`` per job over the epochs of ``bench``'s barriers (not counting the final one)."""
     barriers = [b for b in bench.store.barriers(bench.topology.name, limit=100_000, ascending=True) if not b.final]
     epochs = bench.root / "epochs.json"
-    epochs.write_text(json.dumps({"barriers": [{"barrier": b.barrier_id, "ts": b.ts_ms, "roots": b.root_versions}
+    epochs.write_text(json.dumps({"barriers": [{"barrier": b.barrier, "ts": b.ts_ms, "roots": b.root_versions}
                                                for b in barriers]}))
     (bench.root / "logs").mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -120,7 +120,7 @@ def main() -> int:
     for arm in ("batch", "streaming"):
         if arm in benches:
             checks = check_invariants(benches[arm], last)
-            heads = {s: (h.barrier_id if (h := benches[arm].store.newest_written(s)) else None) for s in SINKS}
+            heads = {s: (h.barrier if (h := benches[arm].store.newest_written(s)) else None) for s in SINKS}
             good = all(checks.values()) and all(h == last + 1 for h in heads.values())
             ok = ok and good
             print(f"{arm}: invariants at REPEATABLE_READ at barrier {last}: {checks}; final barrier in every "

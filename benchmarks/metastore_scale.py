@@ -161,7 +161,7 @@ def measure(store: object, names: list[str], queries: int, q_size: int, seed: in
         elapsed = (time.perf_counter() - t0) * 1000
         if i >= 50:  # warm-up
             direct.append(elapsed)
-        assert res.barrier_id is not None
+        assert res.barrier is not None
     base, server, thread = serve(store)
     rest: list[float] = []
     try:

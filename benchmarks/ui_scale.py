@@ -52,7 +52,7 @@ def build(folder: Path, tables: int, barriers: int) -> tuple[MetaStore, float]:
         for name, table_id in ids.items():
             root = ".raw." in name
             for b in range(1, barriers + 1):
-                if root and b == first.barrier_id:
+                if root and b == first.barrier:
                     continue
                 created = base + b * 60_000
                 rows.append({

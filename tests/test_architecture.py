@@ -81,3 +81,18 @@ def test_state_names_are_defined_once() -> None:
             if isinstance(node, ast.Constant) and node.value in STATE_NAMES and id(node) not in exported:
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.value!r}")
     assert found == []
+
+
+def test_a_barrier_id_is_called_barrier() -> None:
+    """One word per concept (docs/design.md "Vocabulary"): ``barrier_id`` is only the metastore's
+    column name, used by its SQLAlchemy rows inside ``metastore/``."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "metastore" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = (node.id if isinstance(node, ast.Name) else node.arg if isinstance(node, ast.arg | ast.keyword)
+                    else node.attr if isinstance(node, ast.Attribute) else None)
+            if name in ("barrier_id", "barrier_ids"):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert found == []

@@ -109,10 +109,10 @@ def test_barriers_are_increasing_and_idempotent(store: MetaStore, tmp_path) -> N
     b1 = store.create_barrier("wordcount", {WORDS: 0}, run_key="run-1")
     b1_again = store.create_barrier("wordcount", {WORDS: 5}, run_key="run-1")
     b2 = store.create_barrier("wordcount", {WORDS: 3}, run_key="run-2")
-    assert (b1.barrier_id, b2.barrier_id) == (1, 2)
-    assert b1_again.barrier_id == 1 and b1_again.created is False and b1_again.root_versions == {WORDS: 0}
+    assert (b1.barrier, b2.barrier) == (1, 2)
+    assert b1_again.barrier == 1 and b1_again.created is False and b1_again.root_versions == {WORDS: 0}
     assert store.version_at(WORDS, 2) == 3
-    assert [b.barrier_id for b in store.barriers("wordcount")] == [2, 1]
+    assert [b.barrier for b in store.barriers("wordcount")] == [2, 1]
     with pytest.raises(UnknownTableError, match="lacks the Delta version of root table"):
         store.create_barrier("wordcount", {})
     with pytest.raises(TopologyError, match="below version 3 recorded at barrier 2"):
@@ -157,9 +157,9 @@ def test_system_time_barrier_timestamps_rise_with_ids(store: MetaStore, tmp_path
         t.join()
     assert not errors, errors
     barriers = store.barriers("wordcount", limit=100, ascending=True)
-    assert [b.barrier_id for b in barriers] == list(range(1, 61))
+    assert [b.barrier for b in barriers] == list(range(1, 61))
     stamps = [b.ts_ms for b in barriers]
-    assert stamps == sorted(stamps), [(b.barrier_id, b.ts_ms) for b in barriers]
+    assert stamps == sorted(stamps), [(b.barrier, b.ts_ms) for b in barriers]
 
 
 def test_resolution_levels(store: MetaStore, tmp_path) -> None:
@@ -176,15 +176,15 @@ def test_resolution_levels(store: MetaStore, tmp_path) -> None:
     store.record_processed(CC, 2, "count_counts", {"mode": "overwrite", "files": ["c2.parquet"]})
 
     rr = store.resolve([WORDS, WC, CC])
-    assert rr.barrier_id == 1 and rr.versions == {WORDS: 0, WC: 1, CC: 1}
+    assert rr.barrier == 1 and rr.versions == {WORDS: 0, WC: 1, CC: 1}
     # only the tables in Q constrain the answer
-    assert store.resolve([WORDS, WC]).barrier_id == 2
+    assert store.resolve([WORDS, WC]).barrier == 2
     assert store.resolve([WORDS, WC]).versions == {WORDS: 1, WC: 2}
     rc = store.resolve([WORDS, WC, CC], ConsistencyLevel.READ_COMMITTED)
-    assert rc.barrier_id == 2
+    assert rc.barrier == 2
     assert rc.tables[CC].state == "PROCESSED" and rc.tables[CC].version == 1
     assert rc.tables[CC].staged == {"mode": "overwrite", "files": ["c2.parquet"]}
-    assert store.resolve([WORDS, WC], "read-committed").barrier_id == 3
+    assert store.resolve([WORDS, WC], "read-committed").barrier == 3
     assert store.resolve([WORDS, WC], "read-committed").tables[WC].version == 2
     # AS OF
     assert store.resolve([WORDS, WC], as_of=1).versions == {WORDS: 0, WC: 1}
@@ -192,12 +192,12 @@ def test_resolution_levels(store: MetaStore, tmp_path) -> None:
     with pytest.raises(InconsistentReadError, match=msg):
         store.resolve([WC, CC], as_of=2)
     # monotonic reads: never older than the last seen barrier
-    assert store.resolve([WORDS, WC], min_barrier=2).barrier_id == 2
+    assert store.resolve([WORDS, WC], min_barrier=2).barrier == 2
     with pytest.raises(InconsistentReadError, match="older than the last seen barrier 3"):
         store.resolve([WORDS, WC], min_barrier=3)
     # a failed job's staged files disappear: READ_COMMITTED falls back, REPEATABLE_READ unchanged
     assert store.clear_processed(WC, 3) == 1
-    assert store.resolve([WORDS, WC], "read_committed").barrier_id == 2
+    assert store.resolve([WORDS, WC], "read_committed").barrier == 2
     with pytest.raises(Exception, match="unknown consistency level 'serializable'"):
         store.resolve([WC], "serializable")
     with pytest.raises(UnknownTableError, match=r"\['tsb.x.y'\] are not registered"):
@@ -212,9 +212,9 @@ def test_resolution_with_gap_falls_back(store: MetaStore, tmp_path) -> None:
         store.record_written(WC, b, b, "count_words")
     for b in (1, 3, 4):
         store.record_written(CC, b, b, "count_counts")
-    assert store.resolve([WC, CC]).barrier_id == 4
+    assert store.resolve([WC, CC]).barrier == 4
     store.rollback_table(CC, 3)
-    assert store.resolve([WC, CC]).barrier_id == 1
+    assert store.resolve([WC, CC]).barrier == 1
 
 
 def test_leases(store: MetaStore, tmp_path) -> None:
@@ -234,7 +234,7 @@ def test_leases(store: MetaStore, tmp_path) -> None:
 
 def test_heartbeat_and_stale_jobs(store: MetaStore, tmp_path) -> None:
     store.register_topology(wordcount(tmp_path))
-    store.heartbeat("count_words", status="running", barrier_id=1)
+    store.heartbeat("count_words", status="running", barrier=1)
     job = store.job("count_words")
     assert job.status == "running" and job.current_barrier == 1
     assert not job.is_stale(60)

@@ -117,7 +117,7 @@ def _percentile(values: list[float], q: float) -> float:
 def run_streaming_demo(af: Any, store: Any, console: Any, days: int, pace_s: float, interval_s: float) -> int:
     """One ``flights_streaming`` run; prints a line per barrier as it reaches COMMIT."""
     af.wait_for_dag(STREAMING_DAG, timeout=300)
-    start_barrier = (store.latest_barrier("flights") or _NoBarrier).barrier_id
+    start_barrier = (store.latest_barrier("flights") or _NoBarrier).barrier
     run = af.trigger_dag(STREAMING_DAG, conf={"days": days, "pace_s": pace_s, "interval_s": interval_s})
     console.print(
         f"streaming {days} day(s) of 2013 flights, one every {pace_s:g} s, barriers every {interval_s:g} s "
@@ -129,7 +129,7 @@ def run_streaming_demo(af: Any, store: Any, console: Any, days: int, pace_s: flo
     started, finished_at = time.monotonic(), None
     while True:
         newest = store.latest_barrier("flights")
-        while newest is not None and printed < newest.barrier_id:
+        while newest is not None and printed < newest.barrier:
             b = printed + 1
             states = [store.table_state(t, b) for t in TABLES[2:]]
             if not all(st is not None and st.state == "WRITTEN" for st in states):
@@ -149,7 +149,7 @@ def run_streaming_demo(af: Any, store: Any, console: Any, days: int, pace_s: flo
             console.print(f"{b:>7}  {when:<16}  {flights:>9,}  {delay_s:>7.1f} s  {verdict}{final}")
             printed = b
         if finished_at is not None:
-            if newest is None or printed >= newest.barrier_id or time.monotonic() - finished_at > 30:
+            if newest is None or printed >= newest.barrier or time.monotonic() - finished_at > 30:
                 break
         else:
             state = af.get_dag_run(STREAMING_DAG, run["dag_run_id"])["state"]
@@ -171,7 +171,7 @@ def run_streaming_demo(af: Any, store: Any, console: Any, days: int, pace_s: flo
 
 
 class _NoBarrier:
-    barrier_id = 0
+    barrier = 0
 
 
 def run_batch_demo(af: Any, store: Any, console: Any, days: int) -> int:
@@ -194,7 +194,7 @@ def run_batch_demo(af: Any, store: Any, console: Any, days: int) -> int:
             if not ingest.get("days"):
                 console.print("all of 2013 is ingested; nothing left to process")
                 break
-            barrier = store.latest_barrier("flights").barrier_id
+            barrier = store.latest_barrier("flights").barrier
             ok = report_barrier(store, barrier, ingest, console) and ok
     console.print(f"{days} barrier(s) in {time.monotonic() - start:.0f} s")
     return 0 if ok else 1

@@ -297,7 +297,7 @@ def get_version(
         res = store.resolve([name], ReadOptions(level, as_of=as_of, min_barrier=min_barrier))
     tv = res.tables[name]
     return SingleVersionOut(
-        table=name, level=level.value, version=tv.version, barrier=tv.barrier_id, state=tv.state,
+        table=name, level=level.value, version=tv.version, barrier=tv.barrier, state=tv.state,
         location=tv.location, staged=tv.staged,
     )
 
@@ -338,9 +338,9 @@ def get_topology(
         w = written.get(t.name)
         out_tables[t.name] = TopologyTable(
             role=t.kind, location=t.location, writer=t.writer, readers=list(t.readers),
-            written_barrier=w.barrier_id if w else None, version=w.version if w else None,
+            written_barrier=w.barrier if w else None, version=w.version if w else None,
             written_at_ms=w.written_at_ms if w else None,
-            lag=(newest.barrier_id - w.barrier_id) if (w and newest) else None,
+            lag=(newest.barrier - w.barrier) if (w and newest) else None,
         )
     now = now_ms()
     out_jobs: dict[str, TopologyJob] = {}
@@ -355,7 +355,7 @@ def get_topology(
             sinks=list(sinks),
         )
     return TopologyOut(
-        name=topology, newest_barrier=newest.barrier_id if newest else None,
+        name=topology, newest_barrier=newest.barrier if newest else None,
         newest_barrier_ts_ms=newest.ts_ms if newest else None, nodes=nodes, edges=edges, tables=out_tables,
         jobs=out_jobs,
     )
@@ -375,12 +375,12 @@ def get_barriers(
         topology=name,
         items=[
             BarrierOut(
-                topology=b.topology, barrier_id=b.barrier_id, ts_ms=b.ts_ms, ts_kind=b.ts_kind,
+                topology=b.topology, barrier=b.barrier, ts_ms=b.ts_ms, ts_kind=b.ts_kind,
                 created_at_ms=b.created_at_ms, run_key=b.run_key, root_versions=b.root_versions,
             )
             for b in items
         ],
-        next_before=items[-1].barrier_id if len(items) == limit and items[-1].barrier_id > 1 else None,
+        next_before=items[-1].barrier if len(items) == limit and items[-1].barrier > 1 else None,
     )
 
 
@@ -404,17 +404,17 @@ def get_table_barriers(
             consistent[level.value] = LevelVersion(error=str(exc))
             continue
         tv = res.tables[name]
-        consistent[level.value] = LevelVersion(barrier=tv.barrier_id, version=tv.version, state=tv.state)
+        consistent[level.value] = LevelVersion(barrier=tv.barrier, version=tv.version, state=tv.state)
     return TableBarriersOut(
         table=name, topology=info.topology,  # type: ignore[union-attr]
         items=[
             TableStateOut(
-                barrier_id=h.barrier_id, state=h.state, version=h.version, job_id=h.job_id,
+                barrier=h.barrier, state=h.state, version=h.version, job_id=h.job_id,
                 processed_at_ms=h.processed_at_ms, written_at_ms=h.written_at_ms, staged=h.manifest,
             )
             for h in history
         ],
-        next_before=history[-1].barrier_id if len(history) == limit and history[-1].barrier_id > 1 else None,
+        next_before=history[-1].barrier if len(history) == limit and history[-1].barrier > 1 else None,
         consistent=consistent,
     )
 

@@ -200,7 +200,7 @@ class BarrierOut(BaseModel):
     """A timestamp barrier."""
 
     topology: str
-    barrier_id: int
+    barrier: int
     ts_ms: int
     ts_kind: str
     created_at_ms: int
@@ -219,7 +219,7 @@ class BarrierPage(BaseModel):
 class TableStateOut(BaseModel):
     """State of one barrier in one table."""
 
-    barrier_id: int
+    barrier: int
     state: str
     version: int | None
     job_id: str | None
@@ -264,7 +264,7 @@ class JobDelay(BaseModel):
 class BarrierDelay(BaseModel):
     """Delays of one barrier."""
 
-    barrier_id: int
+    barrier: int
     ts_ms: int
     created_at_ms: int
     complete: bool = Field(description="WRITTEN in every non-root table")

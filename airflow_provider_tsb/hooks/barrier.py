@@ -113,7 +113,7 @@ class TsbBarrierHook(BaseHook):
         self.log.info(
             "%s barrier %s of topology %s at %s (%s time); root versions %s",
             "generated" if info.created else "reused (retry of the same run)",
-            info.barrier_id, info.topology, info.ts_ms, info.ts_kind, info.root_versions,
+            info.barrier, info.topology, info.ts_ms, info.ts_kind, info.root_versions,
         )
         return info
 
@@ -139,8 +139,8 @@ class TsbBarrierHook(BaseHook):
             return True
         sinks = [t.name for t in self.topology.tables.values() if t.kind == "intermediate"]
         heads = [store.newest_written(t) for t in sinks]
-        committed = min((h.barrier_id if h is not None else 0) for h in heads) if heads else last.barrier_id
-        return last.barrier_id - committed < max_in_flight
+        committed = min((h.barrier if h is not None else 0) for h in heads) if heads else last.barrier
+        return last.barrier - committed < max_in_flight
 
     def generate_at(
         self, store: MetaStore, versions: dict[str, int], run_key: str, *, final: bool = False
@@ -196,9 +196,9 @@ class TsbBarrierHook(BaseHook):
             if versions is not None and (ended or (out_of_time and final_on_stop)):
                 info = self.generate_at(store, versions, f"{run_prefix}#final", final=True)
                 if info is not None:
-                    emitted.append(info.barrier_id)
+                    emitted.append(info.barrier)
                     why = "end of input" if ended else "duration or count reached"
-                    self.log.info("final barrier %s (%s): root versions %s", info.barrier_id, why, versions)
+                    self.log.info("final barrier %s (%s): root versions %s", info.barrier, why, versions)
                 break
             if out_of_time:
                 self.log.warning("stopping without a final barrier: root tables %s not readable", versions)
@@ -209,7 +209,7 @@ class TsbBarrierHook(BaseHook):
                 info = self.generate_at(store, versions, f"{run_prefix}#{seq}")
                 if info is not None:
                     seq += 1
-                    emitted.append(info.barrier_id)
-                    self.log.info("barrier %s: root versions %s", info.barrier_id, versions)
+                    emitted.append(info.barrier)
+                    self.log.info("barrier %s: root versions %s", info.barrier, versions)
             time.sleep(interval_s)
         return emitted

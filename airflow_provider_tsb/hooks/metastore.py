@@ -82,18 +82,18 @@ class TsbMetastoreHook(BaseHook):
         """Same as :meth:`get_conn`, cached on the hook."""
         return self.get_conn()
 
-    def barrier_committed(self, tables: list[str], barrier_id: int) -> bool:
+    def barrier_committed(self, tables: list[str], barrier: int) -> bool:
         """``barrier_committed(tables, barrier)``: the barrier is WRITTEN in every table (COMMIT).
 
         Raises:
             UnknownTableError: a table is not registered.
         """
         store = self.get_conn()
-        states = [store.table_state(table, barrier_id) for table in tables]
+        states = [store.table_state(table, barrier) for table in tables]
         return not states or CommitState.of(s.state if s is not None else None for s in states) is CommitState.COMMIT
 
-    def lag_report(self, tables: list[str], barrier_id: int) -> str:
-        """One line per table: the barrier it has reached and how far it lags behind ``barrier_id``.
+    def lag_report(self, tables: list[str], barrier: int) -> str:
+        """One line per table: the barrier it has reached and how far it lags behind ``barrier``.
 
         The time lag is measured from the generation of the oldest barrier the table still
         misses (seconds).
@@ -103,8 +103,8 @@ class TsbMetastoreHook(BaseHook):
         for table in tables:
             info = store.table(table)
             newest = store.newest_written(table)
-            reached = newest.barrier_id if newest else 0
-            if reached >= barrier_id:
+            reached = newest.barrier if newest else 0
+            if reached >= barrier:
                 lines.append(f"{info.name}: at barrier {reached}, WRITTEN (not lagging)")
                 continue
             missing = reached + 1
@@ -115,8 +115,8 @@ class TsbMetastoreHook(BaseHook):
             except TsbError:
                 lag = f"barrier {missing} not generated yet"
             lines.append(
-                f"{info.name}: at barrier {reached if newest else 'none'}, waiting for barrier {barrier_id} "
-                f"({barrier_id - reached} barrier(s) behind, {lag})"
+                f"{info.name}: at barrier {reached if newest else 'none'}, waiting for barrier {barrier} "
+                f"({barrier - reached} barrier(s) behind, {lag})"
             )
         return "; ".join(lines)
 

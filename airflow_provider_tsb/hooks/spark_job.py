@@ -174,7 +174,7 @@ class TsbSparkJobHook(BaseHook):
                 vector[source] = state.version
                 continue
             newest = store.newest_written(source)
-            at = f"barrier {newest.barrier_id}" if newest else "no barrier yet"
+            at = f"barrier {newest.barrier}" if newest else "no barrier yet"
             extra = " (PROCESSED, not committed)" if state is not None else ""
             problems.append(f"input {source!r} is at {at}{extra}")
         if problems:
@@ -255,7 +255,7 @@ class TsbSparkJobHook(BaseHook):
         self.lineage["inputs"] = dict(vector or {})
         before = {sink: store.newest_written(sink) for sink in self.job.sinks}
         already = barrier is not None and all(
-            (b := before[s]) is not None and b.barrier_id >= barrier for s in self.job.sinks
+            (b := before[s]) is not None and b.barrier >= barrier for s in self.job.sinks
         )
         if already:
             self.log.info("job %s: barrier %s is WRITTEN in all sinks already; nothing to run", self.job_id, barrier)
@@ -264,7 +264,7 @@ class TsbSparkJobHook(BaseHook):
             env = self.build_env(TsbMetastoreHook(self.tsb_conn_id).get_uri(), barrier, vector, env_vars)
             self.log.info("job %s: barrier %s, input versions %s", self.job_id, barrier, vector)
             self._submit_with_heartbeats(store, barrier, lambda: submit(args, env))
-        heads = {s: (b.barrier_id if b is not None else None) for s, b in before.items()}
+        heads = {s: (b.barrier if b is not None else None) for s, b in before.items()}
         committed = self._reconcile(store, barrier, heads, already=already)
         barriers = sorted({b for found in committed.values() for b in found} | ({barrier} if barrier else set()))
         # the app recorded each barrier's timing itself; only barriers it could not record are added
@@ -274,7 +274,7 @@ class TsbSparkJobHook(BaseHook):
             if recorded.get(b) != JobStatus.SUCCEEDED:
                 store.record_job_barrier(self.job_id, b, status=JobStatus.SUCCEEDED, finished_at_ms=finished)
         last = barriers[-1] if barriers else None
-        store.heartbeat(self.job_id, status=JobStatus.SUCCEEDED, barrier_id=last)
+        store.heartbeat(self.job_id, status=JobStatus.SUCCEEDED, barrier=last)
         outputs = {s: store.version_at(s, last) for s in self.job.sinks} if last else {}
         self.lineage["outputs"] = dict(outputs)
         return JobRun(barrier=barrier, inputs=dict(vector or {}), committed=committed, barriers=barriers,
@@ -334,14 +334,14 @@ class TsbSparkJobHook(BaseHook):
         """Call ``submit`` with the job marked running and heartbeating; a failure is recorded."""
         if barrier is not None:
             store.record_job_barrier(self.job_id, barrier, status=JobStatus.RUNNING, started_at_ms=now_ms())
-        store.heartbeat(self.job_id, status=JobStatus.RUNNING, barrier_id=barrier)
+        store.heartbeat(self.job_id, status=JobStatus.RUNNING, barrier=barrier)
         stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat_loop, args=(store, barrier, stop), daemon=True)
         beat.start()
         try:
             submit()
         except BaseException as exc:
-            store.heartbeat(self.job_id, status=JobStatus.FAILED, barrier_id=barrier, message=str(exc)[:2000])
+            store.heartbeat(self.job_id, status=JobStatus.FAILED, barrier=barrier, message=str(exc)[:2000])
             if barrier is not None:
                 store.record_job_barrier(self.job_id, barrier, status=JobStatus.FAILED, finished_at_ms=now_ms())
             raise
@@ -352,6 +352,6 @@ class TsbSparkJobHook(BaseHook):
     def _heartbeat_loop(self, store: MetaStore, barrier: int | None, stop: threading.Event) -> None:
         while not stop.wait(self.options.heartbeat_interval_s):
             try:
-                store.heartbeat(self.job_id, status=JobStatus.RUNNING, barrier_id=barrier)
+                store.heartbeat(self.job_id, status=JobStatus.RUNNING, barrier=barrier)
             except Exception as exc:  # a missed heartbeat must not kill the job
                 self.log.warning("job %s: heartbeat failed: %s", self.job_id, exc)

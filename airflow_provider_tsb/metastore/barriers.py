@@ -129,10 +129,10 @@ class BarrierManager(StoreBase):
                             f"{prev[table_id]} recorded at barrier {last.barrier_id}; a root table "
                             "must not be restored under a running topology"
                         )
-            barrier_id = (last.barrier_id if last is not None else 0) + 1
+            barrier = (last.barrier_id if last is not None else 0) + 1
             row = BarrierRow(
                 topology=topology,
-                barrier_id=barrier_id,
+                barrier_id=barrier,
                 ts_ms=ts,
                 ts_kind=ts_kind,
                 created_at_ms=created_at,
@@ -147,7 +147,7 @@ class BarrierManager(StoreBase):
                     [
                         {
                             "table_id": table_id,
-                            "barrier_id": barrier_id,
+                            "barrier_id": barrier,
                             "state": BarrierState.WRITTEN,
                             "version": versions[name],
                             "written_at_ms": created_at,
@@ -156,7 +156,7 @@ class BarrierManager(StoreBase):
                         for name, table_id in roots.items()
                     ],
                 )
-            return BarrierInfo(topology, barrier_id, ts, ts_kind, created_at, run_key, versions, final=bool(final))
+            return BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, versions, final=bool(final))
 
     def _barrier_info(self, s: Session, row: BarrierRow, created: bool = True) -> BarrierInfo:
         versions = dict(
@@ -175,18 +175,18 @@ class BarrierManager(StoreBase):
             {k: int(v) for k, v in versions.items()}, created, bool(row.final),
         )
 
-    def barrier(self, topology: str, barrier_id: int) -> BarrierInfo:
-        """Barrier ``barrier_id`` of ``topology`` with its root versions.
+    def barrier(self, topology: str, barrier: int) -> BarrierInfo:
+        """Barrier ``barrier`` of ``topology`` with its root versions.
 
         Raises:
             UnknownBarrierError: no such barrier (names the newest one).
         """
         with self._tx() as s:
-            row = s.get(BarrierRow, (topology, barrier_id))
+            row = s.get(BarrierRow, (topology, barrier))
             if row is None:
                 newest = s.scalar(select(func.max(BarrierRow.barrier_id)).where(BarrierRow.topology == topology))
                 raise UnknownBarrierError(
-                    f"barrier {barrier_id} does not exist in topology {topology!r} "
+                    f"barrier {barrier} does not exist in topology {topology!r} "
                     f"(newest barrier: {newest})"
                 )
             return self._barrier_info(s, row)

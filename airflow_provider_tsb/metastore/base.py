@@ -78,7 +78,7 @@ def _metastore_error(engine: Engine, exc: Exception) -> MetastoreError:
 def table_state_of(name: str, row: TableBarrierRow) -> TableState:
     return TableState(
         table=name,
-        barrier_id=row.barrier_id,
+        barrier=row.barrier_id,
         state=row.state,
         version=row.version,
         job_id=row.job_id,

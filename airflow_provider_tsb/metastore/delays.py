@@ -66,19 +66,19 @@ class DelayManager(RegistryManager):
                     .where(TableRow.topology == topology,
                            TableBarrierRow.barrier_id.in_([b.barrier_id for b in barriers]))
                 ).all()
-                for name, kind, barrier_id, state, written in rows:
-                    reached[int(barrier_id)][name] = _Reached(kind == "root", state, written)
+                for name, kind, barrier, state, written in rows:
+                    reached[int(barrier)][name] = _Reached(kind == "root", state, written)
         io = self.job_io(topology)
         items = [
             barrier_delays(int(b), int(ts), int(created), reached.get(int(b), {}), io)
             for b, ts, created in barriers
         ]
-        last = items[-1].barrier_id if items else None
+        last = items[-1].barrier if items else None
         return items, (last if len(items) == limit and last is not None and last > 1 else None)
 
 
 def barrier_delays(
-    barrier_id: int,
+    barrier: int,
     ts_ms: int,
     created_at_ms: int,
     reached: dict[str, _Reached],
@@ -114,6 +114,6 @@ def barrier_delays(
         )
     timed = [(j.delay_ms, job_id) for job_id, j in jobs.items() if j.delay_ms is not None]
     return BarrierDelays(
-        barrier_id=barrier_id, ts_ms=ts_ms, created_at_ms=created_at_ms, complete=complete,
+        barrier=barrier, ts_ms=ts_ms, created_at_ms=created_at_ms, complete=complete,
         end_to_end_ms=end_to_end, tables=tables, jobs=jobs, bottleneck=max(timed)[1] if timed else None,
     )

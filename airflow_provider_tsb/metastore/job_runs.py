@@ -26,7 +26,7 @@ class JobRunManager(StoreBase):
     """Liveness of registered jobs and the timing of each job's run of each barrier."""
 
     def heartbeat(
-        self, job_id: str, *, status: str | None = None, barrier_id: int | None = None,
+        self, job_id: str, *, status: str | None = None, barrier: int | None = None,
         message: str | None = None,
     ) -> None:
         """Record that ``job_id`` is alive (and optionally its status and current barrier).
@@ -38,8 +38,8 @@ class JobRunManager(StoreBase):
             values: dict[str, Any] = {"last_heartbeat_ms": now_ms()}
             if status is not None:
                 values["status"] = status
-            if barrier_id is not None:
-                values["current_barrier"] = barrier_id
+            if barrier is not None:
+                values["current_barrier"] = barrier
             if message is not None:
                 values["message"] = message
             result = s.execute(update(JobRow).where(JobRow.id == job_id).values(**values))
@@ -47,16 +47,16 @@ class JobRunManager(StoreBase):
                 raise UnknownJobError(f"job {job_id!r} is not registered; cannot record its heartbeat")
 
     def record_job_barrier(
-        self, job_id: str, barrier_id: int, *, status: str,
+        self, job_id: str, barrier: int, *, status: str,
         started_at_ms: int | None = None, finished_at_ms: int | None = None,
     ) -> None:
-        """Record the timing of ``job_id`` for ``barrier_id`` (running/succeeded/failed)."""
+        """Record the timing of ``job_id`` for ``barrier`` (running/succeeded/failed)."""
         with self._tx(write=True) as s:
-            row = s.get(JobBarrierRow, (job_id, barrier_id))
+            row = s.get(JobBarrierRow, (job_id, barrier))
             if row is None:
                 s.add(
                     JobBarrierRow(
-                        job_id=job_id, barrier_id=barrier_id, status=status,
+                        job_id=job_id, barrier_id=barrier, status=status,
                         started_at_ms=started_at_ms, finished_at_ms=finished_at_ms, attempts=1,
                     )
                 )
@@ -69,14 +69,14 @@ class JobRunManager(StoreBase):
                 if finished_at_ms is not None:
                     row.finished_at_ms = finished_at_ms
 
-    def job_barriers(self, job_ids: Sequence[str], barrier_ids: Sequence[int]) -> list[JobBarrierTiming]:
-        """Recorded timings of ``job_ids`` at ``barrier_ids`` (one query), ordered by job and barrier."""
-        if not job_ids or not barrier_ids:
+    def job_barriers(self, job_ids: Sequence[str], barriers: Sequence[int]) -> list[JobBarrierTiming]:
+        """Recorded timings of ``job_ids`` at ``barriers`` (one query), ordered by job and barrier."""
+        if not job_ids or not barriers:
             return []
         with self._tx() as s:
             rows = s.scalars(
                 select(JobBarrierRow)
-                .where(JobBarrierRow.job_id.in_(list(job_ids)), JobBarrierRow.barrier_id.in_(list(barrier_ids)))
+                .where(JobBarrierRow.job_id.in_(list(job_ids)), JobBarrierRow.barrier_id.in_(list(barriers)))
                 .order_by(JobBarrierRow.job_id, JobBarrierRow.barrier_id)
             ).all()
             return [
@@ -84,6 +84,6 @@ class JobRunManager(StoreBase):
                 for r in rows
             ]
 
-    def job_barrier_statuses(self, job_id: str, barrier_ids: Sequence[int]) -> dict[int, str]:
-        """{barrier id: status} of the timings recorded for ``job_id`` at ``barrier_ids``."""
-        return {t.barrier_id: t.status for t in self.job_barriers([job_id], barrier_ids)}
+    def job_barrier_statuses(self, job_id: str, barriers: Sequence[int]) -> dict[int, str]:
+        """{barrier id: status} of the timings recorded for ``job_id`` at ``barriers``."""
+        return {t.barrier: t.status for t in self.job_barriers([job_id], barriers)}

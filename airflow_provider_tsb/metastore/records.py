@@ -97,7 +97,7 @@ class BarrierInfo:
 
     Attributes:
         topology: topology name.
-        barrier_id: strictly increasing per topology, from 1.
+        barrier: the barrier id, strictly increasing per topology, from 1.
         ts_ms: barrier timestamp (epoch ms): system time or the event-time watermark.
         ts_kind: ``system`` or ``event``.
         created_at_ms: generation time.
@@ -109,7 +109,7 @@ class BarrierInfo:
     """
 
     topology: str
-    barrier_id: int
+    barrier: int
     ts_ms: int
     ts_kind: str
     created_at_ms: int
@@ -124,7 +124,7 @@ class TableState:
     """State of one barrier in one table (a row of the table's barrier history)."""
 
     table: str
-    barrier_id: int
+    barrier: int
     state: str
     version: int | None
     job_id: str | None
@@ -144,7 +144,7 @@ class TableVersion:
         version: Delta version to read (for a PROCESSED table at READ_COMMITTED: the newest
             WRITTEN version below the barrier, to which ``staged`` is applied); ``None`` when
             the table has no version yet.
-        barrier_id: barrier the version belongs to (``None`` at READ_UNCOMMITTED when untagged).
+        barrier: barrier the version belongs to (``None`` at READ_UNCOMMITTED when untagged).
         state: :class:`BarrierState` ``WRITTEN`` or ``PROCESSED``, or :data:`LATEST`
             (READ_UNCOMMITTED).
         staged: the PROCESSED manifest ({"mode": "append"|"overwrite", "files": [...]}) to
@@ -154,7 +154,7 @@ class TableVersion:
     table: str
     location: str
     version: int | None
-    barrier_id: int | None
+    barrier: int | None
     state: str
     staged: dict[str, Any] | None = None
 
@@ -185,13 +185,13 @@ class Resolution:
 
     Attributes:
         level: the consistency level resolved.
-        barrier_id: the barrier all tables are read at (``None`` for READ_UNCOMMITTED).
+        barrier: the barrier all tables are read at (``None`` for READ_UNCOMMITTED).
         tables: {table name: :class:`TableVersion`} for every table of Q.
         lease_id / lease_expires_at_ms: set when a lease pins the versions.
     """
 
     level: ConsistencyLevel
-    barrier_id: int | None
+    barrier: int | None
     tables: dict[str, TableVersion]
     lease_id: str | None = None
     lease_expires_at_ms: int | None = None
@@ -229,10 +229,10 @@ class Resolution:
             lease = {"id": self.lease_id, "expires_at_ms": self.lease_expires_at_ms}
         return {
             "level": self.level.value,
-            "barrier": self.barrier_id,
+            "barrier": self.barrier,
             "as_of": self.as_of,
             "tables": {
-                name: {"version": tv.version, "barrier": tv.barrier_id, "state": tv.state,
+                name: {"version": tv.version, "barrier": tv.barrier, "state": tv.state,
                        "location": tv.location, "staged": tv.staged}
                 for name, tv in self.tables.items()
             },
@@ -283,7 +283,7 @@ class JobBarrierTiming:
     """One job's run of one barrier (epoch ms), as recorded by the app or the operator."""
 
     job_id: str
-    barrier_id: int
+    barrier: int
     status: str
     started_at_ms: int | None
     finished_at_ms: int | None
@@ -337,7 +337,7 @@ class BarrierDelays:
     """Delays of one barrier through a topology (the delay view, FLIP-276 "end-to-end delay").
 
     Attributes:
-        barrier_id, ts_ms, created_at_ms: the barrier, its timestamp and generation time (epoch ms).
+        barrier, ts_ms, created_at_ms: the barrier, its timestamp and generation time (epoch ms).
         complete: WRITTEN in every non-root table (COMMIT over the topology's sinks).
         end_to_end_ms: generation -> the last non-root table WRITTEN (``None`` while incomplete).
         tables: {table: :class:`TableDelay`} of every non-root table.
@@ -345,7 +345,7 @@ class BarrierDelays:
         bottleneck: the job with the largest processing delay (``None`` before any finished).
     """
 
-    barrier_id: int
+    barrier: int
     ts_ms: int
     created_at_ms: int
     complete: bool

@@ -68,7 +68,7 @@ class ResolutionManager(RegistryManager, TableStateManager, LeaseManager):
                 returned versions for this many seconds), ``lease_holder``.
 
         Returns:
-            A :class:`Resolution`; at READ_UNCOMMITTED its ``barrier_id`` is ``None`` and a
+            A :class:`Resolution`; at READ_UNCOMMITTED its ``barrier`` is ``None`` and a
             table's ``version`` is ``None`` when its Delta table does not exist yet.
 
         Raises:

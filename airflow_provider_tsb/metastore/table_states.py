@@ -32,23 +32,23 @@ class TableStateManager(StoreBase):
     def record_processed(
         self,
         table: str,
-        barrier_id: int,
+        barrier: int,
         job_id: str,
         manifest: Mapping[str, Any],
         inputs: Mapping[str, int] | None = None,
     ) -> None:
-        """Mark barrier ``barrier_id`` PROCESSED in ``table`` with its staged-file manifest.
+        """Mark barrier ``barrier`` PROCESSED in ``table`` with its staged-file manifest.
 
         A WRITTEN row is never downgraded (a replay after the commit is a no-op).
         """
         ts = now_ms()
         with self._tx(write=True) as s:
             table_id = self._table_id(s, table)
-            row = s.get(TableBarrierRow, (table_id, barrier_id))
+            row = s.get(TableBarrierRow, (table_id, barrier))
             if row is None:
                 s.add(
                     TableBarrierRow(
-                        table_id=table_id, barrier_id=barrier_id, state=BarrierState.PROCESSED, version=None,
+                        table_id=table_id, barrier_id=barrier, state=BarrierState.PROCESSED, version=None,
                         job_id=job_id, processed_at_ms=ts, manifest=dict(manifest),
                         inputs=dict(inputs or {}),
                     )
@@ -62,19 +62,19 @@ class TableStateManager(StoreBase):
     def record_written(
         self,
         table: str,
-        barrier_id: int,
+        barrier: int,
         version: int,
         job_id: str | None = None,
         *,
         inputs: Mapping[str, int] | None = None,
         written_at_ms: int | None = None,
     ) -> None:
-        """Mark barrier ``barrier_id`` WRITTEN in ``table`` at Delta ``version``. Idempotent.
+        """Mark barrier ``barrier`` WRITTEN in ``table`` at Delta ``version``. Idempotent.
 
         Raises:
             TopologyError: the barrier is WRITTEN already at another version (the Delta log
                 and the metastore disagree; rebuild the index from the log).
-            UnknownBarrierError: ``barrier_id`` was never generated for the table's topology.
+            UnknownBarrierError: ``barrier`` was never generated for the table's topology.
             ValueError: ``version`` is negative.
         """
         try:
@@ -83,7 +83,7 @@ class TableStateManager(StoreBase):
             version = -1
         if version < 0:
             raise ValueError(
-                f"table {table!r}, barrier {barrier_id}: a Delta version is an integer >= 0, got {version!r}"
+                f"table {table!r}, barrier {barrier}: a Delta version is an integer >= 0, got {version!r}"
             )
         ts = written_at_ms or now_ms()
         with self._tx(write=True) as s:
@@ -91,19 +91,19 @@ class TableStateManager(StoreBase):
             topology = s.scalar(select(TableRow.topology).where(TableRow.id == table_id))
             generated = s.scalar(
                 select(BarrierRow.barrier_id).where(
-                    BarrierRow.topology == topology, BarrierRow.barrier_id == barrier_id
+                    BarrierRow.topology == topology, BarrierRow.barrier_id == barrier
                 )
             )
             if generated is None:
                 raise UnknownBarrierError(
-                    f"barrier {barrier_id} was never generated for topology {topology!r} (table "
+                    f"barrier {barrier} was never generated for topology {topology!r} (table "
                     f"{normalize_table_name(table)!r}); only generated barriers can be WRITTEN"
                 )
-            row = s.get(TableBarrierRow, (table_id, barrier_id))
+            row = s.get(TableBarrierRow, (table_id, barrier))
             if row is None:
                 s.add(
                     TableBarrierRow(
-                        table_id=table_id, barrier_id=barrier_id, state=BarrierState.WRITTEN, version=version,
+                        table_id=table_id, barrier_id=barrier, state=BarrierState.WRITTEN, version=version,
                         job_id=job_id, processed_at_ms=ts, written_at_ms=ts,
                         inputs=dict(inputs or {}) or None,
                     )
@@ -111,7 +111,7 @@ class TableStateManager(StoreBase):
             elif row.state == BarrierState.WRITTEN:
                 if row.version != version:
                     raise TopologyError(
-                        f"barrier {barrier_id} of table {normalize_table_name(table)!r} is WRITTEN at "
+                        f"barrier {barrier} of table {normalize_table_name(table)!r} is WRITTEN at "
                         f"Delta version {row.version} in the metastore but {version} was reported"
                     )
             else:
@@ -123,7 +123,7 @@ class TableStateManager(StoreBase):
                 if inputs:
                     row.inputs = dict(inputs)
 
-    def clear_processed(self, table: str, barrier_id: int | None = None) -> int:
+    def clear_processed(self, table: str, barrier: int | None = None) -> int:
         """Forget PROCESSED (uncommitted) rows of ``table`` (all, or one barrier) after a failure.
 
         Returns:
@@ -134,8 +134,8 @@ class TableStateManager(StoreBase):
             query = delete(TableBarrierRow).where(
                 TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.PROCESSED
             )
-            if barrier_id is not None:
-                query = query.where(TableBarrierRow.barrier_id == barrier_id)
+            if barrier is not None:
+                query = query.where(TableBarrierRow.barrier_id == barrier)
             return s.execute(query).rowcount or 0
 
     def rollback_table(self, table: str, to_barrier: int) -> int:
@@ -152,16 +152,16 @@ class TableStateManager(StoreBase):
                 )
             ).rowcount or 0
 
-    def table_state(self, table: str, barrier_id: int) -> TableState | None:
-        """State of ``barrier_id`` in ``table``, or ``None`` if neither PROCESSED nor WRITTEN."""
+    def table_state(self, table: str, barrier: int) -> TableState | None:
+        """State of ``barrier`` in ``table``, or ``None`` if neither PROCESSED nor WRITTEN."""
         with self._tx() as s:
             table_id = self._table_id(s, table)
-            row = s.get(TableBarrierRow, (table_id, barrier_id))
+            row = s.get(TableBarrierRow, (table_id, barrier))
             return table_state_of(normalize_table_name(table), row) if row is not None else None
 
-    def version_at(self, table: str, barrier_id: int) -> int | None:
-        """Delta version of ``table`` WRITTEN at ``barrier_id`` (``None`` if not WRITTEN). One seek."""
-        state = self.table_state(table, barrier_id)
+    def version_at(self, table: str, barrier: int) -> int | None:
+        """Delta version of ``table`` WRITTEN at ``barrier`` (``None`` if not WRITTEN). One seek."""
+        state = self.table_state(table, barrier)
         return state.version if state is not None and state.state == BarrierState.WRITTEN else None
 
     def newest_written(self, table: str) -> TableState | None:
@@ -188,16 +188,16 @@ class TableStateManager(StoreBase):
             name = normalize_table_name(table)
             return [table_state_of(name, row) for row in s.scalars(query)]
 
-    def written_versions(self, tables: Sequence[str], barrier_ids: Sequence[int]) -> dict[tuple[str, int], int]:
+    def written_versions(self, tables: Sequence[str], barriers: Sequence[int]) -> dict[tuple[str, int], int]:
         """Delta versions WRITTEN for every (table, barrier) pair that has one, in one query.
 
         Returns:
             {(canonical table name, barrier id): Delta version}; missing pairs are not WRITTEN.
         """
-        return {key: version for key, (version, _) in self.written_entries(tables, barrier_ids).items()}
+        return {key: version for key, (version, _) in self.written_entries(tables, barriers).items()}
 
     def written_entries(
-        self, tables: Sequence[str], barrier_ids: Sequence[int]
+        self, tables: Sequence[str], barriers: Sequence[int]
     ) -> dict[tuple[str, int], tuple[int, int | None]]:
         """Delta version and WRITTEN time of every (table, barrier) pair that has one, in one query.
 
@@ -205,7 +205,7 @@ class TableStateManager(StoreBase):
             {(canonical table name, barrier id): (Delta version, written_at epoch ms)}.
         """
         names = [normalize_table_name(t) for t in tables]
-        if not names or not barrier_ids:
+        if not names or not barriers:
             return {}
         with self._tx() as s:
             rows = s.execute(
@@ -215,21 +215,21 @@ class TableStateManager(StoreBase):
                 .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
                 .where(
                     TableRow.name.in_(names),
-                    TableBarrierRow.barrier_id.in_(list(barrier_ids)),
+                    TableBarrierRow.barrier_id.in_(list(barriers)),
                     TableBarrierRow.state == BarrierState.WRITTEN,
                 )
             ).all()
             return {(name, int(b)): (int(v), w) for name, b, v, w in rows if v is not None}
 
-    def states_at(self, topology: str, barrier_ids: Sequence[int]) -> list[TableState]:
+    def states_at(self, topology: str, barriers: Sequence[int]) -> list[TableState]:
         """Every table state of ``topology`` at the given barriers (for delay views)."""
-        if not barrier_ids:
+        if not barriers:
             return []
         with self._tx() as s:
             rows = s.execute(
                 select(TableRow.name, TableBarrierRow)
                 .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
-                .where(TableRow.topology == topology, TableBarrierRow.barrier_id.in_(list(barrier_ids)))
+                .where(TableRow.topology == topology, TableBarrierRow.barrier_id.in_(list(barriers)))
             ).all()
             return [table_state_of(name, row) for name, row in rows]
 

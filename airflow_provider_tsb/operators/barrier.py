@@ -70,7 +70,7 @@ class TsbBarrierOperator(BaseOperator):
     def execute(self, context: Any) -> int:
         """Generate the barrier of this DAG run (run key ``<dag_id>/<run_id>``); its id."""
         run = context.get("dag_run")
-        return self.hook.generate(f"{run.dag_id}/{run.run_id}" if run is not None else None).barrier_id
+        return self.hook.generate(f"{run.dag_id}/{run.run_id}" if run is not None else None).barrier
 
 
 class TsbBarrierEmitterOperator(TsbBarrierOperator):

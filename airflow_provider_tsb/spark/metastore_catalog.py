@@ -94,14 +94,14 @@ class MetastoreCatalog:
         page = min(limit, PLAN_PAGE) if limit is not None else PLAN_PAGE
         with phase("metastore"):
             barriers = self.store.barriers(topology, after=after, limit=page, ascending=True)
-        wanted = [b.barrier_id for b in barriers] + ([after] if after is not None else [])
+        wanted = [b.barrier for b in barriers] + ([after] if after is not None else [])
         with phase("metastore"):
             entries = self.store.written_entries(list(names.values()), wanted)
 
-        def vector(barrier_id: int) -> dict[str, int] | None:
+        def vector(barrier: int) -> dict[str, int] | None:
             out: dict[str, int] = {}
             for name, canonical in names.items():
-                entry = entries.get((canonical, barrier_id))
+                entry = entries.get((canonical, barrier))
                 if entry is None:
                     return None
                 out[name] = entry[0]
@@ -113,7 +113,7 @@ class MetastoreCatalog:
 
         generated = [
             GeneratedBarrier(
-                barrier=info.barrier_id,
+                barrier=info.barrier,
                 ts_ms=info.ts_ms,
                 ts_kind=TsKind.EVENT if info.ts_kind == TsKind.EVENT else TsKind.SYSTEM,
                 watermark_ms=info.ts_ms if info.ts_kind == TsKind.EVENT else None,
@@ -153,7 +153,7 @@ class MetastoreCatalog:
         """See :meth:`BarrierCatalog.final_barrier`."""
         with phase("metastore"):
             info = self.store.latest_final_barrier(self._topology_of(job_id), since_ms)
-        return info.barrier_id if info is not None else None
+        return info.barrier if info is not None else None
 
     def record_job_barrier(
         self, job_id: str, barrier: int, status: str, started_at_ms: int | None = None,
@@ -164,7 +164,7 @@ class MetastoreCatalog:
             self.store.record_job_barrier(
                 job_id, barrier, status=status, started_at_ms=started_at_ms, finished_at_ms=finished_at_ms
             )
-            self.store.heartbeat(job_id, status=JobStatus.RUNNING, barrier_id=barrier)
+            self.store.heartbeat(job_id, status=JobStatus.RUNNING, barrier=barrier)
 
 
 def _factory(spec: Mapping[str, str]) -> MetastoreCatalog:

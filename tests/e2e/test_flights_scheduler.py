@@ -51,7 +51,7 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
         af.run_dag("flights_topology", expect="success", timeout=600)
 
     # barriers 1..3, each WRITTEN in every table, each version tagged with its barrier in the Delta log
-    assert [b.barrier_id for b in store.barriers("flights")] == [3, 2, 1]
+    assert [b.barrier for b in store.barriers("flights")] == [3, 2, 1]
     for barrier in range(1, BARRIERS + 1):
         info = store.barrier("flights", barrier)
         assert info.ts_kind == "event"
@@ -80,7 +80,7 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
         days = set(zip(daily.column("month").to_pylist(), daily.column("day").to_pylist(), strict=True))
         assert days == {(1, d) for d in range(1, barrier + 1)}
     latest = store.resolve(TABLES)
-    assert latest.barrier_id == BARRIERS
+    assert latest.barrier == BARRIERS
 
     # the reporting DAG, gated by the deferrable sensor, ran after the committed barriers
     runs = af.api("GET", "/dags/flights_reporting/dagRuns", params={"order_by": "-run_after"})["dag_runs"]
@@ -105,7 +105,7 @@ def test_ui_views_on_the_real_flights_run(deployment) -> None:
     from tests.support.browser import chromium, login, new_page, screenshot
 
     af, store, root = deployment
-    barriers = [b.barrier_id for b in store.barriers("flights")]
+    barriers = [b.barrier for b in store.barriers("flights")]
     assert len(barriers) >= BARRIERS, "run after test_flights_topology_under_real_scheduler"
     jobs = ["enrich_flights", "carrier_daily_delay", "carrier_ranking"]
     out = REPO / "test-output" / "screenshots" / "e2e"

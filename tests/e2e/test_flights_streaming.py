@@ -61,7 +61,7 @@ def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming
     af, store, root, run = streaming_run
     assert run["state"] == "success"
     barriers = store.barriers("flights", limit=1000, ascending=True)
-    ids = [b.barrier_id for b in barriers]
+    ids = [b.barrier for b in barriers]
     assert ids == list(range(1, len(ids) + 1)) and len(ids) >= 3
     assert barriers[-1].final and not any(b.final for b in barriers[:-1])
     assert all(b.ts_kind == "event" for b in barriers)
@@ -86,7 +86,7 @@ def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming
 
 def test_invariants_at_every_barrier_and_pipelining(streaming_run) -> None:
     af, store, root, run = streaming_run
-    ids = [b.barrier_id for b in store.barriers("flights", limit=1000, ascending=True)]
+    ids = [b.barrier for b in store.barriers("flights", limit=1000, ascending=True)]
     flights_seen = []
     for b in ids:
         res = store.resolve(ROOTS + SINKS, as_of=b)
@@ -98,7 +98,7 @@ def test_invariants_at_every_barrier_and_pipelining(streaming_run) -> None:
         flights_seen.append(n)
     assert flights_seen == sorted(flights_seen) and flights_seen[-1] > 0
     # pipelining: some barrier n of a downstream job ran while its upstream job worked on n+1
-    spans = {(t.job_id, t.barrier_id): (t.started_at_ms, t.finished_at_ms) for t in store.job_barriers(JOBS, ids)}
+    spans = {(t.job_id, t.barrier): (t.started_at_ms, t.finished_at_ms) for t in store.job_barriers(JOBS, ids)}
     overlaps = [
         (up, down, b)
         for up, down in (("enrich_flights", "carrier_daily_delay"), ("carrier_daily_delay", "carrier_ranking"))
@@ -124,7 +124,7 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
     plan.set_tables({short[t]: loc for t, loc in tables.items()})
     payload = plan.load()
     payload["barriers"] = [
-        {"barrier": b.barrier_id, "ts": b.ts_ms, "ts_kind": b.ts_kind, "watermark": b.ts_ms,
+        {"barrier": b.barrier, "ts": b.ts_ms, "ts_kind": b.ts_kind, "watermark": b.ts_ms,
          "roots": {short[t]: v for t, v in b.root_versions.items()}, "final": b.final}
         for b in barriers
     ]
@@ -135,15 +135,15 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
         for job in JOBS:
             app = load_app_module(f"flights/{job}.py").APP
             assert run_batch(spark, app, catalog, app.resolve_locations(catalog.tables())) == [
-                b.barrier_id for b in barriers
+                b.barrier for b in barriers
             ]
     finally:
         spark.stop()
     for b in barriers:
         for table in SINKS:
-            streamed = store.version_at(table, b.barrier_id)
-            batch = next(v for v in range(0, 10_000) if barrier_of_version(tables[table], v) == b.barrier_id)
-            assert _rows(store.table(table).location, streamed) == _rows(tables[table], batch), (table, b.barrier_id)
+            streamed = store.version_at(table, b.barrier)
+            batch = next(v for v in range(0, 10_000) if barrier_of_version(tables[table], v) == b.barrier)
+            assert _rows(store.table(table).location, streamed) == _rows(tables[table], batch), (table, b.barrier)
     # the dead attempt's staged files were removed by the retry
     staging = Path(store.table("tsb.flights.carrier_daily_delay").location) / "tsb_staging" / KILLED_JOB
     attempts = list((staging / "0" / str(KILLED_BARRIER)).iterdir())
@@ -156,7 +156,7 @@ def test_ui_views_on_the_streaming_run(streaming_run) -> None:
     from tests.support.browser import chromium, login, new_page, screenshot
 
     af, store, root, run = streaming_run
-    ids = [b.barrier_id for b in store.barriers("flights", limit=1000)]
+    ids = [b.barrier for b in store.barriers("flights", limit=1000)]
     out = REPO / "test-output" / "screenshots" / "streaming"
     with chromium() as browser:
         page = new_page(browser)

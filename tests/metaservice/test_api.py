@@ -151,13 +151,13 @@ def test_monotonic_reads_through_the_api(http: TestClient, store: MetaStore, tmp
     assert client.topology()["name"] == "shop"
     assert client.barriers(limit=1)["next_before"] == 2
     assert client.table_barriers(PRICE)["consistent"]["REPEATABLE_READ"]["barrier"] == 2
-    assert client.delays()["barriers"][0]["barrier_id"] == 2
+    assert client.delays()["barriers"][0]["barrier"] == 2
     assert client.unregister("total_job")["unregistered"] is True
 
 
 def test_topology_barriers_delays_views(http: TestClient, store: MetaStore, tmp_path) -> None:
     build_shop(store, str(tmp_path))
-    store.heartbeat("price_job", status="running", barrier_id=2)
+    store.heartbeat("price_job", status="running", barrier=2)
     time.sleep(0.02)
     topo = http.get(f"{PREFIX}/topology", params={"stale_after_s": 0.001}).json()
     assert topo["name"] == "shop" and topo["newest_barrier"] == 2
@@ -175,13 +175,13 @@ def test_topology_barriers_delays_views(http: TestClient, store: MetaStore, tmp_
     assert r.status_code == 404 and "topology 'nope' is not registered" in r.json()["detail"]
 
     page = http.get(f"{PREFIX}/barriers", params={"limit": 1}).json()
-    assert [b["barrier_id"] for b in page["items"]] == [2] and page["items"][0]["root_versions"] == {ORDERS: 1}
+    assert [b["barrier"] for b in page["items"]] == [2] and page["items"][0]["root_versions"] == {ORDERS: 1}
     page = http.get(f"{PREFIX}/barriers", params={"limit": 1, "before": page["next_before"]}).json()
-    assert [b["barrier_id"] for b in page["items"]] == [1] and page["next_before"] is None
+    assert [b["barrier"] for b in page["items"]] == [1] and page["next_before"] is None
     assert http.get(f"{PREFIX}/barriers", params={"limit": 0}).status_code == 422
 
     tb = http.get(f"{PREFIX}/tables/tsb/shop/user_item_amount/barriers").json()
-    assert [(i["barrier_id"], i["state"]) for i in tb["items"]] == [(2, "PROCESSED"), (1, "WRITTEN")]
+    assert [(i["barrier"], i["state"]) for i in tb["items"]] == [(2, "PROCESSED"), (1, "WRITTEN")]
     assert tb["consistent"]["READ_UNCOMMITTED"] == {"barrier": 1, "version": 0, "state": "LATEST", "error": None}
     assert tb["consistent"]["READ_COMMITTED"]["barrier"] == 2 and tb["consistent"]["READ_COMMITTED"]["version"] == 0
     assert tb["consistent"]["REPEATABLE_READ"]["barrier"] == 1
@@ -194,7 +194,7 @@ def test_topology_barriers_delays_views(http: TestClient, store: MetaStore, tmp_
     store.record_written(AMOUNT, 3, 1, "amount_job", written_at_ms=t0 + 400)
     store.record_written(TOTAL, 3, 1, "total_job", written_at_ms=t0 + 450)
     delays = http.get(f"{PREFIX}/delays", params={"limit": 2}).json()
-    assert [b["barrier_id"] for b in delays["barriers"]] == [3, 2] and delays["next_before"] == 2
+    assert [b["barrier"] for b in delays["barriers"]] == [3, 2] and delays["next_before"] == 2
     d3 = delays["barriers"][0]
     assert d3["complete"] is True and d3["end_to_end_ms"] == 450
     assert {t: v["delay_ms"] for t, v in d3["tables"].items()} == {PRICE: 100, AMOUNT: 400, TOTAL: 450}

@@ -41,22 +41,22 @@ def test_resolver_levels_on_real_delta_tables(store: MetaStore, tmp_path) -> Non
     q = [ORDERS, PRICE, AMOUNT, TOTAL]
 
     ru = resolver.resolve(q, RU)
-    assert ru.barrier_id is None
+    assert ru.barrier is None
     assert ru.versions == {ORDERS: 1, PRICE: 1, AMOUNT: 0, TOTAL: 0}
-    assert {n: tv.barrier_id for n, tv in ru.tables.items()} == {ORDERS: 2, PRICE: 2, AMOUNT: 1, TOTAL: 1}
+    assert {n: tv.barrier for n, tv in ru.tables.items()} == {ORDERS: 2, PRICE: 2, AMOUNT: 1, TOTAL: 1}
     assert {tv.state for tv in ru.tables.values()} == {"LATEST"}
     # a commit the metastore has not indexed yet: the latest version, untagged
     write(shop.locations[PRICE], pa.schema([("user", pa.string()), ("item", pa.string()),
                                              ("total_price", pa.float64())]), [("u9", "i9", 1.0)], "append", None, None)
     ru = resolver.resolve([PRICE], "read-uncommitted")
-    assert ru.versions == {PRICE: 2} and ru.tables[PRICE].barrier_id is None
+    assert ru.versions == {PRICE: 2} and ru.tables[PRICE].barrier is None
 
     rc = resolver.resolve([PRICE, AMOUNT], RC)
-    assert rc.barrier_id == 2 and rc.versions == {PRICE: 1, AMOUNT: 0}
+    assert rc.barrier == 2 and rc.versions == {PRICE: 1, AMOUNT: 0}
     assert rc.tables[AMOUNT].state == "PROCESSED"
     assert rc.tables[AMOUNT].staged["mode"] == "overwrite"
     rr = resolver.resolve([PRICE, AMOUNT], RR)
-    assert rr.barrier_id == 1 and rr.versions == {PRICE: 0, AMOUNT: 0}
+    assert rr.barrier == 1 and rr.versions == {PRICE: 0, AMOUNT: 0}
     assert resolver.resolve([ORDERS, PRICE], RR).versions == {ORDERS: 1, PRICE: 1}
     assert resolver.resolve([ORDERS, PRICE], as_of=1).versions == {ORDERS: 0, PRICE: 0}
     with pytest.raises(InconsistentReadError, match="barrier 2 is not COMMIT"):

@@ -29,7 +29,7 @@ def test_barrier_generation_is_idempotent_per_run(tsb_env) -> None:
     ingest_next_words(topo.location("raw.words"), run_key="r2", lines=20)
     second = op.execute(run_context("run-2"))
     assert (first, retry, second) == (1, 1, 2)
-    assert [b.barrier_id for b in tsb_env.store.barriers("wordcount")] == [2, 1]
+    assert [b.barrier for b in tsb_env.store.barriers("wordcount")] == [2, 1]
     assert tsb_env.store.barrier("wordcount", 1).root_versions == {"tsb.raw.words": 0}
     assert tsb_env.store.barrier("wordcount", 2).root_versions == {"tsb.raw.words": 1}
 
@@ -197,7 +197,7 @@ def test_emitter_generates_a_final_barrier_at_end_of_input(tsb_env) -> None:
     assert time.monotonic() - began < 30
     info = tsb_env.store.barrier("wordcount", 1)
     assert info.final and info.root_versions == {"tsb.raw.words": 2}
-    assert tsb_env.store.latest_final_barrier("wordcount").barrier_id == 1
+    assert tsb_env.store.latest_final_barrier("wordcount").barrier == 1
     # a retry of the same run gets its final barrier back, nothing new
     assert emitter.execute(run_context("run-1")) == [1]
     # new data reopens the input; the next stretch emits barriers and, on its duration, a final one

@@ -97,7 +97,7 @@ def test_streaming_jobs_through_the_operator_on_the_metastore_catalog(streaming_
 
     # the emitter generated barriers while data arrived, the last one final (end of input)
     barriers = store.barriers("wordcount", limit=1000, ascending=True)
-    assert [b.barrier_id for b in barriers] == emitted and len(emitted) >= 2
+    assert [b.barrier for b in barriers] == emitted and len(emitted) >= 2
     assert barriers[-1].final and not any(b.final for b in barriers[:-1])
     assert input_ended(topo.location("raw.words"))
     assert barriers[-1].root_versions[WORDS] == DeltaTable(topo.location("raw.words")).version()
@@ -109,7 +109,7 @@ def test_streaming_jobs_through_the_operator_on_the_metastore_catalog(streaming_
 
     # barrier by barrier, each sink version is tagged with its barrier and the FLIP-276 invariants hold
     for info in barriers:
-        b = info.barrier_id
+        b = info.barrier
         res = store.resolve([WORDS, COUNTS, CC], as_of=b)
         for table in (COUNTS, CC):
             assert barrier_of_version(res.tables[table].location, res.tables[table].version) == b
@@ -118,7 +118,7 @@ def test_streaming_jobs_through_the_operator_on_the_metastore_catalog(streaming_
                                                   ).to_pyarrow_table().num_rows
         assert pc.sum(read[COUNTS].column("cnt")).as_py() == read[WORDS].num_rows, b
         assert pc.sum(read[CC].column("cnt2")).as_py() == read[COUNTS].num_rows, b
-    assert store.resolve([WORDS, COUNTS, CC]).barrier_id == emitted[-1]
+    assert store.resolve([WORDS, COUNTS, CC]).barrier == emitted[-1]
 
 
 def test_retried_streaming_job_after_end_of_input_ends_at_once(streaming_env) -> None:
@@ -134,7 +134,7 @@ def test_retried_streaming_job_after_end_of_input_ends_at_once(streaming_env) ->
     began = time.monotonic()
     out = retry.execute(context)
     assert out["barriers"] == [] and time.monotonic() - began < 120
-    assert streaming_env.store.newest_written(COUNTS).barrier_id == emitted[-1]
+    assert streaming_env.store.newest_written(COUNTS).barrier == emitted[-1]
 
 
 def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_env) -> None:
@@ -152,7 +152,7 @@ def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_
     job = topo.jobs["wordcount_words"]
     store.register_job(topo.name, job, {n: topo.tables[n] for n in (*job.sources, *job.sinks)})
     ingest_next_words(topo.location("raw.words"), run_key="w0", lines=5)
-    first = store.create_barrier(topo.name, read_root_versions(topo)).barrier_id
+    first = store.create_barrier(topo.name, read_root_versions(topo)).barrier
     reader = TsbStreamReader({
         "catalog": json.dumps({"kind": "metastore", "url": streaming_env.url, "report": ""}),
         "job_id": "wordcount_words",

@@ -63,9 +63,9 @@ def populate(url: str, warehouse: Path) -> MetaStore:
                 continue
             store.record_written(sink, n, n, job_id, written_at_ms=t)
             store.record_job_barrier(job_id, n, status="succeeded", finished_at_ms=t)
-    store.heartbeat("enrich_flights", status="succeeded", barrier_id=N_BARRIERS)
-    store.heartbeat("carrier_daily_delay", status="failed", barrier_id=N_BARRIERS - 1)
-    store.heartbeat("carrier_ranking", status="running", barrier_id=N_BARRIERS)
+    store.heartbeat("enrich_flights", status="succeeded", barrier=N_BARRIERS)
+    store.heartbeat("carrier_daily_delay", status="failed", barrier=N_BARRIERS - 1)
+    store.heartbeat("carrier_ranking", status="running", barrier=N_BARRIERS)
     return store
 
 

@@ -190,8 +190,8 @@
     for (const h of ["barrier", "Delta version", "state", "job", "PROCESSED at", "WRITTEN at"]) head.appendChild(el("th", {}, h));
     t.appendChild(head);
     for (const it of data.items) {
-      const tr = el("tr", { "data-barrier": it.barrier_id, "data-state": it.state });
-      tr.appendChild(el("td", {}, "#" + it.barrier_id));
+      const tr = el("tr", { "data-barrier": it.barrier, "data-state": it.state });
+      tr.appendChild(el("td", {}, "#" + it.barrier));
       tr.appendChild(el("td", {}, it.version === null ? "–" : it.version));
       tr.appendChild(el("td", { class: "l state-" + it.state }, it.state));
       tr.appendChild(el("td", { class: "l" }, it.job_id || "–"));
@@ -267,7 +267,7 @@
     root.appendChild(svg("line", { class: "axis", x1: L, x2: L + pw, y1: T + ph, y2: T + ph }));
     const step = Math.max(1, Math.ceil(n / 20));
     barriers.forEach((b, i) => {
-      if (i % step === 0 || i === n - 1) root.appendChild(svg("text", { x: xOf(i), y: T + ph + 16, "text-anchor": "middle", class: "sub" }, "#" + b.barrier_id));
+      if (i % step === 0 || i === n - 1) root.appendChild(svg("text", { x: xOf(i), y: T + ph + 16, "text-anchor": "middle", class: "sub" }, "#" + b.barrier));
     });
     root.appendChild(svg("text", { x: L + pw / 2, y: H - 4, "text-anchor": "middle", class: "sub" }, "barrier"));
     if (opts.bars) {
@@ -277,8 +277,8 @@
           if (v === null) return;
           const x = L + band * i + band * 0.1 + si * bw, y = yOf(v);
           const r = svg("rect", { class: "bar" + (s.marks[i] ? " bottleneck" : ""), x: x, y: y, width: bw,
-            height: T + ph - y, fill: s.color, "data-series": s.key, "data-barrier": barriers[i].barrier_id, "data-ms": v });
-          r.appendChild(svg("title", {}, `${s.label} @ #${barriers[i].barrier_id}: ${fmtMs(v)}${s.marks[i] ? " (bottleneck)" : ""}`));
+            height: T + ph - y, fill: s.color, "data-series": s.key, "data-barrier": barriers[i].barrier, "data-ms": v });
+          r.appendChild(svg("title", {}, `${s.label} @ #${barriers[i].barrier}: ${fmtMs(v)}${s.marks[i] ? " (bottleneck)" : ""}`));
           root.appendChild(r);
           if (s.marks[i]) root.appendChild(svg("text", { x: x + bw / 2, y: y - 3, "text-anchor": "middle", class: "warn" }, "★"));
         });
@@ -291,8 +291,8 @@
         s.values.forEach((v, i) => {
           if (v === null) return;
           const c = svg("circle", { cx: xOf(i), cy: yOf(v), r: 3.5, fill: s.color, "data-series": s.key,
-            "data-barrier": barriers[i].barrier_id, "data-ms": v });
-          c.appendChild(svg("title", {}, `${s.label} @ #${barriers[i].barrier_id}: ${fmtMs(v)}`));
+            "data-barrier": barriers[i].barrier, "data-ms": v });
+          c.appendChild(svg("title", {}, `${s.label} @ #${barriers[i].barrier}: ${fmtMs(v)}`));
           root.appendChild(c);
         });
       }
@@ -318,7 +318,7 @@
     const complete = barriers.filter((b) => b.complete);
     const e2e = complete.map((b) => b.end_to_end_ms);
     const avg = (xs) => (xs.length ? Math.round(xs.reduce((a, b) => a + b, 0) / xs.length) : null);
-    $("tsb-summary").textContent = `${barriers.length} barriers (#${barriers[0].barrier_id}–#${barriers[barriers.length - 1].barrier_id}), ` +
+    $("tsb-summary").textContent = `${barriers.length} barriers (#${barriers[0].barrier}–#${barriers[barriers.length - 1].barrier}), ` +
       `${complete.length} complete · end-to-end avg ${fmtMs(avg(e2e))}, max ${fmtMs(e2e.length ? Math.max(...e2e) : null)}`;
     lineChart($("tsb-chart-tables"), barriers, tables.map((t, i) => ({
       key: t, label: t, color: PALETTE[i % PALETTE.length],
@@ -361,8 +361,8 @@
     t.appendChild(h1);
     t.appendChild(h2);
     for (const b of data.barriers) { /* newest first */
-      const tr = el("tr", { "data-barrier": b.barrier_id, "data-complete": b.complete ? "true" : "false" });
-      tr.appendChild(el("td", {}, "#" + b.barrier_id));
+      const tr = el("tr", { "data-barrier": b.barrier, "data-complete": b.complete ? "true" : "false" });
+      tr.appendChild(el("td", {}, "#" + b.barrier));
       tr.appendChild(el("td", {}, fmtTime(b.created_at_ms)));
       tr.appendChild(el("td", { "data-e2e": b.end_to_end_ms === null ? "" : b.end_to_end_ms }, b.complete ? fmtMs(b.end_to_end_ms) : "pending"));
       for (const tb of tables) {
@@ -375,7 +375,7 @@
       for (const j of jobs) {
         const d = b.jobs[j];
         const has = d && d.delay_ms !== null && d.delay_ms !== undefined;
-        const td = el("td", { "data-job": j, "data-barrier": b.barrier_id, "data-ms": has ? d.delay_ms : "" }, has ? fmtMs(d.delay_ms) : "–");
+        const td = el("td", { "data-job": j, "data-barrier": b.barrier, "data-ms": has ? d.delay_ms : "" }, has ? fmtMs(d.delay_ms) : "–");
         if (b.bottleneck === j) { td.classList.add("bottleneck"); td.setAttribute("data-bottleneck", "true"); td.textContent += " ★"; }
         if (!has) td.classList.add("pending");
         tr.appendChild(td);
