@@ -141,7 +141,8 @@ def register_cli(sub: Any) -> None:
                        help="DAG files or folders declaring the topology")
 
     def store(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--url", help="metastore SQLAlchemy URL (default: $TSB_METASTORE_URL or the connection)")
+        p.add_argument("--url", "--metastore-url", dest="url",
+                       help="metastore SQLAlchemy URL (default: $TSB_METASTORE_URL or the connection)")
         p.add_argument("--conn-id", default="tsb_default", help="Airflow connection id of the metastore")
 
     root = sub.add_parser("root", help="write root tables").add_subparsers(dest="root_command", required=True)

@@ -142,17 +142,40 @@ class TsbSparkJobOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         """Run the job's protocol with this operator's ``spark-submit``; the XCom of :meth:`JobRun.to_xcom`."""
         hook = self.job_hook
+        barrier = parse_barrier(self.barrier, self.task_id)
         try:
             run = hook.run(
-                parse_barrier(self.barrier, self.task_id),
+                barrier,
                 functools.partial(self._spark_submit, context),
                 run_start_ms=_run_start_ms(context),
                 env_vars=self.env_vars,
             )
         finally:
             self._lineage = dict(hook.lineage)
+        if barrier is None and not run.barriers and self.mode == "batch":
+            self.log.warning("%s", self.nothing_processed_message(hook.get_conn()))
         hook.emit_asset_events(context.get("outlet_events") if hasattr(context, "get") else None, run)
         return run.to_xcom()
+
+    def nothing_processed_message(self, store: Any) -> str:
+        """Why a run without a barrier processed nothing, and how to give it one.
+
+        ``barrier`` renders to ``None`` when the barrier task's XCom is missing, e.g. under
+        ``airflow tasks test <dag> <job>``, which runs this task alone; the run then processes the
+        barriers pending for the job, and there may be none.
+        """
+        newest = store.latest_barrier(self.topology.name)
+        pending = (
+            f"the newest barrier of topology {self.topology.name!r} is {newest.barrier}, already processed or "
+            "not WRITTEN in every source of the job yet" if newest is not None
+            else f"topology {self.topology.name!r} has no barrier yet"
+        )
+        return (
+            f"job {self.job_id!r}: no barrier was given (barrier={self.barrier!r}, e.g. `airflow tasks test` "
+            f"without the DAG's barrier task) and none is pending ({pending}): nothing was processed. Run the "
+            f"DAG's barrier task first, or generate one with `tsb barrier create {self.topology.name} --dags PATH` "
+            f"and run it with `tsb job run {self.job_id} --barrier N --dags PATH`"
+        )
 
     def _spark_submit(self, context: Any, application_args: list[str], env: dict[str, str]) -> None:
         """``SparkSubmitOperator.execute`` with the app's command line and environment."""

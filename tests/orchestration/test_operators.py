@@ -284,3 +284,25 @@ def test_emitter_backpressure_keeps_at_most_max_in_flight_uncommitted(tsb_env) -
     again = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=0.5,
                                       max_in_flight=2, final_on_stop=False)
     assert again.execute(run_context("run-2")) == [3]  # barrier 1 committed: room for one more
+
+
+def test_job_without_a_barrier_that_processes_nothing_warns(tsb_env, monkeypatch, capsys) -> None:
+    """``airflow tasks test <dag> <job>`` renders no barrier (no XCom from the barrier task): the
+    run processes the pending barriers, here none, and says so instead of succeeding silently."""
+    topo = wordcount_topology(tsb_env.warehouse)
+    op = TsbSparkJobOperator(task_id="wordcount_words", topology=topo, job_id="wordcount_words", barrier="None")
+    submitted = []
+    monkeypatch.setattr(op, "_spark_submit", lambda context, args, env: submitted.append(args))
+    assert op.execute(run_context("run-1"))["barriers"] == []
+    logged = capsys.readouterr().out  # Airflow's task logger writes to stdout
+    assert submitted, "the app still runs (it may find pending barriers)"
+    assert (
+        "job 'wordcount_words': no barrier was given (barrier='None', e.g. `airflow tasks test` without the "
+        "DAG's barrier task) and none is pending (topology 'wordcount' has no barrier yet): nothing was "
+        "processed. Run the DAG's barrier task first, or generate one with `tsb barrier create wordcount "
+        "--dags PATH` and run it with `tsb job run wordcount_words --barrier N --dags PATH`"
+    ) in logged
+    ingest_next_words(topo.location("raw.words"), run_key="r1", lines=20)
+    TsbBarrierOperator(task_id="b", topology=topo).execute(run_context("run-1"))
+    assert "the newest barrier of topology 'wordcount' is 1, already processed or not WRITTEN in every " \
+        "source of the job yet" in op.nothing_processed_message(tsb_env.store)
