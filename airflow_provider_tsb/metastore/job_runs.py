@@ -31,6 +31,9 @@ class JobRunManager(StoreBase):
     ) -> None:
         """Record that ``job_id`` is alive (and optionally its status and current barrier).
 
+        ``message``: why the job failed (shown with the job). A ``succeeded`` status without a
+        message clears the message of a previous failure.
+
         Raises:
             UnknownJobError: the job is not registered.
         """
@@ -42,6 +45,8 @@ class JobRunManager(StoreBase):
                 values["current_barrier"] = barrier
             if message is not None:
                 values["message"] = message
+            elif status == JobStatus.SUCCEEDED:
+                values["message"] = None
             result = s.execute(update(JobRow).where(JobRow.id == job_id).values(**values))
             if not result.rowcount:
                 raise UnknownJobError(f"job {job_id!r} is not registered; cannot record its heartbeat")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
+from airflow_provider_tsb.metastore.records import JobStatus
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, PlanFileCatalog, open_catalog
 from airflow_provider_tsb.spark.model import TsbApp
 from airflow_provider_tsb.spark.runner import run_batch
@@ -66,22 +67,66 @@ def run_app(app: TsbApp, argv: Sequence[str] | None = None, spark: SparkSession 
     """Command-line entry of an app script: parse ``argv`` and run batch or streaming mode.
 
     Returns the process exit code (0 on success). Options: see :func:`build_arg_parser`.
-    """
-    from airflow_provider_tsb.spark.session import get_spark
+    With ``--metastore-url``, the app is checked against the job registered by its topology
+    before Spark starts, and the job's status is set when the app ends (``succeeded`` /
+    ``failed`` with the error).
 
+    Raises:
+        UnknownJobError, UnknownTableError: the app's job id, a source or a sink is not the
+            registered topology's (see :func:`~airflow_provider_tsb.spark.app_check.check_app_registration`).
+        ValueError: a table has no location.
+    """
     args = build_arg_parser(app).parse_args(argv)
     logging.basicConfig(level=os.environ.get("TSB_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s")
     catalog = _catalog_from_args(args)
+    store = getattr(catalog, "store", None)  # the metastore catalog's: the registered topology is known
+    if store is not None:  # an app that disagrees with its topology fails here, before Spark starts
+        from airflow_provider_tsb.spark.app_check import check_app_registration
+
+        check_app_registration(app, store)
     overrides = dict(t.split("=", 1) for t in args.table)
     plan_tables = catalog.tables() if isinstance(catalog, PlanFileCatalog) else None
     locations = app.resolve_locations(plan_tables, overrides, args.warehouse)
+    try:
+        _run(app, args, catalog, locations, spark)
+    except BaseException as exc:
+        _record_end(catalog, app.job_id, JobStatus.FAILED, f"{type(exc).__name__}: {exc}")
+        raise
+    _record_end(catalog, app.job_id, JobStatus.SUCCEEDED)
+    return 0
+
+
+def _record_end(catalog: BarrierCatalog, job_id: str, status: str, message: str | None = None) -> None:
+    """The job's status when the app ends (a job run outside Airflow would stay ``running``)."""
+    end = getattr(catalog, "record_job_end", None)
+    if end is None:
+        return
+    try:
+        end(job_id, status, message)
+    except Exception as exc:  # the app's own outcome matters more than its status line
+        log.warning("job %s: could not record its end (%s): %s", job_id, status, exc)
+
+
+def _run(
+    app: TsbApp, args: argparse.Namespace, catalog: BarrierCatalog, locations: dict[str, str],
+    spark: SparkSession | None,
+) -> None:
+    from airflow_provider_tsb.spark.session import get_spark
+
     spark = spark or get_spark(app.job_id, master=args.master)
     if args.mode == "batch":
         done = run_batch(
             spark, app, catalog, locations, until_barrier=args.until_barrier, max_barriers=args.max_barriers
         )
         log.info("job %s: batch mode processed barriers %s", app.job_id, done)
-        return 0
+        if not done:
+            log.warning(
+                "job %s: no barrier was pending for it%s, so nothing was processed. A barrier is pending once "
+                "it is generated (the DAG's barrier task, or `tsb barrier create TOPOLOGY --dags PATH`) and "
+                "WRITTEN in every source of the job; `tsb job run %s --barrier N --dags PATH` runs one barrier",
+                app.job_id, f" up to barrier {args.until_barrier}" if args.until_barrier else "", app.job_id,
+            )
+        return
     done = run_streaming(
         spark,
         app,
@@ -96,4 +141,3 @@ def run_app(app: TsbApp, argv: Sequence[str] | None = None, spark: SparkSession 
         final_since_ms=args.final_since,
     )
     log.info("job %s: streaming mode processed barriers %s", app.job_id, done)
-    return 0

@@ -76,6 +76,12 @@ class MetastoreCatalog:
         """{table name: location} of every registered table (locations for the app)."""
         return {t.name: t.location for t in self.store.tables()}
 
+    def record_job_end(self, job_id: str, status: str, message: str | None = None) -> None:
+        """The job's status when the app ends: ``succeeded`` (clears a previous failure's message)
+        or ``failed`` with ``message`` (the error, at most 2,000 characters)."""
+        with phase("metastore"):
+            self.store.heartbeat(job_id, status=status, message=message[:2000] if message else None)
+
     def pending_barriers(
         self, job_id: str, sources: Mapping[str, str], after: int | None, limit: int | None = None
     ) -> list[BarrierPlan]:

@@ -80,7 +80,8 @@ class TsbApp:
         location).
 
         Raises:
-            ValueError: a table has no location (the message names it).
+            ValueError: a table has no location (the message names it, whether the app declares it
+                as a source or a sink, and the tables that were given).
         """
         from airflow_provider_tsb.names import normalize_table_name, parse_table_name
 
@@ -101,7 +102,14 @@ class TsbApp:
             if not loc and warehouse:  # the Topology's convention: <warehouse>/<catalog>/<database>/<table>
                 loc = os.path.join(warehouse, *parse_table_name(key))
             if not loc:
-                raise ValueError(f"job {self.job_id}: no location for table {name!r} (use --table or --plan)")
+                kind = "source" if name in self.sources else "sink"
+                given = sorted({*(overrides or {}), *(plan_tables or {})})
+                raise ValueError(
+                    f"job {self.job_id}: no location for table {name!r}, which the app declares as a {kind}: "
+                    f"the tables given (--table NAME=LOCATION, the plan's tables) are {given or '(none)'}, "
+                    "the app declares no default location for it and no --warehouse was given. If the app "
+                    "misspells it, make its name the topology's; else pass --table, --plan or --warehouse"
+                )
             out[name] = loc
         return out
 

@@ -66,6 +66,32 @@ def check_alignment(app: TsbApp, plan: BarrierPlan, locations: Mapping[str, str]
                 )
 
 
+def check_outputs(app: TsbApp, outputs: object) -> None:
+    """Check that ``process`` returned ``{sink: DataFrame}`` with exactly the app's sinks as keys.
+
+    Raises:
+        KeyError: a sink is missing or a key is not a sink; the message names the keys returned
+            and the sinks expected (a misspelt key would otherwise be dropped silently).
+        TypeError: ``outputs`` is not a mapping.
+    """
+    if not isinstance(outputs, Mapping):
+        raise TypeError(
+            f"job {app.job_id}: process() must return {{sink: DataFrame}} for sinks {sorted(app.sinks)}, "
+            f"got {type(outputs).__name__}"
+        )
+    missing = sorted(set(app.sinks) - set(outputs))
+    extra = sorted(set(outputs) - set(app.sinks), key=str)
+    if missing or extra:
+        problems = ([f"no DataFrame for sinks {missing}"] if missing else []) + (
+            [f"keys {extra} that are not sinks"] if extra else []
+        )
+        raise KeyError(
+            f"job {app.job_id}: process() returned {' and '.join(problems)}: it returned keys "
+            f"{sorted(outputs, key=str)}, the app's sinks are {sorted(app.sinks)}; return one DataFrame per sink, "
+            "keyed by the sink's name as declared in TsbApp(sinks=...)"
+        )
+
+
 def sinks_base_barrier(app: TsbApp, locations: Mapping[str, str]) -> int | None:
     """The barrier all sinks have reached (min over sinks); ``None`` if any sink is empty."""
     barriers = []
@@ -112,7 +138,7 @@ def run_barrier(
 
     Raises:
         MisalignedInputError: an input is not at the barrier's version.
-        KeyError: ``process`` did not return a DataFrame for every sink.
+        KeyError: ``process`` did not return exactly one DataFrame per sink (see :func:`check_outputs`).
     """
     started = _now_ms()
     with barrier_timer(app.job_id, plan.barrier, before=before):
@@ -158,9 +184,7 @@ def _run_barrier(
         return results
     ctx = BarrierContext(spark, app, plan, locations)
     outputs = app.process(ctx)
-    missing = sorted(set(app.sinks) - set(outputs))
-    if missing:
-        raise KeyError(f"job {app.job_id}: process() returned no DataFrame for sinks {missing}")
+    check_outputs(app, outputs)
     for sink in sorted(app.sinks):
         spec = app.sinks[sink]
         results.append(
