@@ -254,5 +254,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def run() -> None:
+    """The ``tsb`` console script: :func:`main`, then end the process at once.
+
+    The exit skips the interpreter's teardown, where delta-rs's native threads can abort the
+    process with "terminate called without an active exception" (SIGABRT) after a command has
+    done its work (delta-io/delta-rs#2184): a successful command must exit 0. Output streams are
+    flushed first.
+    """
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse: --help, usage errors
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
