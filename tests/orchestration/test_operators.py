@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,12 @@ from tests.support.orchestration import run_context, wordcount_topology
 from tsb_examples.ingest import ingest_next_words
 from tsb_examples.spark_conf import LOCAL_SPARK_CONF
 
+
+def run_in_own_loop(coro: Any) -> Any:
+    """``asyncio.run`` in a thread of its own, like the triggerer's loop: works even when the
+    test session already runs an event loop in the main thread (Playwright's sync API does)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 def test_barrier_generation_is_idempotent_per_run(tsb_env) -> None:
     topo = wordcount_topology(tsb_env.warehouse)
@@ -118,10 +126,11 @@ def test_sensor_barrier_from_asset_events_and_trigger(tsb_env) -> None:
             return ev.payload
         raise AssertionError("no event")
 
-    ok = asyncio.run(first_event(TsbBarrierCommittedTrigger(["tsb.raw.words"], 1, poll_interval_s=0.1, timeout_s=5)))
+    committed = TsbBarrierCommittedTrigger(["tsb.raw.words"], 1, poll_interval_s=0.1, timeout_s=5)
+    ok = run_in_own_loop(first_event(committed))
     assert ok == {"status": "committed", "barrier": 1, "tables": ["tsb.raw.words"]}
     trigger = TsbBarrierCommittedTrigger(["tsb.raw.words"], 2, poll_interval_s=0.1, timeout_s=0.3)
-    late = asyncio.run(first_event(trigger))
+    late = run_in_own_loop(first_event(trigger))
     assert late["status"] == "timeout"
     assert "tsb.raw.words: at barrier 1, waiting for barrier 2 (1 barrier(s) behind, barrier 2 not generated yet)" \
         in late["message"]
