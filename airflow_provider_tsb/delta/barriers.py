@@ -24,7 +24,8 @@ from airflow_provider_tsb.delta.conventions import (
     parse_tag,
 )
 from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
-from airflow_provider_tsb.delta.log import commit_info, normalize_location, open_table, table_exists
+from airflow_provider_tsb.delta.log import commit_info, normalize_location
+from airflow_provider_tsb.delta.snapshots import latest_table, latest_table_or_none, latest_version
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ def iter_lineage(location: str, start: int | None = None) -> Iterator[tuple[int,
 
     Args:
         location: table location.
-        start: version to start from (default: latest; costs one snapshot load).
+        start: version to start from (default: latest, from the per-process snapshot cache of
+            :mod:`airflow_provider_tsb.delta.snapshots`, advanced to the newest commit).
 
     Stops silently at version 0, or raises when a commit file is missing (log cleaned up).
 
@@ -57,7 +59,7 @@ def iter_lineage(location: str, start: int | None = None) -> Iterator[tuple[int,
         TableNotFoundError: no table at ``location``.
         DeltaLogError: a commit of the lineage is no longer in the log.
     """
-    version = open_table(location).version() if start is None else start
+    version = latest_version(location) if start is None else start
     while version >= 0:
         info = commit_info(location, version)
         if info is None:
@@ -94,11 +96,13 @@ def version_of_barrier(location: str, barrier: int) -> int | None:
     """Return the newest version tagged with ``barrier`` in the current lineage, or ``None``.
 
     ``None`` also when the table does not exist. Cost: a walk over the commits newer than the
-    barrier (O(1) for the latest barrier), plus one snapshot load for the latest version.
+    barrier (O(1) for the latest barrier), plus finding the latest version (an incremental
+    update of the cached snapshot, see :func:`~airflow_provider_tsb.delta.snapshots.latest_table`).
     """
-    if not table_exists(location):
+    table = latest_table_or_none(location)
+    if table is None:
         return None
-    for version, info in iter_lineage(location):
+    for version, info in iter_lineage(location, table.version()):
         tag = parse_tag(info)
         if tag is None:
             continue
@@ -117,9 +121,10 @@ def versions_of_barriers(location: str, after: int | None) -> dict[int, int]:
     (the whole lineage when ``after`` is ``None``).
     """
     found: dict[int, int] = {}
-    if not table_exists(location):
+    table = latest_table_or_none(location)
+    if table is None:
         return found
-    for version, info in iter_lineage(location):
+    for version, info in iter_lineage(location, table.version()):
         tag = parse_tag(info)
         if tag is None:
             continue
@@ -136,9 +141,10 @@ def latest_written_barrier(location: str) -> tuple[int, int] | None:
     this is ``(k, version of k)``. Cost: a walk over the untagged commits at the head (usually
     O(1)).
     """
-    if not table_exists(location):
+    table = latest_table_or_none(location)
+    if table is None:
         return None
-    for version, info in iter_lineage(location):
+    for version, info in iter_lineage(location, table.version()):
         tag = parse_tag(info)
         if tag is not None:
             return tag.barrier, version
@@ -152,9 +158,10 @@ def table_epoch(location: str, *, table: Any = None) -> TableEpoch:
         location: table location (must exist).
         table: an already loaded ``DeltaTable`` of the latest version, to save a load.
 
-    Cost: one snapshot load (unless ``table`` is given) and one log-file read.
+    Cost: one incremental update of the cached latest snapshot (unless ``table`` is given) and
+    one log-file read.
     """
-    dt = table if table is not None else open_table(location)
+    dt = table if table is not None else latest_table(location)
     config = dt.metadata().configuration or {}
     epoch = int(config.get(EPOCH_PROPERTY) or 0)
     base_raw = config.get(EPOCH_BASE_PROPERTY)
@@ -167,18 +174,29 @@ def table_epoch(location: str, *, table: Any = None) -> TableEpoch:
     return TableEpoch(epoch, base)
 
 
-def committed_barrier(location: str, job_id: str, *, table: Any = None) -> int | None:
+def committed_barrier(
+    location: str, job_id: str, *, table: Any = None, epoch: TableEpoch | None = None
+) -> int | None:
     """Return the highest barrier of ``job_id`` committed in the table's current epoch.
 
-    Reads the epoch-scoped txn (``transaction_version``); after a restore to barrier k with no
-    commit since, returns k. ``None`` if nothing is committed or the table does not exist.
-    Cost: one snapshot load (unless ``table`` is given) and one log-file read.
+    Reads the epoch-scoped txn (``transaction_version``, Delta protocol "Transaction
+    Identifiers") of the latest snapshot; after a restore to barrier k with no commit since,
+    returns k. ``None`` if nothing is committed or the table does not exist.
+
+    Args:
+        table: the latest ``DeltaTable`` if the caller has it (default: the cached one,
+            advanced to the newest commit).
+        epoch: ``table_epoch(location, table=table)`` if the caller has it (saves a log read).
+
+    Cost: one incremental update of the cached latest snapshot (unless ``table`` is given) and
+    one log-file read (unless ``epoch`` is given).
     """
     if table is None:
-        if not table_exists(location):
+        table = latest_table_or_none(location)
+        if table is None:
             return None
-        table = open_table(location)
-    epoch = table_epoch(location, table=table)
+    if epoch is None:
+        epoch = table_epoch(location, table=table)
     txn = table.transaction_version(app_id(job_id, epoch.epoch))
     candidates = [b for b in (txn, epoch.base_barrier) if b is not None]
     return max(candidates) if candidates else None
@@ -190,7 +208,7 @@ def is_barrier_committed(location: str, job_id: str, barrier: int) -> bool:
     True iff the epoch-scoped txn version of the job is >= ``barrier`` (barriers are committed
     in order), or ``barrier`` <= the barrier the table was restored to. Txn versions of commits
     undone by a restore are ignored because they belong to the previous epoch's app id.
-    False when the table does not exist. Cost: one snapshot load and one log-file read.
+    False when the table does not exist. Cost: see :func:`committed_barrier`.
     """
     done = committed_barrier(location, job_id)
     return done is not None and barrier <= done
@@ -199,13 +217,14 @@ def is_barrier_committed(location: str, job_id: str, barrier: int) -> bool:
 def root_version(location: str) -> int:
     """Return the latest Delta version of a root table.
 
-    Cost: one snapshot load.
+    Cost: an incremental update of the cached latest snapshot (a full load the first time).
 
     Raises:
         TableNotFoundError: no Delta table at ``location`` (the message names the location).
     """
-    if not table_exists(location):
+    table = latest_table_or_none(location)
+    if table is None:
         raise TableNotFoundError(
             f"root table at {normalize_location(location)!r} does not exist: ingest into it before generating barriers"
         )
-    return open_table(location).version()
+    return table.version()

@@ -16,9 +16,10 @@ from deltalake.exceptions import DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from airflow_provider_tsb.delta.barriers import committed_barrier, table_epoch, version_of_barrier
-from airflow_provider_tsb.delta.conventions import BarrierTag, barrier_commit_properties
-from airflow_provider_tsb.delta.log import normalize_location, open_table, table_exists
+from airflow_provider_tsb.delta.conventions import BarrierTag, barrier_commit_properties, parse_tag
+from airflow_provider_tsb.delta.log import commit_info, normalize_location
 from airflow_provider_tsb.delta.restore import finish_pending_restore
+from airflow_provider_tsb.delta.snapshots import latest_table, latest_table_or_none, latest_version
 
 WriteMode = Literal["append", "overwrite"]
 
@@ -78,7 +79,7 @@ def _existing_version(location: str, tag: BarrierTag) -> CommitOutcome:
     version = version_of_barrier(location, tag.barrier)
     if version is None:
         # committed, then superseded or restored-to (restore base): report the head.
-        version = open_table(location).version()
+        version = latest_version(location)
     return CommitOutcome(version, committed=False)
 
 
@@ -101,7 +102,9 @@ def commit_barrier_files(
       removes every current file and adds these), with an empty ``files`` list still making a
       commit so the barrier is WRITTEN.
 
-    Cost: two snapshot loads, plus a short walk to find the version.
+    Cost: the cached latest snapshot (:func:`~airflow_provider_tsb.delta.snapshots.latest_table`:
+    two ``stat`` calls, or an incremental update), one log-file read for the epoch, the commit,
+    and one log-file read to find the new version.
 
     Raises:
         deltalake.exceptions.CommitFailedError: a concurrent writer conflicted (retry the
@@ -109,7 +112,8 @@ def commit_barrier_files(
     """
     loc = normalize_location(location)
     adds = [f.to_add_action() for f in files]
-    if not table_exists(loc):
+    dt = latest_table_or_none(loc)
+    if dt is None:
         try:
             create_table_with_add_actions(
                 loc,
@@ -123,20 +127,41 @@ def commit_barrier_files(
         except DeltaError as exc:
             if "already exists" not in str(exc):
                 raise
-    finish_pending_restore(loc)
-    dt = open_table(loc)
-    done = committed_barrier(loc, tag.job_id, table=dt)
+        dt = latest_table(loc)
+    state = table_epoch(loc, table=dt)
+    if state.pending:
+        finish_pending_restore(loc)
+        dt = latest_table(loc)
+        state = table_epoch(loc, table=dt)
+    done = committed_barrier(loc, tag.job_id, table=dt, epoch=state)
     if done is not None and tag.barrier <= done:
         return _existing_version(loc, tag)
-    epoch = table_epoch(loc, table=dt).epoch
+    read_version = dt.version()
     dt.create_write_transaction(
         adds,
         mode,
         schema,
         partition_by=list(partition_by) or None,
-        commit_properties=barrier_commit_properties(tag, epoch=epoch),
+        commit_properties=barrier_commit_properties(tag, epoch=state.epoch),
     )
-    version = version_of_barrier(loc, tag.barrier)
+    version = _own_commit_version(loc, read_version, tag)
     if version is None:  # pragma: no cover - the commit above must be visible
         raise RuntimeError(f"barrier {tag.barrier} committed to {loc!r} but not found in its log")
     return CommitOutcome(version, committed=True)
+
+
+def _own_commit_version(location: str, read_version: int, tag: BarrierTag) -> int | None:
+    """The version of the commit just made with ``tag`` on a snapshot at ``read_version``.
+
+    delta-rs does not advance the ``DeltaTable`` it commits through, and the commit lands at
+    ``read_version + 1`` unless concurrent commits came first (then later). The commits after
+    ``read_version`` are read forward until the one carrying this job, barrier and attempt:
+    usually one log-file read. Falls back to the lineage walk of :func:`version_of_barrier`.
+    """
+    version = read_version + 1
+    while (info := commit_info(location, version)) is not None:
+        found = parse_tag(info)
+        if found is not None and (found.job_id, found.barrier, found.attempt) == (tag.job_id, tag.barrier, tag.attempt):
+            return version
+        version += 1
+    return version_of_barrier(location, tag.barrier)

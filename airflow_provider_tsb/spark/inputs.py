@@ -18,7 +18,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, LongType, StringType, StructField, StructType
 
 from airflow_provider_tsb.delta.errors import DeltaLogError, UnsupportedTableFeatureError
-from airflow_provider_tsb.delta.log import join, normalize_location, open_table, read_commit_actions
+from airflow_provider_tsb.delta.log import join, normalize_location, read_commit_actions
+from airflow_provider_tsb.delta.snapshots import Snapshot, snapshot_at
 from airflow_provider_tsb.spark.timing import phase
 
 #: Columns added by :func:`read_changes`.
@@ -30,13 +31,14 @@ DELETE_TYPES = ("delete", "update_preimage")
 
 
 def spark_schema(table: object) -> StructType:
-    """Return the Spark schema of a loaded ``DeltaTable`` (Delta schema JSON is Spark's)."""
-    return StructType.fromJson(json.loads(table.schema().to_json()))  # type: ignore[attr-defined]
+    """Return the Spark schema of a loaded ``DeltaTable`` or a cached
+    :class:`~airflow_provider_tsb.delta.snapshots.Snapshot` (Delta schema JSON is Spark's)."""
+    text = table.schema_json if isinstance(table, Snapshot) else table.schema().to_json()  # type: ignore[attr-defined]
+    return StructType.fromJson(json.loads(text))
 
 
-def _check_supported(table: object, location: str) -> None:
-    protocol = table.protocol()  # type: ignore[attr-defined]
-    features = set(protocol.reader_features or [])
+def _check_supported(table: Snapshot, location: str) -> None:
+    features = set(table.reader_features)
     if "deletionVectors" in features or "columnMapping" in features:
         raise UnsupportedTableFeatureError(
             f"Delta table {location!r} uses reader features {sorted(features)}: deletion vectors and "
@@ -91,7 +93,9 @@ def read_snapshot(
 
     Columns: the table schema (partition columns filled from the partition values). An empty
     table gives an empty DataFrame with that schema. Cost on the driver: one snapshot load
-    (file list and schema); data is read by the executors.
+    (file list and schema) from the per-process snapshot cache
+    (:func:`~airflow_provider_tsb.delta.snapshots.snapshot_at`: free when this version was read
+    before, incremental from an earlier one); data is read by the executors.
 
     Args:
         within: data skipping, ``{column: (min, max)}``: only the files whose Delta statistics
@@ -106,10 +110,10 @@ def read_snapshot(
     """
     loc = normalize_location(location)
     with phase("delta_log"):
-        table = open_table(loc, version)
+        table = snapshot_at(loc, version)
         _check_supported(table, loc)
         schema = spark_schema(table)
-        partition_columns = list(table.metadata().partition_columns)
+        partition_columns = list(table.partition_columns)
         groups: dict[tuple[tuple[str, str | None], ...], list[str]] = defaultdict(list)
         if partition_columns or within:
             for entry in _add_entries(table, stats_of=list(within or {})):
@@ -117,9 +121,9 @@ def read_snapshot(
                     continue
                 groups[_group_key(entry["partitionValues"], partition_columns)].append(join(loc, entry["path"]))
         else:
-            uris = table.file_uris()
-            if uris:
-                groups[()] = list(uris)
+            paths = table.add_actions.column("path").to_pylist() if table.add_actions.num_rows else []
+            if paths:
+                groups[()] = [join(loc, p) for p in paths]
     df = _read_files(spark, schema, partition_columns, groups)
     return df if df is not None else spark.createDataFrame([], schema)
 
@@ -159,7 +163,7 @@ def change_ranges(location: str, from_version: int | None, to_version: int, colu
             added.update(a["add"]["path"] for a in actions if "add" in a and a["add"].get("dataChange", True))
         if not added:
             return {}
-        entries = [e for e in _add_entries(open_table(loc, to_version), stats_of=list(columns)) if e["path"] in added]
+        entries = [e for e in _add_entries(snapshot_at(loc, to_version), stats_of=list(columns)) if e["path"] in added]
     out: dict[str, tuple[Any, Any]] = {}
     for column in columns:
         mins = [e["min"].get(column) for e in entries]
@@ -169,14 +173,12 @@ def change_ranges(location: str, from_version: int | None, to_version: int, colu
     return out
 
 
-def _add_entries(table: object, stats_of: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Active files of a loaded table as ``{"path", "partitionValues", "min", "max"}`` (metadata only).
+def _add_entries(table: Snapshot, stats_of: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Active files of a snapshot as ``{"path", "partitionValues", "min", "max"}`` (metadata only).
 
     ``min``/``max``: ``{column: value}`` of the statistics of ``stats_of`` (``None`` when absent).
     """
-    import pyarrow as pa
-
-    actions = pa.table(table.get_add_actions(flatten=True))  # type: ignore[attr-defined]
+    actions = table.add_actions
     names = set(actions.column_names)
     part_cols = [c for c in actions.column_names if c.startswith("partition.")]
     stat_cols = [f"{k}.{c}" for c in stats_of for k in ("min", "max") if f"{k}.{c}" in names]
@@ -223,10 +225,10 @@ def read_changes(spark: SparkSession, location: str, from_version: int | None, t
     if start > to_version:
         raise ValueError(f"read_changes({loc!r}): from_version {start} > to_version {to_version}")
     with phase("delta_log"):
-        table = open_table(loc, to_version)
+        table = snapshot_at(loc, to_version)
         _check_supported(table, loc)
         schema = spark_schema(table)
-        partition_columns = list(table.metadata().partition_columns)
+        partition_columns = list(table.partition_columns)
         commits = {v: read_commit_actions(loc, v) for v in range(start + 1, to_version + 1)}
     frames: list[DataFrame] = []
     for version in range(start + 1, to_version + 1):

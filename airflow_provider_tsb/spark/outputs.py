@@ -39,13 +39,8 @@ from pyspark.sql.types import StructField, StructType
 from airflow_provider_tsb.delta.barriers import committed_barrier, table_epoch, version_of_barrier
 from airflow_provider_tsb.delta.commit import StagedFile, commit_barrier_files
 from airflow_provider_tsb.delta.conventions import BarrierTag, parse_tag
-from airflow_provider_tsb.delta.log import (
-    commit_info,
-    filesystem,
-    normalize_location,
-    open_table,
-    table_exists,
-)
+from airflow_provider_tsb.delta.log import commit_info, filesystem, normalize_location
+from airflow_provider_tsb.delta.snapshots import latest_table_or_none
 from airflow_provider_tsb.delta.stats import footer_stats
 from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema
 from airflow_provider_tsb.spark.killpoints import crash_point, crash_point_during
@@ -222,11 +217,11 @@ def write_barrier(
         raise ValueError(f"unknown sink mode {mode!r} for {table}: use append, overwrite or merge")
     loc = normalize_location(location)
     with phase("delta_log"):
-        exists = table_exists(loc)
-        dt = open_table(loc) if exists else None
-        epoch = table_epoch(loc, table=dt).epoch if dt is not None else 0
+        dt = latest_table_or_none(loc)  # cached, advanced to the newest commit on disk
+        state = table_epoch(loc, table=dt) if dt is not None else None
+        epoch = state.epoch if state is not None else 0
         # (a) exactly-once on replay
-        done = committed_barrier(loc, job_id, table=dt) if dt is not None else None
+        done = committed_barrier(loc, job_id, table=dt, epoch=state) if dt is not None else None
     if done is not None and barrier <= done:
         with phase("delta_log"):
             removed = remove_orphan_attempts(loc, job_id, epoch, barrier, _committed_attempt(loc, barrier))
