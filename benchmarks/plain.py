@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from airflow_provider_tsb.delta.log import table_exists  # noqa: E402
+from airflow_provider_tsb.delta.snapshots import latest_table_or_none  # noqa: E402
 from airflow_provider_tsb.spark.app import BarrierContext, TsbApp  # noqa: E402
 from airflow_provider_tsb.spark.catalog import BarrierPlan  # noqa: E402
 from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema  # noqa: E402
@@ -61,8 +62,13 @@ class PlainContext(BarrierContext):
 
 
 def plain_write(spark, df, location, mode, keys, max_files, barrier) -> None:
-    """Spark writes Parquet, delta-rs commits: no txn, no tags, no reports, no cleanup."""
-    existing = DeltaTable(location) if table_exists(location) else None
+    """Spark writes Parquet, delta-rs commits: no txn, no tags, no reports, no cleanup.
+
+    The sink's latest snapshot comes from the same per-process cache as tsb's write path
+    (``delta.snapshots.latest_table``), so the baseline does not pay a full log load that tsb
+    does not pay.
+    """
+    existing = latest_table_or_none(location)
     if existing is not None:
         schema = spark_schema(existing)
         if mode == "merge":
