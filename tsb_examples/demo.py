@@ -93,12 +93,14 @@ def check_barrier(store: Any, barrier: int) -> tuple[int, dict[str, bool]]:
     """
     from deltalake import DeltaTable
 
+    from airflow_provider_tsb.version_reads import scan_to_arrow
+
     res = store.resolve(TABLES, as_of=barrier)
     read = {t: DeltaTable(tv.location, version=tv.version) for t, tv in res.tables.items()}
     counts = {t: sum(a["num_records"] for a in _adds(d)) for t, d in read.items()}
 
     def total(table: str) -> int:
-        column = read[table].to_pyarrow_table(columns=["flights"]).column("flights").to_pylist()
+        column = scan_to_arrow(read[table], ["flights"]).column("flights").to_pylist()
         return sum(v or 0 for v in column)
 
     flights = counts["tsb.raw.flights"]
