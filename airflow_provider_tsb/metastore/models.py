@@ -92,6 +92,9 @@ class JobRow(Base):
     #: barrier the job is working on or last finished
     current_barrier: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: fencing token of the job's newest attempt (bumped when a run starts): PROCESSED and
+    #: WRITTEN reports carrying an older token come from a zombie and are refused
+    fencing_token: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class JobSourceRow(Base):
@@ -171,6 +174,25 @@ class TableBarrierRow(Base):
     manifest: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     #: Delta versions of the inputs read for this barrier, {table name: version}
     inputs: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class WithdrawnStagingRow(Base):
+    """A staged attempt directory whose PROCESSED manifest is no longer served.
+
+    Written when a manifest is replaced (a rerun's PROCESSED), cleared (WRITTEN, a failure) or
+    rolled back. READ_COMMITTED readers may still hold the withdrawn manifest, so the files are
+    deleted only after the staging grace period and while no lease taken before the withdrawal
+    pins the table (docs/design.md "Staged files: withdrawal before deletion").
+    """
+
+    __tablename__ = "tsb_withdrawn_staging"
+
+    table_id: Mapped[int] = mapped_column(ForeignKey("tsb_table.id"), primary_key=True)
+    #: attempt directory, relative to the table root (``tsb_staging/<job>/<epoch>/<barrier>/<attempt>``)
+    path: Mapped[str] = mapped_column(String(700), primary_key=True)
+    barrier_id: Mapped[int] = mapped_column(BigInteger)
+    job_id: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    withdrawn_at_ms: Mapped[int] = mapped_column(BigInteger, index=True)
 
 
 class JobBarrierRow(Base):
