@@ -4,10 +4,8 @@
   WRITTEN barriers of a table, nor by any version pinned by a live reader lease (FLIP-276
   "MetaService": snapshots in use). It uses Delta's ``vacuum`` with ``keep_versions``
   (delta-rs), so the kept versions stay readable by time travel.
-* :meth:`TsbMaintenanceHook.rollback` restores a table and every table downstream of it to
-  barrier k (Delta ``RESTORE`` through delta-rs, bumping the table's ``tsb.epoch`` so that txn
-  versions of undone commits do not mark barriers k+1.. as done) and forgets their states above
-  k in the metastore; the jobs then reprocess k+1.. on their next run.
+* :meth:`TsbMaintenanceHook.rollback` rolls a table and every table downstream of it back to
+  barrier k: see :mod:`airflow_provider_tsb.revision`.
 
 :class:`~airflow_provider_tsb.operators.maintenance.TsbSnapshotExpiryOperator` and
 :class:`~airflow_provider_tsb.operators.maintenance.TsbRollbackOperator` call this hook.
@@ -17,12 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import networkx as nx
 from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.metastore.store import BarrierState, MetaStore
-from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.topology import Topology
 
 
@@ -60,15 +56,6 @@ def expire_snapshots(store: MetaStore, table: str, keep_barriers: int, *, dry_ru
     return {"table": info.name, "kept_versions": sorted(keep), "removed_files": len(removed)}
 
 
-def downstream_tables(topology: Topology, table: str) -> list[str]:
-    """``table`` and every table computed from it, upstream first (topological order)."""
-    graph = topology.graph
-    start = f"table:{normalize_table_name(table)}"
-    reach = nx.descendants(graph, start) | {start}
-    order = [n for n in nx.topological_sort(graph) if n in reach and n.startswith("table:")]
-    return [n.split(":", 1)[1] for n in order]
-
-
 class TsbMaintenanceHook(BaseHook):
     """Snapshot expiry and rollback over the tables of ``topology`` (see module doc).
 
@@ -103,28 +90,8 @@ class TsbMaintenanceHook(BaseHook):
         return results
 
     def rollback(self, table: str, barrier: int) -> dict[str, int]:
-        """Restore intermediate ``table`` and every intermediate table downstream of it to ``barrier``.
+        """Roll ``table`` and its downstream tables back to ``barrier``: see
+        :func:`airflow_provider_tsb.revision.rollback`."""
+        from airflow_provider_tsb.revision import rollback
 
-        Returns ``{table: restored Delta version}``.
-
-        Raises:
-            ValueError: ``table`` is not an intermediate table of the topology (root tables are
-                written from outside and cannot be rolled back).
-            BarrierNotInTableError: a table holds no version of ``barrier``.
-        """
-        from airflow_provider_tsb.delta.restore import restore_to_barrier
-
-        name = normalize_table_name(table)
-        if self.topology.tables.get(name) is None or self.topology.tables[name].kind == "root":
-            raise ValueError(f"{name!r} is not an intermediate table of topology "
-                             f"{self.topology.name!r}; only tables written by jobs can be rolled back")
-        store = self.get_conn()
-        restored: dict[str, int] = {}
-        for downstream in downstream_tables(self.topology, name):
-            if self.topology.tables[downstream].kind != "intermediate":
-                continue
-            result = restore_to_barrier(self.topology.location(downstream), barrier)
-            store.rollback_table(downstream, barrier)
-            restored[downstream] = result.target_version
-            self.log.info("restored %s to barrier %s: %s", downstream, barrier, result)
-        return restored
+        return rollback(self.get_conn(), self.topology, table, barrier)
