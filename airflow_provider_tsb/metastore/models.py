@@ -220,7 +220,11 @@ class LeaseRow(Base):
 
 
 class LeaseVersionRow(Base):
-    """One (table, Delta version) pinned by a lease."""
+    """The Delta versions ``[from_version, version]`` of one table pinned by a lease.
+
+    A reader's lease pins one version (``from_version`` is None); a running job's input lease
+    pins the range its epoch reads (the previous barrier's version through this barrier's).
+    """
 
     __tablename__ = "tsb_lease_version"
     __table_args__ = (Index("ix_tsb_lease_version_table", "table_id", "version"),)
@@ -228,3 +232,27 @@ class LeaseVersionRow(Base):
     lease_id: Mapped[str] = mapped_column(ForeignKey("tsb_lease.id", ondelete="CASCADE"), primary_key=True)
     table_id: Mapped[int] = mapped_column(ForeignKey("tsb_table.id"), primary_key=True)
     version: Mapped[int] = mapped_column(BigInteger)
+    #: first version of a pinned range (None: only ``version``)
+    from_version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class TableExpiryRow(Base):
+    """What snapshot expiry has expired in one table (docs/design.md "Snapshot expiry").
+
+    A Delta version ``v`` is expired when ``v < horizon`` and ``v`` is in none of the ``kept``
+    ranges. Expiry writes this row (under the table row's lock, in the transaction that reads
+    the live leases) before it vacuums; lease creation and resolution read it under the same
+    lock and refuse expired versions. Expired versions never come back: each expiry keeps a
+    subset of what the previous one kept.
+    """
+
+    __tablename__ = "tsb_table_expiry"
+
+    table_id: Mapped[int] = mapped_column(ForeignKey("tsb_table.id"), primary_key=True)
+    #: versions at or above it are not expired
+    horizon: Mapped[int] = mapped_column(BigInteger)
+    #: ``[[from, to], ...]``: sorted, disjoint version ranges below ``horizon`` that are kept
+    kept: Mapped[list[list[int]]] = mapped_column(JSON)
+    #: the retention of the last expiry: newest WRITTEN barriers kept
+    keep_barriers: Mapped[int] = mapped_column(Integer)
+    expired_at_ms: Mapped[int] = mapped_column(BigInteger)
