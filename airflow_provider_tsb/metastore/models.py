@@ -256,3 +256,45 @@ class TableExpiryRow(Base):
     #: the retention of the last expiry: newest WRITTEN barriers kept
     keep_barriers: Mapped[int] = mapped_column(Integer)
     expired_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class RevisionRow(Base):
+    """A revision (rollback) of tables of a topology to a barrier, recorded as a plan before any
+    table is touched (docs/design.md "Revision"); ``status`` is ``pending`` until every table of
+    the plan is restored, then ``done``."""
+
+    __tablename__ = "tsb_revision"
+    __table_args__ = (Index("ix_tsb_revision_topology_status", "topology", "status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    topology: Mapped[str] = mapped_column(ForeignKey("tsb_topology.name"))
+    #: the table the revision was asked for (its downstream tables are in the plan too)
+    table_name: Mapped[str] = mapped_column(String(400))
+    #: the barrier the tables go back to; 0 = reprocess: the tables are emptied
+    barrier_id: Mapped[int] = mapped_column(BigInteger)
+    reprocess: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    #: ``pending`` | ``done``
+    status: Mapped[str] = mapped_column(String(20))
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    finished_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: the last error of a run that did not finish (kept until the revision is done)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class RevisionTableRow(Base):
+    """One table of a revision plan, with the step it is at (``pending`` | ``done``)."""
+
+    __tablename__ = "tsb_revision_table"
+
+    revision_id: Mapped[int] = mapped_column(ForeignKey("tsb_revision.id", ondelete="CASCADE"), primary_key=True)
+    table_id: Mapped[int] = mapped_column(ForeignKey("tsb_table.id"), primary_key=True, index=True)
+    #: upstream first: the order the tables are restored in
+    position: Mapped[int] = mapped_column(Integer)
+    #: the Delta version tagged with the barrier when the plan was made (None: reprocess)
+    target_version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: the job writing the table, and its streaming checkpoint directory (reset by the revision)
+    job_id: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    checkpoint: Mapped[str | None] = mapped_column(Text, nullable=True)
+    status: Mapped[str] = mapped_column(String(20))
+    #: the table's latest Delta version after its restore (or truncation)
+    restored_version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
