@@ -2,7 +2,8 @@
 
 The *current lineage* of a table is the chain of versions whose data the latest version
 descends from: walking back from the latest version, a ``RESTORE`` commit to version ``t``
-jumps to ``t`` (the versions between ``t`` and the restore were undone). Barrier ids grow
+jumps to ``t`` (the versions between ``t`` and the restore were undone), and a truncation
+(``tsb.truncate``, a reprocess from barrier 1) is where it begins. Barrier ids grow
 along a lineage, so walks stop as soon as they pass the barrier asked for.
 
 Costs are given per function; "walk" means one small log-file read per commit visited
@@ -20,6 +21,7 @@ from airflow_provider_tsb.delta.conventions import (
     EPOCH_PROPERTY,
     RESTORE_BARRIER_KEY,
     RESTORE_NEXT_EPOCH_KEY,
+    TRUNCATE_KEY,
     app_id,
     parse_tag,
 )
@@ -68,6 +70,8 @@ def iter_lineage(location: str, start: int | None = None) -> Iterator[tuple[int,
                 "(cleaned up?): cannot walk the lineage further back"
             )
         yield version, info
+        if info.get(TRUNCATE_KEY):
+            return
         if info.get("operation") == "RESTORE":
             params = info.get("operationParameters") or {}
             target = params.get("version")
@@ -167,10 +171,11 @@ def table_epoch(location: str, *, table: Any = None) -> TableEpoch:
     base_raw = config.get(EPOCH_BASE_PROPERTY)
     base = int(base_raw) if base_raw not in (None, "") else None
     latest = commit_info(location, dt.version()) or {}
-    if latest.get("operation") == "RESTORE" and RESTORE_NEXT_EPOCH_KEY in latest:
+    if (latest.get("operation") == "RESTORE" or latest.get(TRUNCATE_KEY)) and RESTORE_NEXT_EPOCH_KEY in latest:
         next_epoch = int(latest[RESTORE_NEXT_EPOCH_KEY])
         if next_epoch > epoch:
-            return TableEpoch(next_epoch, int(latest[RESTORE_BARRIER_KEY]), pending=True)
+            restored_to = latest.get(RESTORE_BARRIER_KEY)
+            return TableEpoch(next_epoch, int(restored_to) if restored_to else None, pending=True)
     return TableEpoch(epoch, base)
 
 

@@ -44,6 +44,10 @@ RESTORE_VERSION_KEY = "tsb.restore.version"
 RESTORE_NEXT_EPOCH_KEY = "tsb.restore.next_epoch"
 #: Commit metadata of the epoch-bump commit that follows a restore.
 EPOCH_REASON_KEY = "tsb.epoch.reason"
+#: Commit metadata of a truncation by ``truncate_table`` (a reprocess from barrier 1): the commit
+#: removes every file and starts a new lineage (walks stop at it); it also carries
+#: ``tsb.restore.next_epoch`` and is followed by an epoch-bump commit, like a restore.
+TRUNCATE_KEY = "tsb.truncate"
 
 APP_ID_PREFIX = "tsb:"
 

@@ -1,4 +1,5 @@
-"""Restore a table to a barrier and bump its epoch (restore-safe app ids)."""
+"""Restore a table to a barrier, or empty it for a reprocess, and bump its epoch (restore-safe
+app ids): the Delta side of a revision (:mod:`airflow_provider_tsb.revision`)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from airflow_provider_tsb.delta.conventions import (
     RESTORE_BARRIER_KEY,
     RESTORE_NEXT_EPOCH_KEY,
     RESTORE_VERSION_KEY,
+    TRUNCATE_KEY,
 )
 from airflow_provider_tsb.delta.errors import BarrierNotInTableError
 from airflow_provider_tsb.delta.log import commit_info, normalize_location, open_table
+from airflow_provider_tsb.delta.snapshots import latest_table
 
 _METADATA_ONLY_OPERATIONS = frozenset({"RESTORE", "SET TBLPROPERTIES"})
 
@@ -49,14 +52,14 @@ def finish_pending_restore(location: str) -> bool:
     state = table_epoch(location, table=dt)
     if not state.pending:
         return False
+    base = "" if state.base_barrier is None else str(state.base_barrier)
+    reason = "truncate (reprocess from barrier 1)" if state.base_barrier is None else (
+        f"restore to barrier {state.base_barrier}")
     dt.alter.set_table_properties(
-        {EPOCH_PROPERTY: str(state.epoch), EPOCH_BASE_PROPERTY: str(state.base_barrier)},
+        {EPOCH_PROPERTY: str(state.epoch), EPOCH_BASE_PROPERTY: base},
         raise_if_not_exists=False,
         commit_properties=CommitProperties(
-            custom_metadata={
-                EPOCH_PROPERTY: str(state.epoch),
-                EPOCH_REASON_KEY: f"restore to barrier {state.base_barrier}",
-            }
+            custom_metadata={EPOCH_PROPERTY: str(state.epoch), EPOCH_REASON_KEY: reason}
         ),
     )
     return True
@@ -114,3 +117,42 @@ def restore_to_barrier(location: str, barrier: int) -> RestoreResult:
     finish_pending_restore(loc)
     dt = open_table(loc)
     return RestoreResult(barrier, target, dt.version(), next_epoch, True)
+
+
+def truncate_table(location: str) -> RestoreResult:
+    """Empty the table for a reprocess from barrier 1, and bump ``tsb.epoch``.
+
+    Two commits, like :func:`restore_to_barrier`: an ``overwrite`` that removes every file
+    (commit metadata ``tsb.truncate``, ``tsb.restore.next_epoch``; the schema and partitioning
+    stay), then the epoch bump with no base barrier. The truncation starts a new lineage
+    (:func:`~airflow_provider_tsb.delta.barriers.iter_lineage` stops at it), so the table holds no
+    barrier and the job processes every barrier again, from barrier 1, under a fresh txn app id.
+    Idempotent: a table with no barrier in its lineage is only finished (a crash between the two
+    commits), not truncated again. Data files stay for time travel until vacuum.
+
+    Returns:
+        :class:`RestoreResult` with ``barrier`` 0 and ``target_version`` the truncation commit.
+
+    Raises:
+        TableNotFoundError: no table at ``location``.
+    """
+    loc = normalize_location(location)
+    dt = open_table(loc)
+    if latest_written_barrier(loc) is None:
+        finish_pending_restore(loc)
+        dt = open_table(loc)
+        return RestoreResult(0, dt.version(), dt.version(), table_epoch(loc, table=dt).epoch, False)
+    next_epoch = table_epoch(loc, table=dt).epoch + 1
+    dt.create_write_transaction(
+        [],
+        "overwrite",
+        dt.schema(),
+        partition_by=list(dt.metadata().partition_columns) or None,
+        commit_properties=CommitProperties(
+            custom_metadata={TRUNCATE_KEY: "true", RESTORE_NEXT_EPOCH_KEY: str(next_epoch)}
+        ),
+    )
+    truncated = latest_table(loc).version()
+    finish_pending_restore(loc)
+    dt = open_table(loc)
+    return RestoreResult(0, truncated, dt.version(), next_epoch, True)

@@ -89,9 +89,10 @@ class TsbMaintenanceHook(BaseHook):
             results.append(result)
         return results
 
-    def rollback(self, table: str, barrier: int) -> dict[str, int]:
-        """Roll ``table`` and its downstream tables back to ``barrier``: see
-        :func:`airflow_provider_tsb.revision.rollback`."""
-        from airflow_provider_tsb.revision import rollback
+    def rollback(self, table: str, barrier: int, *, reprocess: bool = False) -> dict[str, object]:
+        """Roll ``table`` and its downstream tables back to ``barrier`` (or reprocess them from
+        barrier 1), finishing a pending plan of the same revision first: see
+        :func:`airflow_provider_tsb.revision.revise`. Returns its result's ``to_xcom()``."""
+        from airflow_provider_tsb.revision import revise
 
-        return rollback(self.get_conn(), self.topology, table, barrier)
+        return revise(self.get_conn(), self.topology, table, barrier, reprocess=reprocess).to_xcom()

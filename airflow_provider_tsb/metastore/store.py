@@ -16,7 +16,8 @@ facade over one module per FLIP-276 concept:
   Type" with monotonic reads and leases;
 * :mod:`.leases`: Delta versions pinned for readers;
 * :mod:`.job_runs`: job heartbeats and per-barrier timings;
-* :mod:`.delays`: the delay view.
+* :mod:`.delays`: the delay view;
+* :mod:`.revisions`: revision plans (rollbacks recorded before any table is touched).
 
 Records and enums are in :mod:`.records`. All times are epoch milliseconds (UTC); versions are
 Delta table versions; barrier ids are integers strictly increasing per topology.
@@ -49,6 +50,7 @@ from airflow_provider_tsb.metastore.records import (
     now_ms,
 )
 from airflow_provider_tsb.metastore.resolution import ResolutionManager
+from airflow_provider_tsb.metastore.revisions import RevisionManager
 
 __all__ = [
     "LATEST", "BarrierDelays", "BarrierInfo", "BarrierState", "CommitState", "JobBarrierTiming", "JobDelay",
@@ -57,7 +59,7 @@ __all__ = [
 ]
 
 
-class MetaStore(ResolutionManager, BarrierManager, JobRunManager, DelayManager):
+class MetaStore(ResolutionManager, BarrierManager, JobRunManager, DelayManager, RevisionManager):
     """The metastore API (see module docstring).
 
     Args:

@@ -3,9 +3,10 @@
 * :class:`TsbSnapshotExpiryOperator` removes data files no longer needed by the newest
   ``keep_barriers`` barriers of each table, nor by any version pinned by a live reader lease
   (FLIP-276 "MetaService": snapshots in use).
-* :class:`TsbRollbackOperator` restores a table and every table downstream of it to barrier k
-  and forgets their states above k in the metastore; the jobs then reprocess k+1.. on their
-  next run.
+* :class:`TsbRollbackOperator` rolls a table and every table downstream of it back to barrier k
+  (or empties them for a reprocess from barrier 1) as a revision recorded in the metastore
+  before any table is touched, resumable by the task's retry
+  (:mod:`airflow_provider_tsb.revision`); the jobs then reprocess k+1.. on their next run.
 
 Both hold parameters and templating; the logic is
 :class:`~airflow_provider_tsb.hooks.maintenance.TsbMaintenanceHook`'s.
@@ -48,33 +49,52 @@ class TsbSnapshotExpiryOperator(BaseOperator):
 
 
 class TsbRollbackOperator(BaseOperator):
-    """Restore ``table`` and everything downstream of it to ``barrier`` (a revision).
+    """Roll ``table`` and everything downstream of it back to ``barrier`` (a revision), or
+    reprocess them from barrier 1 (see :mod:`airflow_provider_tsb.revision`).
+
+    The revision is recorded as a plan before any table is touched; a failure leaves it pending
+    and the task's retry (or ``tsb rollback TABLE --resume``) finishes it. While it is pending
+    the jobs writing its tables are refused; their streaming checkpoints are reset.
 
     :param topology: the topology.
     :param table: an intermediate table (templated).
     :param barrier: the barrier to go back to (templated); must be WRITTEN in the tables.
+        Ignored with ``reprocess``.
+    :param reprocess: empty the tables so the jobs process every barrier again from barrier 1.
     :param tsb_conn_id: metastore connection.
 
-    Returns (XCom) ``{table: restored Delta version}``. Raises ``ValueError`` for a root table
-    (root tables are written from outside).
+    Returns (XCom) ``{"revision", "barrier", "tables": {table: Delta version}, "checkpoints",
+    "resumed"}``. Raises ``ValueError`` for a root table (root tables are written from outside)
+    or a barrier that is not an integer >= 1.
     """
 
     template_fields = ("table", "barrier")
 
     def __init__(
-        self, *, topology: Topology, table: str, barrier: int | str, tsb_conn_id: str = "tsb_default", **kwargs: Any
+        self,
+        *,
+        topology: Topology,
+        table: str,
+        barrier: int | str = 0,
+        reprocess: bool = False,
+        tsb_conn_id: str = "tsb_default",
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.topology = topology
         self.table = table
         self.barrier = barrier
+        self.reprocess = reprocess
         self.tsb_conn_id = tsb_conn_id
 
-    def execute(self, context: Any) -> dict[str, int]:
+    def execute(self, context: Any) -> dict[str, Any]:
         """Roll the table and its downstream tables back to the rendered barrier."""
-        barrier = int(self.barrier)
+        try:
+            barrier = int(self.barrier)
+        except (TypeError, ValueError):
+            raise ValueError(f"{self.task_id}: barrier must be an integer >= 1, got {self.barrier!r}") from None
         hook = TsbMaintenanceHook(self.topology, tsb_conn_id=self.tsb_conn_id)
         try:
-            return hook.rollback(self.table, barrier)
+            return hook.rollback(self.table, barrier, reprocess=self.reprocess)
         except ValueError as exc:
             raise ValueError(f"{self.task_id}: {exc}") from exc

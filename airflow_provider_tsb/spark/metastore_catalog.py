@@ -93,9 +93,11 @@ class MetastoreCatalog:
             UnknownJobError: the job is not registered.
             UnknownBarrierError: ``after`` is not WRITTEN in all inputs (inputs were restored
                 without their downstream sinks).
+            RevisionPendingError: a revision over the job's sinks is pending (finish it first).
         """
         with phase("metastore"):
             topology = self._topology_of(job_id)
+            self.store.check_no_pending_revision(job_id)
         names = {name: normalize_table_name(name) for name in sources}
         page = min(limit, PLAN_PAGE) if limit is not None else PLAN_PAGE
         with phase("metastore"):
