@@ -1,0 +1,106 @@
+"""Revision plans on SQLite and PostgreSQL (issue 12 item 7), over real Delta tables (delta-rs).
+
+The plan is recorded, and the states above the barrier forgotten, in one transaction before any
+table is touched; a crash right after it (the plan made, no table restored) is finished by
+``resume_revision``; jobs of the plan's tables are refused while it is pending; bad requests are
+refused before anything is recorded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_provider_tsb.delta.barriers import latest_written_barrier, table_epoch
+from airflow_provider_tsb.delta.conventions import BarrierTag, barrier_commit_properties
+from airflow_provider_tsb.delta.errors import BarrierNotInTableError
+from airflow_provider_tsb.delta.roots import append_words
+from airflow_provider_tsb.metastore.revisions import RevisionPendingError
+from airflow_provider_tsb.revision import (
+    checkpoint_location,
+    plan_revision,
+    resume_revision,
+    revise,
+    revision_tables,
+)
+from tests.support.orchestration import wordcount_topology
+
+WORDS, WC, CC = "tsb.raw.words", "tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"
+JOBS = {WC: "wordcount_words", CC: "wordcount_counts"}
+
+
+def three_barriers(store, tmp_path: Path):
+    """The wordcount topology with barriers 1..3 WRITTEN in both sinks (one row per barrier)."""
+    topo = wordcount_topology(str(tmp_path / "warehouse"))
+    store.register_topology(topo)
+    for b in (1, 2, 3):
+        store.create_barrier("wordcount", {WORDS: append_words(topo.location("raw.words"), [f"w{b}"])})
+        for table, job in JOBS.items():
+            location = topo.location(table)
+            write_deltalake(location, pa.table({"b": [b]}), mode="append",
+                            commit_properties=barrier_commit_properties(BarrierTag(b, job), epoch=0))
+            store.record_written(table, b, DeltaTable(location).version(), job)
+    for job in JOBS.values():
+        Path(checkpoint_location(topo, job), "offsets").mkdir(parents=True)
+    return topo
+
+
+def test_plan_first_then_resume_after_a_crash(store, tmp_path: Path) -> None:
+    topo = three_barriers(store, tmp_path)
+    assert revision_tables(topo, "wordcount.word_count") == [WC, CC]
+    assert store.resolve([WC, CC]).barrier == 3
+
+    plan = plan_revision(store, topo, "wordcount.word_count", 1)  # and the process dies here
+    assert plan.pending and [(t.table, t.status, t.job_id) for t in plan.tables] == [
+        (WC, "pending", "wordcount_words"), (CC, "pending", "wordcount_counts")]
+    assert [t.target_version for t in plan.tables] == [store.version_at(WC, 1), store.version_at(CC, 1)]
+    # one transaction: every table of the plan already answers barrier 1, no table was touched yet
+    assert store.resolve([WC, CC]).barrier == 1 and store.resolve([CC]).barrier == 1
+    assert [latest_written_barrier(topo.location(t))[0] for t in (WC, CC)] == [3, 3]
+    for job in JOBS.values():
+        with pytest.raises(RevisionPendingError, match=f"job '{job}' cannot run: revision {plan.id} "):
+            store.check_no_pending_revision(job)
+    store.check_no_pending_revision("some_other_job")
+    # a retry of the same revision gets the same plan; another revision over these tables is refused
+    assert plan_revision(store, topo, "wordcount.word_count", 1).id == plan.id
+    with pytest.raises(RevisionPendingError, match="is pending over some of the same tables"):
+        plan_revision(store, topo, "wordcount.count_of_counts", 2)
+
+    result = resume_revision(store, topo)
+    assert result.revision == plan.id and result.resumed is False and result.barrier == 1
+    assert result.tables == {WC: plan.tables[0].target_version, CC: plan.tables[1].target_version}
+    assert sorted(result.checkpoints) == sorted(checkpoint_location(topo, j) for j in JOBS.values())
+    assert not any(Path(c).exists() for c in result.checkpoints)
+    done = store.revision(plan.id)
+    assert done.status == "done" and done.finished_at_ms and {t.status for t in done.tables} == {"done"}
+    for table in (WC, CC):
+        location = topo.location(table)
+        assert latest_written_barrier(location)[0] == 1
+        assert DeltaTable(location).to_pyarrow_table().column("b").to_pylist() == [1]
+        assert table_epoch(location).epoch == 1
+    store.check_no_pending_revision("wordcount_words")
+    with pytest.raises(RevisionPendingError, match="no pending revision of topology 'wordcount'"):
+        resume_revision(store, topo)
+    # running it again is harmless: nothing above barrier 1 to forget, the tables already hold it
+    again = revise(store, topo, "wordcount.word_count", 1)
+    assert again.revision != plan.id and again.tables == result.tables
+
+
+def test_reprocess_and_refusals(store, tmp_path: Path) -> None:
+    topo = three_barriers(store, tmp_path)
+    with pytest.raises(ValueError, match="'tsb.raw.words' is not an intermediate table of topology 'wordcount'"):
+        revise(store, topo, "raw.words", 1)
+    with pytest.raises(BarrierNotInTableError, match="table tsb.wordcount.word_count .* holds no version of it"):
+        revise(store, topo, "wordcount.word_count", 7)
+    assert store.pending_revision("wordcount") is None and store.resolve([WC, CC]).barrier == 3
+
+    result = revise(store, topo, "wordcount.count_of_counts", 0, reprocess=True)
+    assert list(result.tables) == [CC] and result.barrier == 0
+    assert store.newest_written(CC) is None and store.newest_written(WC).barrier == 3
+    assert DeltaTable(topo.location(CC)).to_pyarrow_table().num_rows == 0
+    assert latest_written_barrier(topo.location(CC)) is None
+    assert latest_written_barrier(topo.location(WC))[0] == 3
+    assert store.revisions("wordcount")[0].reprocess is True
