@@ -21,13 +21,15 @@ from tests.support.pg import PostgresServer, start_postgres
 pytest_plugins = ["tests.support.airflow_fixtures"]
 
 #: markers of the tiers heavier than ``unit``
-HEAVY_MARKERS = ("spark", "postgres", "airflow", "browser", "e2e", "slow")
+HEAVY_MARKERS = ("spark", "postgres", "airflow", "browser", "e2e", "slow", "cluster")
 #: fixture -> markers of the tests that use it (directly or through another fixture)
 FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "spark": ("spark",),
     "postgres": ("postgres",),
     "airflow_server": ("airflow",),
     "browser": ("browser",),
+    "spark_cluster": ("cluster", "spark"),
+    "bare_python": ("cluster", "slow"),
 }
 
 

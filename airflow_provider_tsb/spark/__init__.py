@@ -9,24 +9,56 @@
   :mod:`.cli` (``run_app``); :mod:`.streaming` - streaming mode;
 * :mod:`.metastore_catalog` - the production catalog on the tsb metastore;
 * :mod:`.killpoints` - a test facility: named crash points for exactly-once tests, inert
-  unless ``TSB_KILL_AT`` is set.
+  unless ``TSB_KILL_AT`` is set;
+* :mod:`.barrier_source` - the ``tsb`` streaming source (its ``read()`` runs on executors);
+  :mod:`.packaging` - the ``--py-files`` zip that ships the package to executors.
+
+The names below are imported on first use: importing this package imports nothing else.
 """
 
-from airflow_provider_tsb.spark.catalog import (
-    BarrierCatalog,
-    BarrierPlan,
-    PlanFile,
-    PlanFileCatalog,
-    open_catalog,
-    read_report,
-    register_catalog_kind,
-)
-from airflow_provider_tsb.spark.cli import run_app
-from airflow_provider_tsb.spark.inputs import change_sign, read_changes, read_snapshot
-from airflow_provider_tsb.spark.model import BarrierContext, Sink, TsbApp
-from airflow_provider_tsb.spark.outputs import WriteResult, write_barrier
-from airflow_provider_tsb.spark.runner import run_barrier, run_batch
-from airflow_provider_tsb.spark.session import get_spark
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: public name -> module that defines it; imported on first use (PEP 562), so that importing a
+#: submodule (an executor unpickling the streaming source imports ``.barrier_source``) does not
+#: import delta-rs, SQLAlchemy or the rest of the data plane
+_EXPORTS: dict[str, str] = {
+    "BarrierCatalog": "catalog",
+    "BarrierPlan": "catalog",
+    "PlanFile": "catalog",
+    "PlanFileCatalog": "catalog",
+    "open_catalog": "catalog",
+    "read_report": "catalog",
+    "register_catalog_kind": "catalog",
+    "run_app": "cli",
+    "change_sign": "inputs",
+    "read_changes": "inputs",
+    "read_snapshot": "inputs",
+    "BarrierContext": "model",
+    "Sink": "model",
+    "TsbApp": "model",
+    "WriteResult": "outputs",
+    "write_barrier": "outputs",
+    "run_barrier": "runner",
+    "run_batch": "runner",
+    "get_spark": "session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __all__ = [
     "BarrierCatalog",

@@ -8,8 +8,10 @@ exactly-once commit protocol. The checkpoint's offset log maps micro-batch -> ba
 restarted query replays the same barriers (whose commits the txn check then discards).
 After restoring the sinks to an earlier barrier, delete the checkpoint.
 
-The source runs in a Spark Python worker, so it re-opens the catalog from its spec
-(:func:`airflow_provider_tsb.spark.catalog.open_catalog`, which imports every built-in kind).
+The source (:mod:`airflow_provider_tsb.spark.barrier_source`) runs in Spark Python workers: its
+offsets in one the driver starts, which re-opens the catalog from its spec
+(:func:`airflow_provider_tsb.spark.catalog.open_catalog`, which imports every built-in kind); its
+``read()`` on executors, which import only that module (see its doc).
 
 End of input (FLIP-147): a barrier generated with ``final=True`` is the last one of a bounded
 input. The source offers nothing after it, and :func:`run_streaming` stops once it is committed
@@ -25,134 +27,22 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan, open_catalog
+from airflow_provider_tsb.spark.barrier_source import (  # noqa: F401 - re-exported
+    SOURCE_SCHEMA,
+    BarrierPartition,
+    TsbDataSource,
+    TsbStreamReader,
+)
+from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.model import TsbApp
 from airflow_provider_tsb.spark.runner import report_written_heads, run_barrier, sinks_base_barrier
 
 log = logging.getLogger("airflow_provider_tsb.spark")
-SOURCE_SCHEMA = "barrier long, plan string"
-
-
-class BarrierPartition(InputPartition):
-    """One micro-batch's only partition: the serialized :class:`BarrierPlan`."""
-
-    def __init__(self, plan_json: str) -> None:
-        super().__init__(plan_json)
-        self.plan_json = plan_json
-
-
-class TsbStreamReader(DataSourceStreamReader):
-    """Offsets are ``{"barrier": n}`` (``-1`` before the first barrier); one barrier per batch.
-
-    Options: ``catalog`` (JSON catalog spec), ``job_id``, ``sources`` (JSON
-    ``{table: location}``), ``start_after`` (barrier the sinks are at, ``-1`` for none),
-    optional ``until_barrier`` and ``max_barriers`` (the reader never offers a barrier past
-    them, so a stopping query never starts a barrier it will not finish), and
-    ``final_since_ms`` (nothing is offered after a final barrier generated since then; empty:
-    after any final barrier).
-    """
-
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.catalog_spec = json.loads(options["catalog"])
-        self._catalog: BarrierCatalog | None = None
-        self.job_id = options["job_id"]
-        self.sources = json.loads(options["sources"])
-        self.start_after = int(options.get("start_after", "-1"))
-        self._current = self.start_after
-        self.until_barrier = int(options["until_barrier"]) if options.get("until_barrier") else None
-        self.max_barriers = int(options["max_barriers"]) if options.get("max_barriers") else None
-        self.final_since_ms = int(options["final_since_ms"]) if options.get("final_since_ms") else None
-        self.wait_s = float(options.get("wait_s") or 0.0)
-        self.poll_s = max(0.01, float(options.get("poll_s") or 0.05))
-        self._offered: set[int] = set()
-        self._final: int | None = None
-
-    def __getstate__(self) -> dict:
-        """Pickled for the read tasks: without the (unpicklable, driver-side) catalog."""
-        state = dict(self.__dict__)
-        state["_catalog"] = None
-        return state
-
-    @property
-    def catalog(self) -> BarrierCatalog:
-        """The catalog, opened lazily from its spec in this process."""
-        if self._catalog is None:
-            self._catalog = open_catalog(self.catalog_spec)
-        return self._catalog
-
-    def _next(self, after: int) -> BarrierPlan | None:
-        plans = self.catalog.pending_barriers(self.job_id, self.sources, None if after < 0 else after, limit=1)
-        return plans[0] if plans else None
-
-    def initialOffset(self) -> dict:  # noqa: N802 - Spark API
-        """The barrier the sinks were at when the query was first started."""
-        return {"barrier": self.start_after}
-
-    def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:  # noqa: N802
-        """The next barrier after ``start`` that is WRITTEN in all inputs (or ``start``)."""
-        after = int(start["barrier"]) if start is not None else self._current
-        if self._final is not None and after >= self._final:
-            return {"barrier": after}  # end of input: nothing after the final barrier
-        deadline = time.monotonic() + self.wait_s
-        plan = self._next(after)
-        while plan is None and time.monotonic() + self.poll_s < deadline:
-            time.sleep(self.poll_s)
-            plan = self._next(after)
-        if plan is not None and self.until_barrier is not None and plan.barrier > self.until_barrier:
-            plan = None
-        if plan is not None and self.max_barriers is not None and plan.barrier not in self._offered:
-            if len(self._offered) >= self.max_barriers:
-                plan = None
-        if plan is not None:
-            self._offered.add(plan.barrier)
-            if plan.ends_input_since(self.final_since_ms):
-                self._final = plan.barrier
-        self._current = plan.barrier if plan is not None else after
-        return {"barrier": self._current}
-
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        """One partition holding the plan of barrier ``end`` (none for an empty range)."""
-        if int(start["barrier"]) == int(end["barrier"]):
-            return []
-        plan = self._next(int(start["barrier"]))
-        if plan is None or plan.barrier != int(end["barrier"]):
-            raise RuntimeError(
-                f"tsb source for job {self.job_id}: micro-batch ({start}, {end}] expected barrier "
-                f"{end['barrier']} after {start['barrier']}, catalog returned "
-                f"{None if plan is None else plan.barrier} (sinks restored without resetting the checkpoint?)"
-            )
-        return [BarrierPartition(plan.to_json())]
-
-    def read(self, partition: InputPartition) -> Iterator[tuple[int, str]]:
-        """Yield the control row ``(barrier, plan JSON)``."""
-        plan_json = partition.plan_json  # type: ignore[attr-defined]
-        yield (int(json.loads(plan_json)["barrier"]), plan_json)
-
-    def commit(self, end: dict) -> None:
-        """Nothing to do: the Delta commits are the durable state."""
-
-
-class TsbDataSource(DataSource):
-    """``spark.readStream.format("tsb")``: barrier-aligned micro-batches (see module doc)."""
-
-    @classmethod
-    def name(cls) -> str:
-        """Format name."""
-        return "tsb"
-
-    def schema(self) -> str:
-        """Control rows: ``barrier long, plan string``."""
-        return SOURCE_SCHEMA
-
-    def streamReader(self, schema: object) -> DataSourceStreamReader:  # noqa: N802 - Spark API
-        """The barrier stream reader."""
-        return TsbStreamReader(self.options)
 
 
 @dataclass

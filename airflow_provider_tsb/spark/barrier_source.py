@@ -1,0 +1,145 @@
+"""The ``tsb`` streaming source: a Python Data Source whose offsets are barrier ids.
+
+Where it runs (Spark docs, "Python Data Source API"): ``latestOffset`` and ``partitions`` run
+in a Python worker that the *driver* starts (with ``spark.pyspark.python``), and open the
+barrier catalog (the metastore) there; ``read`` runs in an *executor's* Python worker (with
+``spark.sql.execution.pyspark.python``, falling back to ``spark.pyspark.python``), which
+unpickles the reader and imports this module. So this module imports only the standard library
+and pyspark at import time: executors need nothing of the provider but the ``--py-files`` zip
+(:mod:`airflow_provider_tsb.spark.packaging`), not delta-rs, SQLAlchemy or Airflow. The catalog
+is imported lazily, on the driver's side only. Streaming mode itself (the query, the
+``foreachBatch`` commit) is :mod:`airflow_provider_tsb.spark.streaming`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+if TYPE_CHECKING:
+    from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
+
+SOURCE_SCHEMA = "barrier long, plan string"
+
+
+class BarrierPartition(InputPartition):
+    """One micro-batch's only partition: the serialized :class:`BarrierPlan`."""
+
+    def __init__(self, plan_json: str) -> None:
+        super().__init__(plan_json)
+        self.plan_json = plan_json
+
+
+class TsbStreamReader(DataSourceStreamReader):
+    """Offsets are ``{"barrier": n}`` (``-1`` before the first barrier); one barrier per batch.
+
+    Options: ``catalog`` (JSON catalog spec), ``job_id``, ``sources`` (JSON
+    ``{table: location}``), ``start_after`` (barrier the sinks are at, ``-1`` for none),
+    optional ``until_barrier`` and ``max_barriers`` (the reader never offers a barrier past
+    them, so a stopping query never starts a barrier it will not finish), and
+    ``final_since_ms`` (nothing is offered after a final barrier generated since then; empty:
+    after any final barrier).
+    """
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.catalog_spec = json.loads(options["catalog"])
+        self._catalog: BarrierCatalog | None = None
+        self.job_id = options["job_id"]
+        self.sources = json.loads(options["sources"])
+        self.start_after = int(options.get("start_after", "-1"))
+        self._current = self.start_after
+        self.until_barrier = int(options["until_barrier"]) if options.get("until_barrier") else None
+        self.max_barriers = int(options["max_barriers"]) if options.get("max_barriers") else None
+        self.final_since_ms = int(options["final_since_ms"]) if options.get("final_since_ms") else None
+        self.wait_s = float(options.get("wait_s") or 0.0)
+        self.poll_s = max(0.01, float(options.get("poll_s") or 0.05))
+        self._offered: set[int] = set()
+        self._final: int | None = None
+
+    def __getstate__(self) -> dict:
+        """Pickled for the read tasks: without the (unpicklable, driver-side) catalog."""
+        state = dict(self.__dict__)
+        state["_catalog"] = None
+        return state
+
+    @property
+    def catalog(self) -> BarrierCatalog:
+        """The catalog, opened lazily from its spec in this process (on the driver's host only:
+        the offset and partition planning; see module doc)."""
+        if self._catalog is None:
+            from airflow_provider_tsb.spark.catalog import open_catalog
+
+            self._catalog = open_catalog(self.catalog_spec)
+        return self._catalog
+
+    def _next(self, after: int) -> BarrierPlan | None:
+        plans = self.catalog.pending_barriers(self.job_id, self.sources, None if after < 0 else after, limit=1)
+        return plans[0] if plans else None
+
+    def initialOffset(self) -> dict:  # noqa: N802 - Spark API
+        """The barrier the sinks were at when the query was first started."""
+        return {"barrier": self.start_after}
+
+    def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:  # noqa: N802
+        """The next barrier after ``start`` that is WRITTEN in all inputs (or ``start``)."""
+        after = int(start["barrier"]) if start is not None else self._current
+        if self._final is not None and after >= self._final:
+            return {"barrier": after}  # end of input: nothing after the final barrier
+        deadline = time.monotonic() + self.wait_s
+        plan = self._next(after)
+        while plan is None and time.monotonic() + self.poll_s < deadline:
+            time.sleep(self.poll_s)
+            plan = self._next(after)
+        if plan is not None and self.until_barrier is not None and plan.barrier > self.until_barrier:
+            plan = None
+        if plan is not None and self.max_barriers is not None and plan.barrier not in self._offered:
+            if len(self._offered) >= self.max_barriers:
+                plan = None
+        if plan is not None:
+            self._offered.add(plan.barrier)
+            if plan.ends_input_since(self.final_since_ms):
+                self._final = plan.barrier
+        self._current = plan.barrier if plan is not None else after
+        return {"barrier": self._current}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """One partition holding the plan of barrier ``end`` (none for an empty range)."""
+        if int(start["barrier"]) == int(end["barrier"]):
+            return []
+        plan = self._next(int(start["barrier"]))
+        if plan is None or plan.barrier != int(end["barrier"]):
+            raise RuntimeError(
+                f"tsb source for job {self.job_id}: micro-batch ({start}, {end}] expected barrier "
+                f"{end['barrier']} after {start['barrier']}, catalog returned "
+                f"{None if plan is None else plan.barrier} (sinks restored without resetting the checkpoint?)"
+            )
+        return [BarrierPartition(plan.to_json())]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int, str]]:
+        """Yield the control row ``(barrier, plan JSON)``."""
+        plan_json = partition.plan_json  # type: ignore[attr-defined]
+        yield (int(json.loads(plan_json)["barrier"]), plan_json)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the Delta commits are the durable state."""
+
+
+class TsbDataSource(DataSource):
+    """``spark.readStream.format("tsb")``: barrier-aligned micro-batches (see module doc)."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Format name."""
+        return "tsb"
+
+    def schema(self) -> str:
+        """Control rows: ``barrier long, plan string``."""
+        return SOURCE_SCHEMA
+
+    def streamReader(self, schema: object) -> DataSourceStreamReader:  # noqa: N802 - Spark API
+        """The barrier stream reader."""
+        return TsbStreamReader(self.options)

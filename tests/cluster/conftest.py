@@ -1,0 +1,28 @@
+"""Session fixtures of the cluster tests: the bare executor Python and one standalone cluster
+(a master and two workers from pyspark's jars) shared by every test of the session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.spark_cluster import SparkCluster, start_cluster
+from tests.support.spark_cluster import bare_python as make_bare_python
+
+
+@pytest.fixture(scope="session")
+def bare_python() -> str:
+    """The executors' interpreter: a virtualenv with only pyarrow, pandas and numpy."""
+    return make_bare_python()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory, bare_python: str) -> Iterator[SparkCluster]:
+    """A standalone cluster: 2 workers of 3 cores (slots for three streaming jobs of 2 cores
+    each; the machine's CPUs are shared anyway) and 3 GB each; stopped by process group."""
+    cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=3, memory="3g")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
