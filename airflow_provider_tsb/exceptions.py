@@ -66,3 +66,33 @@ class InconsistentReadError(TsbError):
 
 class MetastoreError(TsbError):
     """The metastore cannot be reached, or its schema is missing or out of date."""
+
+
+class FencedError(TsbError):
+    """A newer attempt of the same job started: this attempt (an Airflow zombie) may not report.
+
+    The metastore refuses PROCESSED and WRITTEN from an attempt whose fencing token is older
+    than the job's newest one, and the Delta commit path checks the token before committing.
+
+    Attributes:
+        job_id: the job.
+        barrier: the barrier the attempt was on (``None`` before the first barrier).
+        token: this attempt's fencing token.
+        winner: the fencing token of the job's newest attempt (the one that goes on).
+    """
+
+    def __init__(self, message: str, *, job_id: str, barrier: int | None, token: int, winner: int) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.barrier = barrier
+        self.token = token
+        self.winner = winner
+
+
+class StagedFilesGoneError(InconsistentReadError):
+    """A READ_COMMITTED answer's staged files were deleted before the read (held too long).
+
+    The barrier's attempt was replaced and its files were deleted after the staging grace
+    period. Resolve again (the readers of :mod:`airflow_provider_tsb.readers` do so once), or
+    take a lease (``lease_seconds``) to keep a READ_COMMITTED answer's files longer.
+    """

@@ -13,14 +13,19 @@ FLIP-276 "Data Consistency Type" from the reader's side, in two steps:
 
 Errors: those of the resolution (``UnknownTableError``, ``InconsistentReadError`` ...), and
 ``TableNotFoundError`` when a table resolved at READ_UNCOMMITTED has no Delta table yet.
+When a READ_COMMITTED answer's staged files were deleted before the read
+(``StagedFilesGoneError``: a rerun replaced the attempt and its grace period ran out), the
+readers resolve once more and read the fresh answer; with ``resolution=`` passed in, the
+error is raised.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
+from airflow_provider_tsb.exceptions import StagedFilesGoneError
 from airflow_provider_tsb.metastore.records import Resolution
 
 if TYPE_CHECKING:
@@ -31,6 +36,20 @@ if TYPE_CHECKING:
     from airflow_provider_tsb.metastore.store import MetaStore
 
 Level = ReadOptions | ConsistencyLevel | str | None
+T = TypeVar("T")
+
+
+def _read(
+    read: Callable[[Resolution], T], tables: Iterable[str], level: Level, kwargs: dict[str, Any]
+) -> T:
+    """Resolve and read; on :class:`StagedFilesGoneError` resolve once more and read again."""
+    names = list(tables)
+    try:
+        return read(resolve_for_read(names, level, **kwargs))
+    except StagedFilesGoneError:
+        if kwargs.get("resolution") is not None:
+            raise
+        return read(resolve_for_read(names, level, **kwargs))
 
 
 def resolve_for_read(
@@ -88,17 +107,17 @@ def read_tables(spark: SparkSession, tables: Iterable[str], level: Level = None,
         frames = read_tables(spark, ["tsb.flights.daily_delays", "tsb.flights.carrier_ranking"],
                              "repeatable-read", lease_seconds=600)
     """
-    return resolve_for_read(tables, level, **kwargs).to_spark(spark)
+    return _read(lambda r: r.to_spark(spark), tables, level, kwargs)
 
 
 def read_tables_arrow(tables: Iterable[str], level: Level = None, **kwargs: Any) -> dict[str, pa.Table]:
     """Like :func:`read_tables` without Spark: ``{canonical name: pyarrow.Table}`` (in memory)."""
-    return resolve_for_read(tables, level, **kwargs).to_arrow()
+    return _read(lambda r: r.to_arrow(), tables, level, kwargs)
 
 
 def read_tables_pandas(tables: Iterable[str], level: Level = None, **kwargs: Any) -> dict[str, pd.DataFrame]:
     """Like :func:`read_tables_arrow`, as pandas DataFrames."""
-    return resolve_for_read(tables, level, **kwargs).to_pandas()
+    return _read(lambda r: r.to_pandas(), tables, level, kwargs)
 
 
 __all__ = ["read_tables", "read_tables_arrow", "read_tables_pandas", "resolve_for_read"]

@@ -67,6 +67,32 @@ def _mode(staged: Mapping[str, Any] | None) -> str | None:
     return mode
 
 
+def staged_gone(tv: ResolvedVersion, path: str) -> Exception:
+    """The :class:`~airflow_provider_tsb.exceptions.StagedFilesGoneError` for a vanished staged file."""
+    from airflow_provider_tsb.exceptions import StagedFilesGoneError
+
+    barrier = getattr(tv, "barrier", None)
+    return StagedFilesGoneError(
+        f"table {tv.table!r}, barrier {barrier} (READ_COMMITTED, PROCESSED): staged file {path!r} is gone: "
+        "the barrier's attempt was replaced by a rerun and its files were deleted after the staging grace "
+        "period (TSB_STAGING_GRACE_SECONDS). Resolve again to read the new attempt or the committed "
+        "version, or pass lease_seconds to keep a READ_COMMITTED answer's files as long as the lease"
+    )
+
+
+def _check_staged(tv: ResolvedVersion, paths: list[str]) -> None:
+    """Raise :func:`staged_gone` if a staged file no longer exists (one ``stat`` per file)."""
+    import pyarrow.fs as pafs
+
+    from airflow_provider_tsb.delta.log import filesystem
+
+    fs, _root = filesystem(tv.location)
+    for path in paths:
+        file_fs, file_path = (fs, path) if "://" not in path else pafs.FileSystem.from_uri(path)
+        if file_fs.get_file_info(file_path).type == pafs.FileType.NotFound:
+            raise staged_gone(tv, path)
+
+
 def _missing(tv: ResolvedVersion) -> Exception:
     from airflow_provider_tsb.delta.errors import TableNotFoundError
 
@@ -82,6 +108,8 @@ def read_table_spark(spark: SparkSession, tv: ResolvedVersion) -> DataFrame:
 
     Raises:
         TableNotFoundError: nothing to read (no version and no staged files).
+        StagedFilesGoneError: a staged file of a PROCESSED answer is gone (checked on the
+            driver, one ``stat`` per file; resolve again).
     """
     from pyspark.sql.types import StructType
 
@@ -94,6 +122,7 @@ def read_table_spark(spark: SparkSession, tv: ResolvedVersion) -> DataFrame:
             raise _missing(tv)
         return read_snapshot(spark, tv.location, tv.version)
     files = staged_paths(tv.location, tv.staged or {})
+    _check_staged(tv, files)
     schema: StructType | None = spark_schema(open_table(tv.location, tv.version)) if tv.version is not None else None
     if files:
         reader = spark.read.schema(schema) if (schema is not None and mode == "append") else spark.read
@@ -114,6 +143,7 @@ def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
 
     Raises:
         TableNotFoundError: nothing to read (no version and no staged files).
+        StagedFilesGoneError: a staged file of a PROCESSED answer is gone (resolve again).
     """
     import pyarrow as pa
     import pyarrow.fs as pafs
@@ -133,7 +163,10 @@ def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
     parts = []
     for path in staged_paths(tv.location, tv.staged or {}):
         file_fs, file_path = (fs, path) if "://" not in path else pafs.FileSystem.from_uri(path)
-        parts.append(pq.read_table(file_path, filesystem=file_fs))
+        try:
+            parts.append(pq.read_table(file_path, filesystem=file_fs))
+        except FileNotFoundError as exc:
+            raise staged_gone(tv, path) from exc
     if base is not None:
         parts = [_conform(p, base.schema) for p in parts]
     if mode == "append" and base is not None:

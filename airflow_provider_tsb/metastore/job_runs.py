@@ -1,4 +1,11 @@
-"""Job heartbeats and per-barrier run timings (the delay view's raw material)."""
+"""Job heartbeats, per-barrier run timings (the delay view's raw material) and fencing tokens.
+
+Fencing (docs/design.md "Fencing zombies"): every run of a job takes a fencing token when it
+starts (:meth:`JobRunManager.begin_attempt`, a per-job counter bumped in one write
+transaction). PROCESSED and WRITTEN reports carry it and are refused under the same lock when
+a newer attempt has started since (:func:`check_fencing_token`): an Airflow zombie and its
+retry can never both report, whichever of them reaches the metastore first.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import (
+    FencedError,
     UnknownJobError,
 )
 from airflow_provider_tsb.metastore.base import StoreBase
@@ -22,8 +31,71 @@ from airflow_provider_tsb.metastore.records import (
 )
 
 
+def check_fencing_token(s: Session, job_id: str, token: int, barrier: int | None, action: str) -> None:
+    """Refuse ``action`` by the attempt holding ``token`` if a newer attempt of ``job_id`` started.
+
+    Runs inside the caller's write transaction and locks the job's row (``SELECT ... FOR
+    UPDATE`` on PostgreSQL; SQLite's write transaction holds the database lock), so a
+    concurrent :meth:`JobRunManager.begin_attempt` is ordered before or after it.
+
+    Raises:
+        FencedError: names the job, the barrier, this attempt's token and the newest one.
+        UnknownJobError: the job is not registered.
+    """
+    newest = s.scalar(select(JobRow.fencing_token).where(JobRow.id == job_id).with_for_update())
+    if newest is None:
+        raise UnknownJobError(f"job {job_id!r} is not registered; cannot {action}")
+    if int(newest) != int(token):
+        at = f"barrier {barrier}" if barrier is not None else "its barriers"
+        raise FencedError(
+            f"job {job_id!r}, {at}: this attempt (fencing token {token}) was fenced and may not "
+            f"{action}: attempt {newest} of the job started after it and owns the job's barriers now "
+            "(an Airflow zombie and its retry). Nothing was lost: the newest attempt commits the "
+            "barrier once; this attempt's staged files are never served and are deleted.",
+            job_id=job_id, barrier=barrier, token=int(token), winner=int(newest),
+        )
+
+
 class JobRunManager(StoreBase):
-    """Liveness of registered jobs and the timing of each job's run of each barrier."""
+    """Liveness of registered jobs, the timing of each job's run of each barrier, fencing tokens."""
+
+    def begin_attempt(self, job_id: str) -> int:
+        """Start a new attempt of ``job_id``: bump and return its fencing token (1, 2, ...).
+
+        Every earlier attempt still running (a zombie) is fenced from then on: its PROCESSED
+        and WRITTEN reports and its Delta commit are refused (:class:`FencedError`).
+
+        Raises:
+            UnknownJobError: the job is not registered.
+        """
+        with self._tx(write=True) as s:
+            result = s.execute(
+                update(JobRow).where(JobRow.id == job_id).values(fencing_token=JobRow.fencing_token + 1)
+            )
+            if not result.rowcount:
+                raise UnknownJobError(f"job {job_id!r} is not registered; cannot start an attempt of it")
+            return int(s.scalar(select(JobRow.fencing_token).where(JobRow.id == job_id)) or 0)
+
+    def fencing_token(self, job_id: str) -> int:
+        """The fencing token of the newest attempt of ``job_id`` (0 if none started).
+
+        Raises:
+            UnknownJobError: the job is not registered.
+        """
+        with self._tx() as s:
+            token = s.scalar(select(JobRow.fencing_token).where(JobRow.id == job_id))
+            if token is None:
+                raise UnknownJobError(f"job {job_id!r} is not registered")
+            return int(token)
+
+    def check_fencing_token(self, job_id: str, token: int, barrier: int | None = None) -> None:
+        """Raise :class:`FencedError` if an attempt newer than ``token`` of ``job_id`` started.
+
+        The Delta commit path calls it right before committing (the Delta txn is the last
+        guard against a double commit; this one keeps a zombie from committing at all).
+        """
+        with self._tx(write=True) as s:
+            check_fencing_token(s, job_id, token, barrier, "commit")
 
     def heartbeat(
         self, job_id: str, *, status: str | None = None, barrier: int | None = None,

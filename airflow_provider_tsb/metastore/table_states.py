@@ -1,22 +1,37 @@
-"""Per (table, barrier) states PROCESSED and WRITTEN (docs/design.md "Vocabulary")."""
+"""Per (table, barrier) states PROCESSED and WRITTEN (docs/design.md "Vocabulary").
+
+A PROCESSED row serves its staged-file manifest to READ_COMMITTED readers. When the manifest
+is withdrawn -- replaced by a rerun's PROCESSED, cleared by WRITTEN, by a failure or a
+rollback -- its attempt directory is recorded in ``tsb_withdrawn_staging`` instead of being
+deleted: a reader that resolved before the withdrawal may still read it. The writer job
+deletes it later (:meth:`TableStateManager.due_withdrawn_staging`), after the staging grace
+period and once no lease taken before the withdrawal pins the table (docs/design.md "Staged
+files: withdrawal before deletion").
+"""
 
 from __future__ import annotations
 
 import operator
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select
+from sqlalchemy import and_, delete, exists, func, select
+from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import (
     TopologyError,
     UnknownBarrierError,
 )
 from airflow_provider_tsb.metastore.base import StoreBase, table_state_of
+from airflow_provider_tsb.metastore.job_runs import check_fencing_token
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
+    LeaseRow,
+    LeaseVersionRow,
     TableBarrierRow,
     TableRow,
+    WithdrawnStagingRow,
 )
 from airflow_provider_tsb.metastore.records import (
     BarrierState,
@@ -24,6 +39,29 @@ from airflow_provider_tsb.metastore.records import (
     now_ms,
 )
 from airflow_provider_tsb.names import normalize_table_name
+
+
+def manifest_dirs(manifest: Mapping[str, Any] | None) -> set[str]:
+    """Attempt directories (relative to the table root) of a staged-file manifest's files."""
+    dirs = set()
+    for entry in (manifest or {}).get("files") or []:
+        path = entry["path"] if isinstance(entry, Mapping) else str(entry)
+        if "://" not in path and not path.startswith("/") and "/" in path:
+            dirs.add(posixpath.dirname(path))
+    return dirs
+
+
+def _withdraw(
+    s: Session, table_id: int, row: TableBarrierRow, at_ms: int, keep: set[str] | frozenset[str] = frozenset()
+) -> None:
+    """Record the attempt directories of ``row``'s manifest as withdrawn at ``at_ms``."""
+    for path in sorted(manifest_dirs(row.manifest) - set(keep)):
+        if s.get(WithdrawnStagingRow, (table_id, path)) is None:
+            s.add(
+                WithdrawnStagingRow(
+                    table_id=table_id, path=path, barrier_id=row.barrier_id, job_id=row.job_id, withdrawn_at_ms=at_ms
+                )
+            )
 
 
 class TableStateManager(StoreBase):
@@ -36,13 +74,25 @@ class TableStateManager(StoreBase):
         job_id: str,
         manifest: Mapping[str, Any],
         inputs: Mapping[str, int] | None = None,
+        *,
+        fencing_token: int | None = None,
     ) -> None:
         """Mark barrier ``barrier`` PROCESSED in ``table`` with its staged-file manifest.
 
-        A WRITTEN row is never downgraded (a replay after the commit is a no-op).
+        A WRITTEN row is never downgraded (a replay after the commit is a no-op). A manifest
+        replacing another withdraws the older one (its files stay for the staging grace period).
+
+        Args:
+            fencing_token: the reporting attempt's token (:meth:`begin_attempt`); ``None``
+                skips the fencing check (callers outside a job run).
+
+        Raises:
+            FencedError: a newer attempt of ``job_id`` started (checked under the same lock).
         """
         ts = now_ms()
         with self._tx(write=True) as s:
+            if fencing_token is not None:
+                check_fencing_token(s, job_id, fencing_token, barrier, f"report {table} PROCESSED")
             table_id = self._table_id(s, table)
             row = s.get(TableBarrierRow, (table_id, barrier))
             if row is None:
@@ -54,6 +104,7 @@ class TableStateManager(StoreBase):
                     )
                 )
             elif row.state == BarrierState.PROCESSED:
+                _withdraw(s, table_id, row, ts, keep=manifest_dirs(manifest))
                 row.manifest = dict(manifest)
                 row.processed_at_ms = ts
                 row.job_id = job_id
@@ -68,10 +119,18 @@ class TableStateManager(StoreBase):
         *,
         inputs: Mapping[str, int] | None = None,
         written_at_ms: int | None = None,
+        attempt: str | None = None,
+        fencing_token: int | None = None,
     ) -> None:
         """Mark barrier ``barrier`` WRITTEN in ``table`` at Delta ``version``. Idempotent.
 
+        Args:
+            attempt: the attempt id committed at ``version`` (the Delta tag's ``tsb.attempt``):
+                its staged directory is now the table's and is not withdrawn with the manifest.
+            fencing_token: as :meth:`record_processed` (requires ``job_id``).
+
         Raises:
+            FencedError: a newer attempt of ``job_id`` started.
             TopologyError: the barrier is WRITTEN already at another version (the Delta log
                 and the metastore disagree; rebuild the index from the log).
             UnknownBarrierError: ``barrier`` was never generated for the table's topology.
@@ -87,6 +146,8 @@ class TableStateManager(StoreBase):
             )
         ts = written_at_ms or now_ms()
         with self._tx(write=True) as s:
+            if fencing_token is not None and job_id is not None:
+                check_fencing_token(s, job_id, fencing_token, barrier, f"report {table} WRITTEN")
             table_id = self._table_id(s, table)
             topology = s.scalar(select(TableRow.topology).where(TableRow.id == table_id))
             generated = s.scalar(
@@ -115,6 +176,8 @@ class TableStateManager(StoreBase):
                         f"Delta version {row.version} in the metastore but {version} was reported"
                     )
             else:
+                committed = {d for d in manifest_dirs(row.manifest) if attempt and posixpath.basename(d) == attempt}
+                _withdraw(s, table_id, row, now_ms(), keep=committed)
                 row.state = BarrierState.WRITTEN
                 row.version = version
                 row.written_at_ms = ts
@@ -131,12 +194,17 @@ class TableStateManager(StoreBase):
         """
         with self._tx(write=True) as s:
             table_id = self._table_id(s, table)
-            query = delete(TableBarrierRow).where(
+            query = select(TableBarrierRow).where(
                 TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.PROCESSED
             )
             if barrier is not None:
                 query = query.where(TableBarrierRow.barrier_id == barrier)
-            return s.execute(query).rowcount or 0
+            rows = s.scalars(query).all()
+            ts = now_ms()
+            for row in rows:
+                _withdraw(s, table_id, row, ts)
+                s.delete(row)
+            return len(rows)
 
     def rollback_table(self, table: str, to_barrier: int) -> int:
         """Forget every state of ``table`` above ``to_barrier`` (after a Delta restore).
@@ -146,9 +214,82 @@ class TableStateManager(StoreBase):
         """
         with self._tx(write=True) as s:
             table_id = self._table_id(s, table)
+            ts = now_ms()
+            for row in s.scalars(
+                select(TableBarrierRow).where(
+                    TableBarrierRow.table_id == table_id, TableBarrierRow.barrier_id > to_barrier,
+                    TableBarrierRow.state == BarrierState.PROCESSED,
+                )
+            ):
+                _withdraw(s, table_id, row, ts)
             return s.execute(
                 delete(TableBarrierRow).where(
                     TableBarrierRow.table_id == table_id, TableBarrierRow.barrier_id > to_barrier
+                )
+            ).rowcount or 0
+
+    # ------------------------------------------------------------------ staged attempt directories
+    def held_staging(self, table: str, barrier: int, grace_s: float) -> set[str]:
+        """Attempt directories of (``table``, ``barrier``) a READ_COMMITTED reader may read.
+
+        Those of the PROCESSED manifest served now, and those withdrawn less than ``grace_s``
+        seconds ago or pinned by a lease taken before their withdrawal (paths relative to the
+        table root). Every other attempt directory of the barrier is an orphan no reader holds.
+        """
+        with self._tx() as s:
+            table_id = self._table_id(s, table)
+            row = s.get(TableBarrierRow, (table_id, barrier))
+            held = manifest_dirs(row.manifest) if row is not None and row.state == BarrierState.PROCESSED else set()
+            withdrawn = s.scalars(
+                select(WithdrawnStagingRow).where(
+                    WithdrawnStagingRow.table_id == table_id, WithdrawnStagingRow.barrier_id == barrier
+                )
+            ).all()
+            due = {r.path for r in self._due(s, table_id, grace_s, None)}
+            return held | {r.path for r in withdrawn if r.path not in due}
+
+    def due_withdrawn_staging(self, table: str, grace_s: float, limit: int = 100) -> list[tuple[str, int]]:
+        """Withdrawn attempt directories of ``table`` no reader can hold any more.
+
+        Due: withdrawn more than ``grace_s`` seconds ago, and no live lease created before the
+        withdrawal pins a version of ``table`` (a READ_COMMITTED reader with ``lease_seconds``
+        keeps them as long as its lease).
+
+        Returns:
+            [(path relative to the table root, barrier id)], oldest withdrawal first.
+        """
+        with self._tx() as s:
+            table_id = self._table_id(s, table)
+            return [(r.path, int(r.barrier_id)) for r in self._due(s, table_id, grace_s, limit)]
+
+    def _due(self, s: Session, table_id: int, grace_s: float, limit: int | None) -> list[WithdrawnStagingRow]:
+        now = now_ms()
+        leased = exists().where(
+            LeaseVersionRow.table_id == table_id,
+            LeaseRow.id == LeaseVersionRow.lease_id,
+            LeaseRow.expires_at_ms > now,
+            LeaseRow.created_at_ms <= WithdrawnStagingRow.withdrawn_at_ms,
+        )
+        query = (
+            select(WithdrawnStagingRow)
+            .where(
+                WithdrawnStagingRow.table_id == table_id,
+                WithdrawnStagingRow.withdrawn_at_ms <= now - int(grace_s * 1000),
+                ~leased,
+            )
+            .order_by(WithdrawnStagingRow.withdrawn_at_ms)
+        )
+        return list(s.scalars(query.limit(limit) if limit is not None else query).all())
+
+    def forget_withdrawn_staging(self, table: str, paths: Sequence[str]) -> int:
+        """Drop the records of withdrawn directories once deleted (or kept as committed)."""
+        if not paths:
+            return 0
+        with self._tx(write=True) as s:
+            table_id = self._table_id(s, table)
+            return s.execute(
+                delete(WithdrawnStagingRow).where(
+                    WithdrawnStagingRow.table_id == table_id, WithdrawnStagingRow.path.in_(list(paths))
                 )
             ).rowcount or 0
 

@@ -62,6 +62,8 @@ class MetastoreCatalog:
             store = _STORES[real] = MetaStore(real)
         self.store = store
         self._topologies: dict[str, str] = {}
+        #: fencing token of this process's attempt, per job (taken by :meth:`begin_attempt`)
+        self._tokens: dict[str, int] = {}
 
     def _topology_of(self, job_id: str) -> str:
         if job_id not in self._topologies:
@@ -76,10 +78,43 @@ class MetastoreCatalog:
         """{table name: location} of every registered table (locations for the app)."""
         return {t.name: t.location for t in self.store.tables()}
 
+    def begin_attempt(self, job_id: str) -> int:
+        """Take a new fencing token for this process's run of ``job_id`` (fences older runs)."""
+        with phase("metastore"):
+            token = self._tokens[job_id] = self.store.begin_attempt(job_id)
+        return token
+
+    def check_fencing_token(self, job_id: str, barrier: int | None = None) -> None:
+        """Raise :class:`~airflow_provider_tsb.exceptions.FencedError` if a newer run of the job
+        started (no-op before :meth:`begin_attempt`)."""
+        token = self._tokens.get(job_id)
+        if token is not None:
+            with phase("metastore"):
+                self.store.check_fencing_token(job_id, token, barrier)
+
+    def held_staging(self, table: str, barrier: int, grace_s: float) -> set[str]:
+        """See :meth:`MetaStore.held_staging`."""
+        with phase("metastore"):
+            return self.store.held_staging(table, barrier, grace_s)
+
+    def due_withdrawn_staging(self, table: str, grace_s: float) -> list[tuple[str, int]]:
+        """See :meth:`MetaStore.due_withdrawn_staging`."""
+        with phase("metastore"):
+            return self.store.due_withdrawn_staging(table, grace_s)
+
+    def forget_withdrawn_staging(self, table: str, paths: Sequence[str]) -> None:
+        """See :meth:`MetaStore.forget_withdrawn_staging`."""
+        with phase("metastore"):
+            self.store.forget_withdrawn_staging(table, paths)
+
     def record_job_end(self, job_id: str, status: str, message: str | None = None) -> None:
         """The job's status when the app ends: ``succeeded`` (clears a previous failure's message)
-        or ``failed`` with ``message`` (the error, at most 2,000 characters)."""
+        or ``failed`` with ``message`` (the error, at most 2,000 characters). A fenced run (a
+        newer run of the job started) leaves the status to the newer run."""
+        token = self._tokens.get(job_id)
         with phase("metastore"):
+            if token is not None and self.store.fencing_token(job_id) != token:
+                return
             self.store.heartbeat(job_id, status=status, message=message[:2000] if message else None)
 
     def pending_barriers(
@@ -145,12 +180,16 @@ class MetastoreCatalog:
             modes = {f.pop("sink_mode", None) for f in files} - {None}
             payload = {"mode": modes.pop() if len(modes) == 1 else "append", "files": files}
         with phase("metastore"):
-            self.store.record_processed(table, barrier, job_id, payload)
+            self.store.record_processed(table, barrier, job_id, payload, fencing_token=self._tokens.get(job_id))
 
-    def record_written(self, table: str, barrier: int, version: int, job_id: str) -> None:
-        """WRITTEN at Delta ``version`` (idempotent)."""
+    def record_written(
+        self, table: str, barrier: int, version: int, job_id: str, attempt: str | None = None
+    ) -> None:
+        """WRITTEN at Delta ``version`` (idempotent); ``attempt``: the committed attempt id."""
         with phase("metastore"):
-            self.store.record_written(table, barrier, version, job_id)
+            self.store.record_written(
+                table, barrier, version, job_id, attempt=attempt, fencing_token=self._tokens.get(job_id)
+            )
 
     def heartbeat(self, job_id: str) -> None:
         """Job liveness for the stale-job view."""

@@ -4,14 +4,27 @@ Protocol of :func:`write_barrier` (one sink, one barrier):
 
 a. barrier already committed (epoch-scoped txn) -> remove orphan attempts, re-report
    WRITTEN, return the existing version (replay discarded);
-b. remove orphan staging directories of earlier failed attempts of this (job, barrier);
+b. remove orphan staging directories of earlier failed attempts of this (job, barrier) that
+   no reader can hold (see below);
 c. executors write Parquet files into ``<table>/tsb_staging/<job>/<epoch>/<barrier>/<attempt>/``
    (a non-hidden directory, so that ``vacuum`` can expire the files once they are removed
    from the table; the Delta ``add`` paths are relative to the table root);
 d. the driver reads only the footers of those files (size, row count, stats);
-e. PROCESSED is reported with the staged-file manifest;
-f. one delta-rs commit with the txn and the barrier metadata;
-g. WRITTEN is reported with the new version.
+e. PROCESSED is reported with the staged-file manifest (replacing, i.e. withdrawing, the
+   manifest of a dead attempt);
+f. the fencing token is checked, then one delta-rs commit with the txn and the barrier metadata;
+g. WRITTEN is reported with the new version; withdrawn attempt directories past the staging
+   grace period are deleted.
+
+Staged files are deleted only when no READ_COMMITTED reader can hold them (docs/design.md
+"Staged files: withdrawal before deletion"). With a catalog that serves manifests to readers
+(the metastore, :class:`StagingCatalog`), an attempt directory whose manifest was served is
+first *withdrawn* in the metastore (steps e and g) and deleted by a later write of the job once
+:func:`staging_grace_s` seconds have passed and no lease taken before the withdrawal pins the
+table; directories never served (a crash while writing, a fenced attempt) go at once. Deletion
+lists the directories, then checks the fencing token, then deletes: a directory created by a
+newer attempt after the check is never in the list, so a zombie cannot delete a live attempt's
+files. With a plan-file catalog (nothing is served) orphans are deleted at once.
 
 Modes: ``append`` adds the rows; ``overwrite`` replaces the table; ``merge`` upserts by key
 columns: new state = current rows whose key is not in the update, plus the update rows,
@@ -23,12 +36,15 @@ inert unless ``TSB_KILL_AT`` is set (:mod:`airflow_provider_tsb.spark.killpoints
 from __future__ import annotations
 
 import json
+import logging
+import os
+import posixpath
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import pyarrow.fs as pafs
 from deltalake import Schema as DeltaSchema
@@ -42,6 +58,7 @@ from airflow_provider_tsb.delta.conventions import BarrierTag, parse_tag
 from airflow_provider_tsb.delta.log import commit_info, filesystem, normalize_location
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none
 from airflow_provider_tsb.delta.stats import footer_stats
+from airflow_provider_tsb.exceptions import FencedError
 from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema
 from airflow_provider_tsb.spark.killpoints import crash_point, crash_point_during
 from airflow_provider_tsb.spark.timing import phase
@@ -51,6 +68,59 @@ if TYPE_CHECKING:
 
 SinkMode = Literal["append", "overwrite", "merge"]
 STAGING_DIR = "tsb_staging"
+#: seconds a withdrawn attempt directory is kept for READ_COMMITTED readers that resolved it
+DEFAULT_STAGING_GRACE_S = 600.0
+STAGING_GRACE_ENV = "TSB_STAGING_GRACE_SECONDS"
+
+log = logging.getLogger("airflow_provider_tsb.spark")
+
+
+def staging_grace_s() -> float:
+    """The staging grace period, seconds: ``$TSB_STAGING_GRACE_SECONDS`` or 600.
+
+    Raises:
+        ValueError: the variable is not a finite number >= 0 (names the variable).
+    """
+    raw = os.environ.get(STAGING_GRACE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_STAGING_GRACE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (0 <= value < float("inf")):
+        raise ValueError(f"{STAGING_GRACE_ENV}={raw!r}: the staging grace period is a number of seconds >= 0")
+    return value
+
+
+@runtime_checkable
+class StagingCatalog(Protocol):
+    """A catalog that serves PROCESSED manifests to readers and fences zombies (the metastore's).
+
+    See :class:`~airflow_provider_tsb.spark.metastore_catalog.MetastoreCatalog`.
+    """
+
+    def check_fencing_token(self, job_id: str, barrier: int | None = None) -> None:
+        """Raise :class:`FencedError` if a newer attempt of the job started."""
+        ...
+
+    def held_staging(self, table: str, barrier: int, grace_s: float) -> set[str]:
+        """Attempt directories of (table, barrier) a reader may hold."""
+        ...
+
+    def due_withdrawn_staging(self, table: str, grace_s: float) -> list[tuple[str, int]]:
+        """Withdrawn attempt directories of the table no reader can hold any more."""
+        ...
+
+    def forget_withdrawn_staging(self, table: str, paths: Sequence[str]) -> None:
+        """Drop the records of deleted withdrawn directories."""
+        ...
+
+    def record_written(
+        self, table: str, barrier: int, version: int, job_id: str, attempt: str | None = None
+    ) -> None:
+        """WRITTEN, naming the committed attempt."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -89,22 +159,62 @@ def _committed_attempt(location: str, barrier: int) -> str | None:
     return tag.attempt if tag else None
 
 
-def remove_orphan_attempts(location: str, job_id: str, epoch: int, barrier: int, keep: str | None) -> int:
-    """Delete every attempt directory of (job, epoch, barrier) except ``keep``.
+def remove_orphan_attempts(
+    location: str,
+    job_id: str,
+    epoch: int,
+    barrier: int,
+    keep: str | None,
+    *,
+    held: Callable[[], set[str]] | None = None,
+    before_delete: Callable[[], None] | None = None,
+) -> int:
+    """Delete every attempt directory of (job, epoch, barrier) except ``keep`` and the held ones.
 
     Only the current epoch's directory is touched: files of an earlier epoch may still be
-    referenced by undone versions and are left to ``vacuum``. Returns the number deleted.
+    referenced by undone versions and are left to ``vacuum``. The directories are listed
+    first, then ``held()`` (paths relative to the table root that readers may hold) is asked,
+    then ``before_delete()`` runs (the fencing check: it raises to delete nothing). Returns the
+    number deleted.
     """
     fs, root = filesystem(location)
-    base = f"{root}/{staging_dir(job_id, epoch, barrier)}"
+    rel_base = staging_dir(job_id, epoch, barrier)
+    base = f"{root}/{rel_base}"
     info = fs.get_file_info(base)
     if info.type != pafs.FileType.Directory:
         return 0
+    listed = [
+        entry for entry in fs.get_file_info(pafs.FileSelector(base, recursive=False))
+        if entry.type == pafs.FileType.Directory and entry.base_name != keep
+    ]
+    if not listed:
+        return 0
+    kept = held() if held is not None else set()
+    doomed = [e for e in listed if f"{rel_base}/{e.base_name}" not in kept]
+    if doomed and before_delete is not None:
+        before_delete()
+    for entry in doomed:
+        fs.delete_dir(entry.path)
+    return len(doomed)
+
+
+def collect_withdrawn(location: str, table: str, catalog: StagingCatalog, grace_s: float) -> int:
+    """Delete the withdrawn attempt directories of ``table`` that are due (grace over, no lease).
+
+    A directory whose attempt the Delta log holds as the barrier's commit (a zombie's commit
+    that won the txn) is kept. Returns the number deleted.
+    """
+    due = catalog.due_withdrawn_staging(table, grace_s)
+    if not due:
+        return 0
+    fs, root = filesystem(location)
     removed = 0
-    for entry in fs.get_file_info(pafs.FileSelector(base, recursive=False)):
-        if entry.type == pafs.FileType.Directory and entry.base_name != keep:
-            fs.delete_dir(entry.path)
-            removed += 1
+    for path, barrier in due:
+        if posixpath.basename(path) != _committed_attempt(location, barrier):
+            if fs.get_file_info(f"{root}/{path}").type == pafs.FileType.Directory:
+                fs.delete_dir(f"{root}/{path}")
+                removed += 1
+    catalog.forget_withdrawn_staging(table, [p for p, _ in due])
     return removed
 
 
@@ -216,6 +326,22 @@ def write_barrier(
     if mode not in ("append", "overwrite", "merge"):
         raise ValueError(f"unknown sink mode {mode!r} for {table}: use append, overwrite or merge")
     loc = normalize_location(location)
+    staging = catalog if isinstance(catalog, StagingCatalog) else None
+    grace = staging_grace_s()
+
+    def fence() -> None:
+        if staging is not None:
+            staging.check_fencing_token(job_id, barrier)
+
+    def held() -> set[str]:
+        return staging.held_staging(table, barrier, grace) if staging is not None else set()
+
+    def report_written(version: int, attempt: str | None) -> None:
+        if staging is not None:
+            staging.record_written(table, barrier, version, job_id, attempt=attempt)
+        elif catalog is not None:
+            catalog.record_written(table, barrier, version, job_id)
+
     with phase("delta_log"):
         dt = latest_table_or_none(loc)  # cached, advanced to the newest commit on disk
         state = table_epoch(loc, table=dt) if dt is not None else None
@@ -224,67 +350,60 @@ def write_barrier(
         done = committed_barrier(loc, job_id, table=dt, epoch=state) if dt is not None else None
     if done is not None and barrier <= done:
         with phase("delta_log"):
-            removed = remove_orphan_attempts(loc, job_id, epoch, barrier, _committed_attempt(loc, barrier))
+            winner = _committed_attempt(loc, barrier)
+            removed = remove_orphan_attempts(loc, job_id, epoch, barrier, winner, held=held, before_delete=fence)
             version = version_of_barrier(loc, barrier)
             if version is None:
                 version = dt.version()  # type: ignore[union-attr]
-        if catalog is not None:
-            catalog.record_written(table, barrier, version, job_id)
+        report_written(version, winner)
         return WriteResult(table, barrier, version, skipped=True, orphans_removed=removed)
 
     # (b) orphans of failed attempts (nothing of this barrier is committed in this epoch)
     with phase("delta_log"):
-        removed = remove_orphan_attempts(loc, job_id, epoch, barrier, keep=None)
+        removed = remove_orphan_attempts(loc, job_id, epoch, barrier, keep=None, held=held, before_delete=fence)
 
-    # prepare the frame to write
-    if dt is not None:
-        table_schema = spark_schema(dt)
-        out = _align_to_table(df, loc, table_schema)
-        if mode == "merge":
-            current = read_snapshot(spark, loc, dt.version())
-            out = merge_rows(current, out, keys)
-    else:
-        table_schema = _nullable(df.schema)
-        out = df
-        if mode == "merge" and not keys:
-            raise ValueError(f"merge sink {table} needs key columns")
-    if max_files:
-        out = out.coalesce(max_files)
-
-    # (c) executors write the files into a fresh attempt directory
     attempt = uuid.uuid4().hex
     rel_dir = f"{staging_dir(job_id, epoch, barrier)}/{attempt}"
-    fs, root = filesystem(loc)
-    abs_dir = f"{loc}/{rel_dir}"
-    with crash_point_during("while_writing", job_id, barrier, lambda: _has_any_file(fs, f"{root}/{rel_dir}")):
-        with phase("spark"):
-            out.write.mode("errorifexists").option("compression", "snappy").parquet(abs_dir)
-
-    # (d) footers only
-    with phase("footers"):
-        files = _staged_files(loc, rel_dir)
-    rows = sum(f.num_records for f in files)
-
-    # (e) PROCESSED with the manifest, before the commit
-    if catalog is not None:
-        staged_mode = "append" if mode == "append" else "overwrite"  # merge rewrites: staged files replace
-        catalog.record_processed(table, barrier, job_id, [{**f.to_json(), "sink_mode": staged_mode} for f in files])
-    crash_point("after_files", job_id, barrier)
-
-    # (f) one atomic commit
-    tag = BarrierTag(barrier=barrier, job_id=job_id, inputs=dict(inputs), ts_ms=ts_ms, attempt=attempt)
-    delta_schema = DeltaSchema.from_json(json.dumps(table_schema.jsonValue()))
-    with phase("commit"):
-        outcome = commit_barrier_files(
-            loc, files, tag=tag, mode="append" if mode == "append" else "overwrite", schema=delta_schema
+    try:
+        files, table_schema = _stage(
+            spark, df, loc=loc, rel_dir=rel_dir, dt=dt, mode=mode, keys=keys, max_files=max_files,
+            table=table, job_id=job_id, barrier=barrier,
         )
-    crash_point("after_commit", job_id, barrier)
-    if not outcome.committed:  # another attempt won the race: ours are orphans
-        remove_orphan_attempts(loc, job_id, epoch, barrier, _committed_attempt(loc, barrier))
+        rows = sum(f.num_records for f in files)
+        # (e) PROCESSED with the manifest, before the commit
+        if catalog is not None:
+            staged_mode = "append" if mode == "append" else "overwrite"  # merge rewrites: staged files replace
+            manifest = [{**f.to_json(), "sink_mode": staged_mode} for f in files]
+            catalog.record_processed(table, barrier, job_id, manifest)
+        crash_point("after_files", job_id, barrier)
 
-    # (g) WRITTEN
-    if catalog is not None:
-        catalog.record_written(table, barrier, outcome.version, job_id)
+        # (f) one atomic commit, by the job's newest attempt only
+        tag = BarrierTag(barrier=barrier, job_id=job_id, inputs=dict(inputs), ts_ms=ts_ms, attempt=attempt)
+        delta_schema = DeltaSchema.from_json(json.dumps(table_schema.jsonValue()))
+        with phase("commit"):
+            outcome = commit_barrier_files(
+                loc, files, tag=tag, mode="append" if mode == "append" else "overwrite", schema=delta_schema,
+                before_commit=fence,
+            )
+    except FencedError:
+        _drop_unserved_attempt(loc, rel_dir, held)
+        raise
+    except Exception as exc:
+        fenced = _fenced_now(fence)
+        if fenced is None:
+            raise
+        _drop_unserved_attempt(loc, rel_dir, held)
+        raise fenced from exc
+    crash_point("after_commit", job_id, barrier)
+    winner = attempt if outcome.committed else _committed_attempt(loc, barrier)
+    if not outcome.committed:  # another attempt won the race: ours are orphans
+        remove_orphan_attempts(loc, job_id, epoch, barrier, winner, held=held, before_delete=fence)
+
+    # (g) WRITTEN, then the withdrawn attempts no reader can hold any more
+    report_written(outcome.version, winner)
+    if staging is not None:
+        with phase("delta_log"):
+            removed += collect_withdrawn(loc, table, staging, grace)
     return WriteResult(
         table,
         barrier,
@@ -294,3 +413,54 @@ def write_barrier(
         rows=rows if outcome.committed else 0,
         orphans_removed=removed,
     )
+
+
+def _stage(
+    spark: SparkSession, df: DataFrame, *, loc: str, rel_dir: str, dt: object, mode: SinkMode,
+    keys: Sequence[str], max_files: int | None, table: str, job_id: str, barrier: int,
+) -> tuple[list[StagedFile], StructType]:
+    """Steps c and d: the executors write the attempt's files, the driver reads their footers."""
+    if dt is not None:
+        table_schema = spark_schema(dt)
+        out = _align_to_table(df, loc, table_schema)
+        if mode == "merge":
+            current = read_snapshot(spark, loc, dt.version())  # type: ignore[attr-defined]
+            out = merge_rows(current, out, keys)
+    else:
+        table_schema = _nullable(df.schema)
+        out = df
+        if mode == "merge" and not keys:
+            raise ValueError(f"merge sink {table} needs key columns")
+    if max_files:
+        out = out.coalesce(max_files)
+    fs, root = filesystem(loc)
+    with crash_point_during("while_writing", job_id, barrier, lambda: _has_any_file(fs, f"{root}/{rel_dir}")):
+        with phase("spark"):
+            out.write.mode("errorifexists").option("compression", "snappy").parquet(f"{loc}/{rel_dir}")
+    with phase("footers"):
+        return _staged_files(loc, rel_dir), table_schema
+
+
+def _fenced_now(fence: Callable[[], None]) -> FencedError | None:
+    """The :class:`FencedError` of a failure caused by a newer attempt (e.g. it deleted our
+    in-progress files), or ``None`` when this attempt is still the newest."""
+    try:
+        fence()
+    except FencedError as exc:
+        return exc
+    except Exception:  # the metastore is down: the original error is the one to show
+        return None
+    return None
+
+
+def _drop_unserved_attempt(location: str, rel_dir: str, held: Callable[[], set[str]]) -> None:
+    """A fenced attempt deletes its own directory unless a reader may hold it (then it is
+    withdrawn by the newer attempt's PROCESSED or WRITTEN and deleted after the grace period)."""
+    try:
+        if rel_dir in held():
+            return
+        fs, root = filesystem(location)
+        if fs.get_file_info(f"{root}/{rel_dir}").type == pafs.FileType.Directory:
+            fs.delete_dir(f"{root}/{rel_dir}")
+    except Exception as exc:  # best effort: the newest attempt's cleanup removes it anyway
+        log.warning("could not remove the fenced attempt directory %s: %s", rel_dir, exc)

@@ -103,6 +103,14 @@ def sinks_base_barrier(app: TsbApp, locations: Mapping[str, str]) -> int | None:
     return min(barriers) if barriers else None
 
 
+def begin_attempt(app: TsbApp, catalog: BarrierCatalog | None) -> int | None:
+    """Take this run's fencing token (docs/design.md "Fencing zombies"); ``None`` when the
+    catalog does not fence (a plan file). From then on every older run of the job still
+    going (an Airflow zombie) is refused by the metastore and fails with ``FencedError``."""
+    begin = getattr(catalog, "begin_attempt", None)
+    return begin(app.job_id) if begin is not None else None
+
+
 def report_written_heads(app: TsbApp, locations: Mapping[str, str], catalog: BarrierCatalog) -> None:
     """Re-report WRITTEN for each sink's newest barrier (idempotent).
 
@@ -221,6 +229,7 @@ def run_batch(
     Returns the barriers processed (committed or found already committed).
     """
     sources = {name: locations[name] for name in app.sources}
+    begin_attempt(app, catalog)
     report_written_heads(app, locations, catalog)
     after = sinks_base_barrier(app, locations)
     done: list[int] = []

@@ -1,0 +1,62 @@
+"""Zombie fencing under real races: two attempts of one job on one barrier, many times.
+
+Each race starts ``wordcount_words`` twice for the same barrier as two real ``spark-submit``
+processes (the operator's command line, metastore catalog), the second 0-1.5 s after the
+first, like an Airflow zombie and its retry; then counts Delta commits of the barrier, what a
+reader could see of the loser, and the processes that failed with the fencing error (see
+``tests/support/fencing.py``). The last line is exactly::
+
+    races=N commits_per_barrier_max=1 orphans_visible=0 fenced_errors=M other_failures=0
+
+    /work/bin/heavy .venv/bin/python benchmarks/fencing_race.py --races 20 [--postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tests.support.fencing import run_races
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--races", type=int, default=20)
+    p.add_argument("--postgres", action="store_true", help="metastore on a throwaway PostgreSQL (tests/support/pg.py)")
+    p.add_argument("--workdir", help="folder for the tables and logs (default: a temporary folder)")
+    args = p.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="tsb-fencing-"))
+    root.mkdir(parents=True, exist_ok=True)
+    server = None
+    if args.postgres:
+        from tests.support.pg import start_postgres
+
+        server = start_postgres()
+        url = server.create_database("tsb_fencing")
+    else:
+        url = f"sqlite:///{root / 'tsb.db'}"
+    start = time.monotonic()
+    try:
+        counts = run_races(root, url, args.races)
+    finally:
+        if server is not None:
+            server.stop()
+    for example in counts.examples[:6]:
+        print(example)
+    print(f"metastore={'postgresql' if args.postgres else 'sqlite'} seconds={time.monotonic() - start:.0f} "
+          f"workdir={root}")
+    print(counts.line())
+    ok = counts.commits_per_barrier_max == 1 and counts.orphans_visible == 0 and counts.other_failures == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

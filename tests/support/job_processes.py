@@ -1,0 +1,94 @@
+"""Wordcount jobs as real ``spark-submit`` processes on a metastore, as the operator starts them.
+
+Used by the staged-read (issue 12 item 3) and fencing (item 5) tests and by
+``benchmarks/fencing_race.py``: :func:`wordcount_deployment` registers the wordcount topology in
+a metastore, ingests words and generates barriers; :func:`job_command` is the command line
+:class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook` builds (``spark-submit <app>
+--mode batch --metastore-url env:TSB_METASTORE_URL --until-barrier N --table NAME=LOCATION``),
+and :func:`job_env` its environment.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from airflow_provider_tsb.checker import wordcount_topology
+from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.topology import Topology
+
+REPO = Path(__file__).resolve().parents[2]
+SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
+WORDS, WORD_COUNT, COUNT_OF_COUNTS = "tsb.raw.words", "tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"
+
+
+@dataclass
+class Deployment:
+    """A registered wordcount topology: its metastore URL, store and topology."""
+
+    url: str
+    store: MetaStore
+    topology: Topology
+    root: Path
+
+    def location(self, table: str) -> str:
+        return self.topology.location(table)
+
+
+def wordcount_deployment(root: Path, url: str, barriers: int, lines: int = 20) -> Deployment:
+    """Register the wordcount topology (warehouse under ``root``), ingest and generate barriers."""
+    from airflow_provider_tsb.hooks.barrier import read_root_versions
+    from tsb_examples.ingest import ingest_next_words
+
+    store = MetaStore(url)
+    store.migrate()
+    topo = wordcount_topology(str(root / "warehouse"))
+    store.register_topology(topo)
+    for n in range(barriers):
+        ingest_next_words(topo.location("raw.words"), f"t/{n}", lines=lines)
+        store.create_barrier(topo.name, read_root_versions(topo), run_key=f"t/{n}")
+    return Deployment(url, store, topo, root)
+
+
+def job_command(dep: Deployment, job_id: str, barrier: int) -> list[str]:
+    """The operator's ``spark-submit`` command of ``job_id`` for ``barrier``."""
+    job = dep.topology.jobs[job_id]
+    args = [SPARK_SUBMIT, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+            "--conf", "spark.sql.shuffle.partitions=2", job.application, "--mode", "batch",
+            "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", str(barrier)]
+    for name in sorted({*job.sources, *job.sinks}):
+        args += ["--table", f"{name}={dep.location(name)}"]
+    return args
+
+
+def job_env(url: str, **extra: str) -> dict[str, str]:
+    """The job's environment: the metastore URL (never on the command line), the interpreter."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR")}
+    env.update(
+        TSB_METASTORE_URL=url, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+        PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""), TSB_SPARK_LOG_LEVEL="ERROR",
+    )
+    env.update(extra)
+    return env
+
+
+#: exit status of a job process SIGKILLed at a kill point (spark-submit's shell reports 128 + 9)
+KILLED = (-9, 137)
+
+
+def run_job(
+    dep: Deployment, job_id: str, barrier: int, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess:
+    """Run the job for ``barrier`` to its end (``env``: extra variables, e.g. ``TSB_KILL_AT``)."""
+    return subprocess.run(job_command(dep, job_id, barrier), env=job_env(dep.url, **env), capture_output=True,
+                          text=True, timeout=timeout, cwd=dep.root)
+
+
+def start_job(dep: Deployment, job_id: str, barrier: int, log: Path, **env: str) -> subprocess.Popen:
+    """Start the job for ``barrier`` in the background; stdout and stderr go to ``log``."""
+    handle = open(log, "w")  # noqa: SIM115 - closed with the process by the caller's wait()
+    return subprocess.Popen(job_command(dep, job_id, barrier), env=job_env(dep.url, **env), stdout=handle,
+                            stderr=subprocess.STDOUT, text=True, cwd=dep.root)
