@@ -40,7 +40,7 @@ from airflow_provider_tsb.spark.barrier_source import (  # noqa: F401 - re-expor
 )
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.model import TsbApp
-from airflow_provider_tsb.spark.runner import report_written_heads, run_barrier, sinks_base_barrier
+from airflow_provider_tsb.spark.runner import begin_attempt, report_written_heads, run_barrier, sinks_base_barrier
 
 log = logging.getLogger("airflow_provider_tsb.spark")
 
@@ -122,6 +122,7 @@ def run_streaming(
     """
     ckpt = checkpoint or os.path.join(locations[sorted(app.sinks)[0]], "_tsb_checkpoints", app.job_id)
     progress = _Progress()
+    begin_attempt(app, catalog)
     report_written_heads(app, locations, catalog)
     base = sinks_base_barrier(app, locations)
     final = catalog.final_barrier(app.job_id, final_since_ms) if final_since_ms is not None else None
