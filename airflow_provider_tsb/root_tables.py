@@ -35,6 +35,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from airflow_provider_tsb.delta.log import normalize_location, table_exists
 from airflow_provider_tsb.delta.roots import END_OF_INPUT
+from airflow_provider_tsb.delta.storage import storage_options
 
 #: commit metadata keys of an append made through this module
 RUN_KEY = "tsb.root.run_key"
@@ -94,7 +95,7 @@ def append_to_root(
     loc = normalize_location(location)
     app_id = f"{APP_ID_PREFIX}{run_key}" if run_key is not None else None
     if app_id is not None and table_exists(loc):
-        table = DeltaTable(loc)
+        table = DeltaTable(loc, storage_options=storage_options(loc))
         if table.transaction_version(app_id) is not None:
             return AppendResult(loc, _version_of_run(table, run_key), 0, run_key, False)  # type: ignore[arg-type]
     rows = to_arrow(data, file_format=file_format)
@@ -108,13 +109,14 @@ def append_to_root(
     properties = CommitProperties(
         custom_metadata=meta, app_transactions=[Transaction(app_id, 1)] if app_id is not None else None
     )
-    write_deltalake(loc, rows, mode="append", commit_properties=properties)
-    return AppendResult(loc, DeltaTable(loc).version(), rows.num_rows, run_key, True)
+    options = storage_options(loc)
+    write_deltalake(loc, rows, mode="append", commit_properties=properties, storage_options=options)
+    return AppendResult(loc, DeltaTable(loc, storage_options=options).version(), rows.num_rows, run_key, True)
 
 
 def _conform(location: str, rows: pa.Table) -> pa.Table:
     """``rows`` with the table's column order and types (CSV types are guessed), or a clear error."""
-    existing = pa.schema(DeltaTable(location).schema().to_arrow())
+    existing = pa.schema(DeltaTable(location, storage_options=storage_options(location)).schema().to_arrow())
     if set(rows.column_names) == set(existing.names):
         try:
             return rows.select(existing.names).cast(existing)

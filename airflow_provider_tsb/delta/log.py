@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
+from airflow_provider_tsb.delta.storage import is_remote, pyarrow_filesystem, storage_options
 
 LOG_DIR = "_delta_log"
 
@@ -32,12 +33,12 @@ def normalize_location(location: str) -> str:
 
 
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
-    """Return ``(filesystem, path)`` for a table location (path without scheme)."""
+    """Return ``(filesystem, path)`` for a table location (path without scheme); object stores
+    with the configured storage options (:mod:`airflow_provider_tsb.delta.storage`)."""
     loc = normalize_location(location)
-    if "://" not in loc:
+    if not is_remote(loc):
         return pafs.LocalFileSystem(), loc
-    fs, path = pafs.FileSystem.from_uri(loc)
-    return fs, path.rstrip("/")
+    return pyarrow_filesystem(loc)
 
 
 def join(location: str, relative: str) -> str:
@@ -47,7 +48,8 @@ def join(location: str, relative: str) -> str:
 
 def table_exists(location: str) -> bool:
     """Whether a Delta table exists at ``location`` (one log listing)."""
-    return DeltaTable.is_deltatable(normalize_location(location))
+    loc = normalize_location(location)
+    return DeltaTable.is_deltatable(loc, storage_options=storage_options(loc))
 
 
 def open_table(location: str, version: int | None = None) -> DeltaTable:
@@ -59,13 +61,14 @@ def open_table(location: str, version: int | None = None) -> DeltaTable:
         TableNotFoundError: no Delta table at ``location`` (message names it).
     """
     loc = normalize_location(location)
-    if not DeltaTable.is_deltatable(loc):
+    options = storage_options(loc)
+    if not DeltaTable.is_deltatable(loc, storage_options=options):
         raise TableNotFoundError(
             f"no Delta table at {loc!r}: create it (root tables are created by ingestion, "
             "intermediate tables by their writer job's first barrier)"
         )
     try:
-        return DeltaTable(loc, version=version)
+        return DeltaTable(loc, version=version, storage_options=options)
     except Exception as exc:  # delta-rs raises its own errors for missing versions
         raise DeltaLogError(f"cannot load Delta table {loc!r} at version {version}: {exc}") from exc
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from airflow_provider_tsb.delta.log import normalize_location, table_exists
+from airflow_provider_tsb.delta.storage import storage_options
 
 #: commit metadata key marking the newest version of a root table as the end of its input
 END_OF_INPUT = "tsb.end_of_input"
@@ -47,8 +48,9 @@ def append_rows(
         rows,
         mode="append",
         commit_properties=CommitProperties(custom_metadata=meta) if meta else None,
+        storage_options=storage_options(loc),
     )
-    return DeltaTable(loc).version()
+    return DeltaTable(loc, storage_options=storage_options(loc)).version()
 
 
 def mark_end_of_input(location: str, *, metadata: dict[str, Any] | None = None) -> int:
@@ -60,7 +62,7 @@ def mark_end_of_input(location: str, *, metadata: dict[str, Any] | None = None) 
     loc = normalize_location(location)
     if not table_exists(loc):
         raise ValueError(f"cannot mark the end of input of {loc!r}: the root table does not exist yet")
-    schema = DeltaTable(loc).schema().to_arrow()
+    schema = DeltaTable(loc, storage_options=storage_options(loc)).schema().to_arrow()
     empty = pa.Table.from_batches([], schema=pa.schema(schema))
     return append_rows(loc, empty, metadata=metadata, end_of_input=True)
 
@@ -70,7 +72,7 @@ def input_ended(location: str) -> bool:
     loc = normalize_location(location)
     if not table_exists(loc):
         return False
-    history = DeltaTable(loc).history(1)
+    history = DeltaTable(loc, storage_options=storage_options(loc)).history(1)
     return bool(history) and str(history[0].get(END_OF_INPUT, "")).lower() == "true"
 
 
@@ -85,7 +87,8 @@ def event_time_watermark(location: str, version: int, column: str) -> int | None
     Dates count from their midnight UTC; naive timestamps are read as UTC; numbers are taken as
     epoch ms already. Returns ``None`` for an empty table or a column without statistics.
     """
-    actions = DeltaTable(location, version=version).get_add_actions(flatten=True)
+    table = DeltaTable(location, version=version, storage_options=storage_options(location))
+    actions = table.get_add_actions(flatten=True)
     name = f"max.{column}"
     if name not in actions.schema.names or actions.num_rows == 0:
         return None
