@@ -7,12 +7,12 @@ txn (see :mod:`airflow_provider_tsb.delta.conventions`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import DeltaError
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from airflow_provider_tsb.delta.barriers import committed_barrier, table_epoch, version_of_barrier
@@ -92,6 +92,7 @@ def commit_barrier_files(
     mode: WriteMode,
     schema: DeltaSchema,
     partition_by: Sequence[str] = (),
+    before_commit: Callable[[], None] | None = None,
 ) -> CommitOutcome:
     """Commit ``files`` as barrier ``tag.barrier`` of ``tag.job_id``: exactly once.
 
@@ -102,6 +103,11 @@ def commit_barrier_files(
     * Otherwise one ``create_write_transaction`` (``append`` adds the files, ``overwrite``
       removes every current file and adds these), with an empty ``files`` list still making a
       commit so the barrier is WRITTEN.
+
+    * ``before_commit`` (the fencing check of the writer's attempt) runs right before the
+      commit is attempted and may raise to commit nothing.
+    * A concurrent commit of the same barrier (another attempt of the job, whose txn
+      conflicts with ours) makes this one discarded as a replay, not an error.
 
     Cost: the cached latest snapshot (:func:`~airflow_provider_tsb.delta.snapshots.latest_table`:
     two ``stat`` calls, or an incremental update), one log-file read for the epoch, the commit,
@@ -115,6 +121,8 @@ def commit_barrier_files(
     adds = [f.to_add_action() for f in files]
     dt = latest_table_or_none(loc)
     if dt is None:
+        if before_commit is not None:
+            before_commit()
         try:
             create_table_with_add_actions(
                 loc,
@@ -139,13 +147,23 @@ def commit_barrier_files(
     if done is not None and tag.barrier <= done:
         return _existing_version(loc, tag)
     read_version = dt.version()
-    dt.create_write_transaction(
-        adds,
-        mode,
-        schema,
-        partition_by=list(partition_by) or None,
-        commit_properties=barrier_commit_properties(tag, epoch=state.epoch),
-    )
+    if before_commit is not None:
+        before_commit()
+    try:
+        dt.create_write_transaction(
+            adds,
+            mode,
+            schema,
+            partition_by=list(partition_by) or None,
+            commit_properties=barrier_commit_properties(tag, epoch=state.epoch),
+        )
+    except CommitFailedError:
+        # lost a race: discarded as a replay if the other commit holds this barrier
+        dt = latest_table(loc)
+        done = committed_barrier(loc, tag.job_id, table=dt, epoch=table_epoch(loc, table=dt))
+        if done is not None and tag.barrier <= done:
+            return _existing_version(loc, tag)
+        raise
     version = _own_commit_version(loc, read_version, tag)
     if version is None:  # pragma: no cover - the commit above must be visible
         raise RuntimeError(f"barrier {tag.barrier} committed to {loc!r} but not found in its log")
