@@ -107,7 +107,7 @@ def cmd_barrier_create(args: argparse.Namespace) -> int:
 def cmd_job_run(args: argparse.Namespace) -> int:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    from airflow_provider_tsb.hooks.spark_job import TsbSparkJobHook
+    from airflow_provider_tsb.hooks.spark_job import TsbSparkJobHook, configure_submit
 
     _use_metastore(args)
     topology = find_topology(args.dags, job=args.job)
@@ -115,10 +115,11 @@ def cmd_job_run(args: argparse.Namespace) -> int:
     job = hook.job
 
     def submit(application_args: list[str], env: dict[str, str]) -> None:
-        SparkSubmitHook(
+        hook = SparkSubmitHook(
             conn_id=args.spark_conn_id, conf=dict(job.conf), name=f"tsb-{topology.name}-{job.id}",
             application_args=application_args, env_vars=env,
-        ).submit(job.application)
+        )
+        configure_submit(hook, args.spark_conn_id).submit(job.application)
 
     with contextlib.redirect_stdout(sys.stderr):  # Airflow and spark-submit log to stdout
         run = hook.run(args.barrier, submit)

@@ -1,7 +1,8 @@
 """Spark settings of the examples: small runs on one machine (demo tuning, not provider defaults).
 
-The provider adds no Spark setting to a job: a job's ``spark-submit`` gets the ``conf`` declared
-with :meth:`Topology.job(conf=...) <airflow_provider_tsb.topology.Topology.job>` updated with the
+The provider adds no Spark setting to a job: a job's ``spark-submit`` gets the Spark
+connection's ``conf`` extra, updated with the ``conf`` declared with
+:meth:`Topology.job(conf=...) <airflow_provider_tsb.topology.Topology.job>`, updated with the
 operator's own ``conf``. The example DAGs (``dags/``) declare :data:`LOCAL_SPARK_CONF` on their
 jobs, so the demo, the benchmarks that launch those jobs and the tests run with it.
 """
@@ -17,3 +18,26 @@ LOCAL_SPARK_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "1g",
 }
+
+
+#: Spark settings for a cluster, as the Spark connection's ``conf`` extra (``TsbSparkJobOperator``
+#: puts them under each job's declared conf, so a job overrides what it must): small executors
+#: (1 core, 512 MB; Spark docs ``spark.executor.cores``, ``spark.executor.memory``), at most 2
+#: cores per application so that the three flights jobs stream side by side
+#: (``spark.cores.max``), a fixed executor count (``spark.dynamicAllocation.enabled``), and
+#: the shuffle partitions of a cluster. ``executor_python`` is the executors' interpreter
+#: (``spark.sql.execution.pyspark.python``: what runs the Python data source's ``read()`` and
+#: UDFs on executors; the driver's Python workers keep ``spark.pyspark.python``).
+def cluster_spark_conf(executor_python: str | None = None) -> dict[str, str]:
+    """The ``conf`` extra of a Spark connection to a small standalone cluster (see above)."""
+    conf = {
+        "spark.executor.cores": "1",
+        "spark.executor.memory": "512m",
+        "spark.cores.max": "2",
+        "spark.dynamicAllocation.enabled": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+    }
+    if executor_python:
+        conf["spark.sql.execution.pyspark.python"] = executor_python
+    return conf

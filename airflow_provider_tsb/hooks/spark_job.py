@@ -17,6 +17,12 @@ the templating and the call; this hook holds the logic, as in Airflow's Spark pr
 6. records the job's timing per barrier and its final heartbeat;
 7. gives the asset-event extras, ``{"barrier": n, "version": v, ...}`` per sink (Airflow docs,
    "Asset events": ``outlet_events[asset].extra``), through :meth:`TsbSparkJobHook.emit_asset_events`.
+
+What ``spark-submit`` gets beyond the app's command line (:func:`configure_submit`): the Spark
+settings of the Spark connection's extra (cluster-wide resources: executor cores and memory,
+dynamic allocation, shuffle partitions), under the job's declared conf and the operator's; and,
+for a cluster master, ``--py-files`` with the provider zipped
+(:func:`airflow_provider_tsb.spark.packaging.package_zip`), since executors have nothing of it.
 """
 
 from __future__ import annotations
@@ -29,13 +35,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.providers.common.compat.sdk import BaseHook
+from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook
 
 from airflow_provider_tsb.assets import table_asset
 from airflow_provider_tsb.exceptions import BarrierNotReadyError, TsbError, UnknownJobError
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.metastore.store import BarrierState, JobStatus, MetaStore, now_ms
 from airflow_provider_tsb.topology import Job, Table, Topology
+
+#: Spark connection extra holding Spark properties, ``{"conf": {"spark.executor.memory": "2g"}}``
+#: (top-level ``spark.*`` keys of the extra count too)
+CONN_CONF_KEY = "conf"
+#: Spark connection extra: ship the provider as ``--py-files`` (``true``/``false``; default: for
+#: any master but ``local``)
+CONN_SHIP_KEY = "tsb-ship-package"
 
 #: ``submit(application_args, env)``: runs the app with ``spark-submit`` and returns when it has
 #: exited successfully; raises otherwise (the operator passes its ``SparkSubmitOperator.execute``)
@@ -111,6 +124,81 @@ class JobRunOptions:
     heartbeat_interval_s: float = 10.0
 
 
+def connection_conf(extra: Mapping[str, Any], conn_id: str) -> dict[str, str]:
+    """Spark properties in a Spark connection's extra: ``extra["conf"]`` (a JSON object) updated
+    with the extra's top-level ``spark.*`` keys; values as strings (``true``, ``2g``, ``8``).
+
+    Raises:
+        ValueError: ``conf`` is not a JSON object, or a property name does not start with
+            ``spark.`` (names the connection and the key).
+    """
+    conf = extra.get(CONN_CONF_KEY) or {}
+    if isinstance(conf, str):
+        try:
+            conf = json.loads(conf)
+        except ValueError:
+            conf = None
+    if not isinstance(conf, Mapping):
+        raise ValueError(
+            f"Spark connection {conn_id!r}: extra {CONN_CONF_KEY!r} must be a JSON object of Spark properties, "
+            f'e.g. {{"{CONN_CONF_KEY}": {{"spark.executor.memory": "2g"}}}}; got {extra.get(CONN_CONF_KEY)!r}'
+        )
+    merged = {**conf, **{k: v for k, v in extra.items() if k.startswith("spark.")}}
+    bad = sorted(k for k in merged if not str(k).startswith("spark."))
+    if bad:
+        raise ValueError(f"Spark connection {conn_id!r}: {bad} in extra {CONN_CONF_KEY!r} are not Spark properties "
+                         "(names start with 'spark.')")
+    return {str(k): _conf_value(v) for k, v in merged.items()}
+
+
+def _conf_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _connection_extra(conn_id: str) -> dict[str, Any]:
+    """The extra of ``conn_id`` (``{}`` when the connection does not exist: ``spark-submit``'s
+    own defaults apply, as in ``SparkSubmitHook``)."""
+    try:
+        return dict(BaseHook.get_connection(conn_id).extra_dejson)
+    except AirflowNotFoundException:
+        return {}
+
+
+def ships_package(master: str, extra: Mapping[str, Any], ship_package: bool | None) -> bool:
+    """Whether ``--py-files`` carries the provider: ``ship_package`` when given, else the
+    connection's ``tsb-ship-package`` extra, else for every master but ``local[...]`` (a local
+    master's executors are the driver's own process and interpreter)."""
+    if ship_package is not None:
+        return ship_package
+    flag = extra.get(CONN_SHIP_KEY)
+    if flag is not None:
+        return str(flag).lower() in ("1", "true", "yes")
+    return not master.startswith("local")
+
+
+def configure_submit(hook: Any, conn_id: str, *, ship_package: bool | None = None) -> Any:
+    """Complete an Airflow ``SparkSubmitHook`` for a tsb job (in place; returns it).
+
+    * Spark conf: :func:`connection_conf` of ``conn_id`` under the hook's own conf (the job's
+      declared conf updated with the operator's), so the connection sets cluster-wide
+      resources and a job overrides what it must;
+    * ``--py-files``: the provider's zip added to the hook's own when :func:`ships_package`.
+
+    Raises:
+        ValueError: the connection's ``conf`` extra is malformed (see :func:`connection_conf`).
+    """
+    extra = _connection_extra(conn_id)
+    hook._conf = {**connection_conf(extra, conn_id), **(hook._conf or {})}
+    if ships_package(str(hook._connection.get("master") or ""), extra, ship_package):
+        from airflow_provider_tsb.spark.packaging import package_zip
+
+        shipped = package_zip()
+        existing = [p for p in (hook._py_files or "").split(",") if p]
+        if shipped not in existing:
+            hook._py_files = ",".join([*existing, shipped])
+    return hook
+
+
 class TsbSparkJobHook(BaseHook):
     """Run ``job_id`` of ``topology`` for one barrier, or every pending one (see module doc).
 
@@ -118,6 +206,11 @@ class TsbSparkJobHook(BaseHook):
     :param job_id: the job to run.
     :param options: how the app runs (:class:`JobRunOptions`).
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
+    :param storage_conn_id: Airflow connection (``aws``, ``wasb``/``adls``,
+        ``google_cloud_platform``) whose credentials open tables at object-store locations,
+        here (reconciling the commits) and in the job's driver (``$TSB_STORAGE_OPTIONS``); see
+        :mod:`airflow_provider_tsb.delta.storage`. ``None``: none (local tables, or credentials
+        from the environment).
 
     Raises:
         UnknownJobError: ``job_id`` is not declared in ``topology``.
@@ -134,6 +227,7 @@ class TsbSparkJobHook(BaseHook):
         options: JobRunOptions | None = None,
         *,
         tsb_conn_id: str = default_conn_name,
+        storage_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -142,6 +236,7 @@ class TsbSparkJobHook(BaseHook):
         self.job_id = job_id
         self.options = options or JobRunOptions()
         self.tsb_conn_id = tsb_conn_id
+        self.storage_conn_id = storage_conn_id
         #: OpenLineage of the latest run: ``{"inputs": {table: version}, "outputs": {table: version}}``
         self.lineage: dict[str, dict[str, int | None]] = {}
 
@@ -157,6 +252,14 @@ class TsbSparkJobHook(BaseHook):
     def get_conn(self) -> MetaStore:
         """The metastore of ``tsb_conn_id`` (see :class:`TsbMetastoreHook`)."""
         return TsbMetastoreHook(self.tsb_conn_id).get_conn()
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs storage options of ``storage_conn_id`` (``{}`` without one)."""
+        if not self.storage_conn_id:
+            return {}
+        from airflow_provider_tsb.delta.storage import storage_options_from_connection
+
+        return storage_options_from_connection(self.get_connection(self.storage_conn_id))
 
     # ------------------------------------------------------------------ the app's command line
     def check_inputs(self, store: MetaStore, barrier: int) -> dict[str, int]:
@@ -212,7 +315,8 @@ class TsbSparkJobHook(BaseHook):
         base: Mapping[str, str] | None = None,
     ) -> dict[str, str]:
         """Environment of spark-submit: ``base`` (the operator's ``env_vars``) plus the metastore
-        URL (never on the command line), the Python interpreter, ``PATH`` and the job id."""
+        URL and the storage options (secrets: never on the command line), the Python
+        interpreter, ``PATH`` and the job id."""
         bin_dir = os.path.dirname(sys.executable)
         env = {
             **(base or {}),
@@ -222,6 +326,11 @@ class TsbSparkJobHook(BaseHook):
             "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
             "TSB_JOB_ID": self.job_id,
         }
+        storage = self.storage_options()
+        if storage:
+            from airflow_provider_tsb.delta.storage import ENV_VAR
+
+            env[ENV_VAR] = json.dumps(storage, sort_keys=True)
         if barrier is not None and vector is not None:
             env["TSB_BARRIER_INPUTS"] = json.dumps({str(barrier): dict(vector)}, sort_keys=True)
         return env
@@ -249,6 +358,10 @@ class TsbSparkJobHook(BaseHook):
             DoubleWriterError, CycleError: registration conflicts with another registered job.
         """
         store = self.get_conn()
+        if self.storage_conn_id:
+            from airflow_provider_tsb.delta.storage import configure
+
+            configure(self.storage_options())  # this process reads the sinks' logs (reconcile)
         store.register_job(self.topology.name, self.job, self.job_tables(), warehouse=self.topology.warehouse)
         self.lineage = {"inputs": {}, "outputs": {}}
         vector = self.check_inputs(store, barrier) if barrier is not None else None

@@ -7,10 +7,13 @@ commits from the Delta log, timings, asset events with ``extra={"barrier": n, "v
 is :class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook`'s, which calls back this
 operator's own ``spark-submit``.
 
-The operator adds no Spark setting of its own: ``conf`` is the job's declared conf
-(:meth:`Topology.job(conf=...) <airflow_provider_tsb.topology.Topology.job>`) updated with the
+The operator adds no Spark setting of its own. The conf ``spark-submit`` gets is, from the
+weakest: the Spark connection's ``conf`` extra (cluster-wide resources: executor cores and
+memory, dynamic allocation, shuffle partitions, the executors' Python), then the job's declared
+conf (:meth:`Topology.job(conf=...) <airflow_provider_tsb.topology.Topology.job>`), then the
 operator's ``conf``. Small-machine tuning is the DAG author's to set (the example DAGs use
-``tsb_examples.spark_conf.LOCAL_SPARK_CONF``).
+``tsb_examples.spark_conf.LOCAL_SPARK_CONF``). On a cluster master the provider itself goes to
+the executors as ``--py-files`` (see :func:`~airflow_provider_tsb.hooks.spark_job.configure_submit`).
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_tsb.assets import table_asset
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
-from airflow_provider_tsb.hooks.spark_job import JobRunOptions, TsbSparkJobHook, declared_job
+from airflow_provider_tsb.hooks.spark_job import JobRunOptions, TsbSparkJobHook, configure_submit, declared_job
 from airflow_provider_tsb.topology import Job, Topology
 
 
@@ -66,8 +70,14 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         ready barrier starts its micro-batch within about this delay.
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
     :param heartbeat_interval_s: seconds between liveness heartbeats while the app runs.
+    :param storage_conn_id: Airflow connection (``aws``, ``wasb``/``adls``,
+        ``google_cloud_platform``) with the credentials of tables at object-store locations,
+        for delta-rs here and in the job's driver (see :class:`TsbSparkJobHook`).
+    :param ship_package: add the provider's zip to ``--py-files`` (executors have nothing
+        installed). ``None``: the Spark connection's ``tsb-ship-package`` extra, else for every
+        master but ``local[...]``.
     :param kwargs: passed to ``SparkSubmitOperator`` (``conn_id``, ...); ``conf`` updates the
-        job's declared conf, and nothing else is added to it.
+        job's declared conf, which updates the Spark connection's ``conf`` extra.
 
     Returns (XCom) ``{"barriers": [n, ...], "versions": {sink: {barrier: version}}}``.
 
@@ -93,6 +103,8 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         tsb_conn_id: str = TsbMetastoreHook.default_conn_name,
         heartbeat_interval_s: float = 10.0,
         conn_id: str = "spark_default",
+        ship_package: bool | None = None,
+        storage_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         job = declared_job(topology, job_id)
@@ -120,6 +132,8 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         self.poll_interval_s = poll_interval_s
         self.tsb_conn_id = tsb_conn_id
         self.heartbeat_interval_s = heartbeat_interval_s
+        self.ship_package = ship_package
+        self.storage_conn_id = storage_conn_id
         self._job_hook: TsbSparkJobHook | None = None
         self._lineage: dict[str, Any] = {}
 
@@ -136,7 +150,8 @@ class TsbSparkJobOperator(SparkSubmitOperator):
                 mode=self.mode, idle_timeout_s=self.idle_timeout_s, trigger_interval_s=self.trigger_interval_s,
                 poll_interval_s=self.poll_interval_s, heartbeat_interval_s=self.heartbeat_interval_s,
             )
-            self._job_hook = TsbSparkJobHook(self.topology, self.job_id, options, tsb_conn_id=self.tsb_conn_id)
+            self._job_hook = TsbSparkJobHook(self.topology, self.job_id, options, tsb_conn_id=self.tsb_conn_id,
+                                             storage_conn_id=self.storage_conn_id)
         return self._job_hook
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -176,6 +191,11 @@ class TsbSparkJobOperator(SparkSubmitOperator):
             f"DAG's barrier task first, or generate one with `tsb barrier create {self.topology.name} --dags PATH` "
             f"and run it with `tsb job run {self.job_id} --barrier N --dags PATH`"
         )
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """Airflow's ``SparkSubmitHook`` with the Spark connection's conf under the job's and, on a
+        cluster, the provider in ``--py-files`` (:func:`configure_submit`)."""
+        return configure_submit(super()._get_hook(), self._conn_id, ship_package=self.ship_package)
 
     def _spark_submit(self, context: Any, application_args: list[str], env: dict[str, str]) -> None:
         """``SparkSubmitOperator.execute`` with the app's command line and environment."""
