@@ -1,8 +1,8 @@
 """Maintenance operators: snapshot expiry and rollback (revision) of a topology's tables.
 
 * :class:`TsbSnapshotExpiryOperator` removes data files no longer needed by the newest
-  ``keep_barriers`` barriers of each table, nor by any version pinned by a live reader lease
-  (FLIP-276 "MetaService": snapshots in use).
+  ``keep_barriers`` barriers of each table, nor by any version pinned by a live lease or still
+  to be read by a registered job (FLIP-276 "MetaService": snapshots in use).
 * :class:`TsbRollbackOperator` rolls a table and every table downstream of it back to barrier k
   (or empties them for a reprocess from barrier 1) as a revision recorded in the metastore
   before any table is touched, resumable by the task's retry
@@ -24,28 +24,36 @@ from airflow_provider_tsb.topology import Topology
 
 class TsbSnapshotExpiryOperator(BaseOperator):
     """Expire old snapshots of every table of a topology
-    (see :func:`~airflow_provider_tsb.hooks.maintenance.expire_snapshots`).
+    (see :func:`airflow_provider_tsb.expiry.expire_snapshots`).
+
+    Per table: the versions to go are marked expired in the metastore under the lock leases
+    take (a lease on them is refused from then on, resolution never answers them), then Delta
+    vacuum deletes their files, retried with backoff when a job's commit wins the race.
 
     :param topology: the topology.
-    :param keep_barriers: newest WRITTEN barriers kept readable per table.
+    :param keep_barriers: newest WRITTEN barriers kept readable per table (AS OF works on them).
+    :param dry_run: report what would go; mark and delete nothing.
     :param tsb_conn_id: metastore connection.
 
     Returns (XCom) one ``expire_snapshots`` result per table.
     """
 
     def __init__(
-        self, *, topology: Topology, keep_barriers: int = 10, tsb_conn_id: str = "tsb_default", **kwargs: Any
+        self, *, topology: Topology, keep_barriers: int = 10, dry_run: bool = False,
+        tsb_conn_id: str = "tsb_default", **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if keep_barriers < 1:
             raise ValueError(f"{self.task_id}: keep_barriers must be at least 1, got {keep_barriers}")
         self.topology = topology
         self.keep_barriers = keep_barriers
+        self.dry_run = dry_run
         self.tsb_conn_id = tsb_conn_id
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
         """Expire every root and intermediate table's old snapshots."""
-        return TsbMaintenanceHook(self.topology, tsb_conn_id=self.tsb_conn_id).expire_all(self.keep_barriers)
+        hook = TsbMaintenanceHook(self.topology, tsb_conn_id=self.tsb_conn_id)
+        return hook.expire_all(self.keep_barriers, dry_run=self.dry_run)
 
 
 class TsbRollbackOperator(BaseOperator):
@@ -60,7 +68,8 @@ class TsbRollbackOperator(BaseOperator):
     :param table: an intermediate table (templated).
     :param barrier: the barrier to go back to (templated); must be WRITTEN in the tables.
         Ignored with ``reprocess``.
-    :param reprocess: empty the tables so the jobs process every barrier again from barrier 1.
+    :param reprocess: empty the tables so the jobs process every barrier again from barrier 1
+        (templated: a bool, or ``"true"``/``"false"``).
     :param tsb_conn_id: metastore connection.
 
     Returns (XCom) ``{"revision", "barrier", "tables": {table: Delta version}, "checkpoints",
@@ -68,7 +77,7 @@ class TsbRollbackOperator(BaseOperator):
     or a barrier that is not an integer >= 1.
     """
 
-    template_fields = ("table", "barrier")
+    template_fields = ("table", "barrier", "reprocess")
 
     def __init__(
         self,
@@ -76,7 +85,7 @@ class TsbRollbackOperator(BaseOperator):
         topology: Topology,
         table: str,
         barrier: int | str = 0,
-        reprocess: bool = False,
+        reprocess: bool | str = False,
         tsb_conn_id: str = "tsb_default",
         **kwargs: Any,
     ) -> None:
@@ -93,8 +102,13 @@ class TsbRollbackOperator(BaseOperator):
             barrier = int(self.barrier)
         except (TypeError, ValueError):
             raise ValueError(f"{self.task_id}: barrier must be an integer >= 1, got {self.barrier!r}") from None
+        reprocess = self.reprocess
+        if isinstance(reprocess, str):
+            if reprocess.strip().lower() not in ("true", "false", ""):
+                raise ValueError(f"{self.task_id}: reprocess must be true or false, got {reprocess!r}")
+            reprocess = reprocess.strip().lower() == "true"
         hook = TsbMaintenanceHook(self.topology, tsb_conn_id=self.tsb_conn_id)
         try:
-            return hook.rollback(self.table, barrier, reprocess=self.reprocess)
+            return hook.rollback(self.table, barrier, reprocess=bool(reprocess))
         except ValueError as exc:
             raise ValueError(f"{self.task_id}: {exc}") from exc
