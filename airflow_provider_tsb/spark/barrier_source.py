@@ -14,6 +14,7 @@ is imported lazily, on the driver's side only. Streaming mode itself (the query,
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -71,8 +72,16 @@ class TsbStreamReader(DataSourceStreamReader):
         """The catalog, opened lazily from its spec in this process (on the driver's host only:
         the offset and partition planning; see module doc)."""
         if self._catalog is None:
-            from airflow_provider_tsb.spark.catalog import open_catalog
-
+            try:
+                from airflow_provider_tsb.spark.catalog import open_catalog
+            except ImportError as exc:
+                raise ImportError(
+                    f"the tsb streaming source of job {self.job_id!r} plans its micro-batches in a Python worker "
+                    f"that the Spark driver starts with spark.pyspark.python ({sys.executable}), which cannot "
+                    f"import the barrier catalog ({exc}). Set spark.pyspark.python to a Python with "
+                    "airflow-provider-tsb installed on the driver's host (the default: the Airflow worker's), "
+                    "and name the executors' Python with spark.sql.execution.pyspark.python"
+                ) from exc
             self._catalog = open_catalog(self.catalog_spec)
         return self._catalog
 

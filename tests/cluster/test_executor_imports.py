@@ -57,3 +57,19 @@ def test_the_interpreter_is_bare(bare_python: str, tmp_path) -> None:
         proc = subprocess.run([bare_python, "-c", f"import {module}"], env=env, capture_output=True, text=True,
                               timeout=120, cwd=tmp_path)
         assert proc.returncode != 0 and f"No module named '{missing}" in proc.stderr, (module, proc.stderr[-1500:])
+
+
+def test_a_bare_python_on_the_driver_side_is_named(bare_python: str, tmp_path) -> None:
+    """``spark.pyspark.python`` set to the bare Python: the source's offset planning says which
+    setting to change instead of a bare ``No module named`` from deep inside."""
+    probe = (
+        "from airflow_provider_tsb.spark.barrier_source import TsbStreamReader\n"
+        "r = TsbStreamReader({'catalog': '{\"kind\": \"metastore\", \"url\": \"sqlite://\"}', "
+        "'job_id': 'enrich_flights', 'sources': '{}'})\n"
+        "r.latestOffset({'barrier': -1})\n"
+    )
+    proc = subprocess.run([bare_python, "-c", probe], env=executor_env(tmp_path), capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "job 'enrich_flights'" in proc.stderr and "spark.pyspark.python" in proc.stderr, proc.stderr[-2000:]
+    assert "spark.sql.execution.pyspark.python" in proc.stderr
