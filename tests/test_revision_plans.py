@@ -104,3 +104,27 @@ def test_reprocess_and_refusals(store, tmp_path: Path) -> None:
     assert latest_written_barrier(topo.location(CC)) is None
     assert latest_written_barrier(topo.location(WC))[0] == 3
     assert store.revisions("wordcount")[0].reprocess is True
+
+
+def test_error_at_a_downstream_table_is_recorded_and_the_retry_finishes(store, tmp_path: Path) -> None:
+    """The downstream table's storage is gone when its step runs (moved away after the plan was
+    checked): the upstream table is restored, the plan stays pending with the error, and the
+    retry of the same revision (what Airflow's retry of the operator does) finishes it."""
+    topo = three_barriers(store, tmp_path)
+    location = Path(topo.location(CC))
+    plan = plan_revision(store, topo, "wordcount.word_count", 2)
+    location.rename(location.with_name("moved"))
+    with pytest.raises(Exception, match="count_of_counts"):
+        revise(store, topo, "wordcount.word_count", 2)
+    pending = store.pending_revision("wordcount")
+    assert pending is not None and pending.id == plan.id
+    assert [t.status for t in pending.tables] == ["done", "pending"]
+    assert pending.error and "count_of_counts" in pending.error
+    assert latest_written_barrier(topo.location(WC))[0] == 2
+    assert store.resolve([WC, CC]).barrier == 2  # consistent while pending
+    location.with_name("moved").rename(location)
+    result = revise(store, topo, "wordcount.word_count", 2)
+    assert result.revision == plan.id and result.resumed is True
+    done = store.revision(plan.id)
+    assert done.status == "done" and done.error is None
+    assert [latest_written_barrier(topo.location(t))[0] for t in (WC, CC)] == [2, 2]
