@@ -128,3 +128,29 @@ def test_error_at_a_downstream_table_is_recorded_and_the_retry_finishes(store, t
     done = store.revision(plan.id)
     assert done.status == "done" and done.error is None
     assert [latest_written_barrier(topo.location(t))[0] for t in (WC, CC)] == [2, 2]
+
+
+def test_truncation_interrupted_between_its_commits(tmp_path: Path) -> None:
+    """A reprocess's truncation killed before its epoch bump: the table already holds no barrier
+    (the truncation ends the lineage) and no undone txn counts; truncating again finishes it."""
+    from deltalake import CommitProperties
+
+    from airflow_provider_tsb.delta.barriers import committed_barrier, version_of_barrier
+    from airflow_provider_tsb.delta.conventions import RESTORE_NEXT_EPOCH_KEY, TRUNCATE_KEY
+    from airflow_provider_tsb.delta.restore import truncate_table
+
+    location = str(tmp_path / "t")
+    for b in (1, 2):
+        write_deltalake(location, pa.table({"b": [b]}), mode="append",
+                        commit_properties=barrier_commit_properties(BarrierTag(b, "j"), epoch=0))
+    dt = DeltaTable(location)
+    dt.create_write_transaction([], "overwrite", dt.schema(), commit_properties=CommitProperties(
+        custom_metadata={TRUNCATE_KEY: "true", RESTORE_NEXT_EPOCH_KEY: "1"}))  # ... and the process dies
+    assert table_epoch(location).pending and table_epoch(location).base_barrier is None
+    assert latest_written_barrier(location) is None and version_of_barrier(location, 1) is None
+    assert committed_barrier(location, "j") is None
+    result = truncate_table(location)
+    assert result.changed is False and result.epoch == 1
+    state = table_epoch(location)
+    assert (state.epoch, state.base_barrier, state.pending) == (1, None, False)
+    assert DeltaTable(location).to_pyarrow_table().num_rows == 0 and committed_barrier(location, "j") is None
