@@ -154,3 +154,17 @@ def test_truncation_interrupted_between_its_commits(tmp_path: Path) -> None:
     state = table_epoch(location)
     assert (state.epoch, state.base_barrier, state.pending) == (1, None, False)
     assert DeltaTable(location).to_pyarrow_table().num_rows == 0 and committed_barrier(location, "j") is None
+
+
+def test_the_job_operator_refuses_before_spark_submit(store, tmp_path: Path, monkeypatch) -> None:
+    """TsbSparkJobHook.run (the operator's and ``tsb job run``'s path) names the pending revision
+    before it starts spark-submit."""
+    from airflow_provider_tsb.hooks.spark_job import TsbSparkJobHook
+
+    topo = three_barriers(store, tmp_path)
+    monkeypatch.setenv("TSB_METASTORE_URL", store.url)
+    plan = plan_revision(store, topo, "wordcount.word_count", 1)
+    submitted: list[list[str]] = []
+    with pytest.raises(RevisionPendingError, match=f"job 'wordcount_counts' cannot run: revision {plan.id} "):
+        TsbSparkJobHook(topo, "wordcount_counts").run(2, lambda args, env: submitted.append(args))
+    assert submitted == []

@@ -356,6 +356,7 @@ class TsbSparkJobHook(BaseHook):
             BarrierNotReadyError: an input is not WRITTEN at the barrier.
             CommitMissingError: the app succeeded but left no commit for a sink and barrier.
             DoubleWriterError, CycleError: registration conflicts with another registered job.
+            RevisionPendingError: a revision over the job's sinks is pending (before spark-submit).
         """
         store = self.get_conn()
         if self.storage_conn_id:
@@ -363,6 +364,7 @@ class TsbSparkJobHook(BaseHook):
 
             configure(self.storage_options())  # this process reads the sinks' logs (reconcile)
         store.register_job(self.topology.name, self.job, self.job_tables(), warehouse=self.topology.warehouse)
+        store.check_no_pending_revision(self.job_id)
         self.lineage = {"inputs": {}, "outputs": {}}
         vector = self.check_inputs(store, barrier) if barrier is not None else None
         self.lineage["inputs"] = dict(vector or {})
