@@ -9,8 +9,14 @@ commit) -- and checks the topologies' invariants on what they read:
 * flights: ``count(flights_enriched) == count(raw.flights)`` and
   ``sum(carrier_daily_delay.flights) == count(flights_enriched)``.
 
-Expected: zero anomalies at REPEATABLE_READ and AS OF; some at READ_UNCOMMITTED, which shows
-that the checker catches the inconsistencies the barriers prevent.
+Expected: zero anomalies at READ_COMMITTED, REPEATABLE_READ and AS OF; some at
+READ_UNCOMMITTED, which shows that the checker catches the inconsistencies the barriers prevent.
+
+With ``--kill`` (issue 12 item 3) every job runs as its own ``spark-submit`` process with the
+metastore catalog, as the operator starts it, and is SIGKILLed once per barrier at a kill point
+(:mod:`airflow_provider_tsb.spark.killpoints`) and retried. After a kill at ``after_files`` a
+READ_COMMITTED answer is resolved (it serves the dead attempt's staged files), the retry runs,
+and only then is the answer read: the forced order in which a reader once met a deleted file.
 """
 
 from __future__ import annotations
@@ -161,6 +167,18 @@ class ConsistencyChecker:
                     at = resolution.barrier if resolution.barrier is not None else "latest"
                     report.anomalies.append(f"{invariant.name} violated at barrier {at}: {detail}")
 
+    def sample_held(self, invariant: Invariant, resolution: Any) -> None:
+        """Read ``resolution`` (resolved earlier at its level) now and check ``invariant`` on it."""
+        report = self.reports[resolution.level.value if hasattr(resolution.level, "value") else str(resolution.level)]
+        try:
+            holds, detail = invariant.check(resolution.to_arrow())
+        except Exception as exc:  # a held answer must stay readable: any error is an anomaly
+            holds, detail = False, f"reader error: {type(exc).__name__}: {exc}"
+        with self._lock:
+            report.samples += 1
+            if not holds:
+                report.anomalies.append(f"{invariant.name} on a held answer at barrier {resolution.barrier}: {detail}")
+
     def sample_all(self) -> None:
         """One sample at every level (called at each step of the pipeline)."""
         for level in self.reports:
@@ -231,9 +249,58 @@ def flights_topology(warehouse: str) -> Topology:
     return topo
 
 
+#: kill points of ``--kill``, cycled over (barrier, job): ``after_files`` leaves a served manifest
+KILL_CYCLE = ("after_files", "after_commit", "while_writing")
+
+
+def job_process(topo: Topology, job_id: str, barrier: int, url: str, kill_at: str | None, kill_dir: str) -> int:
+    """Run ``job_id`` up to ``barrier`` as a ``spark-submit`` process on the metastore catalog,
+    as the operator does; ``kill_at``: ``TSB_KILL_AT`` for it. Returns the exit status."""
+    import subprocess
+
+    job = topo.jobs[job_id]
+    submit = str(Path(sys.executable).parent / "spark-submit")
+    cmd = [submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false", job.application, "--mode",
+           "batch", "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", str(barrier)]
+    for name in sorted({*job.sources, *job.sinks}):
+        cmd += ["--table", f"{name}={topo.location(name)}"]
+    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR")}
+    env.update(TSB_METASTORE_URL=url, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               TSB_SPARK_LOG_LEVEL="ERROR", PYTHONPATH=os.pathsep.join([str(_repo()), env.get("PYTHONPATH", "")]))
+    if kill_at:
+        env.update(TSB_KILL_AT=kill_at, TSB_KILL_ONCE_DIR=kill_dir)
+    done = subprocess.run(cmd, env=env, cwd=os.path.dirname(kill_dir), capture_output=True, text=True)
+    if done.returncode not in (0, -9, 137):
+        raise RuntimeError(f"job {job_id} failed at barrier {barrier} (exit {done.returncode}): {done.stderr[-3000:]}")
+    return done.returncode
+
+
+def _run_killed_and_retried(
+    checker: ConsistencyChecker, store: MetaStore, topo: Topology, job_id: str, barrier: int, point: str,
+    url: str, workdir: str,
+) -> None:
+    """The job killed at ``point`` for ``barrier``, a READ_COMMITTED answer held, the retry, the read."""
+    kill_dir = os.path.join(workdir, "killed")
+    code = job_process(topo, job_id, barrier, url, f"{point}:{job_id}:{barrier}", kill_dir)
+    sinks = set(topo.jobs[job_id].sinks)
+    held = []
+    if code != 0:
+        for invariant in checker.invariants:
+            if sinks & set(invariant.tables):
+                try:
+                    held.append((invariant, store.resolve(invariant.tables, ConsistencyLevel.READ_COMMITTED)))
+                except InconsistentReadError:
+                    pass
+        checker.sample_all()
+        if job_process(topo, job_id, barrier, url, None, kill_dir) != 0:
+            raise RuntimeError(f"the retry of job {job_id} at barrier {barrier} was killed")
+    for invariant, resolution in held:
+        checker.sample_held(invariant, resolution)
+
+
 def run_check(
     workdir: str, *, wordcount_barriers: int = 4, flights_barriers: int = 2, interval_s: float = 0.05,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = print, kill: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Run both topologies under concurrent readers; returns :meth:`ConsistencyChecker.summary`.
 
@@ -241,6 +308,8 @@ def run_check(
         workdir: folder for the metastore (SQLite) and the warehouse; created if missing.
         wordcount_barriers / flights_barriers: barriers to run per topology (0 skips it).
         interval_s: pause of each reader thread between samples, seconds.
+        kill: run each job as a ``spark-submit`` process, SIGKILLed once per barrier at a
+            kill point of :data:`KILL_CYCLE` and retried (see module docstring).
     """
     from airflow_provider_tsb.hooks.barrier import read_root_versions
     from airflow_provider_tsb.metastore.store import MetaStore
@@ -265,7 +334,7 @@ def run_check(
                                                               key)))
         invariants += FLIGHTS_INVARIANTS
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = get_spark("tsb-check")
+    spark = get_spark("tsb-check") if not kill else None  # --kill: every job is its own process
     catalog = MetastoreCatalog(url)
     checker = ConsistencyChecker(store, invariants)
     for topo, _, _ in plans:
@@ -279,10 +348,14 @@ def run_check(
                 ingest(topo, f"check/{topo.name}/{n}")
                 checker.sample_all()
                 barrier = store.create_barrier(topo.name, read_root_versions(topo), run_key=f"check/{topo.name}/{n}")
-                for job in topo.jobs_in_order():
-                    app = apps[job.id]
-                    run_batch(spark, app, catalog, app.resolve_locations(None, overrides),
-                              until_barrier=barrier.barrier)
+                for j, job in enumerate(topo.jobs_in_order()):
+                    if kill:
+                        point = KILL_CYCLE[(n + j) % len(KILL_CYCLE)]
+                        _run_killed_and_retried(checker, store, topo, job.id, barrier.barrier, point, url, workdir)
+                    else:
+                        app = apps[job.id]
+                        run_batch(spark, app, catalog, app.resolve_locations(None, overrides),
+                                  until_barrier=barrier.barrier)
                     checker.sample_all()
                 log(f"{topo.name}: barrier {barrier.barrier} committed in every table")
     finally:
@@ -311,6 +384,8 @@ def register_cli(sub: Any) -> None:
     p.add_argument("--workdir", help="folder for the metastore and tables (default: a temporary folder)")
     p.add_argument("--interval", type=float, default=0.05, help="seconds between samples of each reader thread")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--kill", action="store_true",
+                   help="run each job with spark-submit, SIGKILL it once per barrier at a kill point, retry it")
     p.add_argument("--output", help="also write the JSON summary to this file")
     p.set_defaults(func=_cmd)
 
@@ -322,7 +397,7 @@ def _cmd(args: argparse.Namespace) -> int:
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
     start = time.monotonic()
     summary = run_check(workdir, wordcount_barriers=args.wordcount_barriers,
-                        flights_barriers=args.flights_barriers, interval_s=args.interval, log=log)
+                        flights_barriers=args.flights_barriers, interval_s=args.interval, log=log, kill=args.kill)
     if args.output:
         Path(args.output).write_text(json.dumps(summary, indent=2, sort_keys=True))
     if args.json:
@@ -330,5 +405,7 @@ def _cmd(args: argparse.Namespace) -> int:
     else:
         print(format_summary(summary))
         print(f"checked in {time.monotonic() - start:.0f} s (workdir {workdir})")
-    consistent = all(summary[lv]["anomalies"] == 0 for lv in ("REPEATABLE_READ", "AS_OF") if lv in summary)
+    consistent = all(
+        summary[lv]["anomalies"] == 0 for lv in ("READ_COMMITTED", "REPEATABLE_READ", "AS_OF") if lv in summary
+    )
     return 0 if consistent else 1

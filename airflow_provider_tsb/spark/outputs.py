@@ -320,8 +320,12 @@ def write_barrier(
         catalog: receives PROCESSED and WRITTEN reports (may be ``None``).
 
     Raises:
-        ValueError: bad mode/keys, or ``df`` does not match the existing table's columns.
-        deltalake.exceptions.CommitFailedError: a concurrent writer conflicted.
+        ValueError: bad mode/keys, or ``df`` does not match the existing table's columns, or
+            ``$TSB_STAGING_GRACE_SECONDS`` is not a number of seconds >= 0.
+        FencedError: a newer attempt of the job started (this one is a zombie): nothing of this
+            attempt is committed or reported, and its unserved files are deleted.
+        deltalake.exceptions.CommitFailedError: a concurrent writer conflicted (not another
+            attempt of this barrier: that commit is taken as a replay).
     """
     if mode not in ("append", "overwrite", "merge"):
         raise ValueError(f"unknown sink mode {mode!r} for {table}: use append, overwrite or merge")

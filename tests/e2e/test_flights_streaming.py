@@ -41,6 +41,8 @@ def streaming_run(tmp_path_factory):
         # one SIGKILL of carrier_daily_delay mid-barrier; the retry goes on
         TSB_KILL_AT=f"after_files:{KILLED_JOB}:{KILLED_BARRIER}",
         TSB_KILL_ONCE_DIR=str(root / "killed"),
+        # the dead attempt's withdrawn files go at the retry's next write, not after 10 minutes
+        TSB_STAGING_GRACE_SECONDS="0",
     )
     af = start_airflow(REPO / "dags", home=root / "airflow", env_extra=env)
     try:
@@ -144,7 +146,7 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
             streamed = store.version_at(table, b.barrier)
             batch = next(v for v in range(0, 10_000) if barrier_of_version(tables[table], v) == b.barrier)
             assert _rows(store.table(table).location, streamed) == _rows(tables[table], batch), (table, b.barrier)
-    # the dead attempt's staged files were removed by the retry
+    # the dead attempt's staged files were withdrawn, then removed by the retry (grace period 0)
     staging = Path(store.table("tsb.flights.carrier_daily_delay").location) / "tsb_staging" / KILLED_JOB
     attempts = list((staging / "0" / str(KILLED_BARRIER)).iterdir())
     assert len(attempts) == 1, attempts

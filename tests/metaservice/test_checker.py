@@ -1,8 +1,9 @@
 """`tsb check`: the wordcount and flights topologies run while readers query every level.
 
 Real Spark jobs, real Delta tables, a real metastore, readers in concurrent threads. The
-invariants must hold at REPEATABLE_READ and AS OF every time; READ_UNCOMMITTED must show
-anomalies, which proves the checker can catch them.
+invariants must hold at READ_COMMITTED, REPEATABLE_READ and AS OF every time; READ_UNCOMMITTED
+must show anomalies, which proves the checker can catch them. With ``--kill`` the jobs are
+``spark-submit`` processes killed at kill points and retried (issue 12 item 3).
 """
 
 from __future__ import annotations
@@ -13,9 +14,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 
-from airflow_provider_tsb.checker import WORDCOUNT_INVARIANTS, ConsistencyChecker
+from airflow_provider_tsb.checker import WORD_COUNT, WORDCOUNT_INVARIANTS, WORDS, ConsistencyChecker
+from airflow_provider_tsb.consistency import ConsistencyLevel
+from airflow_provider_tsb.exceptions import StagedFilesGoneError
+from airflow_provider_tsb.metastore.records import BarrierState, Resolution, TableVersion
+from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.readers import read_tables_arrow
+from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
+from airflow_provider_tsb.spark.outputs import collect_withdrawn
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +40,7 @@ def test_tsb_check_counts_anomalies_per_level(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary) == {"READ_UNCOMMITTED", "READ_COMMITTED", "REPEATABLE_READ", "AS_OF"}
-    for level in ("REPEATABLE_READ", "AS_OF"):
+    for level in ("READ_COMMITTED", "REPEATABLE_READ", "AS_OF"):
         assert summary[level]["samples"] >= 20, summary[level]
         assert summary[level]["anomalies"] == 0, summary[level]["examples"]
     assert summary["READ_UNCOMMITTED"]["anomalies"] > 0
@@ -39,6 +48,58 @@ def test_tsb_check_counts_anomalies_per_level(tmp_path: Path) -> None:
     assert "wordcount: barrier 3 committed in every table" in out.stdout
     assert "flights: barrier 2 committed in every table" in out.stdout
     assert "REPEATABLE_READ" in out.stdout and "anomalies" in out.stdout
+
+
+@pytest.mark.spark
+def test_tsb_check_kill_and_retry_has_no_anomaly_at_read_committed(tmp_path: Path) -> None:
+    """Each job is SIGKILLed once (wordcount_words after PROCESSED, wordcount_counts after its
+    commit) and retried; a READ_COMMITTED answer resolved between the kill and the retry is read
+    after the retry's cleanup (the forced order of issue 12 item 3). Before the fix the retry
+    deleted the dead attempt's files first and that read raised FileNotFoundError."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    workdir = tmp_path / "check"
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_tsb", "check", "--kill", "--output", str(tmp_path / "summary.json"),
+         "--wordcount-barriers", "1", "--flights-barriers", "0", "--interval", "0.2", "--workdir", str(workdir)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
+    )
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert out.returncode == 0, (summary, out.stderr[-3000:])
+    assert sorted(p.name for p in (workdir / "killed").iterdir()) == [
+        "after_commit-wordcount_counts-1", "after_files-wordcount_words-1",
+    ]
+    for level in ("READ_COMMITTED", "REPEATABLE_READ", "AS_OF"):
+        assert summary[level]["anomalies"] == 0, summary[level]["examples"]
+    assert summary["READ_COMMITTED"]["samples"] >= 5, summary["READ_COMMITTED"]
+    assert "wordcount: barrier 1 committed in every table" in out.stdout
+    _withdrawn_attempt_outlives_the_retry_then_goes(workdir)
+
+
+def _withdrawn_attempt_outlives_the_retry_then_goes(workdir: Path) -> None:
+    """After the run: the killed attempt of word_count is withdrawn, not deleted, until the grace
+    period is over; then the job's garbage-collection step deletes it, and a reader still holding
+    its manifest gets StagedFilesGoneError (the readers resolve again), never FileNotFoundError."""
+    url = f"sqlite:///{workdir / 'tsb.db'}"
+    store = MetaStore(url)
+    location = Path(store.table(WORD_COUNT).location)
+    withdrawn = store.due_withdrawn_staging(WORD_COUNT, grace_s=0)
+    assert [barrier for _, barrier in withdrawn] == [1], withdrawn
+    assert store.due_withdrawn_staging(WORD_COUNT, grace_s=600) == []
+    dead = location / withdrawn[0][0]
+    files = [{"path": f"{withdrawn[0][0]}/{p.name}"} for p in sorted(dead.glob("*.parquet"))]
+    assert files, f"the killed attempt's files are gone already: {dead}"
+    held = Resolution(ConsistencyLevel.READ_COMMITTED, 1, {WORD_COUNT: TableVersion(
+        WORD_COUNT, str(location), None, 1, BarrierState.PROCESSED, staged={"mode": "overwrite", "files": files})})
+    assert held.to_arrow()[WORD_COUNT].num_rows > 0  # the old answer still reads
+    assert collect_withdrawn(str(location), WORD_COUNT, MetastoreCatalog(url), grace_s=0) == 1
+    assert not dead.exists() and store.due_withdrawn_staging(WORD_COUNT, grace_s=0) == []
+    with pytest.raises(StagedFilesGoneError, match=r"barrier 1 .*staged file .* is gone.*Resolve again"):
+        held.to_arrow()
+    with pytest.raises(StagedFilesGoneError):
+        read_tables_arrow([WORD_COUNT], resolution=held)
+    fresh = read_tables_arrow([WORDS, WORD_COUNT], ConsistencyLevel.READ_COMMITTED, store=store)
+    assert pc.sum(fresh[WORD_COUNT].column("cnt")).as_py() == fresh[WORDS].num_rows > 0
+    store.dispose()
 
 
 def test_checker_rejects_unknown_level(store) -> None:
