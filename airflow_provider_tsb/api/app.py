@@ -6,8 +6,13 @@ It accepts the JWT from ``POST /auth/token`` as ``Authorization: Bearer <jwt>`` 
 pages, the ``_token`` session cookie that the Airflow UI login sets. No (or an invalid) credential
 gives 401 (403 for a malformed/forged JWT) before any route code runs.
 
-Authorization helpers wrap Airflow's ``requires_access_*`` checks so the auth manager's roles apply
-(``requires_dag_access("GET")`` for anything that reveals a DAG's data, etc.).
+Authorization: every MetaService route asks Airflow's auth manager about the DAGs of the
+topology it touches (:mod:`airflow_provider_tsb.api.access`,
+:class:`~airflow_provider_tsb.api.airflow_access.AirflowTopologyAccess`): read access to read,
+edit access to register, unregister or take a lease; lists and the UI pages show only the
+topologies the user may read. The helpers below wrap Airflow's ``requires_access_*`` checks for
+routes keyed by a DAG id. Request bodies are limited (``[tsb] max_request_body_bytes``, 413) and
+validation errors are short (:mod:`airflow_provider_tsb.api.limits`).
 
 The Airflow security module imports the ORM, so it is imported lazily, inside the dependencies:
 the plugin module is also imported by every task process (plugins provide macros/listeners there),
@@ -32,6 +37,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.responses import Response
 
 if TYPE_CHECKING:
+    from airflow_provider_tsb.api.access import TopologyAccess
     from airflow_provider_tsb.metastore.store import MetaStore
 
 URL_PREFIX = "/tsb"
@@ -138,6 +144,12 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
+def _access(user: BaseUser, store: MetaStore | None) -> TopologyAccess | None:
+    from airflow_provider_tsb.api.airflow_access import AirflowTopologyAccess
+
+    return AirflowTopologyAccess(user, store) if store is not None else None
+
+
 def _store_or_none() -> MetaStore | None:
     from airflow_provider_tsb.api.routes import get_store
 
@@ -159,7 +171,7 @@ async def lineage_page(
     from airflow_provider_tsb.ui import render_lineage
 
     store = await run_in_threadpool(_store_or_none)
-    body = await run_in_threadpool(render_lineage, store, user.get_name(), topology, dag_id)
+    body = await run_in_threadpool(render_lineage, store, user.get_name(), topology, dag_id, _access(user, store))
     return HTMLResponse(body)
 
 
@@ -176,7 +188,9 @@ async def delays_page(
     from airflow_provider_tsb.ui import render_delays
 
     store = await run_in_threadpool(_store_or_none)
-    body = await run_in_threadpool(render_delays, store, user.get_name(), topology, dag_id, limit)
+    body = await run_in_threadpool(
+        render_delays, store, user.get_name(), topology, dag_id, limit, _access(user, store)
+    )
     return HTMLResponse(body)
 
 
@@ -189,11 +203,23 @@ def create_app() -> FastAPI:
     )
     app.add_exception_handler(HTTPException, _ui_auth_error)  # type: ignore[arg-type]
     app.include_router(api_router)
-    from airflow_provider_tsb.api.routes import install_exception_handlers
+    from airflow_provider_tsb.api.limits import BodySizeLimitMiddleware, max_request_body_bytes
+    from airflow_provider_tsb.api.routes import get_access, get_store, install_exception_handlers
     from airflow_provider_tsb.api.routes import router as metaservice_router
 
-    # The MetaService views (/topology, /delays, ...) at /tsb/api/v1, behind Airflow's auth.
+    def airflow_access(
+        user: BaseUser = Depends(get_current_user),  # noqa: B008 - FastAPI dependencies
+        store: object = Depends(get_store),  # noqa: B008
+    ) -> TopologyAccess:
+        from airflow_provider_tsb.api.airflow_access import AirflowTopologyAccess
+
+        return AirflowTopologyAccess(user, store)  # type: ignore[arg-type]
+
+    # The MetaService views (/topology, /delays, ...) at /tsb/api/v1, behind Airflow's auth; each
+    # route asks the auth manager about the DAGs of the topology it touches (api/access.py).
     app.include_router(metaservice_router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
+    app.dependency_overrides[get_access] = airflow_access
     install_exception_handlers(app)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_body_bytes())
     app.include_router(ui_router)
     return app

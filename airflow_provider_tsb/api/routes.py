@@ -17,28 +17,37 @@ Endpoints (paths relative to the mount point):
 * ``GET /version/{consistency_type}/{catalog}/{database}/{table}`` (FLIP-276 ``/version``);
 * ``POST /versions``: consistent versions of a set of tables, with AS OF, monotonic reads
   (``min_barrier``) and leases;
-* ``GET /topology``, ``GET /barriers``, ``GET /tables/{catalog}/{database}/{table}/barriers``,
-  ``GET /delays``: the lineage graph, barrier history and delay views.
+* ``GET /topologies`` (the topologies the user may read), ``GET /topology``, ``GET /barriers``,
+  ``GET /tables/{catalog}/{database}/{table}/barriers``, ``GET /delays``: the lineage graph,
+  barrier history and delay views.
 
-Errors are JSON ``{"detail": message, "error": exception class}``: unknown table / job /
-barrier / topology -> 404; malformed names, unknown level, bad parameters -> 422;
-DoubleWriterError, CycleError, InconsistentReadError (the level cannot be satisfied) and other
-conflicts with the registered state -> 409; metastore unreachable -> 503. Every route maps
-errors itself (see :class:`TsbRoute`), and :func:`install_exception_handlers` installs the
-same mapping on an app for anything raised outside the routes.
+Authorization (:mod:`airflow_provider_tsb.api.access`, the policy comes from the
+:func:`get_access` dependency): reads need read access to every DAG of the topology, changes
+(registration, unregistration, leases) edit access; lists show only readable topologies.
+
+Errors (:mod:`airflow_provider_tsb.api.errors`) are JSON ``{"detail": message, "error": exception
+class}``: 403 not allowed, 404 unknown name, 409 conflict, 413 body too large, 422 bad input,
+503 metastore unreachable. Every route maps errors itself (see :class:`TsbRoute`), and
+:func:`install_exception_handlers` installs the same mapping on an app for anything raised
+outside the routes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
-from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
-from starlette.responses import Response
+from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query
 
+from airflow_provider_tsb.api.access import EDIT, READ, AllowAll, TopologyAccess
+from airflow_provider_tsb.api.errors import (
+    TsbRoute,
+    client_errors,
+    error_response,
+    install_exception_handlers,
+    status_for,
+)
+from airflow_provider_tsb.api.limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimitMiddleware, max_lease_seconds
+from airflow_provider_tsb.api.registration import register
 from airflow_provider_tsb.api.schemas import (
     MAX_INT,
     BarrierDelay,
@@ -56,6 +65,7 @@ from airflow_provider_tsb.api.schemas import (
     TopologyJob,
     TopologyNode,
     TopologyOut,
+    TopologySummary,
     TopologyTable,
     UnregisterOut,
     VersionsOut,
@@ -63,19 +73,12 @@ from airflow_provider_tsb.api.schemas import (
 )
 from airflow_provider_tsb.client import BadRequestError, UnknownTopologyError
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
-from airflow_provider_tsb.exceptions import (
-    BarrierNotReadyError,
-    CycleError,
-    DoubleWriterError,
-    InconsistentReadError,
-    MetastoreError,
-    TopologyError,
-    TsbError,
-    UnknownJobError,
-)
-from airflow_provider_tsb.metastore.store import JobInfo, MetaStore, now_ms
+from airflow_provider_tsb.exceptions import TsbError, UnknownJobError
+from airflow_provider_tsb.metastore.store import MetaStore, now_ms
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
-from airflow_provider_tsb.topology import Table
+
+__all__ = ["create_metaservice_app", "error_response", "get_access", "get_store", "install_exception_handlers",
+           "router", "status_for"]
 
 
 def get_store() -> MetaStore:
@@ -88,67 +91,14 @@ def get_store() -> MetaStore:
 StoreDep = Annotated[MetaStore, Depends(get_store)]
 
 
-# ------------------------------------------------------------------ error mapping
-def status_for(exc: BaseException) -> int:
-    """HTTP status of a tsb error (see module docstring)."""
-    if isinstance(exc, LookupError):
-        return 404
-    if isinstance(exc, DoubleWriterError | CycleError | InconsistentReadError | BarrierNotReadyError | TopologyError):
-        return 409
-    if isinstance(exc, ValueError):
-        return 422
-    if isinstance(exc, MetastoreError):
-        return 503
-    if type(exc).__name__ == "DeltaLogError":
-        return 409
-    return 400
+def get_access() -> TopologyAccess:
+    """Dependency: the authorization policy of the request. Fails closed: an app must override
+    it (the Airflow app with :class:`~airflow_provider_tsb.api.airflow_access.AirflowTopologyAccess`,
+    :func:`create_metaservice_app` with :class:`~airflow_provider_tsb.api.access.AllowAll`)."""
+    raise RuntimeError("the tsb API has no authorization policy: override get_access in the app")
 
 
-def error_response(exc: TsbError) -> JSONResponse:
-    """The JSON answer for a tsb error (shape :class:`~airflow_provider_tsb.api.schemas.ErrorOut`)."""
-    body: dict[str, Any] = {"detail": str(exc), "error": type(exc).__name__}
-    if isinstance(exc, DoubleWriterError):
-        body["table"] = exc.table
-        body["jobs"] = list(exc.jobs)
-    if isinstance(exc, CycleError):
-        body["cycle"] = list(exc.cycle)
-    return JSONResponse(body, status_code=status_for(exc))
-
-
-async def _tsb_error_handler(request: Request, exc: Exception) -> Response:
-    return error_response(exc)  # type: ignore[arg-type]
-
-
-def install_exception_handlers(app: FastAPI) -> None:
-    """Map every :class:`TsbError` raised by a route of ``app`` to its JSON error answer."""
-    app.add_exception_handler(TsbError, _tsb_error_handler)
-
-
-class TsbRoute(APIRoute):
-    """Route class that answers tsb errors itself, so the router is correct in any app."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        """Wrap the default handler: :class:`TsbError` -> :func:`error_response`."""
-        handler = super().get_route_handler()
-
-        async def guarded(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except TsbError as exc:
-                return error_response(exc)
-
-        return guarded
-
-
-@contextmanager
-def _client_errors() -> Iterator[None]:
-    """Plain ValueErrors raised on client input (e.g. as_of with READ_COMMITTED) become 422s."""
-    try:
-        yield
-    except TsbError:
-        raise
-    except ValueError as exc:
-        raise BadRequestError(str(exc)) from exc
+AccessDep = Annotated[TopologyAccess, Depends(get_access)]
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -171,106 +121,81 @@ def _table_name(catalog: str, database: str, table: str) -> str:
     return normalize_table_name(f"{catalog}.{database}.{table}")
 
 
-def _job_out(info: JobInfo, stale_after_s: float | None = None) -> JobOut:
-    return JobOut(
-        id=info.id, topology=info.topology, application=info.application, status=info.status,
-        registered_at_ms=info.registered_at_ms, last_heartbeat_ms=info.last_heartbeat_ms,
-        current_barrier=info.current_barrier, sources=list(info.sources), sinks=list(info.sinks),
-        stale=info.is_stale(stale_after_s) if stale_after_s is not None else False,
-    )
-
-
-def _pick_topology(store: MetaStore, name: str | None) -> str:
+def _pick_topology(store: MetaStore, access: TopologyAccess, name: str | None) -> str:
+    """The topology named (which the user must be allowed to read), or the only one the user may read."""
     if name is not None:
         validate_job_id(name)
+        access.require(READ, [name])
         if name not in store.topologies():
-            raise UnknownTopologyError(f"topology {name!r} is not registered; known: {store.topologies()}")
+            raise UnknownTopologyError(
+                f"topology {name!r} is not registered; known: {access.visible(store.topologies())}"
+            )
         return name
-    names = store.topologies()
+    names = access.visible(store.topologies())
     if len(names) == 1:
         return names[0]
     if not names:
-        raise UnknownTopologyError("no topology is registered yet")
+        raise UnknownTopologyError("no topology is registered yet (or none you may read)")
     raise BadRequestError(f"several topologies are registered ({names}); choose one with the topology name parameter")
 
 
-# ------------------------------------------------------------------ FLIP-276 registration
-def _register(
-    store: MetaStore, kind: str, job_id: str, name: str, body: RegisterBody | None
-) -> JobOut:
-    validate_job_id(job_id)
-    body = body or RegisterBody()
-    if body.topology is not None:
-        validate_job_id(body.topology)
-    table = store.table(name, required=False)
-    created = False
-    try:
-        job = store.job(job_id)
-    except UnknownJobError:
-        if kind == "source" and table is None and not body.root:
-            raise UnknownJobError(
-                f"cannot register source {name!r} for job {job_id!r}: neither the job nor the table is "
-                "registered; register the table's writer first or pass root=true to create a root table"
-            ) from None
-        topology = body.topology or (table.topology if table is not None else None)
-        if topology is None:
-            raise BadRequestError(
-                f"job {job_id!r} is not registered and table {name!r} is unknown: give 'topology' in the "
-                "body to create the job"
-            ) from None
-        job = store.create_job(topology, job_id, body.application or "")
-        created = True
-    if body.topology is not None and body.topology != job.topology:
-        raise TopologyError(
-            f"job {job_id!r} is registered in topology {job.topology!r}, not {body.topology!r}"
-        )
-    try:
-        if kind == "source":
-            if table is None and body.root:
-                store.register_table(job.topology, Table(name, "root", body.location))
-            info = store.register_source(job_id, name)
+def _require_tables(store: MetaStore, access: TopologyAccess, method: Literal["GET", "PUT"], names: list[str]) -> None:
+    """The user may ``method`` the topologies of tables ``names``; unknown tables need the
+    "all DAGs" permission (so a 404 tells a restricted user nothing)."""
+    topologies: list[str | None] = []
+    for name in names:
+        info = store.table(name, required=False)
+        if info is None:
+            access.require_all_dags(method)
         else:
-            info = store.register_sink(job_id, name, location=body.location)
-    except Exception:
-        if created:
-            store.unregister_job(job_id)
-        raise
-    return _job_out(info)
+            topologies.append(info.topology)
+    access.require(method, topologies)
 
 
+# ------------------------------------------------------------------ FLIP-276 registration
 @router.post("/register/source/{job_id}/{catalog}/{database}/{table}", response_model=JobOut)
 def register_source(
-    store: StoreDep, job_id: JobIdPath, catalog: NamePart, database: NamePart, table: NamePart,
+    store: StoreDep, access: AccessDep, job_id: JobIdPath, catalog: NamePart, database: NamePart, table: NamePart,
     body: Annotated[RegisterBody | None, Body()] = None,
 ) -> JobOut:
     """FLIP-276 ``/register/source``: job ``job_id`` reads ``catalog.database.table``.
 
     Creates the job on its first registration (topology: ``body.topology`` or the table's).
-    Errors: 404 unknown table (unless ``root``), 409 cycle / other topology, 422 bad names.
+    Needs edit access to the topology's DAGs (403). Errors: 404 unknown table (unless ``root``),
+    409 cycle / table of another topology / root table refused, 422 bad names or location.
     """
-    with _client_errors():
-        return _register(store, "source", job_id, _table_name(catalog, database, table), body)
+    with client_errors():
+        return register(store, access, "source", job_id, _table_name(catalog, database, table), body)
 
 
 @router.post("/register/sink/{job_id}/{catalog}/{database}/{table}", response_model=JobOut)
 def register_sink(
-    store: StoreDep, job_id: JobIdPath, catalog: NamePart, database: NamePart, table: NamePart,
+    store: StoreDep, access: AccessDep, job_id: JobIdPath, catalog: NamePart, database: NamePart, table: NamePart,
     body: Annotated[RegisterBody | None, Body()] = None,
 ) -> JobOut:
     """FLIP-276 ``/register/sink``: job ``job_id`` writes ``catalog.database.table``.
 
     Creates the job on its first registration and the table (intermediate, at ``location``) if
-    unknown. Errors: 409 DoubleWriterError (names both jobs) / CycleError (shows the cycle) /
-    root table as sink, 422 bad names or missing topology.
+    unknown. Needs edit access to the topology's DAGs (403). Errors: 409 DoubleWriterError (names
+    both jobs) / CycleError (shows the cycle) / root table as sink / table of another topology,
+    422 bad names, missing topology, or a location outside ``[tsb] allowed_location_roots``.
     """
-    with _client_errors():
-        return _register(store, "sink", job_id, _table_name(catalog, database, table), body)
+    with client_errors():
+        return register(store, access, "sink", job_id, _table_name(catalog, database, table), body)
 
 
 @router.post("/unregister/{job_id}", response_model=UnregisterOut)
-def unregister(store: StoreDep, job_id: JobIdPath) -> UnregisterOut:
-    """FLIP-276 ``/unregister``: remove the job's registration (its tables and data stay). 404 if unknown."""
+def unregister(store: StoreDep, access: AccessDep, job_id: JobIdPath) -> UnregisterOut:
+    """FLIP-276 ``/unregister``: remove the job's registration (its tables and data stay).
+
+    Needs edit access to the job's topology's DAGs (403); 404 if unknown."""
     validate_job_id(job_id)
+    try:
+        info = store.job(job_id)
+    except UnknownJobError:
+        access.require_all_dags(EDIT)
+        raise UnknownJobError(f"job {job_id!r} is not registered; nothing to unregister") from None
+    access.require(EDIT, [info.topology])
     if not store.unregister_job(job_id):
         raise UnknownJobError(f"job {job_id!r} is not registered; nothing to unregister")
     return UnregisterOut(job_id=job_id, unregistered=True)
@@ -280,6 +205,7 @@ def unregister(store: StoreDep, job_id: JobIdPath) -> UnregisterOut:
 @router.get("/version/{consistency_type}/{catalog}/{database}/{table}", response_model=SingleVersionOut)
 def get_version(
     store: StoreDep,
+    access: AccessDep,
     consistency_type: Annotated[str, Path(min_length=1, max_length=64)],
     catalog: NamePart, database: NamePart, table: NamePart,
     as_of: BarrierQuery = None,
@@ -291,9 +217,10 @@ def get_version(
     ``read-committed`` style). Errors: 404 unknown table, 409 no barrier satisfies the level,
     422 unknown level.
     """
-    with _client_errors():
+    with client_errors():
         level = ConsistencyLevel.parse(consistency_type)
         name = _table_name(catalog, database, table)
+        _require_tables(store, access, READ, [name])
         res = store.resolve([name], ReadOptions(level, as_of=as_of, min_barrier=min_barrier))
     tv = res.tables[name]
     return SingleVersionOut(
@@ -303,28 +230,53 @@ def get_version(
 
 
 @router.post("/versions", response_model=VersionsOut)
-def post_versions(store: StoreDep, request: VersionsRequest) -> dict[str, Any]:
+def post_versions(store: StoreDep, access: AccessDep, request: VersionsRequest) -> dict[str, Any]:
     """Consistent versions of tables Q at a level (FLIP-276 "Data Consistency Type").
 
     Body: ``tables``, ``level``, ``as_of`` (AS OF barrier n), ``min_barrier`` (monotonic reads:
-    409 when the newest consistent barrier is older), ``lease_seconds`` (pin the versions).
+    409 when the newest consistent barrier is older), ``lease_seconds`` (pin the versions; at
+    most ``[tsb] max_lease_seconds``, 422 above). Reading needs read access to the tables'
+    topologies' DAGs, a lease edit access (403).
     """
-    with _client_errors():
+    with client_errors():
+        names = [normalize_table_name(t) for t in request.tables]
+        _require_tables(store, access, EDIT if request.lease_seconds is not None else READ, names)
+        limit = max_lease_seconds()
+        if request.lease_seconds is not None and request.lease_seconds > limit:
+            raise BadRequestError(
+                f"lease_seconds={request.lease_seconds:g} is longer than the longest lease, {limit} s "
+                "([tsb] max_lease_seconds); take a shorter lease and renew it"
+            )
         res = store.resolve(request.tables, request.to_options())
     return res.to_dict()
 
 
 # ------------------------------------------------------------------ views
+@router.get("/topologies", response_model=list[TopologySummary])
+def get_topologies(store: StoreDep, access: AccessDep) -> list[TopologySummary]:
+    """The topologies the user may read (read access to every DAG of each), by name, with the
+    DAGs that run them and their newest barrier."""
+    out = []
+    for name in access.visible(store.topologies()):
+        newest = store.latest_barrier(name)
+        out.append(TopologySummary(
+            name=name, dags=sorted(access.dags_of(name)), newest_barrier=newest.barrier if newest else None,
+            newest_barrier_ts_ms=newest.ts_ms if newest else None,
+        ))
+    return out
+
+
 @router.get("/topology", response_model=TopologyOut)
 def get_topology(
     store: StoreDep,
+    access: AccessDep,
     name: TopologyQuery = None,
     stale_after_s: Annotated[float, Query(gt=0, le=10**7, allow_inf_nan=False)] = 300.0,
 ) -> TopologyOut:
     """The topology graph: nodes (tables with role, jobs), edges, per table its newest WRITTEN
     barrier, version and lag (barriers behind the topology's newest), per job status and a
     ``stale`` flag (running, no heartbeat for ``stale_after_s`` seconds)."""
-    topology = _pick_topology(store, name)
+    topology = _pick_topology(store, access, name)
     tables = store.tables(topology)
     io = store.job_io(topology)
     jobs = {j.id: j for j in store.jobs(topology)}
@@ -364,12 +316,13 @@ def get_topology(
 @router.get("/barriers", response_model=BarrierPage)
 def get_barriers(
     store: StoreDep,
+    access: AccessDep,
     topology: TopologyQuery = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before: BarrierQuery = None,
 ) -> BarrierPage:
     """Barriers of a topology, newest first, ``limit`` per page; ``before`` pages backwards."""
-    name = _pick_topology(store, topology)
+    name = _pick_topology(store, access, topology)
     items = store.barriers(name, limit=limit, before=before)
     return BarrierPage(
         topology=name,
@@ -386,14 +339,15 @@ def get_barriers(
 
 @router.get("/tables/{catalog}/{database}/{table}/barriers", response_model=TableBarriersOut)
 def get_table_barriers(
-    store: StoreDep, catalog: NamePart, database: NamePart, table: NamePart,
+    store: StoreDep, access: AccessDep, catalog: NamePart, database: NamePart, table: NamePart,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before: BarrierQuery = None,
 ) -> TableBarriersOut:
     """One table's barrier states (newest first, paged by ``before``) and the version a reader of
     that table alone gets at each level (``error`` says why a level has no answer)."""
-    with _client_errors():
+    with client_errors():
         name = _table_name(catalog, database, table)
+        _require_tables(store, access, READ, [name])
         info = store.table(name)
         history = store.table_history(name, limit=limit, before=before)
     consistent: dict[str, LevelVersion] = {}
@@ -422,6 +376,7 @@ def get_table_barriers(
 @router.get("/delays", response_model=DelaysOut)
 def get_delays(
     store: StoreDep,
+    access: AccessDep,
     topology: TopologyQuery = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 20,
     before: BarrierQuery = None,
@@ -430,7 +385,7 @@ def get_delays(
     WRITTEN per table, per job its own processing delay (its sinks' WRITTEN minus its latest
     input WRITTEN) and the bottleneck job. Cost is bounded by ``limit`` x tables, independent
     of the barrier history length."""
-    name = _pick_topology(store, topology)
+    name = _pick_topology(store, access, topology)
     items, next_before = store.delays(name, limit=limit, before=before)
     return DelaysOut(
         topology=name, barriers=[BarrierDelay.model_validate(d, from_attributes=True) for d in items],
@@ -438,16 +393,27 @@ def get_delays(
     )
 
 
-def create_metaservice_app(store: MetaStore | None = None, prefix: str = "") -> FastAPI:
+def create_metaservice_app(
+    store: MetaStore | None = None,
+    prefix: str = "",
+    *,
+    access: TopologyAccess | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> FastAPI:
     """A standalone FastAPI app serving :data:`router` at ``prefix`` (no auth; tests, benchmarks).
 
     Args:
         store: the metastore to serve (default: :func:`get_store`).
         prefix: mount point, e.g. ``/tsb/api/v1``.
+        access: the authorization policy (default :class:`AllowAll`: everything, anywhere).
+        max_body_bytes: largest request body (413 above).
     """
     app = FastAPI(title="airflow-provider-tsb MetaService", version="1")
     app.include_router(router, prefix=prefix)
     install_exception_handlers(app)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_body_bytes)
     if store is not None:
         app.dependency_overrides[get_store] = lambda: store
+    policy = access or AllowAll()
+    app.dependency_overrides[get_access] = lambda: policy
     return app

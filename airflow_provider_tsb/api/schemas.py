@@ -126,7 +126,9 @@ class VersionsRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tables: list[SafeText] = Field(min_length=1, max_length=1000, description="catalog.database.table names (Q)")
+    tables: list[Annotated[SafeText, Field(max_length=400)]] = Field(
+        min_length=1, max_length=1000, description="catalog.database.table names (Q)"
+    )
     level: SafeText = Field(
         "REPEATABLE_READ", max_length=64,
         description="READ_UNCOMMITTED | READ_COMMITTED | REPEATABLE_READ (also read-committed style)",
@@ -134,7 +136,8 @@ class VersionsRequest(BaseModel):
     as_of: BarrierId | None = Field(None, description="AS OF barrier n (REPEATABLE_READ only)")
     min_barrier: BarrierId | None = Field(None, description="last seen barrier: never answer an older one")
     lease_seconds: float | None = Field(
-        None, gt=0, le=366 * 86400, allow_inf_nan=False, description="pin the versions for this many seconds"
+        None, gt=0, le=366 * 86400, allow_inf_nan=False,
+        description="pin the versions for this many seconds (at most [tsb] max_lease_seconds, default 6 h)",
     )
     lease_holder: SafeText | None = Field(None, max_length=250)
 
@@ -182,6 +185,15 @@ class TopologyJob(BaseModel):
     stale: bool
     sources: list[str]
     sinks: list[str]
+
+
+class TopologySummary(BaseModel):
+    """An item of ``GET /topologies``: a topology the user may read."""
+
+    name: str
+    dags: list[str] = Field(description="ids of the Airflow DAGs that run it (write its tables)")
+    newest_barrier: int | None
+    newest_barrier_ts_ms: int | None
 
 
 class TopologyOut(BaseModel):

@@ -7,8 +7,11 @@ MetaService API (``/tsb/api/v1/topology``, ``/tables/.../barriers``, ``/delays?l
 browser's Airflow ``_token`` cookie and draws it. No data is embedded in the page beyond the
 topology names, and the page routes themselves require Airflow authentication.
 
-DAG -> topology (``?dag_id=`` from the DAG page tab), first match wins:
+Only the topologies the user may read are listed or shown (the API's rules,
+:mod:`airflow_provider_tsb.api.access`). DAG -> topology (``?dag_id=`` from the DAG page tab),
+first match wins:
 
+0. the topology the DAG runs (its tasks write the topology's tables);
 1. a topology named exactly like the DAG id;
 2. the DAG id without a ``_topology`` / ``-topology`` suffix (``flights_topology`` -> ``flights``);
 3. the longest topology name that prefixes the DAG id followed by ``_``, ``-`` or ``.``
@@ -29,6 +32,7 @@ from string import Template
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from airflow_provider_tsb.api.access import TopologyAccess
     from airflow_provider_tsb.metastore.store import MetaStore
 
 API_BASE = "../api/v1"  # relative to /tsb/ui/<page>: works under any root path and inside iframes
@@ -54,19 +58,29 @@ def topology_for_dag(dag_id: str, topologies: Sequence[str]) -> str | None:
 
 
 def _choose(
-    store: MetaStore | None, topology: str | None, dag_id: str | None
+    store: MetaStore | None, topology: str | None, dag_id: str | None, access: TopologyAccess | None = None
 ) -> tuple[str | None, list[str], str | None]:
-    """(chosen topology, registered topologies, error message)."""
+    """(chosen topology, registered topologies the user may read, error message).
+
+    With ``access``, only the topologies it lets the user read are listed or chosen, and a DAG
+    maps first to the topology it runs (:meth:`TopologyAccess.topology_of_dag`).
+    """
     if store is None:
         return topology, [], "The TSB metastore is not reachable (check TSB_METASTORE_URL / tsb_default)."
     try:
         names = sorted(store.topologies())
+        if access is not None:
+            names = access.visible(names)
     except Exception as exc:  # noqa: BLE001 - show the problem on the page
         return topology, [], f"The TSB metastore is not readable: {type(exc).__name__}"
     if topology:
-        return topology, names, None if topology in names else f"Topology {topology!r} is not registered."
+        if topology in names:
+            return topology, names, None
+        return None, names, f"Topology {topology!r} is not registered, or you may not read it."
     if dag_id:
-        found = topology_for_dag(dag_id, names)
+        found = (access.topology_of_dag(dag_id, names) if access is not None else None) or topology_for_dag(
+            dag_id, names
+        )
         if found:
             return found, names, None
         return None, names, f"DAG {dag_id!r} has no topology (no registered topology matches its id)."
@@ -95,16 +109,20 @@ def _render(
     )
 
 
-def render_lineage(store: MetaStore | None, user: str, topology: str | None, dag_id: str | None) -> str:
-    """HTML of the lineage page."""
-    chosen, names, error = _choose(store, topology, dag_id)
+def render_lineage(
+    store: MetaStore | None, user: str, topology: str | None, dag_id: str | None,
+    access: TopologyAccess | None = None,
+) -> str:
+    """HTML of the lineage page (topologies limited to what ``access`` lets the user read)."""
+    chosen, names, error = _choose(store, topology, dag_id, access)
     return _render("lineage.html", "TSB lineage", "lineage", user, chosen, dag_id, names, error)
 
 
 def render_delays(
-    store: MetaStore | None, user: str, topology: str | None, dag_id: str | None, limit: int = 50
+    store: MetaStore | None, user: str, topology: str | None, dag_id: str | None, limit: int = 50,
+    access: TopologyAccess | None = None,
 ) -> str:
-    """HTML of the delays page (the newest ``limit`` barriers)."""
-    chosen, names, error = _choose(store, topology, dag_id)
+    """HTML of the delays page (the newest ``limit`` barriers; topologies as for the lineage page)."""
+    chosen, names, error = _choose(store, topology, dag_id, access)
     return _render("delays.html", "TSB barrier delays", "delays", user, chosen, dag_id, names, error,
                    {"limit": limit})

@@ -1,0 +1,131 @@
+"""The REST API's authorization inside Airflow: topologies -> their DAGs -> the auth manager.
+
+:class:`AirflowTopologyAccess` implements :class:`~airflow_provider_tsb.api.access.TopologyAccess`
+for one request of one user (rules in :mod:`airflow_provider_tsb.api.access`):
+
+1. the topology's tables come from the tsb metastore;
+2. the DAGs of a topology are the active (not stale) DAGs with a task whose **outlet asset** is
+   named after one of those tables -- Airflow's ``task_outlet_asset_reference``, written by the
+   dag-processor from the DAG files (the job tasks of ``TsbTopologyTaskGroup`` declare their sinks
+   as outlets, :func:`airflow_provider_tsb.assets.table_asset`). The link is Airflow's own record
+   of the DAG files, so no API call can forge it;
+3. each DAG is checked with ``get_auth_manager().is_authorized_dag(method, DagDetails(id,
+   team_name))`` (Airflow "Access Control"; the team comes from the DAG's bundle in multi-team
+   mode), as ``airflow.api_fastapi.core_api.security.requires_access_dag`` does. A topology with
+   no DAG is checked with ``DagDetails(id=None)``: Airflow's "all DAGs" permission.
+
+Answers are cached for the request (one instance per request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_tsb.api.access import Method, TopologyAccess, default_location_roots
+
+if TYPE_CHECKING:
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+
+class AirflowTopologyAccess(TopologyAccess):
+    """Authorization of ``user`` through Airflow's auth manager (see module docstring).
+
+    Args:
+        user: the authenticated Airflow user (``BaseUser``).
+        store: the tsb metastore (for the tables of each topology).
+    """
+
+    api_root_tables = False
+
+    def __init__(self, user: Any, store: MetaStore) -> None:
+        self.user = user
+        self.store = store
+        self.location_roots = default_location_roots()
+        self._tables: dict[str, list[str]] | None = None
+        self._outlets: dict[str, frozenset[str]] = {}
+        self._decisions: dict[tuple[Method, str | None], bool] = {}
+
+    # ------------------------------------------------------------------ the link
+    def _topology_tables(self) -> dict[str, list[str]]:
+        if self._tables is None:
+            tables: dict[str, list[str]] = {}
+            for t in self.store.tables():
+                tables.setdefault(t.topology, []).append(t.name)
+            self._tables = tables
+        return self._tables
+
+    def dags_of_tables(self, tables: Iterable[str]) -> Mapping[str, frozenset[str]]:
+        """{table: active DAG ids with a task whose outlet asset is named after it}."""
+        wanted = [t for t in dict.fromkeys(tables) if t not in self._outlets]
+        if wanted:
+            from airflow.models.asset import AssetModel, TaskOutletAssetReference
+            from airflow.models.dag import DagModel
+            from airflow.utils.session import create_session
+            from sqlalchemy import select
+
+            found: dict[str, set[str]] = {t: set() for t in wanted}
+            with create_session() as session:
+                for start in range(0, len(wanted), 500):
+                    rows = session.execute(
+                        select(AssetModel.name, TaskOutletAssetReference.dag_id)
+                        .join(TaskOutletAssetReference, TaskOutletAssetReference.asset_id == AssetModel.id)
+                        .join(DagModel, DagModel.dag_id == TaskOutletAssetReference.dag_id)
+                        .where(AssetModel.name.in_(wanted[start : start + 500]), DagModel.is_stale.is_(False))
+                    )
+                    for name, dag_id in rows:
+                        found[name].add(dag_id)
+            self._outlets.update({t: frozenset(d) for t, d in found.items()})
+        return {t: self._outlets[t] for t in tables if self._outlets.get(t)}
+
+    def dags_of(self, topology: str) -> frozenset[str]:
+        """Ids of the active DAGs that write a table of ``topology``."""
+        tables = self._topology_tables().get(topology, [])
+        return frozenset().union(*self.dags_of_tables(tables).values()) if tables else frozenset()
+
+    # ------------------------------------------------------------------ the auth manager
+    def _decide(self, method: Method, dag_ids: Iterable[str | None]) -> None:
+        todo = [d for d in dict.fromkeys(dag_ids) if (method, d) not in self._decisions]
+        if not todo:
+            return
+        from airflow.api_fastapi.app import get_auth_manager
+        from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+        teams = _team_names([d for d in todo if d is not None])
+        manager = get_auth_manager()
+        for dag_id in todo:
+            self._decisions[(method, dag_id)] = bool(
+                manager.is_authorized_dag(
+                    method=method, details=DagDetails(id=dag_id, team_name=teams.get(dag_id) if dag_id else None),
+                    user=self.user,
+                )
+            )
+
+    def all_dags(self, method: Method) -> bool:
+        """Airflow's "all DAGs" permission: ``is_authorized_dag(method, DagDetails(id=None))``."""
+        self._decide(method, [None])
+        return self._decisions[(method, None)]
+
+    def allowed(self, method: Method, topologies: Iterable[str]) -> set[str]:
+        """The topologies of ``topologies`` whose every DAG the user may ``method``."""
+        names = list(dict.fromkeys(topologies))
+        all_tables = [t for n in names for t in self._topology_tables().get(n, [])]
+        self.dags_of_tables(all_tables)
+        needed = {n: self.dags_of(n) for n in names}
+        self._decide(method, [d for dags in needed.values() for d in dags] + [None])
+        return {
+            n for n, dags in needed.items()
+            if (all(self._decisions[(method, d)] for d in dags) if dags else self._decisions[(method, None)])
+        }
+
+
+def _team_names(dag_ids: list[str]) -> dict[str, str | None]:
+    """{dag id: owning team} (Airflow multi-team mode; empty on Airflow versions without teams)."""
+    if not dag_ids:
+        return {}
+    from airflow.models.dag import DagModel
+
+    mapping = getattr(DagModel, "get_dag_id_to_team_name_mapping", None)
+    if mapping is None:
+        return {}
+    return dict(mapping(dag_ids))
