@@ -101,7 +101,7 @@ class RegistryManager(StoreBase):
         Raises:
             DoubleWriterError: a sink has another writer (names the table and both jobs).
             CycleError: the registration would close a cycle (shows the cycle path).
-            TopologyError: a sink is a root table, or a table belongs to another topology.
+            TopologyError: a sink is a root table, or a source or sink belongs to another topology.
             UnknownTableError: a source is neither registered nor declared.
         """
         validate_job_id(job.id)
@@ -132,6 +132,9 @@ class RegistryManager(StoreBase):
                         if decl is None or decl.kind == "external":
                             decl = Table(name, "intermediate", decl.location if decl else None)
                         row = self._upsert_table(s, topology, decl, warehouse)
+                    elif row.topology != topology:  # a job reads the tables of its own topology only
+                        raise TopologyError(f"table {name!r} belongs to topology {row.topology!r}, not {topology!r}"
+                                            f" of job {job.id!r}; a job reads the tables of its own topology")
                     rows[name] = row
                 for name in job.sinks:
                     if rows[name].kind == "root":
@@ -384,16 +387,9 @@ class RegistryManager(StoreBase):
     @staticmethod
     def _job_info_of(row: JobRow, sources: tuple[str, ...], sinks: tuple[str, ...]) -> JobInfo:
         return JobInfo(
-            id=row.id,
-            topology=row.topology,
-            application=row.application,
-            status=row.status,
-            registered_at_ms=row.registered_at_ms,
-            last_heartbeat_ms=row.last_heartbeat_ms,
-            current_barrier=row.current_barrier,
-            sources=sources,
-            sinks=sinks,
-            message=row.message,
+            id=row.id, topology=row.topology, application=row.application, status=row.status,
+            registered_at_ms=row.registered_at_ms, last_heartbeat_ms=row.last_heartbeat_ms,
+            current_barrier=row.current_barrier, sources=sources, sinks=sinks, message=row.message,
         )
 
     def table(self, name: str, *, required: bool = True) -> TableInfo | None:

@@ -15,6 +15,7 @@ from airflow_provider_tsb.api.access import AllowAll, LocationNotAllowedError, c
 from airflow_provider_tsb.api.limits import non_finite_number_error
 from airflow_provider_tsb.api.routes import create_metaservice_app
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.topology import Topology
 from tests.support.metaservice import PRICE, build_shop
 
 pytestmark = pytest.mark.unit
@@ -110,3 +111,18 @@ def test_standalone_app_rules(shop_http: TestClient, sqlite_store: MetaStore, tm
     assert sqlite_store.table("c.raw.late", required=False) is None
     r = shop_http.post(f"{PREFIX}/versions", json={"tables": [PRICE], "lease_seconds": 366 * 86400})
     assert r.status_code == 422 and "max_lease_seconds" in r.text
+
+
+def test_metastore_refuses_a_reader_of_another_topology(sqlite_store: MetaStore, tmp_path: Path) -> None:
+    """The operators register through the MetaStore: the same rule holds there."""
+    from airflow_provider_tsb.exceptions import TopologyError
+    from airflow_provider_tsb.topology import Job
+
+    build_shop(sqlite_store, str(tmp_path))
+    other = Topology("other", warehouse=str(tmp_path / "wh"))
+    other.root_table("c.raw.y")
+    other.job("y_job", "y.py", sources=["c.raw.y"], sinks=["c.other.out"])
+    sqlite_store.register_topology(other)
+    with pytest.raises(TopologyError, match="'tsb.shop.user_item_price' belongs to topology 'shop', not 'other'"):
+        sqlite_store.register_job("other", Job("y_job", "y.py", ("c.raw.y", PRICE), ("c.other.out",)))
+    assert sqlite_store.job("y_job").sources == ("c.raw.y",) and sqlite_store.table(PRICE).readers == ("total_job",)
