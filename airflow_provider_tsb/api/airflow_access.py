@@ -42,17 +42,27 @@ class AirflowTopologyAccess(TopologyAccess):
         self.user = user
         self.store = store
         self.location_roots = default_location_roots()
-        self._tables: dict[str, list[str]] | None = None
+        self._tables: dict[str, list[str]] = {}
+        self._loaded: set[str] = set()
+        self._all_loaded = False
         self._outlets: dict[str, frozenset[str]] = {}
         self._decisions: dict[tuple[Method, str | None], bool] = {}
 
     # ------------------------------------------------------------------ the link
-    def _topology_tables(self) -> dict[str, list[str]]:
-        if self._tables is None:
-            tables: dict[str, list[str]] = {}
+    def _topology_tables(self, names: Iterable[str] | None = None) -> dict[str, list[str]]:
+        """{topology: its table names}: for a few ``names`` one query each, else every table once."""
+        if self._all_loaded:
+            return self._tables
+        wanted = None if names is None else [n for n in dict.fromkeys(names) if n not in self._loaded]
+        if wanted is None or len(wanted) > 3:
+            self._tables = {}
             for t in self.store.tables():
-                tables.setdefault(t.topology, []).append(t.name)
-            self._tables = tables
+                self._tables.setdefault(t.topology, []).append(t.name)
+            self._all_loaded = True
+        else:
+            for name in wanted:
+                self._tables[name] = [t.name for t in self.store.tables(name)]
+                self._loaded.add(name)
         return self._tables
 
     def dags_of_tables(self, tables: Iterable[str]) -> Mapping[str, frozenset[str]]:
@@ -80,7 +90,7 @@ class AirflowTopologyAccess(TopologyAccess):
 
     def dags_of(self, topology: str) -> frozenset[str]:
         """Ids of the active DAGs that write a table of ``topology``."""
-        tables = self._topology_tables().get(topology, [])
+        tables = self._topology_tables([topology]).get(topology, [])
         return frozenset().union(*self.dags_of_tables(tables).values()) if tables else frozenset()
 
     # ------------------------------------------------------------------ the auth manager
@@ -109,7 +119,8 @@ class AirflowTopologyAccess(TopologyAccess):
     def allowed(self, method: Method, topologies: Iterable[str]) -> set[str]:
         """The topologies of ``topologies`` whose every DAG the user may ``method``."""
         names = list(dict.fromkeys(topologies))
-        all_tables = [t for n in names for t in self._topology_tables().get(n, [])]
+        tables = self._topology_tables(names)
+        all_tables = [t for n in names for t in tables.get(n, [])]
         self.dags_of_tables(all_tables)
         needed = {n: self.dags_of(n) for n in names}
         self._decide(method, [d for dags in needed.values() for d in dags] + [None])
