@@ -96,3 +96,28 @@ class StagedFilesGoneError(InconsistentReadError):
     period. Resolve again (the readers of :mod:`airflow_provider_tsb.readers` do so once), or
     take a lease (``lease_seconds``) to keep a READ_COMMITTED answer's files longer.
     """
+
+
+class ExpiredVersionError(TsbError, LookupError):
+    """A Delta version (or barrier) was expired by snapshot expiry: its files are or may be gone.
+
+    Raised when a resolution, a lease or a read asks for a version that snapshot expiry
+    marked expired (``tsb_table_expiry``) or whose data files vacuum deleted. The message names
+    the table, the barrier and version, and the retention that expired it.
+
+    Attributes:
+        table: the table.
+        version: the Delta version (``None`` when unknown).
+        barrier: the barrier at that version (``None`` when the version holds none).
+        keep_barriers: the retention of the expiry that expired it (``None`` when unknown).
+    """
+
+    def __init__(
+        self, message: str, *, table: str, version: int | None = None, barrier: int | None = None,
+        keep_barriers: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        self.version = version
+        self.barrier = barrier
+        self.keep_barriers = keep_barriers

@@ -93,6 +93,21 @@ def _check_staged(tv: ResolvedVersion, paths: list[str]) -> None:
             raise staged_gone(tv, path)
 
 
+def expired_version(tv: ResolvedVersion, exc: BaseException) -> Exception:
+    """The :class:`~airflow_provider_tsb.exceptions.ExpiredVersionError` for a data file of a
+    resolved Delta version that vacuum deleted (delta-rs / pyarrow raise ``FileNotFoundError``)."""
+    from airflow_provider_tsb.exceptions import ExpiredVersionError
+
+    barrier = getattr(tv, "barrier", None)
+    return ExpiredVersionError(
+        f"table {tv.table!r}, barrier {barrier} (Delta version {tv.version}): a data file of the version "
+        f"is gone ({exc}): snapshot expiry (vacuum) removed it after this read was resolved. Resolve "
+        "again for a barrier that is kept, or resolve with a lease (lease_seconds) so that expiry keeps "
+        "the versions until the read is done",
+        table=tv.table, version=tv.version, barrier=barrier,
+    )
+
+
 def _missing(tv: ResolvedVersion) -> Exception:
     from airflow_provider_tsb.delta.errors import TableNotFoundError
 
@@ -143,6 +158,8 @@ def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
 
     Raises:
         TableNotFoundError: nothing to read (no version and no staged files).
+        ExpiredVersionError: a data file of the version was deleted by snapshot expiry after
+            the read was resolved (read without a lease).
         StagedFilesGoneError: a staged file of a PROCESSED answer is gone (resolve again).
     """
     import pyarrow as pa
@@ -154,7 +171,10 @@ def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
     mode = _mode(tv.staged)
     base: pa.Table | None = None
     if tv.version is not None:
-        base = scan_to_arrow(open_table(tv.location, tv.version))
+        try:
+            base = scan_to_arrow(open_table(tv.location, tv.version))
+        except FileNotFoundError as exc:
+            raise expired_version(tv, exc) from exc
     if mode is None:
         if base is None:
             raise _missing(tv)

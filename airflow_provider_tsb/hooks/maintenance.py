@@ -1,9 +1,9 @@
 """Maintenance of a topology's tables: snapshot expiry and rollback (revision).
 
-* :func:`expire_snapshots` removes data files no longer needed by the newest ``keep_barriers``
-  WRITTEN barriers of a table, nor by any version pinned by a live reader lease (FLIP-276
-  "MetaService": snapshots in use). It uses Delta's ``vacuum`` with ``keep_versions``
-  (delta-rs), so the kept versions stay readable by time travel.
+* :meth:`TsbMaintenanceHook.expire_all` expires every table's old snapshots: see
+  :mod:`airflow_provider_tsb.expiry` (marks the expired versions in the metastore under the
+  lock leases take, then vacuums; never removes a version a live lease or a registered job
+  still needs).
 * :meth:`TsbMaintenanceHook.rollback` rolls a table and every table downstream of it back to
   barrier k: see :mod:`airflow_provider_tsb.revision`.
 
@@ -18,42 +18,16 @@ from typing import Any
 from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
-from airflow_provider_tsb.metastore.store import BarrierState, MetaStore
+from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
 
 
-def expire_snapshots(store: MetaStore, table: str, keep_barriers: int, *, dry_run: bool = False) -> dict[str, Any]:
-    """Vacuum ``table`` keeping the versions of its newest ``keep_barriers`` WRITTEN barriers and
-    every leased version.
+def expire_snapshots(store: MetaStore, table: str, keep_barriers: int, **kwargs: Any) -> dict[str, Any]:
+    """Expire ``table``'s old versions: see :func:`airflow_provider_tsb.expiry.expire_snapshots`
+    (same arguments and result; this name is kept for existing imports)."""
+    from airflow_provider_tsb.expiry import expire_snapshots as expire
 
-    Args:
-        store: the metastore.
-        table: table name.
-        keep_barriers: how many of the newest WRITTEN barriers stay readable (>= 1).
-        dry_run: list the files without deleting them.
-
-    Returns:
-        ``{"table", "kept_versions": [...], "removed_files": n}``.
-
-    Raises:
-        ValueError: ``keep_barriers`` < 1.
-        UnknownTableError: the table is not registered.
-    """
-    from deltalake import DeltaTable
-
-    if keep_barriers < 1:
-        raise ValueError(f"keep_barriers must be at least 1, got {keep_barriers}")
-    store.expire_leases()
-    info = store.table(table)
-    history = [s for s in store.table_history(info.name, limit=keep_barriers * 4) if s.state == BarrierState.WRITTEN]
-    keep = {s.version for s in history[:keep_barriers] if s.version is not None}
-    keep |= store.leased_versions(info.name)
-    dt = DeltaTable(info.location)
-    keep.add(dt.version())
-    removed = dt.vacuum(
-        retention_hours=0, dry_run=dry_run, enforce_retention_duration=False, keep_versions=sorted(keep)
-    )
-    return {"table": info.name, "kept_versions": sorted(keep), "removed_files": len(removed)}
+    return expire(store, table, keep_barriers, **kwargs)
 
 
 class TsbMaintenanceHook(BaseHook):
@@ -76,16 +50,18 @@ class TsbMaintenanceHook(BaseHook):
         """The metastore of ``tsb_conn_id`` (see :class:`TsbMetastoreHook`)."""
         return TsbMetastoreHook(self.tsb_conn_id).get_conn()
 
-    def expire_all(self, keep_barriers: int) -> list[dict[str, Any]]:
-        """:func:`expire_snapshots` on every root and intermediate table, by name; one result each."""
+    def expire_all(self, keep_barriers: int, *, dry_run: bool = False) -> list[dict[str, Any]]:
+        """:func:`airflow_provider_tsb.expiry.expire_snapshots` on every root and intermediate
+        table, by name; one result each (``dry_run``: what would go, nothing marked nor deleted)."""
         store = self.get_conn()
         results = []
         for name in sorted(self.topology.tables):
             if self.topology.tables[name].kind == "external":
                 continue
-            result = expire_snapshots(store, name, keep_barriers)
-            self.log.info("%s: kept versions %s, removed %s file(s)", name, result["kept_versions"],
-                          result["removed_files"])
+            result = expire_snapshots(store, name, keep_barriers, dry_run=dry_run)
+            self.log.info("%s: versions from %s kept, %s newly expired, %s file(s) removed%s", name,
+                          result["horizon"], result["newly_expired"], result["removed_files"],
+                          " (dry run)" if dry_run else "")
             results.append(result)
         return results
 

@@ -1,51 +1,114 @@
-"""Leases: Delta versions pinned for a reader so snapshot expiry keeps them.
+"""Leases: Delta versions pinned for a reader or a running job so snapshot expiry keeps them.
 
-See docs/design.md "Reading consistently".
+A lease is taken in one transaction that locks its tables' rows (share mode) and refuses a
+version snapshot expiry has already marked expired; expiry marks under the same lock before it
+vacuums (:mod:`.expiry`). So a lease that was granted keeps its files until it ends or expires.
+A reader's lease pins one version per table; a running job's input lease pins the range of
+versions its epoch reads, and is renewed while the job runs (a crashed job's lease lapses by
+itself). See docs/design.md "Snapshot expiry".
 """
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Mapping
 
-from sqlalchemy import and_, delete, select
+from sqlalchemy import and_, delete, select, update
 from sqlalchemy.orm import Session
 
-from airflow_provider_tsb.metastore.base import StoreBase
+from airflow_provider_tsb.metastore.expiry import ExpiryManager
 from airflow_provider_tsb.metastore.models import (
     LeaseRow,
     LeaseVersionRow,
 )
 from airflow_provider_tsb.metastore.records import (
+    VersionRange,
+    merge_ranges,
     now_ms,
 )
 
+#: what a lease pins of one table: a Delta version, or a closed range ``(from, to)`` of them
+Pinned = int | VersionRange
 
-class LeaseManager(StoreBase):
-    """Create, release, expire and list leases."""
+
+def _range(value: Pinned) -> VersionRange:
+    if isinstance(value, tuple | list):
+        lo, hi = (int(value[0]), int(value[1]))
+    else:
+        lo = hi = int(value)
+    if lo < 0 or lo > hi:
+        raise ValueError(f"a lease pins Delta versions >= 0 as a version or a range (from, to) with from <= to, "
+                         f"got {value!r}")
+    return lo, hi
+
+
+def _check_seconds(seconds: float) -> None:
+    if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"lease_seconds must be positive and finite, got {seconds}")
+
+
+class LeaseManager(ExpiryManager):
+    """Create, renew, release, expire and list leases."""
 
     def _create_lease(
-        self, s: Session, versions: Mapping[int, int | None], seconds: float, holder: str | None
+        self, s: Session, versions: Mapping[int, Pinned | None], seconds: float, holder: str | None
     ) -> tuple[str, int]:
-        if seconds <= 0:
-            raise ValueError(f"lease_seconds must be positive, got {seconds}")
+        """Lease ``{table id: version or (from, to)}`` in transaction ``s`` (see module doc).
+
+        Raises:
+            ExpiredVersionError: a version is already marked expired.
+            ValueError: ``seconds`` is not positive and finite, or a range is invalid.
+        """
+        _check_seconds(seconds)
+        ranges = {table_id: _range(v) for table_id, v in versions.items() if v is not None}
+        self._lock_tables(s, ranges)
+        expiries = self._expiries(s, list(ranges))
+        for table_id, (lo, hi) in sorted(ranges.items()):
+            self._check_not_expired(s, table_id, expiries.get(table_id), lo, hi, what="lease's version")
         lease_id = str(uuid.uuid4())
         created = now_ms()
         expires = created + int(seconds * 1000)
         s.add(LeaseRow(id=lease_id, holder=holder, created_at_ms=created, expires_at_ms=expires))
         s.flush()
-        for table_id, version in versions.items():
-            if version is not None:
-                s.add(LeaseVersionRow(lease_id=lease_id, table_id=table_id, version=version))
+        for table_id, (lo, hi) in ranges.items():
+            s.add(LeaseVersionRow(lease_id=lease_id, table_id=table_id, version=hi,
+                                  from_version=lo if lo != hi else None))
         return lease_id, expires
 
     def create_lease(
-        self, versions: Mapping[str, int], seconds: float, holder: str | None = None
+        self, versions: Mapping[str, Pinned], seconds: float, holder: str | None = None
     ) -> tuple[str, int]:
-        """Pin {table: Delta version} for ``seconds``; returns (lease id, expiry epoch ms)."""
+        """Pin ``{table: Delta version or (from, to) range}`` for ``seconds``.
+
+        Returns:
+            ``(lease id, expiry epoch ms)``.
+
+        Raises:
+            ExpiredVersionError: a version is already marked expired by snapshot expiry (names
+                the table, the barrier and the retention).
+            UnknownTableError: a table is not registered.
+            ValueError: ``seconds`` is not positive and finite, or a range is invalid.
+        """
         with self._tx(write=True) as s:
-            ids = {self._table_id(s, name): int(v) for name, v in versions.items()}
+            ids = {self._table_id(s, name): v for name, v in versions.items()}
             return self._create_lease(s, ids, seconds, holder)
+
+    def renew_lease(self, lease_id: str, seconds: float) -> int | None:
+        """Extend a live lease to end ``seconds`` from now; returns the new expiry (epoch ms).
+
+        Returns ``None`` when the lease is gone or has lapsed: a lapsed lease is not revived,
+        since expiry may already have removed its versions.
+        """
+        _check_seconds(seconds)
+        at = now_ms()
+        expires = at + int(seconds * 1000)
+        with self._tx(write=True) as s:
+            done = s.execute(
+                update(LeaseRow).where(LeaseRow.id == lease_id, LeaseRow.expires_at_ms > at)
+                .values(expires_at_ms=expires)
+            ).rowcount
+            return expires if done else None
 
     def release_lease(self, lease_id: str) -> bool:
         """End a lease early. Returns True if it existed."""
@@ -63,15 +126,18 @@ class LeaseManager(StoreBase):
                 s.execute(delete(LeaseRow).where(LeaseRow.id.in_(expired)))
             return len(expired)
 
-    def leased_versions(self, table: str, now: int | None = None) -> set[int]:
-        """Delta versions of ``table`` pinned by live leases (snapshot expiry must keep them)."""
+    def leased_ranges(self, table: str, now: int | None = None) -> list[VersionRange]:
+        """Version ranges of ``table`` pinned by live leases: sorted, disjoint, closed."""
         cutoff = now if now is not None else now_ms()
         with self._tx() as s:
             table_id = self._table_id(s, table)
-            return set(
-                s.scalars(
-                    select(LeaseVersionRow.version)
-                    .join(LeaseRow, LeaseRow.id == LeaseVersionRow.lease_id)
-                    .where(and_(LeaseVersionRow.table_id == table_id, LeaseRow.expires_at_ms > cutoff))
-                ).all()
-            )
+            rows = s.execute(
+                select(LeaseVersionRow.from_version, LeaseVersionRow.version)
+                .join(LeaseRow, LeaseRow.id == LeaseVersionRow.lease_id)
+                .where(and_(LeaseVersionRow.table_id == table_id, LeaseRow.expires_at_ms > cutoff))
+            ).all()
+        return merge_ranges((v if f is None else f, v) for f, v in rows)
+
+    def leased_versions(self, table: str, now: int | None = None) -> set[int]:
+        """Delta versions of ``table`` pinned by live leases (snapshot expiry must keep them)."""
+        return {v for lo, hi in self.leased_ranges(table, now) for v in range(lo, hi + 1)}

@@ -369,3 +369,108 @@ class DeclaredTopology(Protocol):
     def validate(self) -> object: ...
 
     def jobs_in_order(self) -> list[Job]: ...
+
+
+#: a closed range of Delta versions ``(from, to)``
+VersionRange = tuple[int, int]
+
+
+def first_uncovered(ranges: Iterable[VersionRange], lo: int, hi: int) -> int | None:
+    """The first version of ``[lo, hi]`` in none of ``ranges`` (sorted, disjoint), or ``None``."""
+    v = lo
+    for a, b in ranges:
+        if v > hi:
+            return None
+        if b < v:
+            continue
+        if a > v:
+            return v
+        v = b + 1
+    return v if v <= hi else None
+
+
+def merge_ranges(ranges: Iterable[VersionRange]) -> list[VersionRange]:
+    """Sorted, disjoint union of closed version ranges (adjacent ranges are joined)."""
+    out: list[VersionRange] = []
+    for a, b in sorted((int(a), int(b)) for a, b in ranges if a <= b):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def intersect_ranges(left: Iterable[VersionRange], right: Iterable[VersionRange]) -> list[VersionRange]:
+    """Sorted, disjoint intersection of two sets of closed version ranges."""
+    a, b = merge_ranges(left), merge_ranges(right)
+    out: list[VersionRange] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+@dataclass(frozen=True)
+class TableExpiry:
+    """What snapshot expiry has expired in one table (docs/design.md "Snapshot expiry").
+
+    A Delta version ``v`` is expired when ``v < horizon`` and no range of ``kept`` holds it;
+    its data files are (or may be) deleted by vacuum. Expired versions never come back.
+
+    Attributes:
+        table: canonical name.
+        horizon: versions at or above it are not expired.
+        kept: sorted, disjoint ``(from, to)`` version ranges below ``horizon`` that are kept.
+        keep_barriers: the retention of the last expiry (newest WRITTEN barriers kept).
+        expired_at_ms: when the last expiry marked the table (epoch ms).
+    """
+
+    table: str
+    horizon: int
+    kept: tuple[VersionRange, ...]
+    keep_barriers: int
+    expired_at_ms: int
+
+    def first_expired(self, lo: int, hi: int | None = None) -> int | None:
+        """The first expired version of ``[lo, hi]`` (``hi`` defaults to ``lo``), or ``None``."""
+        hi = lo if hi is None else hi
+        if lo >= self.horizon:
+            return None
+        return first_uncovered(self.kept, lo, min(hi, self.horizon - 1))
+
+    def is_expired(self, version: int) -> bool:
+        """Whether ``version`` is expired."""
+        return self.first_expired(version) is not None
+
+
+@dataclass(frozen=True)
+class ExpiryPlan:
+    """One expiry of one table, as marked in the metastore before vacuum runs.
+
+    Attributes:
+        expiry: the table's marks after this expiry.
+        location: the Delta table location.
+        latest_version: the Delta version vacuum runs at (versions from ``expiry.horizon`` on
+            are kept whole).
+        keep_versions: every version vacuum keeps (``kept`` ranges and ``[horizon, latest]``).
+        newly_expired: how many versions this expiry expired.
+        kept_barriers: the barriers whose versions are kept for the retention, newest first.
+        leased: the version ranges live leases pin.
+        consumer_floor: the oldest version a registered reader job still needs (``None``: no
+            reader job, or consumers were not protected).
+    """
+
+    expiry: TableExpiry
+    location: str
+    latest_version: int
+    keep_versions: tuple[int, ...]
+    newly_expired: int
+    kept_barriers: tuple[int, ...]
+    leased: tuple[VersionRange, ...]
+    consumer_floor: int | None

@@ -14,6 +14,7 @@ from airflow_provider_tsb.exceptions import (
     TopologyError,
     UnknownTableError,
 )
+from airflow_provider_tsb.metastore.barrier_history import unknown_barrier_error
 from airflow_provider_tsb.metastore.leases import LeaseManager
 from airflow_provider_tsb.metastore.models import (
     TableBarrierRow,
@@ -73,10 +74,14 @@ class ResolutionManager(RegistryManager, TableStateManager, LeaseManager):
 
         Raises:
             UnknownTableError: a table is not registered.
+            UnknownBarrierError: ``as_of`` was never generated in the tables' topology.
             InconsistentReadError: no barrier satisfies the level over Q, ``as_of`` is not
                 COMMIT over Q (names the tables that lack it and what they have), or
                 ``min_barrier`` is no longer available (after a rollback).
             TopologyError: the tables belong to different topologies (barriers are per topology).
+            ExpiredVersionError: the barrier (``as_of``, or the newest one consistent over Q)
+                was expired by snapshot expiry in a table of Q (names the table, the barrier and
+                the retention ``keep_barriers``); an expired version is never answered.
             ValueError: Q is empty, or the options are invalid (see :class:`ReadOptions`).
             DeltaLogError: READ_UNCOMMITTED could not read a table's Delta log.
         """
@@ -109,11 +114,17 @@ class ResolutionManager(RegistryManager, TableStateManager, LeaseManager):
                     "are per topology, so resolve each topology's tables separately"
                 )
             ids = [by_name[n].id for n in names]
+            if lease_seconds is not None:
+                self._lock_tables(s, ids)  # the lock snapshot expiry marks under (metastore/expiry.py)
+            expiries = self._expiries(s, ids)
             if as_of is not None:
                 barrier = as_of
                 found = self._rows_at(s, ids, barrier)
                 lacking = [n for n in names if by_name[n].id not in found or found[by_name[n].id].state != written]
                 if lacking:
+                    unknown = unknown_barrier_error(s, rows[0].topology, as_of)
+                    if unknown is not None:
+                        raise unknown
                     newest = self._newest(s, [by_name[n].id for n in lacking], (written,))
                     detail = ", ".join(
                         f"{n} has barrier {newest.get(by_name[n].id)}" for n in lacking
@@ -154,6 +165,8 @@ class ResolutionManager(RegistryManager, TableStateManager, LeaseManager):
                 r = by_name[name]
                 row = found[r.id]
                 if row.state == BarrierState.WRITTEN:
+                    if row.version is not None and r.id in expiries and expiries[r.id].is_expired(row.version):
+                        raise self._expired_error(s, r.id, expiries[r.id], row.version, barrier=barrier)
                     result[name] = TableVersion(name, r.location, row.version, barrier, BarrierState.WRITTEN)
                 else:
                     base = s.scalar(
@@ -165,6 +178,8 @@ class ResolutionManager(RegistryManager, TableStateManager, LeaseManager):
                         )
                         .order_by(TableBarrierRow.barrier_id.desc()).limit(1)
                     )
+                    if base is not None:
+                        self._check_not_expired(s, r.id, expiries.get(r.id), base)
                     result[name] = TableVersion(
                         name, r.location, base, barrier, BarrierState.PROCESSED, staged=dict(row.manifest or {})
                     )

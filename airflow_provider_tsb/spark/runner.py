@@ -30,6 +30,7 @@ from airflow_provider_tsb.delta.barriers import (
 from airflow_provider_tsb.delta.errors import MisalignedInputError
 from airflow_provider_tsb.metastore.records import JobStatus
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
+from airflow_provider_tsb.spark.input_leases import input_lease
 from airflow_provider_tsb.spark.model import BarrierContext, TsbApp
 from airflow_provider_tsb.spark.outputs import WriteResult, write_barrier
 from airflow_provider_tsb.spark.timing import barrier_timer, phase
@@ -190,27 +191,29 @@ def _run_barrier(
             results.append(WriteResult(sink, plan.barrier, version if version is not None else -1, skipped=True))
         log.info("job %s: barrier %s already committed, skipped", app.job_id, plan.barrier)
         return results
-    ctx = BarrierContext(spark, app, plan, locations)
-    outputs = app.process(ctx)
-    check_outputs(app, outputs)
-    for sink in sorted(app.sinks):
-        spec = app.sinks[sink]
-        results.append(
-            write_barrier(
-                spark,
-                outputs[sink],
-                table=sink,
-                location=locations[sink],
-                job_id=app.job_id,
-                barrier=plan.barrier,
-                mode=spec.mode,
-                inputs=plan.inputs,
-                ts_ms=plan.ts_ms,
-                keys=spec.keys,
-                max_files=spec.max_files,
-                catalog=catalog,
+    # the epoch's input versions stay out of snapshot expiry while they are read (spark/input_leases.py)
+    with input_lease(catalog, app.job_id, plan):
+        ctx = BarrierContext(spark, app, plan, locations)
+        outputs = app.process(ctx)
+        check_outputs(app, outputs)
+        for sink in sorted(app.sinks):
+            spec = app.sinks[sink]
+            results.append(
+                write_barrier(
+                    spark,
+                    outputs[sink],
+                    table=sink,
+                    location=locations[sink],
+                    job_id=app.job_id,
+                    barrier=plan.barrier,
+                    mode=spec.mode,
+                    inputs=plan.inputs,
+                    ts_ms=plan.ts_ms,
+                    keys=spec.keys,
+                    max_files=spec.max_files,
+                    catalog=catalog,
+                )
             )
-        )
     log.info("job %s: barrier %s done: %s", app.job_id, plan.barrier, results)
     return results
 

@@ -1,0 +1,179 @@
+"""Snapshot expiry: delete the data files of old Delta versions, never those a lease or a job holds.
+
+FLIP-276 "MetaService" keeps the snapshots in use; Apache Paimon's snapshot expiry with
+consumers is the model (and its races, apache/paimon#6978 and #5819, the tests). Per table,
+:func:`expire_snapshots`:
+
+1. loads the Delta table's newest version ``latest`` (delta-rs);
+2. marks in the metastore, in one transaction under the table's lock, every version below
+   ``latest`` that is not kept as expired (:meth:`MetaStore.mark_expired
+   <airflow_provider_tsb.metastore.expiry.ExpiryManager.mark_expired>`). Kept are the versions
+   of the newest ``keep_barriers`` WRITTEN barriers, every version a live lease pins, and
+   every version from the oldest one a registered reader job has still to read. From this
+   commit on, leases on the expired versions are refused and resolution never answers them;
+3. vacuums the table at ``latest`` keeping exactly the kept versions and everything from the
+   horizon on (Delta ``VACUUM`` through delta-rs, lite mode, ``keep_versions``), retrying a
+   ``CommitFailedError`` -- vacuum commits to the Delta log and can lose the race against a
+   job's commit -- with exponential backoff, at most ``max_retries`` times.
+
+A lease therefore either committed before the marks (and is kept) or is refused: no live lease
+loses its files. A reader that resolved without a lease and reads after the vacuum gets
+:class:`~airflow_provider_tsb.exceptions.ExpiredVersionError` from the readers, not a raw
+``FileNotFoundError``. See docs/design.md "Snapshot expiry".
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_tsb.metastore.records import ExpiryPlan
+
+if TYPE_CHECKING:
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+log = logging.getLogger("airflow_provider_tsb.expiry")
+
+#: vacuum attempts after the first one that failed with ``CommitFailedError``
+DEFAULT_MAX_RETRIES = 8
+#: first backoff, seconds (doubled per retry, with jitter, up to :data:`MAX_BACKOFF_S`)
+DEFAULT_BACKOFF_S = 0.05
+#: longest wait between two vacuum attempts, seconds
+MAX_BACKOFF_S = 1.0
+
+
+@dataclass(frozen=True)
+class ExpiryResult:
+    """The outcome of one table's expiry.
+
+    Attributes:
+        table: canonical table name.
+        keep_barriers: the retention.
+        kept_versions: the Delta versions vacuum kept (every version from ``horizon`` to
+            ``latest_version`` included).
+        horizon: versions at or above it are not expired.
+        latest_version: the version vacuum ran at (``None``: no Delta table yet, nothing done).
+        newly_expired: versions this run marked expired.
+        removed_files: data files deleted (``dry_run``: that would be deleted).
+        attempts: vacuum attempts (1 + retries after ``CommitFailedError``).
+        dry_run: nothing was marked nor deleted.
+    """
+
+    table: str
+    keep_barriers: int
+    kept_versions: list[int]
+    horizon: int | None
+    latest_version: int | None
+    newly_expired: int
+    removed_files: int
+    attempts: int
+    dry_run: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the operator's XCom, ``tsb expire``'s output)."""
+        return dict(self.__dict__)
+
+
+def expire_snapshots(
+    store: MetaStore,
+    table: str,
+    keep_barriers: int,
+    *,
+    dry_run: bool = False,
+    consumers: bool = True,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    backoff_s: float = DEFAULT_BACKOFF_S,
+    before_vacuum: Callable[[ExpiryPlan], None] | None = None,
+) -> dict[str, Any]:
+    """Expire ``table``'s old versions: mark them in the metastore, then vacuum (module doc).
+
+    Args:
+        store: the metastore.
+        table: table name (``catalog.database.table``).
+        keep_barriers: newest WRITTEN barriers kept readable (>= 1); AS OF works on them.
+        dry_run: compute what would go (files listed by vacuum's dry run); mark nothing.
+        consumers: keep what registered reader jobs of the table have still to read
+            (Paimon's consumers); ``False`` expires it too (those jobs then fail on it).
+        max_retries: vacuum retries after ``CommitFailedError`` (>= 0).
+        backoff_s: first wait before a retry, seconds; doubled each time (at most
+            :data:`MAX_BACKOFF_S`), with jitter.
+        before_vacuum: called with the :class:`ExpiryPlan` after the marks are committed and
+            before vacuum deletes anything (logging; the tests use it to force an order).
+
+    Returns:
+        :meth:`ExpiryResult.to_dict`: ``{"table", "keep_barriers", "kept_versions", "horizon",
+        "latest_version", "newly_expired", "removed_files", "attempts", "dry_run"}``.
+
+    Raises:
+        ValueError: ``keep_barriers`` < 1 or ``max_retries`` < 0.
+        UnknownTableError: the table is not registered.
+        deltalake.exceptions.CommitFailedError: vacuum still failed after ``max_retries``
+            retries (the marks stay: the next expiry deletes the files).
+    """
+    from airflow_provider_tsb.delta.log import normalize_location, table_exists
+
+    if keep_barriers < 1:
+        raise ValueError(f"keep_barriers must be at least 1, got {keep_barriers}")
+    if max_retries < 0:
+        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    if not dry_run:
+        store.expire_leases()
+    info = store.table(table)
+    location = normalize_location(info.location)
+    if not table_exists(location):
+        return ExpiryResult(info.name, keep_barriers, [], None, None, 0, 0, 0, dry_run).to_dict()
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(location)
+    latest = dt.version()
+    plan = store.mark_expired(info.name, keep_barriers, latest, consumers=consumers, dry_run=dry_run)
+    if before_vacuum is not None:
+        before_vacuum(plan)
+    removed, attempts, kept = _vacuum(dt, plan, dry_run=dry_run, max_retries=max_retries, backoff_s=backoff_s)
+    if attempts > 1:
+        log.info("%s: vacuum committed after %d attempts (CommitFailedError: a job committed meanwhile)",
+                 info.name, attempts)
+    return ExpiryResult(
+        info.name, keep_barriers, kept, plan.expiry.horizon, latest, plan.newly_expired, len(removed), attempts,
+        dry_run,
+    ).to_dict()
+
+
+def _vacuum(
+    dt: Any, plan: ExpiryPlan, *, dry_run: bool, max_retries: int, backoff_s: float
+) -> tuple[list[str], int, list[int]]:
+    """Vacuum ``dt`` keeping the plan's versions; retry ``CommitFailedError`` with backoff.
+
+    A retry reloads the table (a job committed since) and keeps every version from the plan's
+    ``latest_version`` to the new one too: none of them is expired (they are at or above the
+    horizon), so their files stay. Returns (files removed, attempts, versions kept).
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    from airflow_provider_tsb.delta.log import normalize_location
+
+    keep = set(plan.keep_versions)
+    attempt = 0
+    while True:
+        attempt += 1
+        head = dt.version()
+        keep |= set(range(plan.latest_version, head + 1))
+        versions = sorted(v for v in keep if v <= head)
+        try:
+            removed = dt.vacuum(
+                retention_hours=0, dry_run=dry_run, enforce_retention_duration=False, keep_versions=versions,
+            )
+            return list(removed), attempt, versions
+        except CommitFailedError as exc:
+            if attempt > max_retries:
+                raise
+            wait = min(backoff_s * 2 ** (attempt - 1), MAX_BACKOFF_S) * (0.5 + random.random())
+            log.warning("%s: vacuum commit failed (%s); retry %d of %d in %.2f s", plan.expiry.table, exc,
+                        attempt, max_retries, wait)
+            time.sleep(wait)
+            dt = DeltaTable(normalize_location(plan.location))

@@ -1,0 +1,284 @@
+"""Expiry marks: which Delta versions snapshot expiry has expired, written before it vacuums.
+
+Snapshot expiry (:mod:`airflow_provider_tsb.expiry`) and lease creation
+(:mod:`.leases`) meet here, under one lock per table: the table's ``tsb_table`` row.
+
+* Expiry, in one transaction, locks the row exclusively (``SELECT ... FOR UPDATE`` on
+  PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises all writers), reads the live leases, the
+  newest ``keep_barriers`` WRITTEN barriers and what registered reader jobs still have to read,
+  and writes the table's marks (:class:`~airflow_provider_tsb.metastore.records.TableExpiry`).
+  Only then does vacuum delete files.
+* A lease locks the rows of its tables in share mode and refuses, in the same transaction, a
+  version already marked expired (:class:`~airflow_provider_tsb.exceptions.ExpiredVersionError`).
+
+So a lease either commits before the marks (expiry sees it and keeps its versions) or after
+them (it is refused): no live lease loses its files. Resolution reads the marks too and never
+answers with an expired version (docs/design.md "Snapshot expiry"; the races of
+apache/paimon#6978 and #5819).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from airflow_provider_tsb.exceptions import ExpiredVersionError, UnknownTableError
+from airflow_provider_tsb.metastore.base import StoreBase
+from airflow_provider_tsb.metastore.models import (
+    JobSinkRow,
+    JobSourceRow,
+    LeaseRow,
+    LeaseVersionRow,
+    TableBarrierRow,
+    TableExpiryRow,
+    TableRow,
+)
+from airflow_provider_tsb.metastore.records import (
+    BarrierState,
+    ExpiryPlan,
+    TableExpiry,
+    VersionRange,
+    intersect_ranges,
+    merge_ranges,
+    now_ms,
+)
+from airflow_provider_tsb.names import normalize_table_name
+
+
+def _expiry_of(name: str, row: TableExpiryRow) -> TableExpiry:
+    return TableExpiry(
+        table=name,
+        horizon=int(row.horizon),
+        kept=tuple((int(a), int(b)) for a, b in row.kept or []),
+        keep_barriers=int(row.keep_barriers),
+        expired_at_ms=int(row.expired_at_ms),
+    )
+
+
+class ExpiryManager(StoreBase):
+    """Expiry marks per table and the lock that ties them to lease creation (see module doc)."""
+
+    # ------------------------------------------------------------------ the lock
+    def _lock_tables(self, s: Session, table_ids: Iterable[int], *, exclusive: bool = False) -> None:
+        """Lock the ``tsb_table`` rows: share mode for leases, exclusive for expiry.
+
+        In id order, so two lease transactions never deadlock. On SQLite a write transaction
+        already holds the database's write lock (``BEGIN IMMEDIATE``) and this is a no-op read.
+        """
+        ids = sorted(set(table_ids))
+        if ids:
+            s.execute(
+                select(TableRow.id).where(TableRow.id.in_(ids)).order_by(TableRow.id)
+                .with_for_update(read=not exclusive)
+            ).all()
+
+    def _expiries(self, s: Session, table_ids: Sequence[int]) -> dict[int, TableExpiry]:
+        rows = s.execute(
+            select(TableExpiryRow, TableRow.name)
+            .join(TableRow, TableRow.id == TableExpiryRow.table_id)
+            .where(TableExpiryRow.table_id.in_(list(table_ids)))
+        ).all()
+        return {row.table_id: _expiry_of(name, row) for row, name in rows}
+
+    def _check_not_expired(
+        self, s: Session, table_id: int, expiry: TableExpiry | None, lo: int, hi: int | None = None,
+        *, what: str = "version",
+    ) -> None:
+        """Raise :class:`ExpiredVersionError` if a version of ``[lo, hi]`` is expired."""
+        if expiry is None:
+            return
+        bad = expiry.first_expired(lo, hi)
+        if bad is not None:
+            raise self._expired_error(s, table_id, expiry, bad, what=what)
+
+    def _expired_error(
+        self, s: Session, table_id: int, expiry: TableExpiry, version: int, *, what: str = "version",
+        barrier: int | None = None,
+    ) -> ExpiredVersionError:
+        if barrier is None:
+            barrier = s.scalar(
+                select(func.max(TableBarrierRow.barrier_id)).where(
+                    TableBarrierRow.table_id == table_id, TableBarrierRow.version == version,
+                    TableBarrierRow.state == BarrierState.WRITTEN,
+                )
+            )
+        oldest = self._oldest_readable_barrier(s, table_id, expiry)
+        at = f"barrier {barrier} (Delta version {version})" if barrier is not None else f"Delta version {version}"
+        return ExpiredVersionError(
+            f"{at} of table {expiry.table!r} has expired: snapshot expiry keeps the newest "
+            f"{expiry.keep_barriers} WRITTEN barriers of each table (keep_barriers={expiry.keep_barriers}), "
+            f"the versions live leases pin and those registered jobs have still to read, and "
+            f"vacuum deletes the files of the rest; the oldest barrier still readable in "
+            f"{expiry.table!r} is {oldest}. Read a newer barrier; to read old ones, raise "
+            f"keep_barriers or take a lease (lease_seconds) while the {what} is still kept",
+            table=expiry.table, version=version, barrier=barrier, keep_barriers=expiry.keep_barriers,
+        )
+
+    def _oldest_readable_barrier(self, s: Session, table_id: int, expiry: TableExpiry) -> int | None:
+        """The oldest WRITTEN barrier whose version is not expired (one seek per kept range)."""
+        candidates = []
+        for lo, hi in [*expiry.kept, (expiry.horizon, None)]:
+            query = select(func.min(TableBarrierRow.barrier_id)).where(
+                TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN,
+                TableBarrierRow.version >= lo,
+            )
+            if hi is not None:
+                query = query.where(TableBarrierRow.version <= hi)
+            found = s.scalar(query)
+            if found is not None:
+                candidates.append(int(found))
+        return min(candidates, default=None)
+
+    # ------------------------------------------------------------------ reads
+    def table_expiry(self, table: str) -> TableExpiry | None:
+        """The expiry marks of ``table`` (``None``: never expired).
+
+        Raises:
+            UnknownTableError: the table is not registered.
+        """
+        with self._tx() as s:
+            table_id = self._table_id(s, table)
+            return self._expiries(s, [table_id]).get(table_id)
+
+    def expired_barriers(self, table: str) -> list[int]:
+        """The WRITTEN barriers of ``table`` whose Delta version is expired, oldest first."""
+        with self._tx() as s:
+            table_id = self._table_id(s, table)
+            expiry = self._expiries(s, [table_id]).get(table_id)
+            if expiry is None:
+                return []
+            rows = s.execute(
+                select(TableBarrierRow.barrier_id, TableBarrierRow.version).where(
+                    TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN,
+                    TableBarrierRow.version < expiry.horizon,
+                ).order_by(TableBarrierRow.barrier_id)
+            ).all()
+            return [int(b) for b, v in rows if v is not None and expiry.is_expired(int(v))]
+
+    # ------------------------------------------------------------------ marking
+    def mark_expired(
+        self, table: str, keep_barriers: int, latest_version: int, *, consumers: bool = True,
+        dry_run: bool = False,
+    ) -> ExpiryPlan:
+        """Mark the versions of ``table`` that an expiry at ``latest_version`` removes; the plan.
+
+        In one transaction holding the table's lock (see module doc): kept are the versions
+        of the newest ``keep_barriers`` WRITTEN barriers, every range a live lease pins, and
+        (``consumers``) every version from the oldest one a registered reader job of the table
+        still has to read (the version at the barrier its sinks are at: apache/paimon#5819's
+        consumer); everything below ``latest_version`` else is marked expired. Marks only grow:
+        a version once expired stays expired.
+
+        Args:
+            table: table name.
+            keep_barriers: newest WRITTEN barriers kept (>= 1).
+            latest_version: the Delta version vacuum will run at (loaded before this call).
+            consumers: keep what registered reader jobs have still to read.
+            dry_run: compute the plan without writing the marks.
+
+        Raises:
+            ValueError: ``keep_barriers`` < 1 or ``latest_version`` < 0.
+            UnknownTableError: the table is not registered.
+        """
+        if keep_barriers < 1:
+            raise ValueError(f"keep_barriers must be at least 1, got {keep_barriers}")
+        if latest_version < 0:
+            raise ValueError(f"latest_version must be >= 0, got {latest_version}")
+        canonical = normalize_table_name(table)
+        with self._tx(write=not dry_run) as s:
+            query = select(TableRow.id, TableRow.location).where(TableRow.name == canonical)
+            trow = s.execute(query if dry_run else query.with_for_update()).first()
+            if trow is None:
+                raise UnknownTableError(
+                    f"table {canonical!r} is not registered in the tsb metastore; check the name"
+                )
+            table_id = trow.id
+            at = now_ms()
+            leased = merge_ranges(
+                (v if f is None else f, v)
+                for f, v in s.execute(
+                    select(LeaseVersionRow.from_version, LeaseVersionRow.version)
+                    .join(LeaseRow, LeaseRow.id == LeaseVersionRow.lease_id)
+                    .where(LeaseVersionRow.table_id == table_id, LeaseRow.expires_at_ms > at)
+                ).all()
+            )
+            newest = s.execute(
+                select(TableBarrierRow.barrier_id, TableBarrierRow.version)
+                .where(TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN,
+                       TableBarrierRow.version.is_not(None))
+                .order_by(TableBarrierRow.barrier_id.desc()).limit(keep_barriers)
+            ).all()
+            floor = self._consumer_floor(s, table_id) if consumers else None
+            prev_row = s.get(TableExpiryRow, table_id)
+            prev = _expiry_of(canonical, prev_row) if prev_row is not None else None
+            horizon = latest_version if floor is None else min(latest_version, floor)
+            if prev is not None:
+                horizon = max(horizon, prev.horizon)
+            wanted = [(int(v), int(v)) for _, v in newest] + list(leased)
+            kept = intersect_ranges(wanted, [(0, horizon - 1)]) if horizon > 0 else []
+            if prev is not None:
+                kept = intersect_ranges(kept, [*prev.kept, (prev.horizon, max(prev.horizon, horizon))])
+            newly = _count_newly_expired(prev, horizon, kept)
+            expiry = TableExpiry(canonical, horizon, tuple(kept), keep_barriers, at)
+            if not dry_run:
+                if prev_row is None:
+                    s.add(TableExpiryRow(table_id=table_id, horizon=horizon, kept=[list(r) for r in kept],
+                                         keep_barriers=keep_barriers, expired_at_ms=at))
+                else:
+                    prev_row.horizon = horizon
+                    prev_row.kept = [list(r) for r in kept]
+                    prev_row.keep_barriers = keep_barriers
+                    prev_row.expired_at_ms = at
+            keep_versions = sorted(
+                {v for a, b in kept for v in range(a, b + 1)} | set(range(horizon, latest_version + 1))
+            )
+            return ExpiryPlan(
+                expiry=expiry, location=trow.location, latest_version=latest_version,
+                keep_versions=tuple(keep_versions), newly_expired=newly,
+                kept_barriers=tuple(int(b) for b, _ in newest), leased=tuple(leased), consumer_floor=floor,
+            )
+
+    def _consumer_floor(self, s: Session, table_id: int) -> int | None:
+        """The oldest version of the table a registered reader job has still to read, or ``None``.
+
+        A reader job's next barrier reads its inputs' changes since the barrier its sinks are
+        at (the minimum over its sinks): the table's version at that barrier is its floor. A
+        reader whose sinks hold no barrier yet needs everything (floor 0).
+        """
+        readers = s.scalars(select(JobSourceRow.job_id).where(JobSourceRow.table_id == table_id)).all()
+        floors: list[int] = []
+        for job_id in sorted(set(readers)):
+            sinks = s.scalars(select(JobSinkRow.table_id).where(JobSinkRow.job_id == job_id)).all()
+            bases = [
+                s.scalar(
+                    select(func.max(TableBarrierRow.barrier_id)).where(
+                        TableBarrierRow.table_id == sink, TableBarrierRow.state == BarrierState.WRITTEN
+                    )
+                )
+                for sink in sinks
+            ]
+            if not bases:
+                continue  # a job without sinks consumes nothing durable
+            if any(b is None for b in bases):
+                floors.append(0)
+                continue
+            base = min(int(b) for b in bases if b is not None)
+            version = s.scalar(
+                select(TableBarrierRow.version)
+                .where(TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN,
+                       TableBarrierRow.barrier_id <= base, TableBarrierRow.version.is_not(None))
+                .order_by(TableBarrierRow.barrier_id.desc()).limit(1)
+            )
+            floors.append(int(version) if version is not None else 0)
+        return min(floors) if floors else None
+
+
+def _count_newly_expired(prev: TableExpiry | None, horizon: int, kept: Sequence[VersionRange]) -> int:
+    """Versions expired now that were not before."""
+    total_now = horizon - sum(b - a + 1 for a, b in kept)
+    if prev is None:
+        return total_now
+    total_before = prev.horizon - sum(b - a + 1 for a, b in prev.kept)
+    return total_now - total_before

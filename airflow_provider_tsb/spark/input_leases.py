@@ -1,0 +1,118 @@
+"""Input leases: a running job pins the input versions it reads while it reads them.
+
+Snapshot expiry (:mod:`airflow_provider_tsb.expiry`) keeps every version a live lease pins.
+While a job processes barrier ``n`` it reads each input's changes in the epoch
+``(previous_inputs[t], inputs[t]]`` and may read snapshots at both ends, so
+:func:`input_lease` pins, per input, the closed range ``[previous_inputs[t], inputs[t]]``
+(``[0, inputs[t]]`` for the job's first barrier) for the barrier's run: batch mode and every
+streaming micro-batch go through :func:`airflow_provider_tsb.spark.runner.run_barrier`, which
+holds it. The lease is short (:data:`DEFAULT_LEASE_SECONDS`) and renewed by a daemon thread
+every third of it, so a job that crashes leaves a lease that lapses by itself; it is released
+when the barrier is done. Apache Paimon's consumers do the same for running readers
+(apache/paimon#5819).
+
+Only the metastore catalog leases (a plan-file catalog has no lease store): the catalog's
+``store`` must offer ``create_lease``/``renew_lease``/``release_lease``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from airflow_provider_tsb.spark.plans import BarrierPlan
+
+log = logging.getLogger("airflow_provider_tsb.spark")
+
+#: environment variable: seconds an input lease lives without renewal
+LEASE_SECONDS_ENV = "TSB_INPUT_LEASE_SECONDS"
+#: default lifetime of an input lease, seconds (renewed every third of it while the job runs)
+DEFAULT_LEASE_SECONDS = 300.0
+
+
+def input_ranges(plan: BarrierPlan) -> dict[str, tuple[int, int]]:
+    """``{input table: (from, to)}``: the Delta versions barrier ``plan`` reads of each input."""
+    out = {}
+    for name, version in plan.inputs.items():
+        previous = plan.previous_inputs.get(name) if plan.previous_inputs else None
+        low = 0 if previous is None else min(int(previous), int(version))
+        out[name] = (low, int(version))
+    return out
+
+
+def lease_seconds() -> float:
+    """The input lease lifetime: ``$TSB_INPUT_LEASE_SECONDS`` or :data:`DEFAULT_LEASE_SECONDS`.
+
+    Raises:
+        ValueError: the variable is not a positive number of seconds (names it).
+    """
+    raw = os.environ.get(LEASE_SECONDS_ENV)
+    if not raw:
+        return DEFAULT_LEASE_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < 10 * 365 * 86400:
+        raise ValueError(f"{LEASE_SECONDS_ENV}={raw!r}: give the input lease lifetime in seconds, > 0")
+    return seconds
+
+
+class _Renewer:
+    """A daemon thread renewing one lease every ``seconds / 3`` until stopped."""
+
+    def __init__(self, store: Any, lease_id: str, seconds: float, holder: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(store, lease_id, seconds, holder), name="tsb-input-lease", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, store: Any, lease_id: str, seconds: float, holder: str) -> None:
+        while not self._stop.wait(seconds / 3):
+            try:
+                if store.renew_lease(lease_id, seconds) is None:
+                    log.warning("%s: input lease %s lapsed before renewal; expiry may remove its versions",
+                                holder, lease_id)
+                    return
+            except Exception as exc:  # a metastore hiccup: the next renewal may succeed
+                log.warning("%s: renewing input lease %s failed: %s", holder, lease_id, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@contextmanager
+def input_lease(catalog: object, job_id: str, plan: BarrierPlan, *, seconds: float | None = None) -> Iterator[
+    str | None
+]:
+    """Hold a lease on the input versions of ``plan`` for the block; yields its id (or ``None``).
+
+    ``None`` when the catalog has no lease store (plan files) or the plan has no inputs.
+
+    Raises:
+        ExpiredVersionError: an input version was already expired by snapshot expiry (names the
+            table, the barrier and the retention): the job cannot read its epoch.
+    """
+    store = getattr(catalog, "store", None)
+    ranges = input_ranges(plan)
+    if store is None or not hasattr(store, "create_lease") or not ranges:
+        yield None
+        return
+    ttl = seconds if seconds is not None else lease_seconds()
+    holder = f"job {job_id} barrier {plan.barrier}"
+    lease_id, _expires = store.create_lease(ranges, ttl, holder=holder)
+    renewer = _Renewer(store, lease_id, ttl, holder)
+    try:
+        yield lease_id
+    finally:
+        renewer.stop()
+        try:
+            store.release_lease(lease_id)
+        except Exception as exc:  # the lease lapses by itself
+            log.warning("%s: releasing input lease %s failed (%s); it lapses in %.0f s", holder, lease_id, exc, ttl)

@@ -1,0 +1,112 @@
+"""Leases against snapshot expiry, many times, with real processes (issue 12 item 2).
+
+Each round (``--rounds``, default 10) starts on a fresh metastore and warehouse and runs, for
+``--seconds`` each (default 8), in separate processes (``tests/support/lease_world.py``):
+
+* race: a writer committing barriers to a Delta table overwritten at every barrier, an expiry
+  loop (``keep_barriers=2``, delta-rs vacuum), two readers that resolve AS OF a recent barrier
+  with a lease, hold it and read it, and one reader without a lease (apache/paimon#6978's
+  reader that has just started);
+* consumer: the same writer and expiry (``keep_barriers=1``) with a slow running job reading
+  every barrier of that table under its input lease (apache/paimon#5819's registered consumer);
+* forced order: a lease taken while expiry is between its marks and its vacuum.
+
+Counts, summed over the rounds: ``leases`` granted, ``lost`` (a granted lease whose read found
+files gone), ``expiry_cycles`` and ``failed`` ones (after the ``CommitFailedError`` retries;
+``retries`` made), ``stale_versions`` (a lease granted on a version marked expired),
+``consumer_lost`` (a running job's barrier whose input files were gone), ``raw_errors`` (a read
+failing with anything but the tsb error). ``--unsafe`` runs the expiry of before issue 12 (read
+the leases, vacuum; no marks, no retry, no consumer protection, no input leases) for comparison.
+Last line: ``leases=N lost=0 expiry_cycles=M failed=0 stale_versions=0 ...``.
+
+    .venv/bin/python benchmarks/lease_races.py [--rounds 10] [--seconds 8] [--postgres] [--unsafe]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402
+from tests.support import lease_world as lw  # noqa: E402
+
+KEYS = ("leases", "lost", "expiry_cycles", "failed", "retries", "stale_versions", "refused", "reads", "wrong",
+        "raw_errors", "expired_reads", "barriers", "consumed", "consumer_lost", "forced_lost")
+
+
+def fresh(url_for: Callable[[str], str], folder: str, *, consumer: bool) -> tuple[str, dict[str, str]]:
+    url = url_for(folder)
+    store = MetaStore(url)
+    store.migrate()
+    locations = lw.build(store, f"{folder}/wh", consumer=consumer)
+    for _ in range(3):
+        lw.write_barrier(store, locations)
+    store.dispose()
+    return url, locations
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--postgres", action="store_true", help="metastore on a throwaway PostgreSQL")
+    parser.add_argument("--unsafe", action="store_true", help="the expiry of before issue 12, for comparison")
+    args = parser.parse_args()
+    server = None
+    if args.postgres:
+        from tests.support.pg import start_postgres
+
+        server = start_postgres()
+        names = iter(range(10**6))
+
+        def url_for(_folder: str) -> str:
+            return server.create_database(f"lease_races_{next(names)}")
+    else:
+        def url_for(folder: str) -> str:
+            return f"sqlite:///{folder}/tsb.db"
+
+    totals = dict.fromkeys(KEYS, 0)
+    started = time.monotonic()
+    try:
+        for i in range(args.rounds):
+            with tempfile.TemporaryDirectory() as folder:
+                url, locations = fresh(url_for, folder, consumer=False)
+                race = lw.race(url, locations, folder, seconds=args.seconds, readers=2, unleased_readers=1,
+                               keep_barriers=2, unsafe=args.unsafe, interval=0.05, seed=i)
+            with tempfile.TemporaryDirectory() as folder:
+                url, locations = fresh(url_for, folder, consumer=True)
+                consumer = lw.race(url, locations, folder, seconds=args.seconds / 2, readers=0, unleased_readers=0,
+                                   consumer=True, keep_barriers=1, unsafe=args.unsafe, interval=0.05, seed=i)
+            with tempfile.TemporaryDirectory() as folder:
+                url, locations = fresh(url_for, folder, consumer=False)
+                store = MetaStore(url)
+                lw.write_barrier(store, locations)
+                forced = lw.forced_order(url, locations, folder, unsafe=args.unsafe, barrier=1)
+                store.dispose()
+            round_counts = dict.fromkeys(KEYS, 0)
+            for counts in (race, consumer):
+                for key in KEYS:
+                    round_counts[key] += int(counts.get(key, 0))
+            round_counts["leases"] += int(forced["granted"])
+            round_counts["forced_lost"] += forced["lost"]
+            round_counts["lost"] += forced["lost"]
+            for key in KEYS:
+                totals[key] += round_counts[key]
+            print(f"round {i + 1}: " + " ".join(f"{k}={round_counts[k]}" for k in KEYS), flush=True)
+    finally:
+        if server is not None:
+            server.stop()
+    print(f"backend={'postgresql' if args.postgres else 'sqlite'} unsafe={args.unsafe} rounds={args.rounds} "
+          f"seconds_per_race={args.seconds} wall_s={time.monotonic() - started:.0f}")
+    print(" ".join(f"{k}={totals[k]}" for k in KEYS))
+
+
+if __name__ == "__main__":
+    main()

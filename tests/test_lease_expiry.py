@@ -1,0 +1,142 @@
+"""A lease holds, and an expired version is never handed out (issue 12 item 2).
+
+Real processes (``tests/support/lease_world.py``), real Delta tables, real delta-rs vacuum, the
+metastore on SQLite and PostgreSQL. The many-iterations version is ``benchmarks/lease_races.py``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from airflow_provider_tsb.exceptions import ExpiredVersionError, TsbError
+from airflow_provider_tsb.expiry import expire_snapshots
+from airflow_provider_tsb.metastore.store import MetaStore
+from tests.support import lease_world as lw
+
+pytestmark = pytest.mark.slow
+
+
+def _world(store: MetaStore, tmp_path, barriers: int, *, consumer: bool = False) -> dict[str, str]:
+    locations = lw.build(store, str(tmp_path / "wh"), consumer=consumer)
+    for _ in range(barriers):
+        lw.write_barrier(store, locations)
+    return locations
+
+
+def test_forced_order_lease_between_expiry_read_and_vacuum(store: MetaStore, metastore_url: str, tmp_path) -> None:
+    """The lease is taken after expiry read the leases and before it vacuumed (forced order).
+
+    Before issue 12 (``unsafe``): the lease was granted and lost its files (1 of 1). Now expiry's
+    marks are committed first, under the lock leases take: the lease is refused with a tsb error
+    naming the table, the barrier and the retention, and nothing granted is lost."""
+    locations = _world(store, tmp_path, 4)
+    before = lw.forced_order(metastore_url, locations, str(tmp_path), unsafe=True, barrier=1)
+    assert before["granted"] and before["lost"] == 1, before  # the bug, reproduced
+
+    locations = {**locations}
+    lw.write_barrier(store, locations)  # barrier 5
+    after = lw.forced_order(metastore_url, locations, str(tmp_path), unsafe=False, barrier=2)
+    assert not after["granted"] and after["lost"] == 0, after
+    assert "barrier 2" in after["refused"] and lw.SNAP in after["refused"]
+    assert "keep_barriers=1" in after["refused"]
+
+
+def test_lease_taken_before_expiry_keeps_its_files(store: MetaStore, tmp_path) -> None:
+    locations = _world(store, tmp_path, 5)
+    res = store.resolve([lw.SNAP], as_of=2, lease_seconds=60)
+    result = expire_snapshots(store, lw.SNAP, 1)
+    assert result["newly_expired"] > 0 and result["removed_files"] > 0
+    assert lw.check_snap(res.to_arrow()[lw.SNAP], 2)  # leased: still readable after vacuum
+    assert store.expired_barriers(lw.SNAP) == [1, 3, 4]
+    store.release_lease(res.lease_id)
+    expire_snapshots(store, lw.SNAP, 1)
+    assert store.expired_barriers(lw.SNAP) == [1, 2, 3, 4]  # released: expired now, for good
+    assert locations
+
+
+def test_expired_barrier_is_marked_and_refused(store: MetaStore, tmp_path) -> None:
+    _world(store, tmp_path, 5)
+    unleased = store.resolve([lw.SNAP], as_of=3)  # resolved before expiry, read after: #6978's reader
+    expire_snapshots(store, lw.SNAP, 2)
+    assert store.expired_barriers(lw.SNAP) == [1, 2, 3]
+    with pytest.raises(ExpiredVersionError) as info:
+        store.resolve([lw.SNAP], as_of=1)
+    err = info.value
+    assert isinstance(err, TsbError) and err.table == lw.SNAP and err.barrier == 1 and err.keep_barriers == 2
+    assert "barrier 1" in str(err) and "keep_barriers=2" in str(err) and "oldest barrier still readable" in str(err)
+    with pytest.raises(ExpiredVersionError, match="keep_barriers=2"):
+        store.resolve([lw.SNAP], as_of=2, lease_seconds=30)
+    with pytest.raises(ExpiredVersionError, match=r"barrier 1 \(Delta version 0\)"):
+        store.create_lease({lw.SNAP: 0}, 30)
+    with pytest.raises(ExpiredVersionError):
+        store.create_lease({lw.SNAP: (0, 4)}, 30)  # a job's input range that reaches an expired version
+    # the read of an answer resolved before expiry: the tsb error, not delta-rs's FileNotFoundError
+    with pytest.raises(ExpiredVersionError, match="snapshot expiry"):
+        unleased.to_arrow()
+    # REPEATABLE_READ and READ_COMMITTED answer a kept barrier; AS OF a kept one works
+    assert store.resolve([lw.SNAP], "repeatable-read").barrier == 5
+    assert store.resolve([lw.SNAP], "read-committed").barrier == 5
+    assert lw.check_snap(store.resolve([lw.SNAP], as_of=4).to_arrow()[lw.SNAP], 4)
+    # dry run: nothing more marked
+    dry = expire_snapshots(store, lw.SNAP, 1, dry_run=True)
+    assert dry["dry_run"] and store.expired_barriers(lw.SNAP) == [1, 2, 3]
+
+
+def test_repeatable_read_never_answers_an_expired_version(store: MetaStore, tmp_path) -> None:
+    """A table of Q lags (its consumer job is not protected): the newest COMMIT barrier over Q is
+    expired in the other table; resolution refuses it instead of handing it out."""
+    locations = _world(store, tmp_path, 1, consumer=True)
+    lw.write_deltalake(locations[lw.SUMMARY], lw.pa.table({"b": [1], "n": [20]}), mode="append",
+                       commit_properties=lw._tags(1, "sum_job"))
+    store.record_written(lw.SUMMARY, 1, 0, "sum_job")
+    for _ in range(4):
+        lw.write_barrier(store, locations)
+    # registered consumer sum_job is at barrier 1: expiry keeps everything it has still to read
+    expire_snapshots(store, lw.SNAP, 1)
+    assert store.expired_barriers(lw.SNAP) == []
+    assert store.resolve([lw.SNAP, lw.SUMMARY], "repeatable-read").barrier == 1
+    # without consumer protection the lagging pair's common barrier is expired: refused, not answered
+    expire_snapshots(store, lw.SNAP, 1, consumers=False)
+    for level in ("repeatable-read", "read-committed"):
+        with pytest.raises(ExpiredVersionError, match=f"barrier 1 .* of table '{lw.SNAP}'"):
+            store.resolve([lw.SNAP, lw.SUMMARY], level)
+
+
+@pytest.mark.parametrize("seconds", [4.0])
+def test_race_writer_expiry_readers(store: MetaStore, metastore_url: str, tmp_path, seconds: float) -> None:
+    """A writer committing barriers, an expiry loop and readers (leased and not) in their own
+    processes: no lease loses files, no expiry cycle fails, no expired version is handed out, a
+    read without a lease either reads the right rows or gets the tsb error."""
+    locations = _world(store, tmp_path, 3)
+    counts = lw.race(metastore_url, locations, str(tmp_path), seconds=seconds, readers=2, unleased_readers=1,
+                     keep_barriers=2, interval=0.05)
+    assert counts["barriers"] > 10 and counts["leases"] > 20 and counts["expiry_cycles"] > 4, counts
+    assert counts["lost"] == 0 and counts["failed"] == 0 and counts["stale_versions"] == 0, counts
+    assert counts["wrong"] == 0 and counts["raw_errors"] == 0, counts
+    assert counts["refused"] + store.expired_barriers(lw.SNAP).__len__() > 0, counts  # expiry did expire
+
+
+def test_paimon_5819_registered_consumer_keeps_what_it_reads(store: MetaStore, metastore_url: str, tmp_path) -> None:
+    """apache/paimon#5819: snapshots expired under a registered consumer. Here a slow running job
+    (``sum_job``, input leases of spark/input_leases.py, metastore catalog) reads every barrier
+    while expiry keeps only the newest one: it loses none and reads each one right."""
+    locations = _world(store, tmp_path, 2, consumer=True)
+    counts = lw.race(metastore_url, locations, str(tmp_path), seconds=3.0, readers=0, unleased_readers=0,
+                     consumer=True, keep_barriers=1, interval=0.05)
+    assert counts["consumer_lost"] == 0 and counts["consumer_wrong"] == 0 and counts["failed"] == 0, counts
+    assert counts["consumed"] == counts["barriers"] + 2, counts
+
+
+def test_paimon_6978_reader_starting_during_expiration(store: MetaStore, metastore_url: str, tmp_path) -> None:
+    """apache/paimon#6978: a reader that starts from the oldest snapshot while expiry is between
+    its marks and its deletes. Here it is refused with the tsb error (it never sees a snapshot
+    whose files are going); a reader that resolved just before gets the tsb error on read."""
+    locations = _world(store, tmp_path, 4)
+    early = store.resolve([lw.SNAP], as_of=1)
+    out = lw.forced_order(metastore_url, locations, str(tmp_path), unsafe=False, barrier=1)
+    assert not out["granted"] and "has expired" in out["refused"], out
+    with pytest.raises(ExpiredVersionError):
+        early.to_arrow()
+    assert os.path.exists(locations[lw.SNAP])
