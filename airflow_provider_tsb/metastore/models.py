@@ -255,6 +255,8 @@ class TableExpiryRow(Base):
     kept: Mapped[list[list[int]]] = mapped_column(JSON)
     #: the retention of the last expiry: newest WRITTEN barriers kept
     keep_barriers: Mapped[int] = mapped_column(Integer)
+    #: the last expiry's retention policy ``{"keep_last", "hourly_hours", "daily_days"}``
+    retention: Mapped[dict[str, int] | None] = mapped_column(JSON, nullable=True)
     expired_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
