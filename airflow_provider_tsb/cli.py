@@ -3,6 +3,7 @@
 Commands::
 
     tsb db migrate | check               create/upgrade or check the metastore schema
+    tsb db rebuild --dags PATH...        restore a lost metastore from the DAG files and Delta logs
     tsb topology validate PATH...        validate the union of the topologies in DAG files
     tsb topology show NAME [--dags PATH] print a topology's graph
     tsb versions [--level L] TABLE...    consistent Delta versions of tables, as JSON
@@ -55,6 +56,12 @@ def cmd_db_check(args: argparse.Namespace) -> int:
     revision = store.check()
     print(f"tsb metastore at {store.engine.url.render_as_string(hide_password=True)} is up to date ({revision})")
     return 0
+
+
+def cmd_db_rebuild(args: argparse.Namespace) -> int:
+    from airflow_provider_tsb.rebuild import cmd_db_rebuild as rebuild
+
+    return rebuild(args, _store(args))
 
 
 def cmd_topology_validate(args: argparse.Namespace) -> int:
@@ -152,7 +159,9 @@ def barrier_id_arg(value: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a barrier id (an integer >= 1)") from None
     if not 1 <= number <= MAX_BARRIER:
-        raise argparse.ArgumentTypeError(f"{value} is not a barrier id: barrier ids run from 1 to {MAX_BARRIER}")
+        raise argparse.ArgumentTypeError(
+            f"no such barrier: {value} is not a barrier id (barrier ids run from 1 to {MAX_BARRIER})"
+        )
     return number
 
 
@@ -190,6 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = db.add_parser("check", help="exit 0 if the metastore schema is up to date, 2 otherwise")
     add_store_options(p)
     p.set_defaults(func=cmd_db_check)
+    p = db.add_parser("rebuild", help="restore a lost metastore from the DAG files, the barrier logs and the "
+                      "tables' Delta logs (JSON report)")
+    p.add_argument("--dags", nargs="+", metavar="PATH", required=True,
+                   help="DAG files or folders declaring the topologies to restore")
+    p.add_argument("--force", action="store_true",
+                   help="replace the barriers the metastore holds for these topologies (else it must hold none)")
+    add_store_options(p)
+    p.set_defaults(func=cmd_db_rebuild)
 
     topo = sub.add_parser("topology", help="validate and show topologies").add_subparsers(
         dest="topology_command", required=True

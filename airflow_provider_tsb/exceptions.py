@@ -121,3 +121,9 @@ class ExpiredVersionError(TsbError, LookupError):
         self.version = version
         self.barrier = barrier
         self.keep_barriers = keep_barriers
+
+
+class OutOfRangeError(TsbError, ValueError):
+    """A number given to the metastore is not one it can hold: barrier ids, Delta versions,
+    limits and epoch-millisecond times are integers from 0 to 2**63-1 (``BIGINT``); NaN and
+    infinities are refused. The message names the field when it is known."""

@@ -132,9 +132,10 @@ def test_versions_refuses_out_of_range_arguments_without_a_traceback(tmp_path: P
     one-line error naming the option, not an OverflowError or NoSuchModuleError traceback."""
     url = f"sqlite:///{tmp_path / 'tsb.db'}"
     cases = {
-        ("--as-of", "9223372036854775808"): "argument --as-of: 9223372036854775808 is not a barrier id",
+        ("--as-of", "9223372036854775808"):
+            "argument --as-of: no such barrier: 9223372036854775808 is not a barrier id",
         ("--as-of", "1e30"): "argument --as-of: '1e30' is not a barrier id",
-        ("--min-barrier", "-1"): "argument --min-barrier: -1 is not a barrier id",
+        ("--min-barrier", "-1"): "argument --min-barrier: no such barrier: -1 is not a barrier id",
         ("--lease-seconds", "inf"): "argument --lease-seconds: 'inf' is not a lease duration",
         ("--lease-seconds", "1e300"): "argument --lease-seconds: '1e300' is not a lease duration",
         ("--lease-seconds", "nan"): "argument --lease-seconds: 'nan' is not a lease duration",

@@ -4,7 +4,9 @@ Generating barrier n records, in one metastore transaction, the current Delta ve
 root table of the topology: the (barrier, offset) map that makes replay deterministic. The
 barrier's timestamp is system time or the event-time watermark (the min over root tables of
 the max of their ``event_time_column``). A run key (``<dag_id>/<run_id>``) makes generation
-idempotent: a retried task of the same DAG run gets the same barrier back.
+idempotent: a retried task of the same DAG run gets the same barrier back. Every barrier is
+also written to the topology's barrier log in Delta (:func:`barrier_log_of`), from which
+``tsb db rebuild`` restores a lost metastore.
 
 The emitter (:meth:`TsbBarrierHook.emit`) generates barriers for a streaming topology while
 new root versions arrive, with backpressure, and a *final* barrier at end of input (FLIP-147).
@@ -29,6 +31,14 @@ from airflow_provider_tsb.topology import Topology
 
 class RootTableError(TsbError):
     """A root table does not exist or cannot be read at barrier generation."""
+
+
+def barrier_log_of(topology: Topology) -> str:
+    """Location of ``topology``'s barrier log: ``<warehouse>/_tsb/<topology>/barrier_log``
+    (:func:`airflow_provider_tsb.delta.barrier_log.barrier_log_location`)."""
+    from airflow_provider_tsb.delta.barrier_log import barrier_log_location
+
+    return barrier_log_location(topology.warehouse, topology.name)
 
 
 def read_root_versions(topology: Topology) -> dict[str, int]:
@@ -98,6 +108,8 @@ class TsbBarrierHook(BaseHook):
         Raises:
             RootTableError: a root table is missing, or (``ts_kind="event"``) every root table
                 is empty, so there is no watermark yet.
+            BarrierHistoryError: the metastore lost barriers that the Delta tables or the
+                barrier log hold (run ``tsb db rebuild``).
         """
         store = self.get_conn()
         store.register_topology(self.topology)
@@ -109,7 +121,8 @@ class TsbBarrierHook(BaseHook):
                 raise RootTableError(
                     f"topology {self.topology.name!r}: no event-time watermark yet (root tables are empty)"
                 )
-        info = store.create_barrier(self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key)
+        info = store.create_barrier(self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key,
+                                    barrier_log=barrier_log_of(self.topology))
         self.log.info(
             "%s barrier %s of topology %s at %s (%s time); root versions %s",
             "generated" if info.created else "reused (retry of the same run)",
@@ -157,7 +170,8 @@ class TsbBarrierHook(BaseHook):
             if last is not None and last.ts_kind == TsKind.EVENT:
                 ts_ms = max(ts_ms, last.ts_ms)
         return store.create_barrier(
-            self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final
+            self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final,
+            barrier_log=barrier_log_of(self.topology),
         )
 
     def emit(

@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
+from airflow_provider_tsb.delta.barrier_log import BarrierLogEntry
 from airflow_provider_tsb.exceptions import (
     TopologyError,
     UnknownBarrierError,
     UnknownTableError,
 )
-from airflow_provider_tsb.metastore.base import StoreBase
+from airflow_provider_tsb.metastore.barrier_history import check_tables, log_barrier
+from airflow_provider_tsb.metastore.base import StoreBase, checked_int
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
     TableBarrierRow,
@@ -40,6 +42,7 @@ class BarrierManager(StoreBase):
         ts_kind: TsKind | str = TsKind.SYSTEM,
         run_key: str | None = None,
         final: bool = False,
+        barrier_log: str | None = None,
     ) -> BarrierInfo:
         """Generate the next barrier of ``topology`` (FLIP-276 "Timestamp Barrier").
 
@@ -56,15 +59,32 @@ class BarrierManager(StoreBase):
             run_key: idempotency key, e.g. the Airflow DAG run id.
             final: mark the barrier as the end of a bounded input (FLIP-147): streaming jobs
                 stop after committing it. Later barriers may still be generated (a new stretch).
+            barrier_log: location of the topology's barrier log
+                (:func:`~airflow_provider_tsb.delta.barrier_log.barrier_log_location`; the hooks
+                pass it). The barrier's row is committed there under the topology lock, before
+                the metastore transaction that makes the barrier visible commits, so a barrier a
+                job can see is always in the log. ``None``: no log (tests, benchmarks).
+
+        Before a new id is used, the topology's intermediate tables and its barrier log are
+        checked (:mod:`.barrier_history`): an id at or below one already in Delta is refused.
 
         Raises:
             UnknownTableError: a root table is missing from ``root_versions`` or unregistered.
             TopologyError: the topology is unknown, a version goes backwards, or an event-time
                 timestamp is below the previous barrier's.
+            BarrierHistoryError: the new id is already tagged in a table or held by the barrier
+                log (the metastore lost barriers: run ``tsb db rebuild``).
+            DeltaLogError: the barrier log commit failed (no barrier is generated).
+            OutOfRangeError: ``ts_ms`` or a version is not an integer 0..2**63-1 (names it).
         """
         if ts_kind not in (TsKind.SYSTEM, TsKind.EVENT):
             raise ValueError(f"ts_kind must be 'system' or 'event', got {ts_kind!r}")
-        versions = {normalize_table_name(k): int(v) for k, v in root_versions.items()}
+        versions = {
+            normalize_table_name(k): checked_int(v, f"the Delta version of root table {k!r}")
+            for k, v in root_versions.items()
+        }
+        if ts_ms is not None:
+            ts_ms = checked_int(ts_ms, "ts_ms (the barrier timestamp, epoch ms)")
         with self._tx(write=True) as s:
             locked = s.execute(
                 update(TopologyRow)
@@ -141,6 +161,7 @@ class BarrierManager(StoreBase):
             )
             s.add(row)
             s.flush()
+            check_tables(s, topology, barrier)
             if roots:
                 s.execute(
                     insert(TableBarrierRow),
@@ -156,6 +177,9 @@ class BarrierManager(StoreBase):
                         for name, table_id in roots.items()
                     ],
                 )
+            if barrier_log is not None:  # last step before the commit: see barrier_log's docstring
+                entry = BarrierLogEntry(topology, barrier, ts, str(ts_kind), bool(final), created_at, run_key, versions)
+                log_barrier(barrier_log, entry, first=last is None)
             return BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, versions, final=bool(final))
 
     def _barrier_info(self, s: Session, row: BarrierRow, created: bool = True) -> BarrierInfo:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from sqlalchemy import Engine, select
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session
 
-from airflow_provider_tsb.exceptions import MetastoreError, UnknownTableError
+from airflow_provider_tsb.exceptions import MetastoreError, OutOfRangeError, UnknownTableError
 from airflow_provider_tsb.metastore.engine import transaction
 from airflow_provider_tsb.metastore.models import TableBarrierRow, TableRow
 from airflow_provider_tsb.metastore.records import TableState
@@ -59,9 +60,43 @@ class _GuardedTransaction:
             suppressed = self._cm.__exit__(*exc_info)
         except (OperationalError, ProgrammingError) as exc:
             raise _metastore_error(self._engine, exc) from exc
+        except (DataError, OverflowError) as exc:
+            raise _range_error(exc) from exc
         if isinstance(exc_info[1], OperationalError | ProgrammingError):
             raise _metastore_error(self._engine, exc_info[1]) from exc_info[1]
+        if isinstance(exc_info[1], DataError | OverflowError):  # SQLite: OverflowError; PostgreSQL: DataError
+            raise _range_error(exc_info[1]) from exc_info[1]
         return suppressed
+
+
+#: largest integer a metastore column holds (``BIGINT``)
+MAX_INT = 2**63 - 1
+
+
+def _range_error(exc: Exception) -> OutOfRangeError:
+    text = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+    return OutOfRangeError(
+        f"a number given to the tsb metastore is out of range ({text}): barrier ids, Delta versions, limits "
+        f"and epoch-millisecond times are integers from 0 to {MAX_INT}"
+    )
+
+
+def checked_int(value: Any, what: str, *, minimum: int = 0) -> int:
+    """``value`` as an int in ``minimum..MAX_INT`` (bools, NaN, infinities and fractions refused).
+
+    Raises:
+        OutOfRangeError: names ``what`` and the value.
+    """
+    number: int | None = None
+    if not isinstance(value, bool):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            if isinstance(value, float) and value.is_integer():
+                number = int(value)
+    if number is None or not minimum <= number <= MAX_INT:
+        raise OutOfRangeError(f"{what} must be an integer from {minimum} to {MAX_INT}, got {value!r}")
+    return number
 
 
 def _metastore_error(engine: Engine, exc: Exception) -> MetastoreError:

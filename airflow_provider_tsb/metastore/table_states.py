@@ -23,6 +23,7 @@ from airflow_provider_tsb.exceptions import (
     TopologyError,
     UnknownBarrierError,
 )
+from airflow_provider_tsb.metastore.barrier_history import check_version_in_log
 from airflow_provider_tsb.metastore.base import StoreBase, table_state_of
 from airflow_provider_tsb.metastore.job_runs import check_fencing_token
 from airflow_provider_tsb.metastore.models import (
@@ -134,6 +135,7 @@ class TableStateManager(StoreBase):
             TopologyError: the barrier is WRITTEN already at another version (the Delta log
                 and the metastore disagree; rebuild the index from the log).
             UnknownBarrierError: ``barrier`` was never generated for the table's topology.
+            DeltaLogError: the Delta table exists and its log has no ``version``.
             ValueError: ``version`` is negative.
         """
         try:
@@ -160,6 +162,8 @@ class TableStateManager(StoreBase):
                     f"barrier {barrier} was never generated for topology {topology!r} (table "
                     f"{normalize_table_name(table)!r}); only generated barriers can be WRITTEN"
                 )
+            location = s.scalar(select(TableRow.location).where(TableRow.id == table_id))
+            check_version_in_log(normalize_table_name(table), location, version, barrier)
             row = s.get(TableBarrierRow, (table_id, barrier))
             if row is None:
                 s.add(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from deltalake import DeltaTable
 from fastapi.testclient import TestClient
 
 from airflow_provider_tsb.api.routes import create_metaservice_app
@@ -190,6 +191,8 @@ def test_topology_barriers_delays_views(http: TestClient, store: MetaStore, tmp_
     # delays: set WRITTEN times relative to barrier 3's generation
     b3 = store.create_barrier("shop", {ORDERS: 1})
     t0 = b3.created_at_ms
+    for table in (PRICE, AMOUNT, TOTAL):  # the versions recorded below exist in the Delta logs
+        DeltaTable(store.table(table).location).alter.set_table_properties({"tsb.test.barrier": "3"})
     store.record_written(PRICE, 3, 2, "price_job", written_at_ms=t0 + 100)
     store.record_written(AMOUNT, 3, 1, "amount_job", written_at_ms=t0 + 400)
     store.record_written(TOTAL, 3, 1, "total_job", written_at_ms=t0 + 450)

@@ -1,0 +1,169 @@
+"""The barrier log: every barrier of a topology as one row of a Delta table.
+
+The metastore is an index; the Delta logs are the durable truth (docs/design.md "Durability").
+A job's commit carries the barrier it wrote (:mod:`.conventions`), but what a barrier *is* --
+its timestamp and the Delta version of every root table at generation (FLIP-276 "Timestamp
+Barrier": the (barrier, offset) map that makes replay deterministic) -- would otherwise live
+only in the metastore. The barrier log keeps it in Delta, so ``tsb db rebuild`` can restore a
+lost metastore (:mod:`airflow_provider_tsb.rebuild`).
+
+Location (a convention, one table per topology): ``<warehouse>/_tsb/<topology>/barrier_log``,
+where ``<warehouse>`` is the topology's ``warehouse`` (default
+:func:`~airflow_provider_tsb.lineage.default_warehouse`): :func:`barrier_log_location`.
+
+Schema, one row per barrier:
+
+* ``topology`` string, ``barrier`` long (the id), ``ts_ms`` long (barrier timestamp, epoch ms),
+  ``ts_kind`` string (``system`` or ``event``), ``final`` boolean (FLIP-147 end of input),
+  ``created_at_ms`` long (generation time, epoch ms), ``run_key`` string (nullable: the
+  idempotency key of the generation), ``root_versions`` map<string, long> (root table name ->
+  Delta version recorded at the barrier).
+
+Each barrier is one Delta commit carrying the app transaction
+``txn(appId="tsb-barrier-log:<topology>", version=<barrier>)`` (Delta protocol "Transaction
+Identifiers"), so the newest barrier in the log is one snapshot look-up
+(:func:`logged_barrier`), and commit metadata ``tsb.barrier_log.barrier``. Barrier generation
+writes the row under the topology lock *before* the metastore transaction that makes the
+barrier visible commits (:meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create_barrier`):
+a crash in between leaves a log row for a barrier no job ever saw, and the next generation
+replaces that row (a predicate overwrite of ``barrier = n``: still one row per barrier).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, Transaction, write_deltalake
+
+from airflow_provider_tsb.delta.errors import DeltaLogError
+from airflow_provider_tsb.delta.log import normalize_location
+from airflow_provider_tsb.delta.snapshots import latest_table_or_none
+from airflow_provider_tsb.lineage import default_warehouse
+
+#: Folder under the warehouse holding tsb's own tables.
+TSB_DIR = "_tsb"
+#: Delta txn appId prefix of barrier-log commits (``tsb-barrier-log:<topology>``).
+APP_ID_PREFIX = "tsb-barrier-log:"
+#: Commit metadata key: the barrier a barrier-log commit holds.
+LOG_BARRIER_KEY = "tsb.barrier_log.barrier"
+
+SCHEMA = pa.schema(
+    [
+        pa.field("topology", pa.string(), nullable=False),
+        pa.field("barrier", pa.int64(), nullable=False),
+        pa.field("ts_ms", pa.int64(), nullable=False),
+        pa.field("ts_kind", pa.string(), nullable=False),
+        pa.field("final", pa.bool_(), nullable=False),
+        pa.field("created_at_ms", pa.int64(), nullable=False),
+        pa.field("run_key", pa.string()),
+        pa.field("root_versions", pa.map_(pa.string(), pa.int64())),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class BarrierLogEntry:
+    """One barrier as the barrier log holds it (see module doc for the units)."""
+
+    topology: str
+    barrier: int
+    ts_ms: int
+    ts_kind: str
+    final: bool
+    created_at_ms: int
+    run_key: str | None
+    root_versions: dict[str, int] = field(default_factory=dict)
+
+
+def barrier_log_location(warehouse: str | None, topology: str) -> str:
+    """``<warehouse>/_tsb/<topology>/barrier_log`` (a URI warehouse keeps its scheme).
+
+    ``warehouse``: the topology's ``Topology(warehouse=...)``; ``None`` means
+    :func:`~airflow_provider_tsb.lineage.default_warehouse` (``$TSB_WAREHOUSE``, else
+    ``$AIRFLOW_HOME/tsb-warehouse``), as for its tables.
+    """
+    if warehouse is None:
+        warehouse = default_warehouse()
+    if "://" in warehouse:
+        return f"{warehouse.rstrip('/')}/{TSB_DIR}/{topology}/barrier_log"
+    return os.path.join(warehouse, TSB_DIR, topology, "barrier_log")
+
+
+def log_app_id(topology: str) -> str:
+    """The Delta txn appId of ``topology``'s barrier-log commits."""
+    return f"{APP_ID_PREFIX}{topology}"
+
+
+def logged_barrier(location: str, topology: str) -> int | None:
+    """The newest barrier written to the log (its txn version); ``None`` without a log.
+
+    Cost: an incremental update of the cached latest snapshot (see
+    :func:`~airflow_provider_tsb.delta.snapshots.latest_table`).
+    """
+    table = latest_table_or_none(location)
+    if table is None:
+        return None
+    return table.transaction_version(log_app_id(topology))
+
+
+def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = False) -> None:
+    """Append ``entry`` to the barrier log at ``location`` in one Delta commit (table created if missing).
+
+    Args:
+        replace: the log holds a row for ``entry.barrier`` already (left by a generation that
+            crashed before its metastore commit): replace it in the same commit.
+
+    Raises:
+        DeltaLogError: the commit failed (the message names the log and the barrier).
+    """
+    row = {
+        "topology": entry.topology, "barrier": int(entry.barrier), "ts_ms": int(entry.ts_ms),
+        "ts_kind": str(entry.ts_kind), "final": bool(entry.final), "created_at_ms": int(entry.created_at_ms),
+        "run_key": entry.run_key, "root_versions": sorted((str(k), int(v)) for k, v in entry.root_versions.items()),
+    }
+    props = CommitProperties(
+        custom_metadata={LOG_BARRIER_KEY: str(entry.barrier)},
+        app_transactions=[Transaction(log_app_id(entry.topology), int(entry.barrier))],
+    )
+    loc = normalize_location(location)
+    try:
+        if "://" not in loc:
+            os.makedirs(loc, exist_ok=True)
+        write_deltalake(
+            loc, pa.Table.from_pylist([row], schema=SCHEMA), mode="overwrite" if replace else "append",
+            predicate=f"barrier = {int(entry.barrier)}" if replace else None, commit_properties=props,
+        )
+    except Exception as exc:
+        raise DeltaLogError(
+            f"cannot write barrier {entry.barrier} of topology {entry.topology!r} to its barrier log at "
+            f"{loc!r}: {exc}; the barrier was not generated"
+        ) from exc
+
+
+def read_barrier_log(location: str) -> list[BarrierLogEntry]:
+    """Every barrier of the log at ``location``, by barrier id; ``[]`` when there is no log.
+
+    Raises:
+        DeltaLogError: the log holds two rows for one barrier (written by hand?), naming it.
+    """
+    table = latest_table_or_none(location)
+    if table is None:
+        return []
+    rows: list[dict[str, Any]] = table.to_pyarrow_dataset().to_table(use_threads=False).to_pylist()
+    entries: dict[int, BarrierLogEntry] = {}
+    for row in rows:
+        barrier = int(row["barrier"])
+        if barrier in entries:
+            raise DeltaLogError(
+                f"the barrier log at {normalize_location(location)!r} holds barrier {barrier} twice; "
+                "it is written only by barrier generation: remove the extra row"
+            )
+        entries[barrier] = BarrierLogEntry(
+            topology=str(row["topology"]), barrier=barrier, ts_ms=int(row["ts_ms"]), ts_kind=str(row["ts_kind"]),
+            final=bool(row["final"]), created_at_ms=int(row["created_at_ms"]), run_key=row["run_key"],
+            root_versions={str(k): int(v) for k, v in (row["root_versions"] or [])},
+        )
+    return [entries[b] for b in sorted(entries)]
