@@ -8,6 +8,8 @@ Commands::
     tsb topology show NAME [--dags PATH] print a topology's graph
     tsb versions [--level L] TABLE...    consistent Delta versions of tables, as JSON
     tsb rollback TABLE --to-barrier K | --reprocess | --resume --dags PATH   a revision (JSON)
+    tsb expire TABLE... | --topology NAME [--keep-last N --hourly H --daily D] [--dry-run]
+                                         snapshot expiry with a retention policy (JSON)
 
 Exit codes: 0 success, 1 validation or consistency errors, 2 usage or configuration errors.
 
@@ -240,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _register_extra_commands(sub: Any) -> None:
     """Commands contributed by other modules (kept optional so the CLI starts fast)."""
     for module_name in ("airflow_provider_tsb.checker", "airflow_provider_tsb.manual_runs",
-                        "airflow_provider_tsb.revision_cli"):
+                        "airflow_provider_tsb.revision_cli", "airflow_provider_tsb.expiry_cli"):
         try:
             module = __import__(module_name, fromlist=["register_cli"])
         except ImportError:

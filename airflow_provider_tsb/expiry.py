@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tsb.metastore.records import ExpiryPlan
+from airflow_provider_tsb.retention import RetentionPolicy
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.metastore.store import MetaStore
@@ -52,12 +53,15 @@ class ExpiryResult:
 
     Attributes:
         table: canonical table name.
-        keep_barriers: the retention.
+        keep_barriers: the retention's ``keep_last``.
+        retention: the policy, ``{"keep_last", "hourly_hours", "daily_days"}``.
         kept_versions: the Delta versions vacuum kept (every version from ``horizon`` to
             ``latest_version`` included).
         horizon: versions at or above it are not expired.
         latest_version: the version vacuum ran at (``None``: no Delta table yet, nothing done).
-        newly_expired: versions this run marked expired.
+        newly_expired: versions this run marked expired (``dry_run``: would mark).
+        expired_barriers: the WRITTEN barriers whose versions this run expired (``dry_run``:
+            would expire): AS OF them is refused from now on.
         removed_files: data files deleted (``dry_run``: that would be deleted).
         attempts: vacuum attempts (1 + retries after ``CommitFailedError``).
         dry_run: nothing was marked nor deleted.
@@ -65,10 +69,12 @@ class ExpiryResult:
 
     table: str
     keep_barriers: int
+    retention: dict[str, int]
     kept_versions: list[int]
     horizon: int | None
     latest_version: int | None
     newly_expired: int
+    expired_barriers: list[int]
     removed_files: int
     attempts: int
     dry_run: bool
@@ -81,7 +87,7 @@ class ExpiryResult:
 def expire_snapshots(
     store: MetaStore,
     table: str,
-    keep_barriers: int,
+    keep_barriers: int | RetentionPolicy,
     *,
     dry_run: bool = False,
     consumers: bool = True,
@@ -94,7 +100,9 @@ def expire_snapshots(
     Args:
         store: the metastore.
         table: table name (``catalog.database.table``).
-        keep_barriers: newest WRITTEN barriers kept readable (>= 1); AS OF works on them.
+        keep_barriers: newest WRITTEN barriers kept readable (>= 1), or a
+            :class:`~airflow_provider_tsb.retention.RetentionPolicy` (hourly and daily tiers too);
+            AS OF works on every kept barrier.
         dry_run: compute what would go (files listed by vacuum's dry run); mark nothing.
         consumers: keep what registered reader jobs of the table have still to read
             (Paimon's consumers); ``False`` expires it too (those jobs then fail on it).
@@ -105,8 +113,9 @@ def expire_snapshots(
             before vacuum deletes anything (logging; the tests use it to force an order).
 
     Returns:
-        :meth:`ExpiryResult.to_dict`: ``{"table", "keep_barriers", "kept_versions", "horizon",
-        "latest_version", "newly_expired", "removed_files", "attempts", "dry_run"}``.
+        :meth:`ExpiryResult.to_dict`: ``{"table", "keep_barriers", "retention", "kept_versions",
+        "horizon", "latest_version", "newly_expired", "expired_barriers", "removed_files",
+        "attempts", "dry_run"}``.
 
     Raises:
         ValueError: ``keep_barriers`` < 1 or ``max_retries`` < 0.
@@ -116,8 +125,9 @@ def expire_snapshots(
     """
     from airflow_provider_tsb.delta.log import normalize_location, table_exists
 
-    if keep_barriers < 1:
+    if not isinstance(keep_barriers, RetentionPolicy) and keep_barriers < 1:
         raise ValueError(f"keep_barriers must be at least 1, got {keep_barriers}")
+    policy = RetentionPolicy.of(keep_barriers)
     if max_retries < 0:
         raise ValueError(f"max_retries must be >= 0, got {max_retries}")
     if not dry_run:
@@ -125,12 +135,13 @@ def expire_snapshots(
     info = store.table(table)
     location = normalize_location(info.location)
     if not table_exists(location):
-        return ExpiryResult(info.name, keep_barriers, [], None, None, 0, 0, 0, dry_run).to_dict()
+        return ExpiryResult(info.name, policy.keep_last, policy.to_dict(), [], None, None, 0, [], 0, 0,
+                            dry_run).to_dict()
     from deltalake import DeltaTable
 
     dt = DeltaTable(location)
     latest = dt.version()
-    plan = store.mark_expired(info.name, keep_barriers, latest, consumers=consumers, dry_run=dry_run)
+    plan = store.mark_expired(info.name, policy, latest, consumers=consumers, dry_run=dry_run)
     if before_vacuum is not None:
         before_vacuum(plan)
     removed, attempts, kept = _vacuum(dt, plan, dry_run=dry_run, max_retries=max_retries, backoff_s=backoff_s)
@@ -138,8 +149,8 @@ def expire_snapshots(
         log.info("%s: vacuum committed after %d attempts (CommitFailedError: a job committed meanwhile)",
                  info.name, attempts)
     return ExpiryResult(
-        info.name, keep_barriers, kept, plan.expiry.horizon, latest, plan.newly_expired, len(removed), attempts,
-        dry_run,
+        info.name, policy.keep_last, policy.to_dict(), kept, plan.expiry.horizon, latest, plan.newly_expired,
+        list(plan.newly_expired_barriers), len(removed), attempts, dry_run,
     ).to_dict()
 
 

@@ -13,12 +13,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.names import normalize_table_name
+from airflow_provider_tsb.retention import RetentionPolicy
 from airflow_provider_tsb.topology import Topology
 
 
@@ -28,6 +31,20 @@ def expire_snapshots(store: MetaStore, table: str, keep_barriers: int, **kwargs:
     from airflow_provider_tsb.expiry import expire_snapshots as expire
 
     return expire(store, table, keep_barriers, **kwargs)
+
+
+def policy_for(
+    table: str, keep_barriers: int, retention: RetentionPolicy | Mapping[str, RetentionPolicy] | None
+) -> RetentionPolicy:
+    """The policy of ``table``: ``retention`` (or its entry for the table), else the newest
+    ``keep_barriers`` barriers."""
+    if isinstance(retention, RetentionPolicy):
+        return retention
+    if retention:
+        canonical = {normalize_table_name(k): v for k, v in retention.items()}
+        if table in canonical:
+            return RetentionPolicy.of(canonical[table])
+    return RetentionPolicy(keep_last=keep_barriers)
 
 
 class TsbMaintenanceHook(BaseHook):
@@ -50,18 +67,26 @@ class TsbMaintenanceHook(BaseHook):
         """The metastore of ``tsb_conn_id`` (see :class:`TsbMetastoreHook`)."""
         return TsbMetastoreHook(self.tsb_conn_id).get_conn()
 
-    def expire_all(self, keep_barriers: int, *, dry_run: bool = False) -> list[dict[str, Any]]:
+    def expire_all(
+        self, keep_barriers: int, *, dry_run: bool = False,
+        retention: RetentionPolicy | Mapping[str, RetentionPolicy] | None = None,
+    ) -> list[dict[str, Any]]:
         """:func:`airflow_provider_tsb.expiry.expire_snapshots` on every root and intermediate
-        table, by name; one result each (``dry_run``: what would go, nothing marked nor deleted)."""
+        table, by name; one result each (``dry_run``: what would go, nothing marked nor deleted).
+
+        ``retention``: a :class:`~airflow_provider_tsb.retention.RetentionPolicy` for every
+        table, or ``{table: policy}`` (tables not named keep the newest ``keep_barriers``).
+        """
         store = self.get_conn()
         results = []
         for name in sorted(self.topology.tables):
             if self.topology.tables[name].kind == "external":
                 continue
-            result = expire_snapshots(store, name, keep_barriers, dry_run=dry_run)
-            self.log.info("%s: versions from %s kept, %s newly expired, %s file(s) removed%s", name,
-                          result["horizon"], result["newly_expired"], result["removed_files"],
-                          " (dry run)" if dry_run else "")
+            policy = policy_for(name, keep_barriers, retention)
+            result = expire_snapshots(store, name, policy, dry_run=dry_run)
+            self.log.info("%s: versions from %s kept, barriers %s %sexpired, %s file(s) removed", name,
+                          result["horizon"], result["expired_barriers"], "would be " if dry_run else "",
+                          result["removed_files"])
             results.append(result)
         return results
 

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from airflow_provider_tsb.exceptions import ExpiredVersionError, UnknownTableError
 from airflow_provider_tsb.metastore.base import StoreBase
 from airflow_provider_tsb.metastore.models import (
+    BarrierRow,
     JobSinkRow,
     JobSourceRow,
     LeaseRow,
@@ -45,6 +46,7 @@ from airflow_provider_tsb.metastore.records import (
     now_ms,
 )
 from airflow_provider_tsb.names import normalize_table_name
+from airflow_provider_tsb.retention import RetentionPolicy
 
 
 def _expiry_of(name: str, row: TableExpiryRow) -> TableExpiry:
@@ -54,6 +56,7 @@ def _expiry_of(name: str, row: TableExpiryRow) -> TableExpiry:
         kept=tuple((int(a), int(b)) for a, b in row.kept or []),
         keep_barriers=int(row.keep_barriers),
         expired_at_ms=int(row.expired_at_ms),
+        retention=dict(row.retention) if row.retention else None,
     )
 
 
@@ -106,10 +109,12 @@ class ExpiryManager(StoreBase):
             )
         oldest = self._oldest_readable_barrier(s, table_id, expiry)
         at = f"barrier {barrier} (Delta version {version})" if barrier is not None else f"Delta version {version}"
+        policy = RetentionPolicy.of(expiry.retention or expiry.keep_barriers)
         return ExpiredVersionError(
-            f"{at} of table {expiry.table!r} has expired: snapshot expiry keeps the newest "
-            f"{expiry.keep_barriers} WRITTEN barriers of each table (keep_barriers={expiry.keep_barriers}), "
-            f"the versions live leases pin and those registered jobs have still to read, and "
+            f"{at} of table {expiry.table!r} has expired: snapshot expiry keeps {policy.describe()} of "
+            f"each table (keep_barriers={expiry.keep_barriers}"
+            + (f", retention {policy.to_dict()}" if policy.window_ms else "")
+            + "), the versions live leases pin and those registered jobs have still to read, and "
             f"vacuum deletes the files of the rest; the oldest barrier still readable in "
             f"{expiry.table!r} is {oldest}. Read a newer barrier; to read old ones, raise "
             f"keep_barriers or take a lease (lease_seconds) while the {what} is still kept",
@@ -159,13 +164,14 @@ class ExpiryManager(StoreBase):
 
     # ------------------------------------------------------------------ marking
     def mark_expired(
-        self, table: str, keep_barriers: int, latest_version: int, *, consumers: bool = True,
+        self, table: str, retention: RetentionPolicy | int, latest_version: int, *, consumers: bool = True,
         dry_run: bool = False,
     ) -> ExpiryPlan:
         """Mark the versions of ``table`` that an expiry at ``latest_version`` removes; the plan.
 
         In one transaction holding the table's lock (see module doc): kept are the versions
-        of the newest ``keep_barriers`` WRITTEN barriers, every range a live lease pins, and
+        of the WRITTEN barriers the retention policy keeps (the newest ``keep_last``, and the
+        hourly and daily tiers by barrier timestamp), every range a live lease pins, and
         (``consumers``) every version from the oldest one a registered reader job of the table
         still has to read (the version at the barrier its sinks are at: apache/paimon#5819's
         consumer); everything below ``latest_version`` else is marked expired. Marks only grow:
@@ -173,7 +179,7 @@ class ExpiryManager(StoreBase):
 
         Args:
             table: table name.
-            keep_barriers: newest WRITTEN barriers kept (>= 1).
+            retention: a :class:`RetentionPolicy`, or the newest WRITTEN barriers kept (>= 1).
             latest_version: the Delta version vacuum will run at (loaded before this call).
             consumers: keep what registered reader jobs have still to read.
             dry_run: compute the plan without writing the marks.
@@ -182,8 +188,8 @@ class ExpiryManager(StoreBase):
             ValueError: ``keep_barriers`` < 1 or ``latest_version`` < 0.
             UnknownTableError: the table is not registered.
         """
-        if keep_barriers < 1:
-            raise ValueError(f"keep_barriers must be at least 1, got {keep_barriers}")
+        policy = RetentionPolicy.of(retention)
+        keep_barriers = policy.keep_last
         if latest_version < 0:
             raise ValueError(f"latest_version must be >= 0, got {latest_version}")
         canonical = normalize_table_name(table)
@@ -204,12 +210,7 @@ class ExpiryManager(StoreBase):
                     .where(LeaseVersionRow.table_id == table_id, LeaseRow.expires_at_ms > at)
                 ).all()
             )
-            newest = s.execute(
-                select(TableBarrierRow.barrier_id, TableBarrierRow.version)
-                .where(TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN,
-                       TableBarrierRow.version.is_not(None))
-                .order_by(TableBarrierRow.barrier_id.desc()).limit(keep_barriers)
-            ).all()
+            newest = self._retained(s, table_id, policy)
             floor = self._consumer_floor(s, table_id) if consumers else None
             prev_row = s.get(TableExpiryRow, table_id)
             prev = _expiry_of(canonical, prev_row) if prev_row is not None else None
@@ -221,24 +222,60 @@ class ExpiryManager(StoreBase):
             if prev is not None:
                 kept = intersect_ranges(kept, [*prev.kept, (prev.horizon, max(prev.horizon, horizon))])
             newly = _count_newly_expired(prev, horizon, kept)
-            expiry = TableExpiry(canonical, horizon, tuple(kept), keep_barriers, at)
+            expiry = TableExpiry(canonical, horizon, tuple(kept), keep_barriers, at, policy.to_dict())
+            gone = self._newly_expired_barriers(s, table_id, prev, expiry)
             if not dry_run:
                 if prev_row is None:
                     s.add(TableExpiryRow(table_id=table_id, horizon=horizon, kept=[list(r) for r in kept],
-                                         keep_barriers=keep_barriers, expired_at_ms=at))
+                                         keep_barriers=keep_barriers, expired_at_ms=at, retention=policy.to_dict()))
                 else:
                     prev_row.horizon = horizon
                     prev_row.kept = [list(r) for r in kept]
                     prev_row.keep_barriers = keep_barriers
                     prev_row.expired_at_ms = at
+                    prev_row.retention = policy.to_dict()
             keep_versions = sorted(
                 {v for a, b in kept for v in range(a, b + 1)} | set(range(horizon, latest_version + 1))
             )
             return ExpiryPlan(
                 expiry=expiry, location=trow.location, latest_version=latest_version,
-                keep_versions=tuple(keep_versions), newly_expired=newly,
+                keep_versions=tuple(keep_versions), newly_expired=newly, newly_expired_barriers=tuple(gone),
                 kept_barriers=tuple(int(b) for b, _ in newest), leased=tuple(leased), consumer_floor=floor,
             )
+
+    def _retained(self, s: Session, table_id: int, policy: RetentionPolicy) -> list[tuple[int, int]]:
+        """``(barrier, version)`` of the WRITTEN barriers ``policy`` keeps, newest first."""
+        written = (TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN,
+                   TableBarrierRow.version.is_not(None))
+        pairs = select(TableBarrierRow.barrier_id, TableBarrierRow.version).where(*written)
+        newest = s.execute(pairs.order_by(TableBarrierRow.barrier_id.desc()).limit(policy.keep_last)).all()
+        if not policy.window_ms or not newest:
+            return [(int(b), int(v)) for b, v in newest]
+        topology = select(TableRow.topology).where(TableRow.id == table_id).scalar_subquery()
+        timed = (
+            select(TableBarrierRow.barrier_id, TableBarrierRow.version, BarrierRow.ts_ms)
+            .join(BarrierRow, (BarrierRow.barrier_id == TableBarrierRow.barrier_id) & (BarrierRow.topology == topology))
+            .where(*written)
+        )
+        newest_ts = s.scalar(select(func.max(timed.subquery().c.ts_ms)))
+        rows = s.execute(timed.where(BarrierRow.ts_ms > (newest_ts or 0) - policy.window_ms - 1)).all()
+        versions = {int(b): int(v) for b, v, _ in rows} | {int(b): int(v) for b, v in newest}
+        keep = policy.kept((int(b), int(ts)) for b, _, ts in rows) | {int(b) for b, _ in newest}
+        return sorted(((b, versions[b]) for b in keep), reverse=True)
+
+    def _newly_expired_barriers(
+        self, s: Session, table_id: int, prev: TableExpiry | None, now: TableExpiry
+    ) -> list[int]:
+        """WRITTEN barriers whose version ``now`` expires and ``prev`` did not."""
+        low = 0 if prev is None else min([prev.horizon, *(a for a, _ in prev.kept)])
+        rows = s.execute(
+            select(TableBarrierRow.barrier_id, TableBarrierRow.version).where(
+                TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN,
+                TableBarrierRow.version >= low, TableBarrierRow.version < now.horizon,
+            ).order_by(TableBarrierRow.barrier_id)
+        ).all()
+        return [int(b) for b, v in rows
+                if now.is_expired(int(v)) and (prev is None or not prev.is_expired(int(v)))]
 
     def _consumer_floor(self, s: Session, table_id: int) -> int | None:
         """The oldest version of the table a registered reader job has still to read, or ``None``.

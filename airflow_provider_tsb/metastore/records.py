@@ -429,6 +429,8 @@ class TableExpiry:
         kept: sorted, disjoint ``(from, to)`` version ranges below ``horizon`` that are kept.
         keep_barriers: the retention of the last expiry (newest WRITTEN barriers kept).
         expired_at_ms: when the last expiry marked the table (epoch ms).
+        retention: the last expiry's policy ``{"keep_last", "hourly_hours", "daily_days"}``
+            (see :class:`airflow_provider_tsb.retention.RetentionPolicy`), if recorded.
     """
 
     table: str
@@ -436,6 +438,7 @@ class TableExpiry:
     kept: tuple[VersionRange, ...]
     keep_barriers: int
     expired_at_ms: int
+    retention: Mapping[str, int] | None = None
 
     def first_expired(self, lo: int, hi: int | None = None) -> int | None:
         """The first expired version of ``[lo, hi]`` (``hi`` defaults to ``lo``), or ``None``."""
@@ -460,6 +463,7 @@ class ExpiryPlan:
             are kept whole).
         keep_versions: every version vacuum keeps (``kept`` ranges and ``[horizon, latest]``).
         newly_expired: how many versions this expiry expired.
+        newly_expired_barriers: the WRITTEN barriers whose versions this expiry expired.
         kept_barriers: the barriers whose versions are kept for the retention, newest first.
         leased: the version ranges live leases pin.
         consumer_floor: the oldest version a registered reader job still needs (``None``: no
@@ -471,6 +475,7 @@ class ExpiryPlan:
     latest_version: int
     keep_versions: tuple[int, ...]
     newly_expired: int
+    newly_expired_barriers: tuple[int, ...]
     kept_barriers: tuple[int, ...]
     leased: tuple[VersionRange, ...]
     consumer_floor: int | None

@@ -14,11 +14,13 @@ Both hold parameters and templating; the logic is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import BaseOperator
 
 from airflow_provider_tsb.hooks.maintenance import TsbMaintenanceHook
+from airflow_provider_tsb.retention import RetentionPolicy
 from airflow_provider_tsb.topology import Topology
 
 
@@ -32,6 +34,10 @@ class TsbSnapshotExpiryOperator(BaseOperator):
 
     :param topology: the topology.
     :param keep_barriers: newest WRITTEN barriers kept readable per table (AS OF works on them).
+    :param retention: a :class:`~airflow_provider_tsb.retention.RetentionPolicy` (the newest
+        ``keep_last`` barriers, one per hour for ``hourly_hours``, one per day for
+        ``daily_days``, by barrier timestamp) for every table, or ``{table: policy}``; tables
+        without one keep the newest ``keep_barriers``.
     :param dry_run: report what would go; mark and delete nothing.
     :param tsb_conn_id: metastore connection.
 
@@ -40,6 +46,7 @@ class TsbSnapshotExpiryOperator(BaseOperator):
 
     def __init__(
         self, *, topology: Topology, keep_barriers: int = 10, dry_run: bool = False,
+        retention: RetentionPolicy | Mapping[str, RetentionPolicy] | None = None,
         tsb_conn_id: str = "tsb_default", **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -48,12 +55,13 @@ class TsbSnapshotExpiryOperator(BaseOperator):
         self.topology = topology
         self.keep_barriers = keep_barriers
         self.dry_run = dry_run
+        self.retention = retention
         self.tsb_conn_id = tsb_conn_id
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
         """Expire every root and intermediate table's old snapshots."""
         hook = TsbMaintenanceHook(self.topology, tsb_conn_id=self.tsb_conn_id)
-        return hook.expire_all(self.keep_barriers, dry_run=self.dry_run)
+        return hook.expire_all(self.keep_barriers, dry_run=self.dry_run, retention=self.retention)
 
 
 class TsbRollbackOperator(BaseOperator):

@@ -65,10 +65,10 @@ def _tags(barrier: int, job: str) -> CommitProperties:
     return CommitProperties(custom_metadata={"tsb.barrier": str(barrier), "tsb.job": job})
 
 
-def write_barrier(store: MetaStore, loc: dict[str, str]) -> int:
-    """One barrier end to end (the writer's step); returns the barrier id."""
+def write_barrier(store: MetaStore, loc: dict[str, str], ts_ms: int | None = None) -> int:
+    """One barrier end to end (the writer's step, barrier timestamp ``ts_ms``); returns its id."""
     write_deltalake(loc[EVENTS], pa.table({"e": pa.array([random.random() for _ in range(5)])}), mode="append")
-    barrier = store.create_barrier(TOPOLOGY, {EVENTS: DeltaTable(loc[EVENTS]).version()}).barrier
+    barrier = store.create_barrier(TOPOLOGY, {EVENTS: DeltaTable(loc[EVENTS]).version()}, ts_ms=ts_ms).barrier
     rows = pa.table({"b": pa.array([barrier] * ROWS, pa.int64()), "k": pa.array(range(ROWS), pa.int64())})
     write_deltalake(loc[SNAP], rows, mode="overwrite", commit_properties=_tags(barrier, "snap_job"))
     version = version_of_barrier(loc[SNAP], barrier)
@@ -318,14 +318,19 @@ def forced_order(url: str, locations: dict[str, str], workdir: str, *, unsafe: b
 
 def race(url: str, locations: dict[str, str], workdir: str, *, seconds: float, readers: int = 2,
          unleased_readers: int = 1, consumer: bool = False, keep_barriers: int = 2, unsafe: bool = False,
-         max_retries: int = 8, interval: float = 0.0, seed: int = 0) -> dict[str, int]:
+         max_retries: int = 8, interval: float = 0.0, seed: int = 0, barriers: int | None = None,
+         expiry_pause: float = 0.05) -> dict[str, int]:
     """A writer, an expiry loop, readers (with and without leases) and a consumer job racing for
-    ``seconds``; the summed counts of every process."""
+    ``seconds`` (or until the writer has committed ``barriers`` barriers, within ``seconds``);
+    the summed counts of every process."""
     stop = os.path.join(workdir, f"stop-{seed}-{time.monotonic_ns()}")
     base = {"url": url, "locations": locations, "stop_file": stop, "seconds": seconds + 60}
-    procs = [spawn("writer", {**base, "seconds": seconds, "interval": interval})]
+    writer_cfg = {**base, "seconds": seconds, "interval": interval}
+    if barriers is not None:
+        writer_cfg["barriers"] = barriers
+    procs = [spawn("writer", writer_cfg)]
     procs.append(spawn("expiry", {**base, "keep_barriers": keep_barriers, "unsafe": unsafe, "max_retries": max_retries,
-                                  "consumers": not unsafe}))
+                                  "consumers": not unsafe, "pause": expiry_pause}))
     for i in range(readers):
         procs.append(spawn("reader", {**base, "seed": seed * 100 + i}))
     for i in range(unleased_readers):
