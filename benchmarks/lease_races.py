@@ -1,7 +1,8 @@
 """Leases against snapshot expiry, many times, with real processes (issue 12 item 2).
 
-Each round (``--rounds``, default 10) starts on a fresh metastore and warehouse and runs, for
-``--seconds`` each (default 8), in separate processes (``tests/support/lease_world.py``):
+Each round (``--rounds``, default 10) starts on a fresh metastore and warehouse and runs, in
+separate processes (``tests/support/lease_world.py``), until the writer has committed
+``--barriers`` barriers (default 25; half of them for the consumer race):
 
 * race: a writer committing barriers to a Delta table overwritten at every barrier, an expiry
   loop (``keep_barriers=2``, delta-rs vacuum), two readers that resolve AS OF a recent barrier
@@ -19,7 +20,7 @@ failing with anything but the tsb error). ``--unsafe`` runs the expiry of before
 the leases, vacuum; no marks, no retry, no consumer protection, no input leases) for comparison.
 Last line: ``leases=N lost=0 expiry_cycles=M failed=0 stale_versions=0 ...``.
 
-    .venv/bin/python benchmarks/lease_races.py [--rounds 10] [--seconds 8] [--postgres] [--unsafe]
+    .venv/bin/python benchmarks/lease_races.py [--rounds 10] [--barriers 25] [--postgres] [--unsafe]
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def fresh(url_for: Callable[[str], str], folder: str, *, consumer: bool) -> tupl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--barriers", type=int, default=25, help="barriers the writer commits per race")
     parser.add_argument("--postgres", action="store_true", help="metastore on a throwaway PostgreSQL")
     parser.add_argument("--unsafe", action="store_true", help="the expiry of before issue 12, for comparison")
     args = parser.parse_args()
@@ -78,12 +79,13 @@ def main() -> None:
         for i in range(args.rounds):
             with tempfile.TemporaryDirectory() as folder:
                 url, locations = fresh(url_for, folder, consumer=False)
-                race = lw.race(url, locations, folder, seconds=args.seconds, readers=2, unleased_readers=1,
-                               keep_barriers=2, unsafe=args.unsafe, interval=0.05, seed=i)
+                race = lw.race(url, locations, folder, seconds=300, barriers=args.barriers, readers=2,
+                               unleased_readers=1, keep_barriers=2, unsafe=args.unsafe, interval=0.05, seed=i)
             with tempfile.TemporaryDirectory() as folder:
                 url, locations = fresh(url_for, folder, consumer=True)
-                consumer = lw.race(url, locations, folder, seconds=args.seconds / 2, readers=0, unleased_readers=0,
-                                   consumer=True, keep_barriers=1, unsafe=args.unsafe, interval=0.05, seed=i)
+                consumer = lw.race(url, locations, folder, seconds=300, barriers=max(1, args.barriers // 2), readers=0,
+                                   unleased_readers=0, consumer=True, keep_barriers=1, unsafe=args.unsafe,
+                                   interval=0.05, seed=i)
             with tempfile.TemporaryDirectory() as folder:
                 url, locations = fresh(url_for, folder, consumer=False)
                 store = MetaStore(url)
@@ -104,7 +106,7 @@ def main() -> None:
         if server is not None:
             server.stop()
     print(f"backend={'postgresql' if args.postgres else 'sqlite'} unsafe={args.unsafe} rounds={args.rounds} "
-          f"seconds_per_race={args.seconds} wall_s={time.monotonic() - started:.0f}")
+          f"barriers_per_race={args.barriers} wall_s={time.monotonic() - started:.0f}")
     print(" ".join(f"{k}={totals[k]}" for k in KEYS))
 
 

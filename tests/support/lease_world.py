@@ -183,6 +183,7 @@ def role_reader(cfg: dict[str, Any]) -> dict[str, Any]:
             out["lost" if with_lease else "expired_reads"] += 1
         if res.lease_id:
             store.release_lease(res.lease_id)
+        time.sleep(cfg.get("pace", 0.02))
     return out
 
 
