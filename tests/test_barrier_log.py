@@ -175,3 +175,22 @@ def test_numbers_the_metastore_cannot_hold_get_a_clear_error(store: MetaStore, t
     with pytest.raises(OutOfRangeError, match=f"the Delta version of root table '{WORDS}' must be an integer"):
         store.create_barrier("wc", {WORDS: big})
     assert store.latest_barrier("wc").barrier == 1
+
+
+def test_a_table_whose_tagged_commits_were_cleaned_from_its_log_does_not_block_generation(
+    store: MetaStore, tmp_path
+) -> None:
+    """The tag check walks back over untagged commits (vacuum, optimize); a log cleaned up below them
+    means no tag is left to collide with, not an error."""
+    from deltalake import DeltaTable
+
+    topo = wordcount(tmp_path)
+    store.register_topology(topo)
+    location = topo.location(WC)
+    commit(location, 1)
+    commit(location)
+    commit(location)
+    DeltaTable(location).create_checkpoint()
+    for version in (0, 1):  # log cleanup after the checkpoint (Delta "Log Retention")
+        os.remove(os.path.join(location, "_delta_log", f"{version:020d}.json"))
+    assert store.create_barrier("wc", {WORDS: 0}).barrier == 1

@@ -57,7 +57,10 @@ def check_tables(s: Session, topology: str, barrier: int) -> None:
         .order_by(TableRow.name)
     ).all()
     for name, location in rows:
-        found = latest_written_barrier(location)
+        try:
+            found = latest_written_barrier(location)
+        except DeltaLogError:  # no tsb commit left in the retained log (cleaned up): nothing to collide with
+            continue
         if found is not None and found[0] >= barrier:
             raise BarrierHistoryError(
                 f"topology {topology!r}: the metastore would generate barrier {barrier}, but table {name!r} "
