@@ -125,6 +125,7 @@ def test_written_at_a_version_not_in_the_log_is_refused(store: MetaStore, tmp_pa
     assert store.version_at(WC, 1) == 0
 
 
+@pytest.mark.slow  # three `tsb versions` processes
 def test_as_of_a_barrier_never_generated_says_no_such_barrier(store: MetaStore, tmp_path) -> None:
     store.register_topology(wordcount(tmp_path))
     store.create_barrier("wc", {WORDS: 0})
