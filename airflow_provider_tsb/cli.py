@@ -7,6 +7,7 @@ Commands::
     tsb topology validate PATH...        validate the union of the topologies in DAG files
     tsb topology show NAME [--dags PATH] print a topology's graph
     tsb versions [--level L] TABLE...    consistent Delta versions of tables, as JSON
+                 [--max-staleness S [--wait S]]  bounded staleness
     tsb rollback TABLE --to-barrier K | --reprocess | --resume --dags PATH   a revision (JSON)
     tsb expire TABLE... | --topology NAME [--keep-last N --hourly H --daily D] [--dry-run]
                                          snapshot expiry with a retention policy (JSON)
@@ -142,7 +143,8 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
     result = resolve_versions(
         args.tables, level=args.level, as_of=args.as_of, min_barrier=args.min_barrier,
-        lease_seconds=args.lease_seconds, api_url=args.api_url, store=None if args.api_url else _store(args),
+        lease_seconds=args.lease_seconds, max_staleness_s=args.max_staleness, wait_s=args.wait,
+        api_url=args.api_url, store=None if args.api_url else _store(args),
     )
     print(json.dumps(result, indent=2, sort_keys=True))
     return 0
@@ -177,6 +179,17 @@ def lease_seconds_arg(value: str) -> float:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a lease duration: give seconds > 0 and at most {MAX_LEASE_SECONDS:.0f} (ten years)"
         )
+    return seconds
+
+
+def seconds_arg(value: str) -> float:
+    """An ``argparse`` type: a duration in seconds, finite and >= 0."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds <= MAX_LEASE_SECONDS:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{value!r} is not a duration: give seconds >= 0")
     return seconds
 
 
@@ -230,6 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--as-of", type=barrier_id_arg, help="time travel to this COMMIT barrier")
     p.add_argument("--min-barrier", type=barrier_id_arg, help="last seen barrier: never return an older one")
     p.add_argument("--lease-seconds", type=lease_seconds_arg, help="pin the versions for this many seconds")
+    p.add_argument("--max-staleness", type=seconds_arg, metavar="SECONDS",
+                   help="bounded staleness: the newest COMMIT barrier only if at most SECONDS old, else exit 1 "
+                   "naming the lagging tables and their writer jobs")
+    p.add_argument("--wait", type=seconds_arg, metavar="SECONDS",
+                   help="with --max-staleness: wait up to SECONDS for a fresh enough barrier")
     p.add_argument("--api-url", default=os.environ.get("TSB_API_URL"),
                    help="REST API base URL (default $TSB_API_URL); without it the metastore is read directly")
     add_store_options(p)

@@ -17,6 +17,8 @@ call, so successive reads never go backwards (a rollback gives ``InconsistentRea
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
@@ -24,8 +26,13 @@ from urllib.parse import quote
 import httpx
 
 from airflow_provider_tsb import exceptions as exc_module
-from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions, UnknownConsistencyLevelError
-from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError, TsbError
+from airflow_provider_tsb.consistency import (
+    MAX_REQUEST_WAIT_S,
+    ConsistencyLevel,
+    ReadOptions,
+    UnknownConsistencyLevelError,
+)
+from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError, InconsistentReadError, TsbError
 from airflow_provider_tsb.names import parse_table_name
 
 
@@ -128,6 +135,7 @@ class TsbClient:
         self._owned = http is None
         self.http = http if http is not None else httpx.Client(timeout=timeout, headers=headers)
         self._headers = headers
+        self.timeout = timeout
         self.monotonic = monotonic
         self._seen: dict[frozenset[str], int] = {}
 
@@ -196,8 +204,10 @@ class TsbClient:
             level: a :class:`~airflow_provider_tsb.consistency.ReadOptions`, or a level
                 (default REPEATABLE_READ).
             **options: :class:`ReadOptions` fields (``as_of``, ``min_barrier``,
-                ``lease_seconds``, ``lease_holder``). With ``monotonic=True`` the client raises
-                ``min_barrier`` to the newest barrier it has seen for the same tables.
+                ``lease_seconds``, ``lease_holder``, ``max_staleness_s``, ``wait_s``: bounded
+                staleness, ``StaleReadError`` naming the lagging tables and jobs). With
+                ``monotonic=True`` the client raises ``min_barrier`` to the newest barrier it
+                has seen for the same tables.
 
         Returns:
             {level, barrier, as_of, tables{name: {version, barrier, state, location, staged}},
@@ -214,10 +224,25 @@ class TsbClient:
             seen = self._seen.get(key)
             if seen is not None:
                 opts = ReadOptions.of(opts, min_barrier=max(opts.min_barrier or 0, seen))
-        answer = self._call("POST", "/versions", json={"tables": names, **opts.to_json()})
+        answer = self._post_versions(names, opts)
         if self.monotonic and answer.get("barrier") is not None and opts.as_of is None:
             self._seen[key] = max(self._seen.get(key, 0), int(answer["barrier"]))
         return answer
+
+    def _post_versions(self, names: list[str], opts: ReadOptions) -> dict[str, Any]:
+        """``POST /versions``; a ``wait_s`` longer than one request may wait
+        (:data:`MAX_REQUEST_WAIT_S`) is split into several requests."""
+        if not opts.wait_s:
+            return self._call("POST", "/versions", json={"tables": names, **opts.to_json()})
+        deadline = time.monotonic() + opts.wait_s
+        while True:
+            chunk = min(MAX_REQUEST_WAIT_S, max(0.0, deadline - time.monotonic()))
+            body = {"tables": names, **dataclasses.replace(opts, wait_s=chunk).to_json()}
+            try:  # the server holds the request while it waits for a fresh barrier
+                return self._call("POST", "/versions", json=body, timeout=httpx.Timeout(chunk + self.timeout))
+            except InconsistentReadError:
+                if time.monotonic() >= deadline:
+                    raise
 
     # ------------------------------------------------------------ views
     def topology(self, name: str | None = None, *, stale_after_s: float | None = None) -> dict[str, Any]:

@@ -10,6 +10,10 @@ from typing import Any
 
 from airflow_provider_tsb.exceptions import TsbError
 
+#: Longest ``wait_s`` one ``POST /versions`` request may hold a server thread for (seconds);
+#: :class:`~airflow_provider_tsb.client.TsbClient` splits a longer wait into several requests.
+MAX_REQUEST_WAIT_S = 30.0
+
 
 class ConsistencyLevel(StrEnum):
     """How consistent the versions returned for a set of tables Q must be.
@@ -74,6 +78,14 @@ class ReadOptions:
         lease_seconds: pin the returned Delta versions for this many seconds (snapshot expiry
             keeps them); ``None`` for no lease.
         lease_holder: free text naming who holds the lease.
+        max_staleness_s: bounded staleness (Materialize ``BOUNDED STALENESS``): answer the
+            newest COMMIT barrier over Q only if it is at most this many seconds old (age: now
+            minus the barrier timestamp for system-time barriers, minus its generation time for
+            event-time barriers); else :class:`~airflow_provider_tsb.exceptions.StaleReadError`
+            naming the lagging tables and their writer jobs. REPEATABLE_READ only, not with
+            ``as_of``.
+        wait_s: with ``max_staleness_s``: poll up to this many seconds for a fresh enough
+            barrier before raising (default 0: fail at once).
 
     Raises:
         UnknownConsistencyLevelError: ``level`` is not a level.
@@ -91,6 +103,8 @@ class ReadOptions:
     min_barrier: int | None = None
     lease_seconds: float | None = None
     lease_holder: str | None = None
+    max_staleness_s: float | None = None
+    wait_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "level", ConsistencyLevel.parse(self.level))
@@ -106,6 +120,21 @@ class ReadOptions:
             isinstance(self.lease_seconds, int | float) and 0 < self.lease_seconds < math.inf
         ):
             raise ValueError(f"lease_seconds must be positive, got {self.lease_seconds}")
+        for name in ("max_staleness_s", "wait_s"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf
+            ):
+                raise ValueError(f"read option {name} must be a number of seconds >= 0, got {value!r}")
+        if self.wait_s is not None and self.max_staleness_s is None:
+            raise ValueError("wait_s waits for a barrier fresh enough: give max_staleness_s too")
+        if self.max_staleness_s is not None and (
+            self.level is not ConsistencyLevel.REPEATABLE_READ or self.as_of is not None
+        ):
+            raise ValueError(
+                "max_staleness_s bounds the age of the newest COMMIT barrier: use level REPEATABLE_READ "
+                f"without as_of (got {self.level.value}{'' if self.as_of is None else f' as_of {self.as_of}'})"
+            )
 
     @classmethod
     def of(cls, level: ReadOptions | ConsistencyLevel | str | None = None, **fields: Any) -> ReadOptions:
@@ -122,7 +151,7 @@ class ReadOptions:
         unknown = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise TypeError(f"unknown read option(s) {unknown}; known: level, as_of, min_barrier, lease_seconds, "
-                            "lease_holder")
+                            "lease_holder, max_staleness_s, wait_s")
         if isinstance(level, ReadOptions):
             return dataclasses.replace(level, **given) if given else level
         if level is not None:
@@ -132,7 +161,7 @@ class ReadOptions:
     def to_json(self) -> dict[str, Any]:
         """The ``POST /versions`` body fields (``tables`` aside): level name and set options."""
         out: dict[str, Any] = {"level": self.level.value}
-        for name in ("as_of", "min_barrier", "lease_seconds", "lease_holder"):
+        for name in ("as_of", "min_barrier", "lease_seconds", "lease_holder", "max_staleness_s", "wait_s"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out

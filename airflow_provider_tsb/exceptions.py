@@ -123,6 +123,32 @@ class ExpiredVersionError(TsbError, LookupError):
         self.keep_barriers = keep_barriers
 
 
+class StaleReadError(InconsistentReadError):
+    """Bounded staleness: the newest COMMIT barrier over the tables is older than ``max_staleness_s``.
+
+    Raised by a read with ``max_staleness_s`` (Materialize ``BOUNDED STALENESS``) after its
+    ``wait_s`` ran out. The message names each lagging table, its writer job (status and the
+    barrier it is on) and the age of its newest WRITTEN barrier, or says that no barrier was
+    generated recently enough.
+
+    Attributes (``None`` / empty when rebuilt from a REST answer, which carries the message only):
+        barrier: the newest COMMIT barrier over the tables.
+        age_s: its age in seconds.
+        max_staleness_s: the bound asked for.
+        lagging: {table: writer job id (``None`` for a root table)} of the tables holding it back.
+    """
+
+    def __init__(
+        self, message: str, *, barrier: int | None = None, age_s: float | None = None,
+        max_staleness_s: float | None = None, lagging: dict[str, str | None] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.barrier = barrier
+        self.age_s = age_s
+        self.max_staleness_s = max_staleness_s
+        self.lagging = dict(lagging or {})
+
+
 class OutOfRangeError(TsbError, ValueError):
     """A number given to the metastore is not one it can hold: barrier ids, Delta versions,
     limits and epoch-millisecond times are integers from 0 to 2**63-1 (``BIGINT``); NaN and

@@ -11,6 +11,10 @@ FLIP-276 "Data Consistency Type" from the reader's side, in two steps:
 
 :func:`read_tables` (Spark), :func:`read_tables_arrow` and :func:`read_tables_pandas` do both.
 
+Bounded staleness: ``max_staleness_s=S`` (and ``wait_s``) reads the newest COMMIT barrier only if
+it is at most S seconds old, else raises ``StaleReadError`` naming the lagging tables and their
+writer jobs (see :mod:`airflow_provider_tsb.metastore.staleness`).
+
 Errors: those of the resolution (``UnknownTableError``, ``InconsistentReadError`` ...), and
 ``TableNotFoundError`` when a table resolved at READ_UNCOMMITTED has no Delta table yet.
 When a READ_COMMITTED answer's staged files were deleted before the read
@@ -71,7 +75,7 @@ def resolve_for_read(
         api_url, token: resolve through the REST API (``POST /versions``) instead.
         resolution: read exactly these versions (skips resolving).
         **options: :class:`ReadOptions` fields (``as_of``, ``min_barrier``, ``lease_seconds``,
-            ``lease_holder``) overriding those of ``level``.
+            ``lease_holder``, ``max_staleness_s``, ``wait_s``) overriding those of ``level``.
 
     Raises:
         The errors of :class:`ReadOptions` and of :meth:`MetaStore.resolve`.

@@ -43,7 +43,7 @@ def resolve_versions(
         store: the metastore to read when no ``api_url`` is given (default: the
             ``tsb_default`` connection through ``TsbMetastoreHook``).
         **options: :class:`ReadOptions` fields (``as_of``, ``min_barrier``, ``lease_seconds``,
-            ``lease_holder``).
+            ``lease_holder``, ``max_staleness_s``, ``wait_s``).
 
     Returns:
         The shape of :meth:`Resolution.to_dict`: {level, barrier, as_of, tables{name: {version,

@@ -235,8 +235,10 @@ def post_versions(store: StoreDep, access: AccessDep, request: VersionsRequest) 
 
     Body: ``tables``, ``level``, ``as_of`` (AS OF barrier n), ``min_barrier`` (monotonic reads:
     409 when the newest consistent barrier is older), ``lease_seconds`` (pin the versions; at
-    most ``[tsb] max_lease_seconds``, 422 above). Reading needs read access to the tables'
-    topologies' DAGs, a lease edit access (403).
+    most ``[tsb] max_lease_seconds``, 422 above), ``max_staleness_s`` and ``wait_s`` (bounded
+    staleness: 409 ``StaleReadError`` naming the lagging tables and their writer jobs when the
+    newest COMMIT barrier stays older). Reading needs read access to the tables' topologies'
+    DAGs, a lease edit access (403).
     """
     with client_errors():
         names = [normalize_table_name(t) for t in request.tables]

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from airflow_provider_tsb.consistency import ReadOptions
+from airflow_provider_tsb.consistency import MAX_REQUEST_WAIT_S, ReadOptions
 
 #: Largest integer accepted for barrier ids, versions and similar (fits a signed BIGINT).
 MAX_INT = 2**62
@@ -140,10 +140,23 @@ class VersionsRequest(BaseModel):
         description="pin the versions for this many seconds (at most [tsb] max_lease_seconds, default 6 h)",
     )
     lease_holder: SafeText | None = Field(None, max_length=250)
+    max_staleness_s: float | None = Field(
+        None, ge=0, le=366 * 86400, allow_inf_nan=False,
+        description="bounded staleness: the newest COMMIT barrier only if at most this many seconds old, "
+        "else 409 StaleReadError naming the lagging tables and jobs (REPEATABLE_READ, no as_of)",
+    )
+    wait_s: float | None = Field(
+        None, ge=0, le=MAX_REQUEST_WAIT_S, allow_inf_nan=False,
+        description=f"with max_staleness_s: wait up to this many seconds (at most {MAX_REQUEST_WAIT_S:g}) for a "
+        "fresh barrier",
+    )
 
     def to_options(self) -> ReadOptions:
         """The request's :class:`ReadOptions` (raises ValueError on inconsistent options)."""
-        return ReadOptions(self.level, self.as_of, self.min_barrier, self.lease_seconds, self.lease_holder)
+        return ReadOptions(
+            self.level, self.as_of, self.min_barrier, self.lease_seconds, self.lease_holder, self.max_staleness_s,
+            self.wait_s,
+        )
 
 
 class TopologyNode(BaseModel):

@@ -13,7 +13,7 @@ facade over one module per FLIP-276 concept:
 * :mod:`.table_states`: per (table, barrier) states PROCESSED / WRITTEN (docs/design.md
   "Vocabulary");
 * :mod:`.resolution`: version resolution at the four levels of FLIP-276 "Data Consistency
-  Type" with monotonic reads and leases;
+  Type" with monotonic reads and leases; :mod:`.staleness`: bounded staleness reads over it;
 * :mod:`.leases`: Delta versions pinned for readers;
 * :mod:`.job_runs`: job heartbeats and per-barrier timings;
 * :mod:`.delays`: the delay view;
@@ -49,8 +49,8 @@ from airflow_provider_tsb.metastore.records import (
     TsKind,
     now_ms,
 )
-from airflow_provider_tsb.metastore.resolution import ResolutionManager
 from airflow_provider_tsb.metastore.revisions import RevisionManager
+from airflow_provider_tsb.metastore.staleness import StalenessManager
 
 __all__ = [
     "LATEST", "BarrierDelays", "BarrierInfo", "BarrierState", "CommitState", "JobBarrierTiming", "JobDelay",
@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 
-class MetaStore(ResolutionManager, BarrierManager, JobRunManager, DelayManager, RevisionManager):
+class MetaStore(StalenessManager, BarrierManager, JobRunManager, DelayManager, RevisionManager):
     """The metastore API (see module docstring).
 
     Args:

@@ -24,6 +24,9 @@ class TsbBarrierCommittedTrigger(BaseTrigger):
     :param poll_interval_s: seconds between polls.
     :param timeout_s: seconds after ``started_at`` (epoch seconds) to give up; the event then
         carries the lag report naming each table, the barrier it reached and how long it lags.
+    :param max_staleness_s: bounded staleness: fire when the newest COMMIT barrier over the
+        tables is at most this many seconds old and not older than ``barrier`` (the event's
+        ``barrier`` is that COMMIT barrier; a timeout carries the ``StaleReadError`` message).
 
     Events: ``{"status": "committed", "barrier": n, "tables": [...]}`` or
     ``{"status": "timeout", "barrier": n, "message": "..."}`` or
@@ -38,6 +41,7 @@ class TsbBarrierCommittedTrigger(BaseTrigger):
         poll_interval_s: float = 5.0,
         timeout_s: float | None = None,
         started_at: float | None = None,
+        max_staleness_s: float | None = None,
     ) -> None:
         super().__init__()
         self.tables = list(tables)
@@ -46,6 +50,7 @@ class TsbBarrierCommittedTrigger(BaseTrigger):
         self.poll_interval_s = float(poll_interval_s)
         self.timeout_s = timeout_s
         self.started_at = started_at if started_at is not None else time.time()
+        self.max_staleness_s = max_staleness_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -57,6 +62,7 @@ class TsbBarrierCommittedTrigger(BaseTrigger):
                 "poll_interval_s": self.poll_interval_s,
                 "timeout_s": self.timeout_s,
                 "started_at": self.started_at,
+                "max_staleness_s": self.max_staleness_s,
             },
         )
 
@@ -69,6 +75,10 @@ class TsbBarrierCommittedTrigger(BaseTrigger):
             await asyncio.to_thread(hook.get_conn)
         except Exception as exc:
             yield TriggerEvent({"status": "error", "message": f"tsb metastore unreachable: {exc}"})
+            return
+        if self.max_staleness_s is not None:
+            async for event in self._run_fresh(hook):
+                yield event
             return
         while True:
             try:
@@ -88,5 +98,35 @@ class TsbBarrierCommittedTrigger(BaseTrigger):
                         "message": f"barrier {self.barrier} not committed after {self.timeout_s:.0f} s: {report}",
                     }
                 )
+                return
+            await asyncio.sleep(self.poll_interval_s)
+
+    def _fresh(self, hook: Any) -> tuple[int | None, str]:
+        """(fresh COMMIT barrier, "") or (None, why not) -- one bounded staleness check."""
+        from airflow_provider_tsb.exceptions import InconsistentReadError
+
+        try:
+            res = hook.get_conn().resolve(self.tables, max_staleness_s=self.max_staleness_s,
+                                          min_barrier=self.barrier)
+        except InconsistentReadError as exc:
+            return None, str(exc)
+        return res.barrier, ""
+
+    async def _run_fresh(self, hook: Any) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                barrier, why = await asyncio.to_thread(self._fresh, hook)
+            except Exception as exc:
+                yield TriggerEvent({"status": "error", "message": str(exc)})
+                return
+            if barrier is not None:
+                yield TriggerEvent({"status": "committed", "barrier": barrier, "tables": self.tables})
+                return
+            if self.timeout_s is not None and time.time() - self.started_at > self.timeout_s:
+                yield TriggerEvent({
+                    "status": "timeout", "barrier": self.barrier,
+                    "message": f"no COMMIT barrier at most {self.max_staleness_s:g} s old after "
+                    f"{self.timeout_s:.0f} s: {why}",
+                })
                 return
             await asyncio.sleep(self.poll_interval_s)

@@ -1,0 +1,133 @@
+"""Bounded staleness on a real run (issue 13 item 3): the wordcount jobs as the operator's own
+``spark-submit`` processes on the metastore catalog, one of them held back.
+
+Barrier 1 is generated with a timestamp an hour old (a system-time barrier whose root versions
+were taken an hour ago), barrier 2 now. ``wordcount_words`` runs to barrier 2,
+``wordcount_counts`` only to barrier 1 (both on the metastore catalog in the tests' Spark session,
+to save two Spark start-ups): a read of both tables with ``max_staleness_s=600`` is
+refused -- through the store, the readers, the REST API and ``tsb versions`` -- naming
+``count_of_counts`` and its writer job; the sensor with ``max_staleness_s`` times out with the
+same report. Then ``wordcount_counts`` runs for barrier 2, as its own ``spark-submit``, while a
+read waits (``wait_s``) and the deferrable sensor's trigger polls: both get barrier 2, and the
+data read satisfies the wordcount invariants.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_tsb.exceptions import StaleReadError
+from airflow_provider_tsb.metastore.records import now_ms
+from tests.support.job_processes import (
+    COUNT_OF_COUNTS,
+    WORD_COUNT,
+    WORDS,
+    job_command,
+    job_env,
+    wordcount_deployment,
+)
+
+pytestmark = [pytest.mark.spark]
+
+HOUR_MS = 3_600_000
+BOUND_S = 600.0
+Q = [WORD_COUNT, COUNT_OF_COUNTS]
+
+
+def first_event(trigger: Any) -> dict[str, Any]:
+    async def first() -> dict[str, Any]:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("no event")
+
+    import asyncio
+
+    return asyncio.run(first())
+
+
+def test_bounded_staleness_names_the_held_back_job_then_reads_fresh(
+    spark: Any, wordcount_apps: tuple[Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from airflow.sdk.exceptions import AirflowSensorTimeout
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_tsb.api.routes import create_metaservice_app
+    from airflow_provider_tsb.cli import main
+    from airflow_provider_tsb.client import TsbClient
+    from airflow_provider_tsb.hooks.barrier import read_root_versions
+    from airflow_provider_tsb.readers import read_tables_arrow
+    from airflow_provider_tsb.sensors.barrier_committed import TsbBarrierCommittedSensor
+    from airflow_provider_tsb.spark.app import run_batch
+    from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
+    from airflow_provider_tsb.triggers.barrier_committed import TsbBarrierCommittedTrigger
+    from tsb_examples.ingest import ingest_next_words
+
+    url = f"sqlite:///{tmp_path / 'tsb.db'}"
+    monkeypatch.setenv("TSB_METASTORE_URL", url)
+    dep = wordcount_deployment(tmp_path, url, barriers=0)
+    store, topo = dep.store, dep.topology
+    ingest_next_words(topo.location("raw.words"), "t/0", lines=20)
+    store.create_barrier(topo.name, read_root_versions(topo), run_key="t/0", ts_ms=now_ms() - HOUR_MS)
+    ingest_next_words(topo.location("raw.words"), "t/1", lines=20)
+    store.create_barrier(topo.name, read_root_versions(topo), run_key="t/1")
+    catalog = MetastoreCatalog(url)
+    locations = {name: topo.location(name) for name in (WORDS, *Q)}
+    words_app, counts_app = wordcount_apps
+    assert run_batch(spark, words_app, catalog, words_app.resolve_locations(locations), until_barrier=2) == [1, 2]
+    # held back: wordcount_counts is not run for barrier 2
+    assert run_batch(spark, counts_app, catalog, counts_app.resolve_locations(locations), until_barrier=1) == [1]
+
+    assert store.resolve(Q).barrier == 1  # no bound: the hour-old barrier 1
+    with pytest.raises(StaleReadError) as err:
+        store.resolve(Q, max_staleness_s=BOUND_S)
+    message = str(err.value)
+    assert "the newest COMMIT barrier over ['tsb.wordcount.word_count', 'tsb.wordcount.count_of_counts'] is " \
+        "barrier 1, 36" in message
+    assert "lagging: tsb.wordcount.count_of_counts: newest WRITTEN barrier 1, 36" in message
+    assert re.search(r"writer job 'wordcount_counts' \((running|succeeded), on barrier 1\)", message)
+    assert "(newest generated barrier: 2, " in message
+    assert err.value.lagging == {COUNT_OF_COUNTS: "wordcount_counts"}
+    with pytest.raises(StaleReadError, match="writer job 'wordcount_counts'"):
+        read_tables_arrow(Q, store=store, max_staleness_s=BOUND_S)
+    client = TsbClient("/tsb/api/v1", http=TestClient(create_metaservice_app(store, prefix="/tsb/api/v1")))
+    with pytest.raises(StaleReadError, match="lagging: tsb.wordcount.count_of_counts"):
+        client.versions(Q, max_staleness_s=BOUND_S)
+    assert main(["versions", "--url", url, "--max-staleness", str(BOUND_S), *Q]) == 1
+    assert "writer job 'wordcount_counts'" in capsys.readouterr().err
+    sensor = TsbBarrierCommittedSensor(task_id="fresh", tables=Q, max_staleness_s=BOUND_S, poke_interval=0.2,
+                                       timeout=0.5, mode="poke")
+    with pytest.raises(AirflowSensorTimeout, match="at most 600 s old within 0 s: bounded staleness.*wordcount_counts"):
+        sensor.execute({})
+
+    # the held-back job runs; a waiting read and the deferrable sensor's trigger see barrier 2
+    trigger = TsbBarrierCommittedTrigger(Q, 0, poll_interval_s=0.2, timeout_s=240, max_staleness_s=BOUND_S)
+    job = subprocess.Popen(job_command(dep, "wordcount_counts", 2), env=job_env(url), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fired = pool.submit(first_event, trigger)
+        start = time.monotonic()
+        fresh = store.resolve(Q, max_staleness_s=BOUND_S, wait_s=240)
+        waited = time.monotonic() - start
+        event = fired.result(timeout=240)
+    _, stderr = job.communicate(timeout=300)
+    assert job.returncode == 0, stderr[-3000:]
+    assert fresh.barrier == 2 and waited > 1  # it waited for the job, not failed
+    assert event == {"status": "committed", "barrier": 2, "tables": Q}
+    assert sensor.execute({}) == 2
+    assert client.versions(Q, max_staleness_s=BOUND_S)["barrier"] == 2
+    capsys.readouterr()  # the sensor's log lines
+    assert main(["versions", "--url", url, "--max-staleness", str(BOUND_S), *Q]) == 0
+    assert json.loads(capsys.readouterr().out)["barrier"] == 2
+    data = read_tables_arrow([WORDS, *Q], store=store, max_staleness_s=BOUND_S)
+    words, counts, histogram = (data[t].to_pylist() for t in (WORDS, *Q))
+    assert sum(r["cnt2"] for r in histogram) == len(counts)  # every word counted once
+    assert sum(r["cnt"] * r["cnt2"] for r in histogram) == sum(r["cnt"] for r in counts) == len(words)
