@@ -192,7 +192,7 @@ def test_topology_barriers_delays_views(http: TestClient, store: MetaStore, tmp_
     b3 = store.create_barrier("shop", {ORDERS: 1})
     t0 = b3.created_at_ms
     for table in (PRICE, AMOUNT, TOTAL):  # the versions recorded below exist in the Delta logs
-        DeltaTable(store.table(table).location).alter.set_table_properties({"tsb.test.barrier": "3"})
+        DeltaTable(store.table(table).location).alter.set_table_properties({"delta.appendOnly": "false"})
     store.record_written(PRICE, 3, 2, "price_job", written_at_ms=t0 + 100)
     store.record_written(AMOUNT, 3, 1, "amount_job", written_at_ms=t0 + 400)
     store.record_written(TOTAL, 3, 1, "total_job", written_at_ms=t0 + 450)
