@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from fastapi.testclient import TestClient
 
+from airflow_provider_tsb.api.routes import create_metaservice_app
 from airflow_provider_tsb.exceptions import ExpiredVersionError, TsbError
 from airflow_provider_tsb.expiry import expire_snapshots
 from airflow_provider_tsb.metastore.store import MetaStore
@@ -72,6 +74,11 @@ def test_expired_barrier_is_marked_and_refused(store: MetaStore, tmp_path) -> No
         store.create_lease({lw.SNAP: 0}, 30)
     with pytest.raises(ExpiredVersionError):
         store.create_lease({lw.SNAP: (0, 4)}, 30)  # a job's input range that reaches an expired version
+    # through the REST API: 410 Gone naming the barrier and the retention
+    answer = TestClient(create_metaservice_app(store, prefix="/tsb/api/v1")).post(
+        "/tsb/api/v1/versions", json={"tables": [lw.SNAP], "as_of": 1})
+    assert answer.status_code == 410, answer.text
+    assert answer.json()["error"] == "ExpiredVersionError" and "keep_barriers=2" in answer.json()["detail"]
     # the read of an answer resolved before expiry: the tsb error, not delta-rs's FileNotFoundError
     with pytest.raises(ExpiredVersionError, match="snapshot expiry"):
         unleased.to_arrow()

@@ -1,8 +1,10 @@
 """Error answers of the tsb REST API and the route class that produces them.
 
 Errors are JSON ``{"detail": message, "error": exception class}``: unknown table / job /
-barrier / topology -> 404; malformed names, unknown level, bad parameters -> 422; not allowed
-by the user's Airflow roles -> 403 (a fixed message, see :mod:`airflow_provider_tsb.api.access`);
+barrier / topology -> 404; a version or barrier that snapshot expiry removed
+(:class:`~airflow_provider_tsb.exceptions.ExpiredVersionError`) -> 410; malformed names, unknown
+level, bad parameters -> 422; not allowed by the user's Airflow roles -> 403 (a fixed message,
+see :mod:`airflow_provider_tsb.api.access`);
 DoubleWriterError, CycleError, InconsistentReadError (the level cannot be satisfied) and other
 conflicts with the registered state -> 409; metastore unreachable -> 503; request body over the
 limit -> 413. Messages are cut to :data:`~airflow_provider_tsb.api.limits.MAX_DETAIL` characters
@@ -29,6 +31,7 @@ from airflow_provider_tsb.exceptions import (
     BarrierNotReadyError,
     CycleError,
     DoubleWriterError,
+    ExpiredVersionError,
     InconsistentReadError,
     MetastoreError,
     TopologyError,
@@ -40,6 +43,8 @@ def status_for(exc: BaseException) -> int:
     """HTTP status of a tsb error (see module docstring)."""
     if isinstance(exc, AccessDeniedError):
         return 403
+    if isinstance(exc, ExpiredVersionError):
+        return 410
     if isinstance(exc, LookupError):
         return 404
     if isinstance(exc, DoubleWriterError | CycleError | InconsistentReadError | BarrierNotReadyError | TopologyError):

@@ -26,8 +26,8 @@ Authorization (:mod:`airflow_provider_tsb.api.access`, the policy comes from the
 (registration, unregistration, leases) edit access; lists show only readable topologies.
 
 Errors (:mod:`airflow_provider_tsb.api.errors`) are JSON ``{"detail": message, "error": exception
-class}``: 403 not allowed, 404 unknown name, 409 conflict, 413 body too large, 422 bad input,
-503 metastore unreachable. Every route maps errors itself (see :class:`TsbRoute`), and
+class}``: 403 not allowed, 404 unknown name, 409 conflict, 410 expired, 413 body too large, 422 bad
+input, 503 metastore unreachable. Every route maps errors itself (see :class:`TsbRoute`), and
 :func:`install_exception_handlers` installs the same mapping on an app for anything raised
 outside the routes.
 """
@@ -103,6 +103,7 @@ AccessDep = Annotated[TopologyAccess, Depends(get_access)]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut, "description": "unknown table, job, barrier or topology"},
+    410: {"model": ErrorOut, "description": "the barrier's versions were removed by snapshot expiry"},
     409: {"model": ErrorOut, "description": "conflict: double writer, cycle, or level not satisfiable"},
     422: {"model": ErrorOut, "description": "malformed name, unknown level or bad parameter"},
 }
