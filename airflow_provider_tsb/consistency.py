@@ -8,7 +8,24 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.exceptions import OutOfRangeError, TsbError
+
+MAX_LEASE_SECONDS = 366 * 86400
+"""The longest lease the Python API grants, in seconds (366 days; the REST API caps lower, at
+``[tsb] max_lease_seconds``). Longer pins would keep a table's files from expiry for good."""
+
+
+def check_lease_seconds(seconds: object) -> float:
+    """``seconds`` as a lease duration, or :class:`OutOfRangeError` naming ``lease_seconds``.
+
+    A lease lasts a finite, positive number of seconds, at most :data:`MAX_LEASE_SECONDS`.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) \
+            or not 0 < seconds <= MAX_LEASE_SECONDS:
+        raise OutOfRangeError(
+            f"lease_seconds must be a number of seconds > 0 and <= {MAX_LEASE_SECONDS} (366 days), got {seconds!r}"
+        )
+    return float(seconds)
 
 #: Longest ``wait_s`` one ``POST /versions`` request may hold a server thread for (seconds);
 #: :class:`~airflow_provider_tsb.client.TsbClient` splits a longer wait into several requests.
@@ -116,10 +133,8 @@ class ReadOptions:
             raise ValueError(
                 f"as_of is time travel to a COMMIT barrier: use level REPEATABLE_READ, not {self.level.value}"
             )
-        if self.lease_seconds is not None and not (
-            isinstance(self.lease_seconds, int | float) and 0 < self.lease_seconds < math.inf
-        ):
-            raise ValueError(f"lease_seconds must be positive, got {self.lease_seconds}")
+        if self.lease_seconds is not None:
+            check_lease_seconds(self.lease_seconds)
         for name in ("max_staleness_s", "wait_s"):
             value = getattr(self, name)
             if value is not None and (

@@ -11,6 +11,7 @@ from airflow_provider_tsb.exceptions import (
     DoubleWriterError,
     InconsistentReadError,
     MetastoreError,
+    OutOfRangeError,
     TopologyError,
     UnknownBarrierError,
     UnknownTableError,
@@ -230,6 +231,10 @@ def test_leases(store: MetaStore, tmp_path) -> None:
     assert store.leased_versions(WC) == set()
     lease, _ = store.create_lease({WC: 4}, 10)
     assert store.release_lease(lease) and store.leased_versions(WC) == set()
+    for seconds in (1e300, float("inf"), float("nan"), 0):  # 1e300 overflowed BIGINT before
+        with pytest.raises(OutOfRangeError, match="lease_seconds must be a number of seconds"):
+            store.create_lease({WC: 4}, seconds)
+    assert store.leased_versions(WC) == set()
 
 
 def test_heartbeat_and_stale_jobs(store: MetaStore, tmp_path) -> None:

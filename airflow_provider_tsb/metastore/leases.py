@@ -10,13 +10,13 @@ itself). See docs/design.md "Snapshot expiry".
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Mapping
 
 from sqlalchemy import and_, delete, select, update
 from sqlalchemy.orm import Session
 
+from airflow_provider_tsb.consistency import check_lease_seconds
 from airflow_provider_tsb.metastore.expiry import ExpiryManager
 from airflow_provider_tsb.metastore.models import (
     LeaseRow,
@@ -44,8 +44,7 @@ def _range(value: Pinned) -> VersionRange:
 
 
 def _check_seconds(seconds: float) -> None:
-    if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"lease_seconds must be positive and finite, got {seconds}")
+    check_lease_seconds(seconds)
 
 
 class LeaseManager(ExpiryManager):

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
-from airflow_provider_tsb.exceptions import InconsistentReadError, UnknownTableError
+from airflow_provider_tsb.exceptions import InconsistentReadError, OutOfRangeError, UnknownTableError
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.readers import read_tables, read_tables_arrow, read_tables_pandas
 from airflow_provider_tsb.topology import Topology
@@ -93,8 +93,9 @@ def test_read_options_name_the_field_at_fault() -> None:
         ReadOptions(RC, as_of=1)
     with pytest.raises(ValueError, match="min_barrier must be a barrier id"):
         ReadOptions(min_barrier=-1)
-    with pytest.raises(ValueError, match="lease_seconds must be positive, got inf"):
-        ReadOptions(lease_seconds=float("inf"))
+    for seconds in (float("inf"), float("nan"), 1e300, 0, -1):  # OverflowError / raw ValueError before
+        with pytest.raises(OutOfRangeError, match=r"lease_seconds must be a number of seconds > 0 and <= 31622400"):
+            ReadOptions(lease_seconds=seconds)
     with pytest.raises(TypeError, match=r"unknown read option\(s\) \['asof'\]"):
         ReadOptions.of(RR, asof=3)
     with pytest.raises(ValueError, match="unknown consistency level 'bogus'"):
