@@ -28,6 +28,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_provider_tsb.consistency import MAX_LEASE_SECONDS
 from airflow_provider_tsb.exceptions import TsbError
 
 
@@ -152,8 +153,8 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
 #: barrier ids are BIGINT in the metastore
 MAX_BARRIER = 2**63 - 1
-#: longest lease: ten years, in seconds
-MAX_LEASE_SECONDS = 10 * 365 * 86400.0
+#: longest wait or staleness bound: ten years, in seconds
+MAX_SECONDS = 10 * 365 * 86400.0
 
 
 def barrier_id_arg(value: str) -> int:
@@ -170,14 +171,15 @@ def barrier_id_arg(value: str) -> int:
 
 
 def lease_seconds_arg(value: str) -> float:
-    """An ``argparse`` type: a lease duration, seconds, finite, > 0 and at most ten years."""
+    """An ``argparse`` type: a lease duration, seconds, finite, > 0 and at most
+    :data:`~airflow_provider_tsb.consistency.MAX_LEASE_SECONDS` (366 days, as the Python API)."""
     try:
         seconds = float(value)
     except ValueError:
         seconds = float("nan")
     if not 0 < seconds <= MAX_LEASE_SECONDS:  # also refuses nan and inf
         raise argparse.ArgumentTypeError(
-            f"{value!r} is not a lease duration: give seconds > 0 and at most {MAX_LEASE_SECONDS:.0f} (ten years)"
+            f"{value!r} is not a lease duration: give seconds > 0 and at most {MAX_LEASE_SECONDS} (366 days)"
         )
     return seconds
 
@@ -188,7 +190,7 @@ def seconds_arg(value: str) -> float:
         seconds = float(value)
     except ValueError:
         seconds = float("nan")
-    if not 0 <= seconds <= MAX_LEASE_SECONDS:  # also refuses nan and inf
+    if not 0 <= seconds <= MAX_SECONDS:  # also refuses nan and inf
         raise argparse.ArgumentTypeError(f"{value!r} is not a duration: give seconds >= 0")
     return seconds
 

@@ -139,6 +139,7 @@ def test_versions_refuses_out_of_range_arguments_without_a_traceback(tmp_path: P
         ("--lease-seconds", "inf"): "argument --lease-seconds: 'inf' is not a lease duration",
         ("--lease-seconds", "1e300"): "argument --lease-seconds: '1e300' is not a lease duration",
         ("--lease-seconds", "nan"): "argument --lease-seconds: 'nan' is not a lease duration",
+        ("--lease-seconds", "4e7"): "'4e7' is not a lease duration: give seconds > 0 and at most 31622400 (366 days)",
     }
     for (option, value), message in cases.items():
         out = tsb("versions", "tsb.raw.words", f"{option}={value}", "--url", url)
