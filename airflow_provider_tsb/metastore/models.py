@@ -59,6 +59,19 @@ class TopologyRow(Base):
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
     #: bumped by every barrier generation: the row lock that serialises them
     lock_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: the barrier domain (issue 13 item 1): topologies of one domain share barrier ids;
+    #: ``None`` means the topology is a domain of its own, named after it
+    barrier_domain: Mapped[str | None] = mapped_column(String(250), nullable=True, index=True)
+
+
+class TopologyRootRow(Base):
+    """A root table a topology reads: its own root tables and the ones it shares with the
+    other topologies of its barrier domain (FLIP-276 "Data Consistency Management")."""
+
+    __tablename__ = "tsb_topology_root"
+
+    topology: Mapped[str] = mapped_column(ForeignKey("tsb_topology.name"), primary_key=True)
+    table_id: Mapped[int] = mapped_column(ForeignKey("tsb_table.id"), primary_key=True, index=True)
 
 
 class TableRow(Base):
