@@ -88,6 +88,9 @@ class TableRow(Base):
     location: Mapped[str] = mapped_column(Text)
     event_time_column: Mapped[str | None] = mapped_column(String(250), nullable=True)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    #: freshness target in ms (Snowflake ``TARGET_LAG``): the table's lag behind the newest
+    #: generated barrier must stay under it (metastore/freshness.py); None: no target
+    freshness_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class JobRow(Base):
