@@ -9,18 +9,36 @@ no database, no I/O; the DAG authoring model (``topology.py``) and the persisten
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
-from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError
+from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError, TopologyError
 from airflow_provider_tsb.names import parse_table_name
 
 if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
     import networkx as nx
 
 TableKind = Literal["root", "intermediate", "external"]
+
+def freshness_seconds(value: timedelta | float | None, where: str) -> float | None:
+    """A freshness target as seconds (``None`` stays ``None``).
+
+    Raises:
+        TopologyError: not a timedelta or number, or not finite and > 0 (names ``where``).
+    """
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
+        raise TopologyError(
+            f"{where}: freshness must be a timedelta or a number of seconds, finite and > 0, got {value!r}"
+        )
+    return float(seconds)
+
 
 def default_warehouse() -> str:
     """Directory under which tables without an explicit location live.
@@ -45,12 +63,15 @@ class Table:
         location: Delta table URI or path; ``None`` means ``<warehouse>/catalog/database/table``.
         event_time_column: for root tables, the column whose maximum is the event-time
             watermark of a barrier (FLIP-276 "Timestamp Barrier": event-time timestamps).
+        freshness_s: freshness target of an intermediate table in seconds (Snowflake
+            ``TARGET_LAG``; see :mod:`airflow_provider_tsb.metastore.freshness`), or ``None``.
     """
 
     name: str
     kind: TableKind
     location: str | None = None
     event_time_column: str | None = None
+    freshness_s: float | None = None
 
     def resolved_location(self, warehouse: str | None = None) -> str:
         """The table's location, defaulting to ``<warehouse>/<catalog>/<database>/<table>``."""

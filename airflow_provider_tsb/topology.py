@@ -20,6 +20,7 @@ Rules (docs/design.md "Vocabulary"; FLIP-276 "MetaService" registration):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from airflow_provider_tsb.exceptions import (
@@ -35,6 +36,7 @@ from airflow_provider_tsb.lineage import (
     cycle_error,
     default_warehouse,
     double_writer_error,
+    freshness_seconds,
     node_label,
 )
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
@@ -66,22 +68,28 @@ class Topology:
     topologies of a DAG file.
     """
 
-    def __init__(self, name: str, *, warehouse: str | None = None) -> None:
+    def __init__(
+        self, name: str, *, warehouse: str | None = None, freshness: timedelta | float | None = None
+    ) -> None:
         """Create an empty topology.
 
         Args:
             name: topology name (identifier, may contain '-'); barrier ids are per topology.
             warehouse: directory for tables without an explicit location
                 (default :func:`default_warehouse`).
+            freshness: default freshness target (timedelta or seconds) of every sink table
+                that does not declare its own (README "Freshness targets").
 
         Raises:
             InvalidNameError: the name is not a valid identifier.
+            TopologyError: ``freshness`` is not a finite duration > 0.
         """
         if not name:
             raise InvalidNameError("topology name must not be empty")
         validate_job_id(name)
         self.name = name
         self.warehouse = warehouse
+        self.freshness_s = freshness_seconds(freshness, f"topology {name!r}")
         self.tables: dict[str, Table] = {}
         self.jobs: dict[str, Job] = {}
         self._declaration_errors: list[TopologyError] = []
@@ -112,10 +120,25 @@ class Topology:
         self._add_table(Table(canonical, "external", location))
         return canonical
 
-    def table(self, name: str, *, location: str | None = None) -> str:
-        """Set the location of an intermediate (sink) table; returns its canonical name."""
+    def table(
+        self, name: str, *, location: str | None = None, freshness: timedelta | float | None = None
+    ) -> str:
+        """Set the location and/or freshness target of an intermediate (sink) table.
+
+        Args:
+            freshness: freshness target (timedelta or seconds; default: the topology's): the
+                table's lag behind the newest generated barrier must stay under it (Snowflake
+                ``TARGET_LAG``; :mod:`airflow_provider_tsb.metastore.freshness`).
+
+        Returns:
+            The canonical table name.
+
+        Raises:
+            TopologyError: ``freshness`` is not a finite duration > 0.
+        """
         canonical = normalize_table_name(name)
-        self._add_table(Table(canonical, "intermediate", location))
+        target = freshness_seconds(freshness, f"table {canonical!r}")
+        self._add_table(Table(canonical, "intermediate", location, freshness_s=target or self.freshness_s))
         return canonical
 
     def job(
@@ -147,7 +170,7 @@ class Topology:
         )
         for sink in job.sinks:
             if sink not in self.tables:
-                self.tables[sink] = Table(sink, "intermediate")
+                self.tables[sink] = Table(sink, "intermediate", freshness_s=self.freshness_s)
         self.jobs[job_id] = job
         return job
 
@@ -157,7 +180,10 @@ class Topology:
             self.tables[table.name] = table
             return
         if existing.kind == "intermediate" and table.kind == "intermediate":
-            self.tables[table.name] = Table(table.name, "intermediate", table.location or existing.location)
+            self.tables[table.name] = Table(
+                table.name, "intermediate", table.location or existing.location,
+                freshness_s=table.freshness_s or existing.freshness_s,
+            )
             return
         if existing.kind == "intermediate" and table.kind == "root":
             # a sink later declared as root: validate() reports it naming the writer job

@@ -302,6 +302,8 @@ class TableInfo:
     event_time_column: str | None
     writer: str | None = None
     readers: tuple[str, ...] = field(default_factory=tuple)
+    #: freshness target in seconds (metastore/freshness.py), or None
+    freshness_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -298,6 +298,7 @@ class RegistryManager(RegistryReads):
                 location=location,
                 event_time_column=table.event_time_column,
                 created_at_ms=now_ms(),
+                freshness_ms=None if table.freshness_s is None else round(table.freshness_s * 1000),
             )
             s.add(row)
             s.flush()
@@ -319,6 +320,8 @@ class RegistryManager(RegistryReads):
             )
         if table.event_time_column and row.event_time_column != table.event_time_column:
             row.event_time_column = table.event_time_column
+        if table.freshness_s is not None and table.kind == "intermediate":  # a declared target wins
+            row.freshness_ms = round(table.freshness_s * 1000)
         return row
 
     def _registered_graph(self, s: Session, exclude_job: str | None = None) -> nx.DiGraph:

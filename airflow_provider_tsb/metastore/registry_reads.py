@@ -121,7 +121,7 @@ class RegistryReads(StoreBase):
                 readers[table_id].append(job_id)
             return [
                 TableInfo(r.id, r.name, r.topology, r.kind, r.location, r.event_time_column,
-                          writers.get(r.id), tuple(readers[r.id]))
+                          writers.get(r.id), tuple(readers[r.id]), _seconds(r.freshness_ms))
                 for r in rows
             ]
 
@@ -139,6 +139,7 @@ class RegistryReads(StoreBase):
             event_time_column=row.event_time_column,
             writer=writer,
             readers=tuple(readers),
+            freshness_s=_seconds(row.freshness_ms),
         )
 
     def writer_of(self, table: str) -> str | None:
@@ -184,3 +185,7 @@ class RegistryReads(StoreBase):
                 for job_id, name in rows:
                     out[job_id][slot].append(name)
             return {j: (tuple(sorted(a)), tuple(sorted(b))) for j, (a, b) in out.items()}
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
