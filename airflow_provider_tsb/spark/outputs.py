@@ -37,90 +37,50 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import posixpath
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal
 
-import pyarrow.fs as pafs
 from deltalake import Schema as DeltaSchema
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import StructType
 
 from airflow_provider_tsb.delta.barriers import committed_barrier, table_epoch, version_of_barrier
 from airflow_provider_tsb.delta.commit import StagedFile, commit_barrier_files
-from airflow_provider_tsb.delta.conventions import BarrierTag, parse_tag
-from airflow_provider_tsb.delta.log import commit_info, filesystem, normalize_location
+from airflow_provider_tsb.delta.conventions import BarrierTag
+from airflow_provider_tsb.delta.log import filesystem, normalize_location
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none
-from airflow_provider_tsb.delta.stats import footer_stats
 from airflow_provider_tsb.exceptions import FencedError
 from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema
 from airflow_provider_tsb.spark.killpoints import crash_point, crash_point_during
+from airflow_provider_tsb.spark.outputs_merge import merge_rows
+from airflow_provider_tsb.spark.outputs_schema import _align_to_table, _nullable
+from airflow_provider_tsb.spark.outputs_staging import (
+    STAGING_DIR,
+    StagingCatalog,
+    _committed_attempt,
+    _drop_unserved_attempt,
+    _has_any_file,
+    _staged_files,
+    collect_withdrawn,
+    remove_orphan_attempts,
+    staging_dir,
+    staging_grace_s,
+)
 from airflow_provider_tsb.spark.timing import phase
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.spark.catalog import BarrierCatalog
 
 SinkMode = Literal["append", "overwrite", "merge"]
-STAGING_DIR = "tsb_staging"
-#: seconds a withdrawn attempt directory is kept for READ_COMMITTED readers that resolved it
-DEFAULT_STAGING_GRACE_S = 600.0
-STAGING_GRACE_ENV = "TSB_STAGING_GRACE_SECONDS"
+
+__all__ = [
+    "STAGING_DIR", "SinkMode", "StagingCatalog", "WriteResult", "collect_withdrawn", "merge_rows",
+    "remove_orphan_attempts", "staging_dir", "staging_grace_s", "write_barrier",
+]
 
 log = logging.getLogger("airflow_provider_tsb.spark")
-
-
-def staging_grace_s() -> float:
-    """The staging grace period, seconds: ``$TSB_STAGING_GRACE_SECONDS`` or 600.
-
-    Raises:
-        ValueError: the variable is not a finite number >= 0 (names the variable).
-    """
-    raw = os.environ.get(STAGING_GRACE_ENV, "").strip()
-    if not raw:
-        return DEFAULT_STAGING_GRACE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not (0 <= value < float("inf")):
-        raise ValueError(f"{STAGING_GRACE_ENV}={raw!r}: the staging grace period is a number of seconds >= 0")
-    return value
-
-
-@runtime_checkable
-class StagingCatalog(Protocol):
-    """A catalog that serves PROCESSED manifests to readers and fences zombies (the metastore's).
-
-    See :class:`~airflow_provider_tsb.spark.metastore_catalog.MetastoreCatalog`.
-    """
-
-    def check_fencing_token(self, job_id: str, barrier: int | None = None) -> None:
-        """Raise :class:`FencedError` if a newer attempt of the job started."""
-        ...
-
-    def held_staging(self, table: str, barrier: int, grace_s: float) -> set[str]:
-        """Attempt directories of (table, barrier) a reader may hold."""
-        ...
-
-    def due_withdrawn_staging(self, table: str, grace_s: float) -> list[tuple[str, int]]:
-        """Withdrawn attempt directories of the table no reader can hold any more."""
-        ...
-
-    def forget_withdrawn_staging(self, table: str, paths: Sequence[str]) -> None:
-        """Drop the records of deleted withdrawn directories."""
-        ...
-
-    def record_written(
-        self, table: str, barrier: int, version: int, job_id: str, attempt: str | None = None
-    ) -> None:
-        """WRITTEN, naming the committed attempt."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -145,144 +105,6 @@ class WriteResult:
     rows: int = 0
     orphans_removed: int = 0
 
-
-def staging_dir(job_id: str, epoch: int, barrier: int) -> str:
-    """Directory (relative to the table root) holding all attempts of (job, epoch, barrier)."""
-    return f"{STAGING_DIR}/{job_id}/{epoch}/{barrier}"
-
-
-def _committed_attempt(location: str, barrier: int) -> str | None:
-    version = version_of_barrier(location, barrier)
-    if version is None:
-        return None
-    tag = parse_tag(commit_info(location, version))
-    return tag.attempt if tag else None
-
-
-def remove_orphan_attempts(
-    location: str,
-    job_id: str,
-    epoch: int,
-    barrier: int,
-    keep: str | None,
-    *,
-    held: Callable[[], set[str]] | None = None,
-    before_delete: Callable[[], None] | None = None,
-) -> int:
-    """Delete every attempt directory of (job, epoch, barrier) except ``keep`` and the held ones.
-
-    Only the current epoch's directory is touched: files of an earlier epoch may still be
-    referenced by undone versions and are left to ``vacuum``. The directories are listed
-    first, then ``held()`` (paths relative to the table root that readers may hold) is asked,
-    then ``before_delete()`` runs (the fencing check: it raises to delete nothing). Returns the
-    number deleted.
-    """
-    fs, root = filesystem(location)
-    rel_base = staging_dir(job_id, epoch, barrier)
-    base = f"{root}/{rel_base}"
-    info = fs.get_file_info(base)
-    if info.type != pafs.FileType.Directory:
-        return 0
-    listed = [
-        entry for entry in fs.get_file_info(pafs.FileSelector(base, recursive=False))
-        if entry.type == pafs.FileType.Directory and entry.base_name != keep
-    ]
-    if not listed:
-        return 0
-    kept = held() if held is not None else set()
-    doomed = [e for e in listed if f"{rel_base}/{e.base_name}" not in kept]
-    if doomed and before_delete is not None:
-        before_delete()
-    for entry in doomed:
-        fs.delete_dir(entry.path)
-    return len(doomed)
-
-
-def collect_withdrawn(location: str, table: str, catalog: StagingCatalog, grace_s: float) -> int:
-    """Delete the withdrawn attempt directories of ``table`` that are due (grace over, no lease).
-
-    A directory whose attempt the Delta log holds as the barrier's commit (a zombie's commit
-    that won the txn) is kept. Returns the number deleted.
-    """
-    due = catalog.due_withdrawn_staging(table, grace_s)
-    if not due:
-        return 0
-    fs, root = filesystem(location)
-    removed = 0
-    for path, barrier in due:
-        if posixpath.basename(path) != _committed_attempt(location, barrier):
-            if fs.get_file_info(f"{root}/{path}").type == pafs.FileType.Directory:
-                fs.delete_dir(f"{root}/{path}")
-                removed += 1
-    catalog.forget_withdrawn_staging(table, [p for p, _ in due])
-    return removed
-
-
-def _nullable(schema: StructType) -> StructType:
-    return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
-
-
-def _align_to_table(df: DataFrame, location: str, table_schema: StructType) -> DataFrame:
-    missing = [f.name for f in table_schema.fields if f.name not in df.columns]
-    extra = [c for c in df.columns if c not in table_schema.fieldNames()]
-    if missing or extra:
-        raise ValueError(
-            f"output for {location!r} does not match the table schema: missing columns {missing}, "
-            f"unexpected columns {extra} (schema evolution is not supported)"
-        )
-    actual = {f.name: f.dataType for f in df.schema.fields}
-    if [f.name for f in df.schema.fields] == table_schema.fieldNames() and all(
-        actual[f.name] == f.dataType for f in table_schema.fields
-    ):
-        return df  # already the table's columns and types: no projection (saves driver round trips)
-    return df.select(
-        *[
-            F.col(f.name) if actual[f.name] == f.dataType else F.col(f.name).cast(f.dataType).alias(f.name)
-            for f in table_schema.fields
-        ]
-    )
-
-
-def merge_rows(current: DataFrame, update: DataFrame, keys: Sequence[str]) -> DataFrame:
-    """Upsert: rows of ``current`` whose key is not in ``update``, plus all ``update`` rows."""
-    if not keys:
-        raise ValueError("merge mode needs key columns")
-    update_keys = update.select(*keys).distinct()
-    kept = current.join(update_keys, on=list(keys), how="left_anti")
-    return kept.unionByName(update.select(*current.columns))
-
-
-def _list_data_files(fs: pafs.FileSystem, directory: str) -> list[pafs.FileInfo]:
-    entries = fs.get_file_info(pafs.FileSelector(directory, recursive=False, allow_not_found=True))
-    files = []
-    for entry in entries:
-        if entry.type != pafs.FileType.File:
-            continue
-        if entry.base_name.endswith(".parquet") and not entry.base_name.startswith((".", "_")):
-            files.append(entry)
-        else:  # _SUCCESS, .crc checksums: not data, never referenced
-            fs.delete_file(entry.path)
-    return sorted(files, key=lambda e: e.base_name)
-
-
-def _staged_files(location: str, rel_dir: str) -> list[StagedFile]:
-    fs, root = filesystem(location)
-    infos = _list_data_files(fs, f"{root}/{rel_dir}")
-
-    def one(info: pafs.FileInfo) -> StagedFile:
-        num, stats = footer_stats(fs, info.path)
-        mtime = int(info.mtime.timestamp() * 1000) if info.mtime else int(time.time() * 1000)
-        return StagedFile(f"{rel_dir}/{info.base_name}", int(info.size), mtime, num, stats)
-
-    if len(infos) <= 1:
-        return [one(i) for i in infos]
-    with ThreadPoolExecutor(max_workers=min(8, len(infos))) as pool:
-        return list(pool.map(one, infos))
-
-
-def _has_any_file(fs: pafs.FileSystem, directory: str) -> bool:
-    entries = fs.get_file_info(pafs.FileSelector(directory, recursive=True, allow_not_found=True))
-    return any(e.type == pafs.FileType.File and "part-" in e.base_name for e in entries)
 
 
 def write_barrier(
@@ -455,16 +277,3 @@ def _fenced_now(fence: Callable[[], None]) -> FencedError | None:
     except Exception:  # the metastore is down: the original error is the one to show
         return None
     return None
-
-
-def _drop_unserved_attempt(location: str, rel_dir: str, held: Callable[[], set[str]]) -> None:
-    """A fenced attempt deletes its own directory unless a reader may hold it (then it is
-    withdrawn by the newer attempt's PROCESSED or WRITTEN and deleted after the grace period)."""
-    try:
-        if rel_dir in held():
-            return
-        fs, root = filesystem(location)
-        if fs.get_file_info(f"{root}/{rel_dir}").type == pafs.FileType.Directory:
-            fs.delete_dir(f"{root}/{rel_dir}")
-    except Exception as exc:  # best effort: the newest attempt's cleanup removes it anyway
-        log.warning("could not remove the fenced attempt directory %s: %s", rel_dir, exc)
