@@ -11,6 +11,7 @@ Commands::
     tsb rollback TABLE --to-barrier K | --reprocess | --resume --dags PATH   a revision (JSON)
     tsb expire TABLE... | --topology NAME [--keep-last N --hourly H --daily D] [--dry-run]
                                          snapshot expiry with a retention policy (JSON)
+    tsb freshness TOPOLOGY [--format json]  lag per table vs its freshness target, bottleneck job
 
 Exit codes: 0 success, 1 validation or consistency errors, 2 usage or configuration errors.
 
@@ -262,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _register_extra_commands(sub: Any) -> None:
     """Commands contributed by other modules (kept optional so the CLI starts fast)."""
     for module_name in ("airflow_provider_tsb.checker", "airflow_provider_tsb.manual_runs",
-                        "airflow_provider_tsb.revision_cli", "airflow_provider_tsb.expiry_cli"):
+                        "airflow_provider_tsb.revision_cli", "airflow_provider_tsb.expiry_cli",
+                        "airflow_provider_tsb.freshness_cli"):
         try:
             module = __import__(module_name, fromlist=["register_cli"])
         except ImportError:

@@ -266,3 +266,8 @@ class TsbClient:
     ) -> dict[str, Any]:
         """``GET /delays``: per barrier table delays, job delays and the bottleneck job."""
         return self._call("GET", "/delays", params=self._params(topology=topology, limit=limit, before=before))
+
+    def freshness(self, topology: str | None = None) -> dict[str, Any]:
+        """``GET /freshness``: {topology, newest_barrier, missed [tables], tables {table: {target_s,
+        lag_s, missed, committed_barrier, bottleneck, ...}}, jobs {job: {lag_s, ...}}}; lags in seconds."""
+        return self._call("GET", "/freshness", params=self._params(topology=topology))

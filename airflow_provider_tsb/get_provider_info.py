@@ -44,7 +44,10 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [
             {
                 "integration-name": "Timestamp Barriers",
-                "python-modules": ["airflow_provider_tsb.sensors.barrier_committed"],
+                "python-modules": [
+                    "airflow_provider_tsb.sensors.barrier_committed",
+                    "airflow_provider_tsb.sensors.freshness",
+                ],
             }
         ],
         "triggers": [

@@ -19,7 +19,8 @@ Endpoints (paths relative to the mount point):
   (``min_barrier``) and leases;
 * ``GET /topologies`` (the topologies the user may read), ``GET /topology``, ``GET /barriers``,
   ``GET /tables/{catalog}/{database}/{table}/barriers``, ``GET /delays``: the lineage graph,
-  barrier history and delay views.
+  barrier history and delay views; ``GET /freshness``: lag of every table against its
+  freshness target and the bottleneck job.
 
 Authorization (:mod:`airflow_provider_tsb.api.access`, the policy comes from the
 :func:`get_access` dependency): reads need read access to every DAG of the topology, changes
@@ -55,6 +56,7 @@ from airflow_provider_tsb.api.schemas import (
     BarrierPage,
     DelaysOut,
     ErrorOut,
+    FreshnessOut,
     JobOut,
     LevelVersion,
     RegisterBody,
@@ -285,6 +287,7 @@ def get_topology(
     jobs = {j.id: j for j in store.jobs(topology)}
     newest = store.latest_barrier(topology)
     written = store.newest_written_by_table(topology)
+    fresh = store.freshness(topology).tables
     nodes: list[TopologyNode] = []
     edges: list[TopologyEdge] = []
     out_tables: dict[str, TopologyTable] = {}
@@ -296,6 +299,8 @@ def get_topology(
             written_barrier=w.barrier if w else None, version=w.version if w else None,
             written_at_ms=w.written_at_ms if w else None,
             lag=(newest.barrier - w.barrier) if (w and newest) else None,
+            **({"freshness_target_s": f.target_s, "freshness_lag_s": f.lag_s, "freshness_missed": f.missed,
+                "bottleneck": f.bottleneck} if (f := fresh.get(t.name)) else {}),
         )
     now = now_ms()
     out_jobs: dict[str, TopologyJob] = {}
@@ -393,6 +398,20 @@ def get_delays(
     return DelaysOut(
         topology=name, barriers=[BarrierDelay.model_validate(d, from_attributes=True) for d in items],
         next_before=next_before,
+    )
+
+
+@router.get("/freshness", response_model=FreshnessOut)
+def get_freshness(store: StoreDep, access: AccessDep, topology: TopologyQuery = None) -> FreshnessOut:
+    """Every non-root table's lag behind the newest generated barrier (seconds), its freshness
+    target, whether it misses it and the upstream job furthest behind; every job's own lag
+    (:mod:`airflow_provider_tsb.metastore.freshness`). Needs read access to the topology's DAGs."""
+    name = _pick_topology(store, access, topology)
+    report = store.freshness(name)
+    return FreshnessOut.model_validate(
+        {**report.__dict__, "missed": report.missed,
+         "tables": {k: v.__dict__ for k, v in report.tables.items()},
+         "jobs": {k: v.__dict__ for k, v in report.jobs.items()}},
     )
 
 

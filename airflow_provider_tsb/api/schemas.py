@@ -186,6 +186,10 @@ class TopologyTable(BaseModel):
     version: int | None = Field(description="Delta version of that barrier")
     written_at_ms: int | None
     lag: int | None = Field(description="barriers behind the topology's newest barrier (None: never written)")
+    freshness_target_s: float | None = Field(None, description="freshness target, seconds (None: none)")
+    freshness_lag_s: float | None = Field(None, description="seconds behind the newest generated barrier")
+    freshness_missed: bool = Field(False, description="freshness_lag_s > freshness_target_s")
+    bottleneck: str | None = Field(None, description="upstream job furthest behind while the table lags")
 
 
 class TopologyJob(BaseModel):
@@ -305,3 +309,39 @@ class DelaysOut(BaseModel):
     topology: str
     barriers: list[BarrierDelay]
     next_before: int | None
+
+
+class TableFreshnessOut(BaseModel):
+    """Freshness of one non-root table (metastore/freshness.py)."""
+
+    table: str
+    writer: str | None
+    target_s: float | None = Field(description="freshness target, seconds (None: no target)")
+    lag_s: float = Field(description="seconds the committed content is behind the newest generated barrier")
+    missed: bool = Field(description="target_s is set and lag_s > target_s")
+    committed_barrier: int | None = Field(description="newest COMMIT (WRITTEN) barrier of the table")
+    processed_barrier: int | None = Field(description="newest barrier PROCESSED or WRITTEN")
+    bottleneck: str | None = Field(description="upstream job furthest behind (None while up to date)")
+
+
+class JobFreshnessOut(BaseModel):
+    """One job's own lag behind its inputs."""
+
+    job: str
+    status: str
+    current_barrier: int | None
+    written_barrier: int | None = Field(description="newest barrier WRITTEN in all its sinks")
+    ready_barrier: int | None = Field(description="newest barrier WRITTEN in all its inputs")
+    lag_s: float = Field(description="seconds since its inputs made its first unwritten barrier available")
+
+
+class FreshnessOut(BaseModel):
+    """``GET /freshness``: every non-root table's lag against its target and the bottleneck jobs."""
+
+    topology: str
+    measured_at_ms: int
+    newest_barrier: int | None
+    newest_barrier_age_s: float | None = Field(description="seconds since the newest barrier was generated")
+    missed: list[str] = Field(description="tables that miss their freshness target")
+    tables: dict[str, TableFreshnessOut]
+    jobs: dict[str, JobFreshnessOut]

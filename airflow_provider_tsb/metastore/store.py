@@ -16,7 +16,8 @@ facade over one module per FLIP-276 concept:
   Type" with monotonic reads and leases; :mod:`.staleness`: bounded staleness reads over it;
 * :mod:`.leases`: Delta versions pinned for readers;
 * :mod:`.job_runs`: job heartbeats and per-barrier timings;
-* :mod:`.delays`: the delay view;
+* :mod:`.delays`: the delay view; :mod:`.freshness`: lag of each table against its freshness
+  target and the bottleneck job;
 * :mod:`.revisions`: revision plans (rollbacks recorded before any table is touched).
 
 Records and enums are in :mod:`.records`. All times are epoch milliseconds (UTC); versions are
@@ -28,8 +29,8 @@ from __future__ import annotations
 from sqlalchemy import Engine
 
 from airflow_provider_tsb.metastore.barriers import BarrierManager
-from airflow_provider_tsb.metastore.delays import DelayManager
 from airflow_provider_tsb.metastore.engine import create_metastore_engine
+from airflow_provider_tsb.metastore.freshness import FreshnessManager
 from airflow_provider_tsb.metastore.job_runs import JobRunManager
 from airflow_provider_tsb.metastore.records import (
     LATEST,
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 
-class MetaStore(StalenessManager, BarrierManager, JobRunManager, DelayManager, RevisionManager):
+class MetaStore(StalenessManager, BarrierManager, JobRunManager, FreshnessManager, RevisionManager):
     """The metastore API (see module docstring).
 
     Args:
