@@ -9,6 +9,19 @@ as ``from common.flights import topology``.
         -> carrier_daily_delay -> flights.carrier_daily_delay
         -> carrier_ranking -> flights.carrier_ranking
 
+With ``TSB_FLIGHTS_WINDOWS=1`` in the environment that parses the DAGs (opt-in; the README's
+"Event-time windows and late data"), the topology also holds the event-time window job:
+
+    raw.flights -> origin_hourly_delay -> flights.origin_hourly_delay (emitted hourly windows)
+                                       -> flights.origin_hourly_open (open windows: the state)
+                                       -> flights.origin_hourly_late (late rows dropped, per barrier)
+
+It needs event-time barriers (``ts_kind="event"``, as ``flights_topology`` and
+``flights_streaming`` generate). It is opt-in because every job of this topology runs in many CI
+tests and benchmarks (one more ``spark-submit`` per DAG run); it is a switch of this topology
+rather than a topology of its own so that the windows are of the same barriers as the other
+flights tables and run in the same DAG runs.
+
 ``TSB_SPARK_APPS`` is the ``spark_apps`` folder itself (default: the one next to ``dags/``).
 The jobs declare the examples' small-machine Spark settings (``LOCAL_SPARK_CONF``: 4 shuffle
 partitions, a 1 GB driver); the provider adds none of its own.
@@ -24,27 +37,46 @@ from tsb_examples.spark_conf import LOCAL_SPARK_CONF
 
 APPS = Path(os.environ.get("TSB_SPARK_APPS") or Path(__file__).resolve().parents[2] / "spark_apps")
 
-topology = Topology("flights")
-topology.root_table("raw.flights", event_time_column="time_hour")
-topology.root_table("raw.weather", event_time_column="time_hour")
-topology.job(
-    "enrich_flights",
-    str(APPS / "flights" / "enrich_flights.py"),
-    sources=["raw.flights", "raw.weather"],
-    sinks=["flights.flights_enriched"],
-    conf=LOCAL_SPARK_CONF,
-)
-topology.job(
-    "carrier_daily_delay",
-    str(APPS / "flights" / "carrier_daily_delay.py"),
-    sources=["flights.flights_enriched"],
-    sinks=["flights.carrier_daily_delay"],
-    conf=LOCAL_SPARK_CONF,
-)
-topology.job(
-    "carrier_ranking",
-    str(APPS / "flights" / "carrier_ranking.py"),
-    sources=["flights.carrier_daily_delay"],
-    sinks=["flights.carrier_ranking"],
-    conf=LOCAL_SPARK_CONF,
-)
+
+def flights_topology(*, windows: bool = False, warehouse: str | None = None) -> Topology:
+    """The flights topology; ``windows``: with the event-time window job ``origin_hourly_delay``.
+
+    ``warehouse``: where tables without a location go (default ``$TSB_WAREHOUSE``, see
+    :func:`airflow_provider_tsb.topology.default_warehouse`).
+    """
+    topology = Topology("flights", warehouse=warehouse)
+    topology.root_table("raw.flights", event_time_column="time_hour")
+    topology.root_table("raw.weather", event_time_column="time_hour")
+    topology.job(
+        "enrich_flights",
+        str(APPS / "flights" / "enrich_flights.py"),
+        sources=["raw.flights", "raw.weather"],
+        sinks=["flights.flights_enriched"],
+        conf=LOCAL_SPARK_CONF,
+    )
+    topology.job(
+        "carrier_daily_delay",
+        str(APPS / "flights" / "carrier_daily_delay.py"),
+        sources=["flights.flights_enriched"],
+        sinks=["flights.carrier_daily_delay"],
+        conf=LOCAL_SPARK_CONF,
+    )
+    topology.job(
+        "carrier_ranking",
+        str(APPS / "flights" / "carrier_ranking.py"),
+        sources=["flights.carrier_daily_delay"],
+        sinks=["flights.carrier_ranking"],
+        conf=LOCAL_SPARK_CONF,
+    )
+    if windows:
+        topology.job(
+            "origin_hourly_delay",
+            str(APPS / "flights" / "origin_hourly_delay.py"),
+            sources=["raw.flights"],
+            sinks=["flights.origin_hourly_delay", "flights.origin_hourly_open", "flights.origin_hourly_late"],
+            conf=LOCAL_SPARK_CONF,
+        )
+    return topology
+
+
+topology = flights_topology(windows=os.environ.get("TSB_FLIGHTS_WINDOWS", "") == "1")

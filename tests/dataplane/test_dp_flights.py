@@ -1,13 +1,22 @@
-"""nycflights13 topology: enrich_flights -> carrier_daily_delay -> carrier_ranking."""
+"""nycflights13 topology: enrich_flights -> carrier_daily_delay -> carrier_ranking.
+
+The run also pins what ``enrich_flights`` does with late weather (README "Event-time windows and
+late data"): the EWR weather of 2013-01-01 15:00 UTC is held back from barrier 1 and arrives with
+barrier 2; the 18 flights of that hour keep null weather at barrier 2 (an append sink joins each
+flight once, with the weather visible at the barrier that first sees it).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from airflow_provider_tsb.delta import version_of_barrier
+from airflow_provider_tsb.delta.roots import append_rows
 from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, read_snapshot, run_batch
 from tests.support.dataplane import load_app_module, rows_at_barrier
 from tsb_examples.datasets import nycflights13 as nyc
@@ -22,9 +31,15 @@ def test_flights_topology_consistent_at_every_barrier(spark, tmp_path: Path) -> 
     plan = PlanFile(str(tmp_path / "plan.json"))
     plan.set_tables(tables)
     days = nyc.days(dt.date(2013, 1, 1), 2)
-    for day in days:
-        nyc.ingest_day(tables[nyc.FLIGHTS], tables[nyc.WEATHER], day)
-        plan.append_barrier([nyc.FLIGHTS, nyc.WEATHER])
+    late_hour = pa.scalar(dt.datetime(2013, 1, 1, 15, tzinfo=dt.UTC), pa.timestamp("us", tz="UTC"))
+    weather1 = nyc.weather_of_day(days[0])
+    held = pc.and_(pc.equal(weather1["origin"], "EWR"), pc.equal(weather1["time_hour"], late_hour))
+    append_rows(tables[nyc.FLIGHTS], nyc.flights_of_day(days[0]))
+    append_rows(tables[nyc.WEATHER], weather1.filter(pc.invert(held)))  # EWR 15:00 arrives late
+    plan.append_barrier([nyc.FLIGHTS, nyc.WEATHER])
+    append_rows(tables[nyc.WEATHER], weather1.filter(held))
+    nyc.ingest_day(tables[nyc.FLIGHTS], tables[nyc.WEATHER], days[1])
+    plan.append_barrier([nyc.FLIGHTS, nyc.WEATHER])
     catalog = PlanFileCatalog(plan.path)
     for script in ("enrich_flights.py", "carrier_daily_delay.py", "carrier_ranking.py"):
         app = load_app_module(f"flights/{script}").APP
@@ -42,6 +57,13 @@ def test_flights_topology_consistent_at_every_barrier(spark, tmp_path: Path) -> 
         ranking = rows_at_barrier(spark, tables[RANKING], b)
         assert sum(r[1] for r in ranking) == n
         assert sorted(r[-1] for r in ranking) == list(range(1, len(ranking) + 1))
+    # late weather: the flights of EWR 01-01 15:00 UTC were joined at barrier 1 without it and keep
+    # null weather at barrier 2, where the weather row is visible (documented: README)
+    raw_weather = read_snapshot(spark, tables[nyc.WEATHER], raw[1]["roots"][nyc.WEATHER])
+    at_hour = (F.col("origin") == "EWR") & (F.col("time_hour") == late_hour.as_py())
+    assert raw_weather.where(at_hour).count() == 1
+    late_flights = enriched.where(at_hour)
+    assert late_flights.count() == 18 and late_flights.where(F.col("temp").isNotNull()).count() == 0
     # day 1 groups were not changed by barrier 2
     d1 = daily.where(F.col("day") == 1).orderBy("carrier").collect()
     first = read_snapshot(spark, tables[DAILY], version_of_barrier(tables[DAILY], 1)).orderBy("carrier").collect()
