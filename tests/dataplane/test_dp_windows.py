@@ -168,7 +168,12 @@ def test_hourly_windows_emit_at_the_watermark_and_drop_late_rows(
         app = load_app_module("flights/origin_hourly_delay.py").APP
         argv = ["--metastore-url", metastore_url, "--until-barrier", "3",
                 *(f"--table={name}={topology.location(name)}" for name in (FLIGHTS, WINDOWS, OPEN, LATE))]
-        assert run_app(app, argv, spark=request.getfixturevalue("spark")) == 0
+        spark = request.getfixturevalue("spark")
+        assert run_app(app, argv, spark=spark) == 0
+        # a system-time barrier has no watermark: the job fails naming it, before reading anything
+        store.create_barrier(topology.name, read_root_versions(topology), ts_kind=TsKind.SYSTEM)
+        with pytest.raises(ValueError, match="barrier 4 has no event-time watermark; .* ts_kind='event'"):
+            run_app(app, [*argv[:2], *argv[4:]], spark=spark)
     else:  # the operator's spark-submit command line
         proc = run_job(Deployment(metastore_url, store, topology, tmp_path), "origin_hourly_delay", 3)
         assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
