@@ -40,6 +40,11 @@ class DoubleWriterError(TopologyError):
         self.jobs = jobs
 
 
+class BarrierDomainError(TopologyError):
+    """Topologies that must share barriers cannot (both already have barrier histories, or a
+    declared barrier domain conflicts with the one the shared root tables give)."""
+
+
 class UnknownTableError(TopologyError, LookupError):
     """A table is referenced that neither the topology nor the metastore knows."""
 

@@ -14,7 +14,9 @@ Rules (docs/design.md "Vocabulary"; FLIP-276 "MetaService" registration):
 * every source of a job is a root table, a sink of a job, or declared external
   (written by a job of another DAG file of the same topology);
 * every job has at least one sink;
-* the graph is acyclic.
+* the graph is acyclic;
+* a root table may be declared by several topologies (a shared root) at one location: they
+  then share one barrier domain (:mod:`airflow_provider_tsb.metastore.domains`).
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class Topology:
     """
 
     def __init__(
-        self, name: str, *, warehouse: str | None = None, freshness: timedelta | float | None = None
+        self, name: str, *, warehouse: str | None = None, freshness: timedelta | float | None = None,
+        barrier_domain: str | None = None,
     ) -> None:
         """Create an empty topology.
 
@@ -79,6 +82,11 @@ class Topology:
                 (default :func:`default_warehouse`).
             freshness: default freshness target (timedelta or seconds) of every sink table
                 that does not declare its own (README "Freshness targets").
+            barrier_domain: the barrier domain to join (issue 13 item 1, FLIP-276 "Data
+                Consistency Management"): topologies of one domain share barrier ids, so the
+                same barrier id means the same root versions and their tables can be read
+                together. ``None``: the topology's own domain, which it leaves for the domain of
+                any topology it shares a root table with (derived at registration).
 
         Raises:
             InvalidNameError: the name is not a valid identifier.
@@ -90,6 +98,9 @@ class Topology:
         self.name = name
         self.warehouse = warehouse
         self.freshness_s = freshness_seconds(freshness, f"topology {name!r}")
+        if barrier_domain is not None:
+            validate_job_id(barrier_domain)
+        self.barrier_domain = barrier_domain
         self.tables: dict[str, Table] = {}
         self.jobs: dict[str, Job] = {}
         self._declaration_errors: list[TopologyError] = []
@@ -277,6 +288,7 @@ def validate_union(topologies: Sequence[Topology]) -> list[TopologyError]:
     owners: dict[str, str] = {}
     jobs: dict[str, Job] = {}
     job_topology: dict[str, str] = {}
+    by_name = {topo.name: topo for topo in topologies}
     for topo in topologies:
         for table in topo.tables.values():
             prev = tables.get(table.name)
@@ -284,12 +296,9 @@ def validate_union(topologies: Sequence[Topology]) -> list[TopologyError]:
                 tables[table.name] = table
                 owners[table.name] = topo.name
             elif prev.kind == "root" and table.kind == "root" and owners[table.name] != topo.name:
-                errors.append(
-                    TopologyError(
-                        f"root table {table.name!r} is declared by topologies "
-                        f"{owners[table.name]!r} and {topo.name!r}; a table belongs to one topology"
-                    )
-                )
+                error = _shared_root_error(table.name, topo, by_name[owners[table.name]])
+                if error is not None:
+                    errors.append(error)
         for job in topo.jobs.values():
             if job.id in jobs and jobs[job.id] != job:
                 errors.append(
@@ -340,6 +349,24 @@ def validate_union(topologies: Sequence[Topology]) -> list[TopologyError]:
     if cycle is not None:
         errors.append(cycle)
     return errors
+
+
+def _shared_root_error(name: str, topo: Topology, owner: Topology) -> TopologyError | None:
+    """Two topologies may declare one root table (a shared root: issue 13 item 1) at one location
+    and in one barrier domain; anything else is an error naming both topologies."""
+    here, there = topo.location(name), owner.location(name)
+    if here != there:
+        return TopologyError(
+            f"root table {name!r} is declared by topologies {owner.name!r} at {there!r} and "
+            f"{topo.name!r} at {here!r}; topologies that share a root table must declare the same location"
+        )
+    if topo.barrier_domain and owner.barrier_domain and topo.barrier_domain != owner.barrier_domain:
+        return TopologyError(
+            f"topologies {owner.name!r} (barrier domain {owner.barrier_domain!r}) and {topo.name!r} "
+            f"(barrier domain {topo.barrier_domain!r}) share root table {name!r}, so they must share "
+            "barriers: declare the same barrier_domain, or none on one of them"
+        )
+    return None
 
 
 def declared_topologies() -> list[Topology]:

@@ -61,6 +61,31 @@ def read_root_versions(topology: Topology) -> dict[str, int]:
     return versions
 
 
+def read_domain_root_versions(store: MetaStore, topology: Topology, versions: dict[str, int]) -> dict[str, int]:
+    """``versions`` (of ``topology``'s own root tables) plus the current Delta version of every
+    other root table of its barrier domain, read at its registered location (issue 13 item 1:
+    a barrier records every root version of the domain; :mod:`~airflow_provider_tsb.metastore.domains`).
+
+    Raises:
+        RootTableError: another topology's root table cannot be read (names it and its location).
+    """
+    from airflow_provider_tsb.delta.barriers import root_version
+
+    domain = store.barrier_domain(topology.name)
+    out = dict(versions)
+    for name, location in domain.root_tables.items():
+        if name in out:
+            continue
+        try:
+            out[name] = root_version(location)
+        except Exception as exc:  # TableNotFoundError, or an unreadable log
+            raise RootTableError(
+                f"root table {name!r} at {location!r} of barrier domain {domain.name!r} (topologies "
+                f"{list(domain.topologies)}) cannot be read for barrier generation of {topology.name!r}: {exc}"
+            ) from exc
+    return out
+
+
 class TsbBarrierHook(BaseHook):
     """Generate the timestamp barriers of ``topology`` (see module doc).
 
@@ -113,7 +138,7 @@ class TsbBarrierHook(BaseHook):
         """
         store = self.get_conn()
         store.register_topology(self.topology)
-        versions = read_root_versions(self.topology)
+        versions = read_domain_root_versions(store, self.topology, read_root_versions(self.topology))
         ts_ms = None
         if self.ts_kind == TsKind.EVENT:
             ts_ms = self.watermark(versions)
@@ -169,6 +194,7 @@ class TsbBarrierHook(BaseHook):
             last = store.latest_barrier(self.topology.name)
             if last is not None and last.ts_kind == TsKind.EVENT:
                 ts_ms = max(ts_ms, last.ts_ms)
+        versions = read_domain_root_versions(store, self.topology, versions)
         return store.create_barrier(
             self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final,
             barrier_log=barrier_log_of(self.topology),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.delta.barrier_log import BarrierLogEntry
@@ -14,12 +14,13 @@ from airflow_provider_tsb.exceptions import (
     UnknownTableError,
 )
 from airflow_provider_tsb.metastore.barrier_history import check_tables, log_barrier
-from airflow_provider_tsb.metastore.base import StoreBase, checked_int
+from airflow_provider_tsb.metastore.base import checked_int
+from airflow_provider_tsb.metastore.domains import DomainManager, domain_roots, lock_domain
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
     TableBarrierRow,
     TableRow,
-    TopologyRow,
+    TopologyRootRow,
 )
 from airflow_provider_tsb.metastore.records import (
     BarrierInfo,
@@ -30,8 +31,9 @@ from airflow_provider_tsb.metastore.records import (
 from airflow_provider_tsb.names import normalize_table_name
 
 
-class BarrierManager(StoreBase):
-    """Barriers of a topology: strictly increasing ids, the root versions recorded at each."""
+class BarrierManager(DomainManager):
+    """Barriers of a topology: strictly increasing ids, the root versions recorded at each; the
+    same ids across the topologies of a barrier domain (:mod:`.domains`)."""
 
     def create_barrier(
         self,
@@ -46,14 +48,17 @@ class BarrierManager(StoreBase):
     ) -> BarrierInfo:
         """Generate the next barrier of ``topology`` (FLIP-276 "Timestamp Barrier").
 
-        In one transaction: lock the topology, return the existing barrier if ``run_key`` was
-        used before (idempotent per DAG run), else insert barrier ``max + 1`` and a WRITTEN row
-        with the Delta version of every root table.
+        In one transaction: lock the topologies of ``topology``'s barrier domain, return the
+        existing barrier if ``run_key`` was used before (idempotent per DAG run), else insert
+        barrier ``max + 1`` in every topology of the domain (same id, timestamp and root
+        versions: :mod:`.domains`) and a WRITTEN row with the Delta version of every root table
+        of the domain.
 
         Args:
             topology: topology name (registered).
             root_versions: {root table: Delta version} read just before the call; must name
-                every registered root table of the topology.
+                every registered root table of the topology's barrier domain
+                (:meth:`barrier_domain` lists them; a topology alone is its own domain).
             ts_ms: barrier timestamp, epoch ms; system time when omitted.
             ts_kind: ``system`` or ``event`` (``ts_ms`` is then the event-time watermark).
             run_key: idempotency key, e.g. the Airflow DAG run id.
@@ -86,43 +91,35 @@ class BarrierManager(StoreBase):
         if ts_ms is not None:
             ts_ms = checked_int(ts_ms, "ts_ms (the barrier timestamp, epoch ms)")
         with self._tx(write=True) as s:
-            locked = s.execute(
-                update(TopologyRow)
-                .where(TopologyRow.name == topology)
-                .values(lock_version=TopologyRow.lock_version + 1)
-            )
-            created_at = now_ms()  # under the topology lock: timestamps rise with barrier ids
-            if not locked.rowcount:
+            locked = lock_domain(s, topology)
+            created_at = now_ms()  # under the domain's locks: timestamps rise with barrier ids
+            if locked is None:
                 raise TopologyError(
                     f"topology {topology!r} is not registered; register its tables and jobs "
                     "(the barrier operator does it from the DAG file's Topology) first"
                 )
+            domain, domain_topologies = locked
             if run_key is not None:
                 found = s.scalar(
                     select(BarrierRow).where(BarrierRow.topology == topology, BarrierRow.run_key == run_key)
                 )
                 if found is not None:
                     return self._barrier_info(s, found, created=False)
-            roots = dict(
-                s.execute(
-                    select(TableRow.name, TableRow.id).where(
-                        TableRow.topology == topology, TableRow.kind == "root"
-                    )
-                ).all()
-            )
+            roots = domain_roots(s, domain_topologies)
+            of_domain = "" if domain_topologies == [topology] else f" (barrier domain {domain!r}: {domain_topologies})"
             missing = sorted(set(roots) - set(versions))
             if missing:
                 raise UnknownTableError(
-                    f"barrier generation for topology {topology!r} lacks the Delta version of root "
+                    f"barrier generation for topology {topology!r}{of_domain} lacks the Delta version of root "
                     f"table(s) {missing}; every root table's version is recorded at each barrier"
                 )
             unknown = sorted(set(versions) - set(roots))
             if unknown:
                 raise UnknownTableError(
-                    f"{unknown} are not registered root tables of topology {topology!r}"
+                    f"{unknown} are not registered root tables of topology {topology!r}{of_domain}"
                 )
             last = s.scalar(
-                select(BarrierRow).where(BarrierRow.topology == topology)
+                select(BarrierRow).where(BarrierRow.topology.in_(domain_topologies))
                 .order_by(BarrierRow.barrier_id.desc()).limit(1)
             )
             ts = int(ts_ms if ts_ms is not None else created_at)
@@ -150,18 +147,19 @@ class BarrierManager(StoreBase):
                             "must not be restored under a running topology"
                         )
             barrier = (last.barrier_id if last is not None else 0) + 1
-            row = BarrierRow(
-                topology=topology,
-                barrier_id=barrier,
-                ts_ms=ts,
-                ts_kind=ts_kind,
-                created_at_ms=created_at,
-                run_key=run_key,
-                final=bool(final),
-            )
-            s.add(row)
+            for member in domain_topologies:  # one barrier, the same in every topology of the domain
+                s.add(BarrierRow(
+                    topology=member,
+                    barrier_id=barrier,
+                    ts_ms=ts,
+                    ts_kind=ts_kind,
+                    created_at_ms=created_at,
+                    run_key=run_key if member == topology else None,
+                    final=bool(final),
+                ))
             s.flush()
-            check_tables(s, topology, barrier)
+            for member in domain_topologies:
+                check_tables(s, member, barrier)
             if roots:
                 s.execute(
                     insert(TableBarrierRow),
@@ -183,12 +181,13 @@ class BarrierManager(StoreBase):
             return BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, versions, final=bool(final))
 
     def _barrier_info(self, s: Session, row: BarrierRow, created: bool = True) -> BarrierInfo:
+        read = select(TopologyRootRow.table_id).where(TopologyRootRow.topology == row.topology)
         versions = dict(
             s.execute(
                 select(TableRow.name, TableBarrierRow.version)
                 .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
                 .where(
-                    TableRow.topology == row.topology,
+                    TableRow.id.in_(read),
                     TableRow.kind == "root",
                     TableBarrierRow.barrier_id == row.barrier_id,
                 )

@@ -364,6 +364,8 @@ class DeclaredTopology(Protocol):
     name: str
     warehouse: str | None
     tables: Mapping[str, Table]
+    #: the declared barrier domain (``None``: derived from shared root tables)
+    barrier_domain: str | None
 
     @property
     def root_tables(self) -> list[Table]: ...

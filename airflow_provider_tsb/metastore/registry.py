@@ -19,6 +19,7 @@ from airflow_provider_tsb.exceptions import (
     UnknownTableError,
 )
 from airflow_provider_tsb.lineage import Job, Table, cycle_error, double_writer_error
+from airflow_provider_tsb.metastore.domains import assign_domain, join_domain
 from airflow_provider_tsb.metastore.models import (
     JobBarrierRow,
     JobRow,
@@ -26,6 +27,7 @@ from airflow_provider_tsb.metastore.models import (
     JobSourceRow,
     RegistryLockRow,
     TableRow,
+    TopologyRootRow,
     TopologyRow,
 )
 from airflow_provider_tsb.metastore.records import (
@@ -52,11 +54,28 @@ class RegistryManager(RegistryReads):
             TopologyError and subclasses: as :meth:`register_job`.
         """
         topology.validate()
+        declared = getattr(topology, "barrier_domain", None)
+        if declared:
+            self.set_barrier_domain(topology.name, declared)
         for table in topology.root_tables:
             self.register_table(topology.name, table, topology.warehouse)
         for job in topology.jobs_in_order():
             tables = {name: topology.tables[name] for name in (*job.sources, *job.sinks)}
             self.register_job(topology.name, job, tables, warehouse=topology.warehouse)
+
+    def set_barrier_domain(self, topology: str, domain: str) -> None:
+        """Put ``topology`` (registered now if new) and the topologies it shares root tables with
+        in barrier domain ``domain`` (:mod:`.domains`; ``Topology(..., barrier_domain=...)``).
+
+        Raises:
+            BarrierDomainError: the topology already has barriers in another domain.
+            InvalidNameError: ``domain`` is not an identifier.
+        """
+        validate_job_id(domain)
+        with self._tx(write=True) as s:
+            self._lock_registry(s)
+            self._ensure_topology(s, topology)
+            assign_domain(s, topology, domain)
 
     def register_table(self, topology: str, table: Table, warehouse: str | None = None) -> TableInfo:
         """Register (or find) a table of ``topology``. Idempotent.
@@ -131,7 +150,8 @@ class RegistryManager(RegistryReads):
                         if decl is None or decl.kind == "external":
                             decl = Table(name, "intermediate", decl.location if decl else None)
                         row = self._upsert_table(s, topology, decl, warehouse)
-                    elif row.topology != topology:  # a job reads the tables of its own topology only
+                    elif row.topology != topology and not self._shares_root(s, topology, row):
+                        # a job reads the tables of its own topology, and the root tables it shares
                         raise TopologyError(f"table {name!r} belongs to topology {row.topology!r}, not {topology!r}"
                                             f" of job {job.id!r}; a job reads the tables of its own topology")
                     rows[name] = row
@@ -302,11 +322,22 @@ class RegistryManager(RegistryReads):
             )
             s.add(row)
             s.flush()
+            if kind == "root":
+                s.add(TopologyRootRow(topology=topology, table_id=row.id))
+                s.flush()
+            return row
+        if row.topology != topology and row.kind == "root" and table.kind == "root" and row.location == location:
+            # a shared root table (issue 13 item 1): the topologies join one barrier domain
+            if not self._shares_root(s, topology, row):
+                s.add(TopologyRootRow(topology=topology, table_id=row.id))
+                s.flush()
+            join_domain(s, topology, row.topology, name)
             return row
         if row.topology != topology:
             raise TopologyError(
-                f"table {name!r} belongs to topology {row.topology!r}, not {topology!r}; "
-                "a table belongs to exactly one topology"
+                f"table {name!r} belongs to topology {row.topology!r}, not {topology!r}; a table belongs "
+                "to exactly one topology (only root tables are shared, declared as root tables at the "
+                "same location)"
             )
         if row.kind != kind and table.kind != "external":
             raise TopologyError(
@@ -323,6 +354,11 @@ class RegistryManager(RegistryReads):
         if table.freshness_s is not None and table.kind == "intermediate":  # a declared target wins
             row.freshness_ms = round(table.freshness_s * 1000)
         return row
+
+    @staticmethod
+    def _shares_root(s: Session, topology: str, row: TableRow) -> bool:
+        """Whether ``topology`` reads root table ``row`` (its own or a shared one)."""
+        return row.kind == "root" and s.get(TopologyRootRow, (topology, row.id)) is not None
 
     def _registered_graph(self, s: Session, exclude_job: str | None = None) -> nx.DiGraph:
         names = dict(s.execute(select(TableRow.id, TableRow.name)).all())

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import UnknownJobError, UnknownTableError
 from airflow_provider_tsb.lineage import Job, Table, build_graph
 from airflow_provider_tsb.metastore.base import StoreBase
-from airflow_provider_tsb.metastore.models import JobRow, JobSinkRow, JobSourceRow, TableRow, TopologyRow
+from airflow_provider_tsb.metastore.models import (
+    JobRow,
+    JobSinkRow,
+    JobSourceRow,
+    TableRow,
+    TopologyRootRow,
+    TopologyRow,
+)
 from airflow_provider_tsb.metastore.records import JobInfo, TableInfo
 from airflow_provider_tsb.names import normalize_table_name
 
@@ -104,8 +111,9 @@ class RegistryReads(StoreBase):
         """All registered tables (of one topology), ordered by name. Three queries, whatever the count."""
         with self._tx() as s:
             query = select(TableRow).order_by(TableRow.name)
-            if topology:
-                query = query.where(TableRow.topology == topology)
+            if topology:  # its own tables and the root tables it shares (metastore/domains.py)
+                shared = select(TopologyRootRow.table_id).where(TopologyRootRow.topology == topology)
+                query = query.where(or_(TableRow.topology == topology, TableRow.id.in_(shared)))
             rows = list(s.scalars(query))
             ids = [r.id for r in rows]
             writers = dict(

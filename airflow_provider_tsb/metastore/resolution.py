@@ -15,6 +15,7 @@ from airflow_provider_tsb.exceptions import (
     UnknownTableError,
 )
 from airflow_provider_tsb.metastore.barrier_history import unknown_barrier_error
+from airflow_provider_tsb.metastore.domains import domain_name
 from airflow_provider_tsb.metastore.leases import LeaseManager
 from airflow_provider_tsb.metastore.models import (
     TableBarrierRow,
@@ -78,7 +79,8 @@ class ResolutionManager(RegistryManager, TableStateManager, LeaseManager):
             InconsistentReadError: no barrier satisfies the level over Q, ``as_of`` is not
                 COMMIT over Q (names the tables that lack it and what they have), or
                 ``min_barrier`` is no longer available (after a rollback).
-            TopologyError: the tables belong to different topologies (barriers are per topology).
+            TopologyError: the tables belong to topologies of different barrier domains (barrier
+                ids are per domain: :mod:`.domains`).
             ExpiredVersionError: the barrier (``as_of``, or the newest one consistent over Q)
                 was expired by snapshot expiry in a table of Q (names the table, the barrier and
                 the retention ``keep_barriers``); an expired version is never answered.
@@ -107,12 +109,16 @@ class ResolutionManager(RegistryManager, TableStateManager, LeaseManager):
                 raise UnknownTableError(
                     f"table(s) {missing} are not registered in the tsb metastore; check the names"
                 )
-            topologies = {r.topology for r in rows}
+            topologies = sorted({r.topology for r in rows})
             if len(topologies) > 1:
-                raise TopologyError(
-                    f"tables {names} belong to different topologies {sorted(topologies)}; barriers "
-                    "are per topology, so resolve each topology's tables separately"
-                )
+                domains = {t: domain_name(s, t) for t in topologies}
+                if len(set(domains.values())) > 1:
+                    raise TopologyError(
+                        f"tables {names} belong to topologies {topologies} of different barrier domains "
+                        f"{dict(sorted(domains.items()))}; barrier ids mean the same root versions only "
+                        "within one domain, so resolve each domain's tables separately (topologies that "
+                        "share a root table, or declare one barrier_domain, share barriers)"
+                    )
             ids = [by_name[n].id for n in names]
             if lease_seconds is not None:
                 self._lock_tables(s, ids)  # the lock snapshot expiry marks under (metastore/expiry.py)
