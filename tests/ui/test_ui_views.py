@@ -13,6 +13,7 @@ Run: ``.venv/bin/pytest tests/ui/test_ui_views.py``
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -43,9 +44,10 @@ def populate(url: str, warehouse: Path) -> MetaStore:
     sink of carrier_ranking, which is still running); per-job timings vary so bottlenecks differ."""
     store = MetaStore(url)
     store.migrate()
-    topo = Topology("flights", warehouse=str(warehouse))
+    topo = Topology("flights", warehouse=str(warehouse), freshness=timedelta(hours=1))
     topo.root_table("raw.flights")
     topo.root_table("raw.weather")
+    topo.table("tsb.flights.carrier_ranking", freshness=1)  # misses it: barrier 6 is not WRITTEN there
     for job_id, (sources, sink) in JOBS.items():
         topo.job(job_id, f"{job_id}.py", sources=sources, sinks=[sink])
     store.register_topology(topo)
@@ -109,6 +111,13 @@ def test_lineage_graph(page: Page, airflow_server: AirflowHandle, screenshot_dir
     assert enriched.get_attribute("data-lag") == "0"
     assert page.locator('[data-node="job:carrier_daily_delay"]').get_attribute("data-state") == "failed"
     assert page.locator('[data-node="job:carrier_ranking"]').get_attribute("data-state") == "running"
+    # freshness targets: carrier_ranking (1 s) misses it, held back by its own job; the others (1 h) meet it
+    assert (ranking.get_attribute("data-missed"), ranking.get_attribute("data-bottleneck"),
+            ranking.get_attribute("data-freshness-target")) == ("true", "carrier_ranking", "1")
+    assert float(ranking.get_attribute("data-freshness-lag") or 0) > 1
+    assert (ranking.locator("text.freshness").text_content() or "").startswith("MISSED: ")
+    assert (enriched.get_attribute("data-missed"), enriched.get_attribute("data-freshness-lag")) == ("false", "0")
+    assert enriched.locator("text.freshness").text_content() == "fresh: 0 ms ≤ 1.0 h"
     # click a table: barrier history and consistent versions
     ranking.click()
     page.wait_for_selector("#tsb-history tr[data-barrier]")
@@ -146,6 +155,17 @@ def test_delays_view(page: Page, airflow_server: AirflowHandle, screenshot_dir: 
     assert page.locator(f'#tsb-delay-table tr[data-barrier="{N_BARRIERS}"]').get_attribute("data-complete") == "false"
     assert page.locator("#tsb-chart-tables-svg circle[data-series]").count() == 3 * N_BARRIERS - 1
     assert page.locator("#tsb-chart-jobs-svg rect.bar.bottleneck").count() == N_BARRIERS
+    # freshness: target, lag, missed and the bottleneck job per table
+    fresh = page.locator("#tsb-freshness-table tr[data-table]")
+    got = fresh.evaluate_all(
+        "rs => rs.map(r => [r.dataset.table, r.dataset.missed, r.dataset.targetS, r.dataset.bottleneck])")
+    assert got == [["tsb.flights.carrier_daily_delay", "false", "3600", ""],
+                   ["tsb.flights.carrier_ranking", "true", "1", "carrier_ranking"],
+                   ["tsb.flights.flights_enriched", "false", "3600", ""]]
+    ranking = page.locator('#tsb-freshness-table tr[data-table="tsb.flights.carrier_ranking"]')
+    assert float(ranking.get_attribute("data-lag-s") or 0) > 1
+    assert page.locator("#tsb-freshness-summary").inner_text().startswith(
+        "1 table(s) miss their freshness target: tsb.flights.carrier_ranking")
     screenshot(page, screenshot_dir, "delays")
 
 
@@ -176,6 +196,7 @@ def test_unauthenticated_gets_no_data(browser: Browser, airflow_server: AirflowH
     base = airflow_server.base_url
     with httpx.Client(base_url=base, timeout=30) as client:
         for path in ("/tsb/api/v1/topology?name=flights", "/tsb/api/v1/delays?topology=flights",
+                     "/tsb/api/v1/freshness?topology=flights",
                      "/tsb/api/v1/tables/tsb/raw/flights/barriers", "/tsb/ui/lineage?topology=flights",
                      "/tsb/ui/delays?topology=flights"):
             r = client.get(path)

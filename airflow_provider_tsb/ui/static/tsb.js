@@ -88,7 +88,7 @@
   function drawGraph(topo) {
     const host = $("tsb-lineage");
     host.textContent = "";
-    const TW = 236, TH = 78, JW = 190, JH = 62, COL = 262, ROW = 104, PAD = 24;
+    const TW = 236, TH = 108, JW = 190, JH = 62, COL = 262, ROW = 122, PAD = 24;
     const level = layers(topo.nodes, topo.edges);
     const cols = {};
     for (const n of topo.nodes) (cols[level[n.id]] = cols[level[n.id]] || []).push(n);
@@ -145,7 +145,17 @@
         const lagText = t.lag === null || t.lag === undefined ? "never written" : (t.lag === 0 ? "up to date" :
           `${t.lag} barrier${t.lag === 1 ? "" : "s"} behind #${topo.newest_barrier}`);
         g.appendChild(svg("text", { x: 10, y: 58, class: "sub lag" + (t.lag ? " warn" : "") }, "lag: " + lagText));
-        g.appendChild(svg("title", {}, `${n.name}\nnewest WRITTEN barrier ${wb}, Delta ${ver}\nlag: ${lagText}`));
+        const fresh = freshnessText(t);
+        if (t.freshness_missed) g.classList.add("missed");
+        g.setAttribute("data-freshness-target", t.freshness_target_s === null || t.freshness_target_s === undefined ? "" : t.freshness_target_s);
+        g.setAttribute("data-freshness-lag", t.freshness_lag_s === null || t.freshness_lag_s === undefined ? "" : t.freshness_lag_s);
+        g.setAttribute("data-missed", t.freshness_missed ? "true" : "false");
+        g.setAttribute("data-bottleneck", t.bottleneck || "");
+        if (fresh) g.appendChild(svg("text", { x: 10, y: 77, class: "sub freshness" + (t.freshness_missed ? " warn" : "") }, fresh));
+        if (t.bottleneck) g.appendChild(svg("text", { x: 10, y: 96, class: "sub bottleneck" + (t.freshness_missed ? " warn" : "") },
+          "bottleneck: " + t.bottleneck));
+        g.appendChild(svg("title", {}, `${n.name}\nnewest WRITTEN barrier ${wb}, Delta ${ver}\nlag: ${lagText}` +
+          (fresh ? "\n" + fresh : "") + (t.bottleneck ? "\nbottleneck job: " + t.bottleneck : "")));
         g.addEventListener("click", () => selectTable(n.name, g));
       } else {
         const j = topo.jobs[n.name] || {};
@@ -164,6 +174,47 @@
       root.appendChild(g);
     }
     host.appendChild(root);
+  }
+
+  function freshnessText(t) {
+    /* "MISSED: 12.3 s > 5.0 s target" / "fresh: 0 ms ≤ 30.0 s" / "" without a target nor lag */
+    const target = t.freshness_target_s, lag = t.freshness_lag_s;
+    if ((target === null || target === undefined) && !lag) return "";
+    const lagMs = Math.round((lag || 0) * 1000);
+    if (target === null || target === undefined) return `freshness: ${fmtMs(lagMs)} behind (no target)`;
+    return t.freshness_missed ? `MISSED: ${fmtMs(lagMs)} > ${fmtMs(Math.round(target * 1000))} target`
+      : `fresh: ${fmtMs(lagMs)} ≤ ${fmtMs(Math.round(target * 1000))}`;
+  }
+
+  function renderFreshness(data) {
+    const host = $("tsb-freshness");
+    if (!host) return;
+    host.textContent = "";
+    const names = Object.keys(data.tables).sort();
+    const t = el("table", { class: "tsb", id: "tsb-freshness-table", "data-missed": data.missed.join(",") });
+    const head = el("tr");
+    for (const h of ["table", "target", "lag", "status", "committed barrier", "bottleneck job"]) head.appendChild(el("th", {}, h));
+    t.appendChild(head);
+    for (const name of names) {
+      const f = data.tables[name];
+      const tr = el("tr", { "data-table": name, "data-missed": f.missed ? "true" : "false",
+        "data-lag-s": f.lag_s, "data-target-s": f.target_s === null ? "" : f.target_s, "data-bottleneck": f.bottleneck || "" });
+      tr.appendChild(el("td", { class: "l" }, name));
+      tr.appendChild(el("td", {}, f.target_s === null ? "–" : fmtMs(Math.round(f.target_s * 1000))));
+      tr.appendChild(el("td", {}, fmtMs(Math.round(f.lag_s * 1000))));
+      const st = el("td", { class: "l" }, f.missed ? "MISSED" : (f.target_s === null ? "no target" : "ok"));
+      if (f.missed) st.classList.add("bottleneck");
+      tr.appendChild(st);
+      tr.appendChild(el("td", {}, f.committed_barrier === null ? "none" : "#" + f.committed_barrier));
+      tr.appendChild(el("td", { class: "l" }, f.bottleneck || "–"));
+      t.appendChild(tr);
+    }
+    host.appendChild(el("p", { class: "tsb-summary", id: "tsb-freshness-summary" },
+      (data.missed.length ? `${data.missed.length} table(s) miss their freshness target: ${data.missed.join(", ")}`
+        : "No table misses its freshness target") +
+      (data.newest_barrier === null ? "" : ` · newest barrier #${data.newest_barrier}, generated ` +
+        `${fmtMs(Math.round(data.newest_barrier_age_s * 1000))} ago`)));
+    host.appendChild(t);
   }
 
   async function selectTable(name, g) {
@@ -400,7 +451,12 @@
     if (!CFG.topology) { $("tsb-chart-tables").textContent = "Choose a topology above."; return; }
     try {
       const before = new URLSearchParams(location.search).get("before");
-      renderDelays(await api("/delays" + qs({ topology: CFG.topology, limit: CFG.limit || 50, before })));
+      const [delays, freshness] = await Promise.all([
+        api("/delays" + qs({ topology: CFG.topology, limit: CFG.limit || 50, before })),
+        api("/freshness" + qs({ topology: CFG.topology })),
+      ]);
+      renderFreshness(freshness);
+      renderDelays(delays);
     } catch (err) {
       showError(String(err.message || err));
       $("tsb-chart-tables").textContent = "";
