@@ -196,7 +196,7 @@ class FreshnessManager(DelayManager):
         done = min((written.get(t, 0) for t in sinks), default=0)
         ready = min((written.get(t, 0) for t in sources), default=g or 0)
         lag_ms = 0
-        if ready > done:
+        if sinks and ready > done:  # a job with no sink registered yet has nothing to write
             first = s.execute(
                 select(BarrierRow.barrier_id, BarrierRow.created_at_ms)
                 .where(BarrierRow.topology == topology, BarrierRow.barrier_id > done)

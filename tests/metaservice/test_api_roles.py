@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,7 @@ READS: dict[str, tuple[str, str, Any]] = {
     "barriers": ("GET", "/barriers?topology=sales", None),
     "table_barriers": ("GET", "/tables/tsb/sales/out/barriers", None),
     "delays": ("GET", "/delays?topology=sales", None),
+    "freshness": ("GET", "/freshness?topology=sales", None),
     "version": ("GET", "/version/REPEATABLE_READ/tsb/sales/out", None),
     "versions": ("POST", "/versions", {"tables": ["tsb.sales.out", "tsb.raw_sales.events"]}),
     "ui_lineage": ("GET", "/tsb/ui/lineage?topology=sales", None),
@@ -229,6 +231,7 @@ def test_topologies_link_to_the_dags_that_run_them(dep: Deployment) -> None:
         ("GET", "/topology?name=no_such_topology", None),
         ("GET", "/barriers?topology=payroll", None),
         ("GET", "/delays?topology=payroll", None),
+        ("GET", "/freshness?topology=payroll", None),
         ("GET", "/tables/tsb/payroll/out/barriers", None),
         ("GET", "/tables/tsb/no_such/table/barriers", None),
         ("GET", "/version/READ_COMMITTED/tsb/payroll/out", None),
@@ -362,3 +365,38 @@ def test_body_size_limit_and_short_422(dep: Deployment) -> None:
     r = dep.call("admin", "POST", "/versions", {"tables": ["t" * 500_000]})
     assert r.status_code == 422 and len(r.content) < 1000 and r.json()["detail"][0]["loc"] == ["body", "tables", 0]
     assert dep.call("admin", "GET", "/health").status_code == 200  # the server is still there
+
+
+# ------------------------------------------------------------------ freshness targets (issue 13 item 6)
+def test_freshness_on_the_running_server(dep: Deployment) -> None:
+    """sales.out declares a 0.5 s target; a new barrier it has not committed makes it miss, with
+    sales_job as the bottleneck, for a reader of sales (TsbClient with alice's token); after
+    sales_job commits every barrier nothing misses. Runs last: it adds barriers to sales."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_tsb.client import TsbClient
+    from airflow_provider_tsb.lineage import Table
+
+    sink = "tsb.sales.out"
+    dep.store.register_table("sales", Table(sink, "intermediate", freshness_s=0.5))
+    newest = dep.store.create_barrier("sales", {"tsb.raw_sales.events": 0}, run_key="freshness").barrier
+    committed = dep.store.newest_written(sink).barrier
+    time.sleep(0.6)
+    client = TsbClient(str(dep.af.client.base_url) + API, token=dep.tokens["alice"])
+    answer = client.freshness("sales")
+    out = answer["tables"][sink]
+    assert answer["missed"] == [sink] and answer["newest_barrier"] == newest
+    assert (out["target_s"], out["missed"], out["committed_barrier"], out["bottleneck"]) == (0.5, True, committed,
+                                                                                           "sales_job")
+    assert out["lag_s"] >= 0.6 and answer["jobs"]["sales_job"]["lag_s"] >= 0.6
+    assert client.topology("sales")["tables"][sink]["freshness_missed"] is True
+    r = dep.call("alice", "GET", "/freshness?topology=payroll")
+    assert r.status_code == 403
+    _no_payroll(r)
+    location = dep.store.table(sink).location
+    for barrier in range(committed + 1, newest + 1):  # sales_job catches up
+        write(location, SCHEMA, [(barrier,)], "overwrite", barrier, "sales_job")
+        dep.store.record_written(sink, barrier, DeltaTable(location).version(), "sales_job")
+    answer = client.freshness("sales")
+    assert answer["missed"] == [] and answer["tables"][sink]["lag_s"] == 0.0
+    assert answer["tables"][sink]["bottleneck"] is None and answer["tables"][sink]["committed_barrier"] == newest
