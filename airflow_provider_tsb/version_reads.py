@@ -6,8 +6,10 @@ Consistency Type"; docs/design.md "Vocabulary"):
 
 * a WRITTEN (or READ_UNCOMMITTED ``LATEST``) table is read at its Delta version;
 * a PROCESSED table is its previous WRITTEN version with the staged manifest applied:
-  ``append`` = snapshot + staged files, ``overwrite`` = staged files only. Staged file paths
-  are relative to the table root (sinks are unpartitioned).
+  ``append`` = snapshot + staged files (minus the files in ``removes``: a merge's rewritten
+  files), ``overwrite`` = staged files only. Staged file paths are relative to the table root;
+  a partitioned sink's entries carry their ``partition_values``. Staged files with a column the
+  version lacks (schema evolution) add it (null in the version's rows).
 
 With Spark, delta-rs gives the file list of the version on the driver (metadata only) and the
 executors read the Parquet files; with Arrow, delta-rs ``to_pyarrow_table`` plus
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 
 class ResolvedVersion(Protocol):
@@ -65,6 +68,23 @@ def _mode(staged: Mapping[str, Any] | None) -> str | None:
     if mode not in ("append", "overwrite"):
         raise ValueError(f"staged manifest mode must be 'append' or 'overwrite', got {mode!r}")
     return mode
+
+
+def _removed(tv: ResolvedVersion) -> set[str]:
+    """Paths (relative to the table root) the PROCESSED manifest removes from the version."""
+    return {str(p) for p in ((tv.staged or {}).get("removes") or [])}
+
+
+def _partitioned(staged: Mapping[str, Any]) -> dict[tuple[tuple[str, str | None], ...], list[str]]:
+    """``{partition values: relative paths}`` of a manifest whose entries carry partition values
+    (``{}`` when none does)."""
+    groups: dict[tuple[tuple[str, str | None], ...], list[str]] = {}
+    for entry in staged.get("files") or []:
+        values = entry.get("partition_values") if isinstance(entry, Mapping) else None
+        if not values:
+            return {}
+        groups.setdefault(tuple(sorted(values.items())), []).append(entry["path"])
+    return groups
 
 
 def staged_gone(tv: ResolvedVersion, path: str) -> Exception:
@@ -126,7 +146,6 @@ def read_table_spark(spark: SparkSession, tv: ResolvedVersion) -> DataFrame:
         StagedFilesGoneError: a staged file of a PROCESSED answer is gone (checked on the
             driver, one ``stat`` per file; resolve again).
     """
-    from pyspark.sql.types import StructType
 
     from airflow_provider_tsb.delta.log import open_table
     from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema
@@ -139,18 +158,37 @@ def read_table_spark(spark: SparkSession, tv: ResolvedVersion) -> DataFrame:
     files = staged_paths(tv.location, tv.staged or {})
     _check_staged(tv, files)
     schema: StructType | None = spark_schema(open_table(tv.location, tv.version)) if tv.version is not None else None
-    if files:
-        reader = spark.read.schema(schema) if (schema is not None and mode == "append") else spark.read
-        staged = reader.parquet(*files)
-    elif schema is not None:
-        staged = spark.createDataFrame([], schema)
-    else:
-        staged = spark.createDataFrame([], StructType([]))
+    staged = _staged_spark(spark, tv, files, schema)
     if mode == "overwrite" or tv.version is None:
         return staged
-    base = read_snapshot(spark, tv.location, tv.version)
+    base = read_snapshot(spark, tv.location, tv.version, exclude=_removed(tv))
     return base.unionByName(staged, allowMissingColumns=True)
 
+
+def _staged_spark(spark: SparkSession, tv: ResolvedVersion, files: list[str], schema: StructType | None) -> DataFrame:
+    """The staged files as a DataFrame: partition values as columns, the version's column types."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructType
+
+    from airflow_provider_tsb.delta.log import join
+
+    if not files:
+        return spark.createDataFrame([], schema if schema is not None else StructType([]))
+    types = {f.name: f.dataType for f in schema.fields} if schema is not None else {}
+    groups = _partitioned(tv.staged or {}) or {(): files}
+    frames = []
+    for values, paths in groups.items():
+        frame = spark.read.parquet(*[p if p in files else join(tv.location, p) for p in paths])
+        for name, value in values:
+            frame = frame.withColumn(name, F.lit(value).cast(types.get(name, StringType())))
+        frames.append(frame.select(*[
+            F.col(c).cast(types[c]).alias(c) if c in types and frame.schema[c].dataType != types[c] else F.col(c)
+            for c in frame.columns
+        ]))
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame, allowMissingColumns=True)
+    return out
 
 
 def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
@@ -172,7 +210,7 @@ def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
     base: pa.Table | None = None
     if tv.version is not None:
         try:
-            base = scan_to_arrow(open_table(tv.location, tv.version))
+            base = scan_to_arrow(open_table(tv.location, tv.version), exclude=_removed(tv) if mode else None)
         except FileNotFoundError as exc:
             raise expired_version(tv, exc) from exc
     if mode is None:
@@ -181,12 +219,16 @@ def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
         return base
     fs, _root = filesystem(tv.location)
     parts = []
-    for path in staged_paths(tv.location, tv.staged or {}):
+    entries = [e for e in (tv.staged or {}).get("files") or []]
+    for path, entry in zip(staged_paths(tv.location, tv.staged or {}), entries, strict=True):
         file_fs, file_path = (fs, path) if "://" not in path else pafs.FileSystem.from_uri(path)
         try:
-            parts.append(pq.read_table(file_path, filesystem=file_fs))
+            part = pq.read_table(file_path, filesystem=file_fs)
         except FileNotFoundError as exc:
             raise staged_gone(tv, path) from exc
+        for name, value in ((entry.get("partition_values") or {}) if isinstance(entry, Mapping) else {}).items():
+            part = part.append_column(name, pa.array([value] * part.num_rows, pa.string()))
+        parts.append(part)
     if base is not None:
         parts = [_conform(p, base.schema) for p in parts]
     if mode == "append" and base is not None:
@@ -196,7 +238,7 @@ def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
     return pa.concat_tables(parts, promote_options="default")
 
 
-def scan_to_arrow(table: Any, columns: list[str] | None = None) -> pa.Table:
+def scan_to_arrow(table: Any, columns: list[str] | None = None, exclude: set[str] | None = None) -> pa.Table:
     """A delta-rs ``DeltaTable`` read into memory by a single-threaded Arrow scan.
 
     ``DeltaTable.to_pyarrow_table()`` scans on Arrow's thread pool; with ``deltalake`` 1.6 and
@@ -204,15 +246,31 @@ def scan_to_arrow(table: Any, columns: list[str] | None = None) -> pa.Table:
     without an active exception" (SIGABRT, exit code 134) in 15 of 20 runs on this project's
     machines, after the reader's work was done (the failure delta-io/delta-rs#2184 reports). A
     scan without threads ended cleanly in 20 of 20, so a reader's script exits 0.
+
+    ``exclude``: data file paths (relative to the table root) left out of the scan (the files a
+    PROCESSED merge manifest removes).
     """
-    return table.to_pyarrow_dataset().to_table(columns=columns, use_threads=False)
+    dataset = table.to_pyarrow_dataset()
+    if exclude:
+        import pyarrow.dataset as ds
+
+        kept = [f for f in dataset.get_fragments() if not any(f.path.endswith(p) for p in exclude)]
+        dataset = ds.FileSystemDataset(kept, dataset.schema, dataset.format, dataset.filesystem)
+    return dataset.to_table(columns=columns, use_threads=False)
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Cast a staged file's table to the Delta schema when the columns match (else keep it)."""
-    if set(table.column_names) != set(schema.names):
+    """Cast a staged file's table to the Delta schema: its columns in the schema's order and
+    types, then columns the schema lacks (a new column of schema evolution); else keep it."""
+    import pyarrow as pa
+
+    if not set(schema.names) <= set(table.column_names):
         return table
+    extra = [n for n in table.column_names if n not in schema.names]
     try:
-        return table.select(schema.names).cast(schema)
+        out = table.select(schema.names).cast(schema)
     except Exception:  # incompatible types: let concat_tables promote or report
         return table
+    for name in extra:
+        out = out.append_column(name, table.column(name))
+    return out if not extra else out.cast(pa.schema([*schema, *(table.schema.field(n) for n in extra)]))

@@ -7,16 +7,24 @@ txn (see :mod:`airflow_provider_tsb.delta.conventions`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from deltalake import CommitProperties, DeltaTable
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
-from deltalake.transaction import AddAction, create_table_with_add_actions
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from airflow_provider_tsb.delta.barriers import committed_barrier, table_epoch, version_of_barrier
-from airflow_provider_tsb.delta.conventions import BarrierTag, barrier_commit_properties, parse_tag
+from airflow_provider_tsb.delta.conventions import (
+    JOB_KEY,
+    SCHEMA_BARRIER_KEY,
+    BarrierTag,
+    barrier_commit_properties,
+    parse_tag,
+)
 from airflow_provider_tsb.delta.log import commit_info, normalize_location
 from airflow_provider_tsb.delta.restore import finish_pending_restore
 from airflow_provider_tsb.delta.snapshots import latest_table, latest_table_or_none, latest_version
@@ -62,6 +70,26 @@ class StagedFile:
 
 
 @dataclass(frozen=True)
+class RemovedFile:
+    """An active file of the table that a barrier's commit removes (a merge's rewritten file).
+
+    Attributes:
+        path: path relative to the table root, as in the file's ``add`` action.
+        size: bytes.
+        partition_values: partition column -> value as string (``{}`` if unpartitioned).
+    """
+
+    path: str
+    size: int
+    partition_values: Mapping[str, str | None] = field(default_factory=dict)
+
+    def to_remove_action(self, deletion_ms: int) -> RemoveAction:
+        """Return the delta-rs ``RemoveAction`` (``dataChange=True``; the file stays on storage
+        for time travel until ``vacuum``)."""
+        return RemoveAction(self.path, True, deletion_ms, self.size, dict(self.partition_values))
+
+
+@dataclass(frozen=True)
 class CommitOutcome:
     """Result of :func:`commit_barrier_files`.
 
@@ -92,6 +120,7 @@ def commit_barrier_files(
     mode: WriteMode,
     schema: DeltaSchema,
     partition_by: Sequence[str] = (),
+    removes: Sequence[RemovedFile] = (),
     before_commit: Callable[[], None] | None = None,
 ) -> CommitOutcome:
     """Commit ``files`` as barrier ``tag.barrier`` of ``tag.job_id``: exactly once.
@@ -100,9 +129,13 @@ def commit_barrier_files(
       if another attempt created it first, fall through to the checks below.
     * Barrier already committed in the current epoch (txn check): commit nothing, return the
       existing version (replay of a committed barrier is discarded).
-    * Otherwise one ``create_write_transaction`` (``append`` adds the files, ``overwrite``
-      removes every current file and adds these), with an empty ``files`` list still making a
-      commit so the barrier is WRITTEN.
+    * Otherwise one ``create_write_transaction`` (``append`` adds the files and removes
+      ``removes``, ``overwrite`` removes every current file and adds these), with an empty
+      ``files`` list still making a commit so the barrier is WRITTEN. ``schema`` is the table's
+      schema after the commit: ``overwrite`` writes a ``metaData`` action when it differs;
+      ``append`` keeps the table's (delta-rs 1.6 ignores it; see :func:`evolve_table_schema`).
+    * ``partition_by``: the partition columns of a table this commit creates (files carry their
+      ``partition_values``); an existing table keeps its own.
 
     * ``before_commit`` (the fencing check of the writer's attempt) runs right before the
       commit is attempted and may raise to commit nothing.
@@ -118,8 +151,12 @@ def commit_barrier_files(
             barrier; the txn check then discards it if the other writer committed it).
     """
     loc = normalize_location(location)
+    if removes and mode != "append":
+        raise ValueError(f"commit of barrier {tag.barrier} to {loc!r}: removes need mode 'append', got {mode!r}")
     adds = [f.to_add_action() for f in files]
     dt = latest_table_or_none(loc)
+    if dt is None and removes:
+        raise ValueError(f"commit of barrier {tag.barrier}: no table at {loc!r} to remove {len(removes)} file(s) from")
     if dt is None:
         if before_commit is not None:
             before_commit()
@@ -146,15 +183,18 @@ def commit_barrier_files(
     done = committed_barrier(loc, tag.job_id, table=dt, epoch=state)
     if done is not None and tag.barrier <= done:
         return _existing_version(loc, tag)
+    if mode == "append":
+        dt = evolve_table_schema(loc, dt, schema, tag, before_commit)
     read_version = dt.version()
     if before_commit is not None:
         before_commit()
     try:
+        now_ms = int(time.time() * 1000)
         dt.create_write_transaction(
-            adds,
+            [*adds, *(r.to_remove_action(now_ms) for r in removes)],
             mode,
             schema,
-            partition_by=list(partition_by) or None,
+            partition_by=list(dt.metadata().partition_columns) or None,
             commit_properties=barrier_commit_properties(tag, epoch=state.epoch),
         )
     except CommitFailedError:
@@ -168,6 +208,37 @@ def commit_barrier_files(
     if version is None:  # pragma: no cover - the commit above must be visible
         raise RuntimeError(f"barrier {tag.barrier} committed to {loc!r} but not found in its log")
     return CommitOutcome(version, committed=True)
+
+
+def evolve_table_schema(
+    location: str, table: DeltaTable, schema: DeltaSchema, tag: BarrierTag, before_commit: Callable[[], None] | None,
+) -> DeltaTable:
+    """Add the columns of ``schema`` the table lacks (nullable), in a commit of their own; return
+    the table at its newest version.
+
+    delta-rs 1.6.6 writes a ``metaData`` action only for ``overwrite`` writes
+    (``create_write_transaction`` keeps the table's schema on ``append``, and refuses
+    ``RemoveAction`` with ``overwrite``), so an ``append`` or ``merge`` barrier that adds a column
+    commits the schema right before its data: ``alter.add_columns`` with commit metadata
+    ``tsb.schema.barrier`` and no barrier tag or txn. The barrier's version is the data commit;
+    older barriers' versions keep the old schema. A crash between the two commits leaves the
+    new column with no data yet: the rerun finds it there and commits the data only.
+    """
+    have = {f.name for f in table.schema().fields}
+    new = [f for f in schema.fields if f.name not in have]
+    if not new:
+        return table
+    if before_commit is not None:
+        before_commit()
+    meta = {SCHEMA_BARRIER_KEY: str(tag.barrier), JOB_KEY: tag.job_id}
+    try:
+        table.alter.add_columns(new, commit_properties=CommitProperties(custom_metadata=meta))
+    except DeltaError:
+        latest = latest_table(location)
+        if {f.name for f in new} - {f.name for f in latest.schema().fields}:
+            raise
+        return latest  # another attempt added them first
+    return latest_table(location)
 
 
 def _own_commit_version(location: str, read_version: int, tag: BarrierTag) -> int | None:

@@ -49,6 +49,10 @@ EPOCH_REASON_KEY = "tsb.epoch.reason"
 #: ``tsb.restore.next_epoch`` and is followed by an epoch-bump commit, like a restore.
 TRUNCATE_KEY = "tsb.truncate"
 
+#: Commit metadata of a schema-only commit (new nullable columns) made right before the data
+#: commit of the barrier it names (``commit.evolve_table_schema``); it carries no barrier tag.
+SCHEMA_BARRIER_KEY = "tsb.schema.barrier"
+
 APP_ID_PREFIX = "tsb:"
 
 

@@ -43,12 +43,20 @@ from airflow_provider_tsb.names import normalize_table_name
 
 
 def manifest_dirs(manifest: Mapping[str, Any] | None) -> set[str]:
-    """Attempt directories (relative to the table root) of a staged-file manifest's files."""
+    """Attempt directories (relative to the table root) of a staged-file manifest's files.
+
+    A partitioned sink's file lies in Hive-style ``col=value/`` directories below its attempt
+    directory: those are stripped (one per partition value of the entry).
+    """
     dirs = set()
     for entry in (manifest or {}).get("files") or []:
         path = entry["path"] if isinstance(entry, Mapping) else str(entry)
         if "://" not in path and not path.startswith("/") and "/" in path:
-            dirs.add(posixpath.dirname(path))
+            folder = posixpath.dirname(path)
+            values = entry.get("partition_values") if isinstance(entry, Mapping) else None
+            for _ in values or ():
+                folder = posixpath.dirname(folder)
+            dirs.add(folder)
     return dirs
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import reduce
 from typing import Any
 
@@ -87,7 +87,8 @@ Ranges = Mapping[str, tuple[Any, Any]]
 
 
 def read_snapshot(
-    spark: SparkSession, location: str, version: int, *, within: Ranges | None = None
+    spark: SparkSession, location: str, version: int, *, within: Ranges | None = None,
+    exclude: Collection[str] | None = None,
 ) -> DataFrame:
     """Return the Delta table at ``location`` as of ``version`` as a lazy DataFrame.
 
@@ -103,6 +104,8 @@ def read_snapshot(
             range are read; files without statistics for a column are kept. The result is a
             superset of the rows in the ranges: join or filter for exactness. Ranges usually
             come from :func:`change_ranges`.
+        exclude: paths (relative to the table root, as in the ``add`` actions) of files to
+            leave out (the files a PROCESSED merge's manifest removes).
 
     Raises:
         TableNotFoundError: no table at ``location``.
@@ -115,9 +118,9 @@ def read_snapshot(
         schema = spark_schema(table)
         partition_columns = list(table.partition_columns)
         groups: dict[tuple[tuple[str, str | None], ...], list[str]] = defaultdict(list)
-        if partition_columns or within:
+        if partition_columns or within or exclude:
             for entry in _add_entries(table, stats_of=list(within or {})):
-                if within and not _overlaps(entry, within):
+                if (within and not _overlaps(entry, within)) or (exclude and entry["path"] in exclude):
                     continue
                 groups[_group_key(entry["partitionValues"], partition_columns)].append(join(loc, entry["path"]))
         else:

@@ -30,12 +30,27 @@ class Sink:
     """A sink table of an app.
 
     Attributes:
-        mode: ``append`` | ``overwrite`` | ``merge`` (upsert by ``keys``).
+        mode: ``append`` | ``overwrite`` | ``merge`` (upsert, and delete with ``delete_when``,
+            by ``keys``; only the files holding an affected key are rewritten).
         keys: key columns for ``merge``.
         schema: Spark DDL of the table, used by ``ctx.previous`` before the table exists
-            (without it ``previous`` returns ``None`` then).
-        max_files: coalesce each barrier's output to at most this many files.
+            (without it ``previous`` returns ``None`` then); a new column declared ``NOT NULL``
+            here is refused by schema evolution.
+        max_files: coalesce each barrier's output to at most this many files (per partition
+            written, for a partitioned sink).
         location: default location (overridden by the plan's tables or ``--table``).
+        partition_by: partition columns of the Delta table (Hive-style ``col=value/``
+            directories, Delta ``partitionColumns``), fixed when the table is created: a change
+            on an existing table is refused. Reads with a filter on them skip the other
+            partitions' files.
+        delete_when: ``merge`` only: a Spark SQL condition on the output's rows (e.g.
+            ``"op = 'D'"``); a row where it is true deletes its key from the table and is not
+            written, the others upsert (null counts as false). CDC-style: the output carries
+            inserts, updates and deletes of the epoch, at most one row per key.
+
+    Raises:
+        ValueError: ``merge`` without keys, ``delete_when`` without ``merge``, a column named
+            twice in ``keys`` or ``partition_by``.
     """
 
     mode: SinkMode = "append"
@@ -43,6 +58,21 @@ class Sink:
     schema: str | None = None
     max_files: int | None = None
     location: str | None = None
+    partition_by: tuple[str, ...] = ()
+    delete_when: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.partition_by, str):
+            object.__setattr__(self, "partition_by", (self.partition_by,))
+        if isinstance(self.keys, str):
+            object.__setattr__(self, "keys", (self.keys,))
+        if self.mode == "merge" and not self.keys:
+            raise ValueError("Sink(mode='merge') needs key columns: Sink(mode='merge', keys=('id',))")
+        if self.delete_when is not None and self.mode != "merge":
+            raise ValueError(f"Sink(delete_when={self.delete_when!r}) needs mode='merge', not {self.mode!r}")
+        for name, cols in (("keys", self.keys), ("partition_by", self.partition_by)):
+            if len(set(cols)) != len(cols):
+                raise ValueError(f"Sink({name}={cols!r}) names a column twice")
 
 
 ProcessFn = Callable[["BarrierContext"], Mapping[str, DataFrame]]

@@ -26,11 +26,14 @@ lists the directories, then checks the fencing token, then deletes: a directory 
 newer attempt after the check is never in the list, so a zombie cannot delete a live attempt's
 files. With a plan-file catalog (nothing is served) orphans are deleted at once.
 
-Modes: ``append`` adds the rows; ``overwrite`` replaces the table; ``merge`` upserts by key
-columns: new state = current rows whose key is not in the update, plus the update rows,
-implemented as a full rewrite through ``overwrite`` (the old files are removed logically,
-kept for time travel). Sinks are unpartitioned. The ``crash_point`` calls are a test facility,
-inert unless ``TSB_KILL_AT`` is set (:mod:`airflow_provider_tsb.spark.killpoints`).
+Modes: ``append`` adds the rows; ``overwrite`` replaces the table; ``merge`` upserts and
+deletes by key columns, rewriting only the files that hold an affected key (their ``remove``
+actions and the new files' ``add`` actions in the barrier's commit; see
+:mod:`airflow_provider_tsb.spark.outputs_merge`). Partitioned sinks (``partition_by``) are
+written as Hive-style ``col=value/`` directories under the attempt directory and committed with
+their partition values. A barrier's output may add nullable columns (schema evolution,
+:mod:`airflow_provider_tsb.spark.outputs_schema`). The ``crash_point`` calls are a test
+facility, inert unless ``TSB_KILL_AT`` is set (:mod:`airflow_provider_tsb.spark.killpoints`).
 """
 
 from __future__ import annotations
@@ -42,20 +45,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from airflow_provider_tsb.delta.barriers import committed_barrier, table_epoch, version_of_barrier
-from airflow_provider_tsb.delta.commit import StagedFile, commit_barrier_files
+from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile, commit_barrier_files
 from airflow_provider_tsb.delta.conventions import BarrierTag
 from airflow_provider_tsb.delta.log import filesystem, normalize_location
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none
 from airflow_provider_tsb.exceptions import FencedError
-from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema
+from airflow_provider_tsb.spark.inputs import spark_schema
 from airflow_provider_tsb.spark.killpoints import crash_point, crash_point_during
-from airflow_provider_tsb.spark.outputs_merge import merge_rows
-from airflow_provider_tsb.spark.outputs_schema import _align_to_table, _nullable
+from airflow_provider_tsb.spark.outputs_merge import DELETE_FLAG, merge_rows, plan_merge, split_deletes
+from airflow_provider_tsb.spark.outputs_schema import (
+    SchemaChangeError,
+    _align_to_table,
+    _nullable,
+    check_partition_columns,
+    evolve_schema,
+)
 from airflow_provider_tsb.spark.outputs_staging import (
     STAGING_DIR,
     StagingCatalog,
@@ -76,7 +87,7 @@ if TYPE_CHECKING:
 SinkMode = Literal["append", "overwrite", "merge"]
 
 __all__ = [
-    "STAGING_DIR", "SinkMode", "StagingCatalog", "WriteResult", "collect_withdrawn", "merge_rows",
+    "STAGING_DIR", "SchemaChangeError", "SinkMode", "StagingCatalog", "WriteResult", "collect_withdrawn", "merge_rows",
     "remove_orphan_attempts", "staging_dir", "staging_grace_s", "write_barrier",
 ]
 
@@ -121,6 +132,9 @@ def write_barrier(
     keys: Sequence[str] = (),
     max_files: int | None = None,
     catalog: BarrierCatalog | None = None,
+    partition_by: Sequence[str] = (),
+    delete_when: str | None = None,
+    declared_schema: str | None = None,
 ) -> WriteResult:
     """Commit ``df`` as barrier ``barrier`` of ``job_id`` into the sink ``table`` at ``location``.
 
@@ -140,10 +154,16 @@ def write_barrier(
         keys: key columns (``merge`` only).
         max_files: coalesce the output to at most this many files.
         catalog: receives PROCESSED and WRITTEN reports (may be ``None``).
+        partition_by: partition columns (fixed when the table is created).
+        delete_when: ``merge`` only: SQL condition on the output's rows that deletes their key.
+        declared_schema: the sink's declared Spark DDL (``Sink.schema``), for ``NOT NULL`` of
+            new columns.
 
     Raises:
-        ValueError: bad mode/keys, or ``df`` does not match the existing table's columns, or
-            ``$TSB_STAGING_GRACE_SECONDS`` is not a number of seconds >= 0.
+        ValueError: bad mode/keys, or ``$TSB_STAGING_GRACE_SECONDS`` is not a number of
+            seconds >= 0.
+        SchemaChangeError: ``df`` drops a column of the table, changes a type, adds a
+            ``NOT NULL`` column, or ``partition_by`` differs from the table's (nothing written).
         FencedError: a newer attempt of the job started (this one is a zombie): nothing of this
             attempt is committed or reported, and its unserved files are deleted.
         deltalake.exceptions.CommitFailedError: a concurrent writer conflicted (not another
@@ -191,16 +211,16 @@ def write_barrier(
     attempt = uuid.uuid4().hex
     rel_dir = f"{staging_dir(job_id, epoch, barrier)}/{attempt}"
     try:
-        files, table_schema = _stage(
+        staged = _stage(
             spark, df, loc=loc, rel_dir=rel_dir, dt=dt, mode=mode, keys=keys, max_files=max_files,
-            table=table, job_id=job_id, barrier=barrier,
+            table=table, job_id=job_id, barrier=barrier, partition_by=partition_by, delete_when=delete_when,
+            declared_schema=declared_schema,
         )
+        files, table_schema, removes = staged.files, staged.schema, staged.removed
         rows = sum(f.num_records for f in files)
         # (e) PROCESSED with the manifest, before the commit
         if catalog is not None:
-            staged_mode = "append" if mode == "append" else "overwrite"  # merge rewrites: staged files replace
-            manifest = [{**f.to_json(), "sink_mode": staged_mode} for f in files]
-            catalog.record_processed(table, barrier, job_id, manifest)
+            _report_processed(catalog, table, barrier, job_id, mode, files, removes)
         crash_point("after_files", job_id, barrier)
 
         # (f) one atomic commit, by the job's newest attempt only
@@ -208,8 +228,8 @@ def write_barrier(
         delta_schema = DeltaSchema.from_json(json.dumps(table_schema.jsonValue()))
         with phase("commit"):
             outcome = commit_barrier_files(
-                loc, files, tag=tag, mode="append" if mode == "append" else "overwrite", schema=delta_schema,
-                before_commit=fence,
+                loc, files, tag=tag, mode="overwrite" if mode == "overwrite" else "append", schema=delta_schema,
+                partition_by=partition_by, removes=removes, before_commit=fence,
             )
     except FencedError:
         _drop_unserved_attempt(loc, rel_dir, held)
@@ -241,30 +261,75 @@ def write_barrier(
     )
 
 
+@dataclass(frozen=True)
+class _Staged:
+    files: list[StagedFile]
+    schema: StructType
+    removed: list[RemovedFile]
+
+
+def _report_processed(
+    catalog: BarrierCatalog, table: str, barrier: int, job_id: str, mode: SinkMode,
+    files: Sequence[StagedFile], removes: Sequence[RemovedFile],
+) -> None:
+    """PROCESSED with the manifest: ``append`` (staged files added to the previous version, minus
+    a merge's ``removes``) or ``overwrite`` (staged files replace it)."""
+    staged_mode = "overwrite" if mode == "overwrite" else "append"
+    entries = [{**f.to_json(), "sink_mode": staged_mode} for f in files]
+    if removes and isinstance(catalog, StagingCatalog):
+        for entry in entries:
+            entry.pop("sink_mode")
+        manifest = {"mode": staged_mode, "files": entries, "removes": [r.path for r in removes]}
+        catalog.record_processed(table, barrier, job_id, manifest)  # type: ignore[arg-type]
+    else:
+        catalog.record_processed(table, barrier, job_id, entries)
+
+
 def _stage(
-    spark: SparkSession, df: DataFrame, *, loc: str, rel_dir: str, dt: object, mode: SinkMode,
+    spark: SparkSession, df: DataFrame, *, loc: str, rel_dir: str, dt: DeltaTable | None, mode: SinkMode,
     keys: Sequence[str], max_files: int | None, table: str, job_id: str, barrier: int,
-) -> tuple[list[StagedFile], StructType]:
+    partition_by: Sequence[str], delete_when: str | None, declared_schema: str | None,
+) -> _Staged:
     """Steps c and d: the executors write the attempt's files, the driver reads their footers."""
+    if mode == "merge" and not keys:
+        raise ValueError(f"merge sink {table} needs key columns")
+    if delete_when and mode != "merge":
+        raise ValueError(f"sink {table}: delete_when needs mode 'merge', not {mode!r}")
+    missing = [c for c in [*keys, *partition_by] if c not in df.columns]
+    if missing:
+        raise SchemaChangeError(
+            f"table {table}, barrier {barrier}: the output has no column(s) {missing} named in the sink's keys / "
+            f"partition_by (output columns: {df.columns})"
+        )
+    flagged = split_deletes(df, delete_when) if mode == "merge" else None
+    removed: list[RemovedFile] = []
     if dt is not None:
-        table_schema = spark_schema(dt)
+        check_partition_columns(table, loc, dt.metadata().partition_columns, partition_by)
+        declared = spark.createDataFrame([], declared_schema).schema if declared_schema else None
+        table_schema = evolve_schema(df.schema, spark_schema(dt), table=table, barrier=barrier, declared=declared)
+        if mode == "overwrite":
+            table_schema = _nullable(table_schema)
         out = _align_to_table(df, loc, table_schema)
-        if mode == "merge":
-            current = read_snapshot(spark, loc, dt.version())  # type: ignore[attr-defined]
-            out = merge_rows(current, out, keys)
+        if flagged is not None:
+            flagged = split_deletes(out, delete_when)
+            plan = plan_merge(spark, loc, dt.version(), flagged, keys, table_schema)
+            out, removed = plan.rows, plan.removed
     else:
         table_schema = _nullable(df.schema)
         out = df
-        if mode == "merge" and not keys:
-            raise ValueError(f"merge sink {table} needs key columns")
+        if flagged is not None:  # a new table: the deletes delete nothing
+            out = flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG)
     if max_files:
         out = out.coalesce(max_files)
     fs, root = filesystem(loc)
+    writer = out.write.mode("errorifexists").option("compression", "snappy")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
     with crash_point_during("while_writing", job_id, barrier, lambda: _has_any_file(fs, f"{root}/{rel_dir}")):
         with phase("spark"):
-            out.write.mode("errorifexists").option("compression", "snappy").parquet(f"{loc}/{rel_dir}")
+            writer.parquet(f"{loc}/{rel_dir}")
     with phase("footers"):
-        return _staged_files(loc, rel_dir), table_schema
+        return _Staged(_staged_files(loc, rel_dir, partition_by), table_schema, removed)
 
 
 def _fenced_now(fence: Callable[[], None]) -> FencedError | None:

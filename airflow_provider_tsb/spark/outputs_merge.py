@@ -1,10 +1,46 @@
-"""Merge (upsert by key) of a barrier's output into a sink table (driver side, lazy plans)."""
+"""Merge (upsert and delete by key) of a barrier's output into a sink table, rewriting only the
+files that hold affected keys (copy-on-write; driver side, lazy plans plus two small actions).
+
+For a ``merge`` sink with key columns ``keys`` and an optional ``delete_when`` SQL condition:
+
+1. the output's rows where ``delete_when`` is true delete their key; the others upsert it
+   (a null condition counts as false);
+2. the candidate files are the table's files whose key statistics (Delta ``minValues`` /
+   ``maxValues``) overlap the [min, max] of the output's keys (one aggregate over the output);
+3. the affected files are the candidates holding a key of the output: the executors read only
+   the key columns of the candidates with ``_metadata.file_path`` (Spark's hidden file
+   metadata column) and semi-join them with the output's keys; the driver collects the paths;
+4. the rows to write are the affected files' rows whose key is not in the output, plus the
+   upserted rows; the barrier's single commit removes the affected files (``remove`` actions)
+   and adds the new ones.
+
+Files without an affected key are untouched: the commit's ``remove`` count is the number of
+files that held an affected key. The output must hold at most one row per key (deduplicate in
+``process``): two rows of one key both land in the table.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+from urllib.parse import unquote
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from airflow_provider_tsb.delta.commit import RemovedFile
+from airflow_provider_tsb.delta.log import join
+from airflow_provider_tsb.delta.snapshots import snapshot_at
+from airflow_provider_tsb.spark.inputs import _partition_literal, _read_files, spark_schema
+from airflow_provider_tsb.spark.outputs_schema import with_columns_of
+
+DELETE_FLAG = "__tsb_delete"
+FILE_COLUMN = "__tsb_file"
 
 
 def merge_rows(current: DataFrame, update: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -14,3 +50,141 @@ def merge_rows(current: DataFrame, update: DataFrame, keys: Sequence[str]) -> Da
     update_keys = update.select(*keys).distinct()
     kept = current.join(update_keys, on=list(keys), how="left_anti")
     return kept.unionByName(update.select(*current.columns))
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """What a merge barrier writes and removes.
+
+    Attributes:
+        rows: the rows to write (lazy): kept rows of the affected files + the upserted rows.
+        removed: the affected files (to remove in the barrier's commit).
+        candidates: files read to find them (after statistics pruning).
+        files: active files of the table before the merge.
+    """
+
+    rows: DataFrame
+    removed: list[RemovedFile]
+    candidates: int
+    files: int
+
+
+def split_deletes(update: DataFrame, delete_when: str | None) -> DataFrame:
+    """``update`` with a boolean :data:`DELETE_FLAG` column (``delete_when``, null as false)."""
+    flag = F.coalesce(F.expr(delete_when), F.lit(False)) if delete_when else F.lit(False)
+    return update.withColumn(DELETE_FLAG, flag)
+
+
+def _stat(value: Any) -> Any | None:
+    """A Python value comparable with Delta statistics (as :mod:`delta.stats` writes them)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float | str):
+        return value
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return value.isoformat()
+    return None
+
+
+def _active_files(snapshot: Any, keys: Sequence[str]) -> list[dict[str, Any]]:
+    actions = snapshot.add_actions
+    names = set(actions.column_names)
+    part = [c for c in actions.column_names if c.startswith("partition.")]
+    stats = [f"{k}.{c}" for c in keys for k in ("min", "max") if f"{k}.{c}" in names]
+    rows = actions.select(["path", "size_bytes", *part, *stats]).to_pylist() if actions.num_rows else []
+    return [
+        {
+            "path": r["path"],
+            "size": int(r["size_bytes"]),
+            "partitionValues": {c[len("partition.") :]: (None if r[c] is None else str(r[c])) for c in part},
+            "min": {c: r.get(f"min.{c}") for c in keys},
+            "max": {c: r.get(f"max.{c}") for c in keys},
+        }
+        for r in rows
+    ]
+
+
+def _overlaps(entry: Mapping[str, Any], ranges: Mapping[str, tuple[Any, Any]]) -> bool:
+    for column, (lo, hi) in ranges.items():
+        fmin, fmax = entry["min"].get(column), entry["max"].get(column)
+        if fmin is None or fmax is None or lo is None or hi is None:
+            continue
+        try:
+            if fmin > hi or fmax < lo:
+                return False
+        except TypeError:  # statistics of another type than the key: no pruning on it
+            continue
+    return True
+
+
+def _groups(location: str, entries: Sequence[Mapping[str, Any]], partition_columns: Sequence[str]) -> dict:
+    groups: dict[tuple[tuple[str, str | None], ...], list[str]] = defaultdict(list)
+    for entry in entries:
+        key = tuple((c, entry["partitionValues"].get(c)) for c in partition_columns)
+        groups[key].append(join(location, entry["path"]))
+    return groups
+
+
+def _key_files(
+    spark: SparkSession, location: str, entries: Sequence[Mapping[str, Any]], schema: StructType,
+    partition_columns: Sequence[str], keys: Sequence[str],
+) -> DataFrame:
+    """Key columns + :data:`FILE_COLUMN` (the file's URI) of the rows of ``entries``' files."""
+    types = {f.name: f.dataType for f in schema.fields}
+    data_schema = StructType([f for f in schema.fields if f.name not in partition_columns])
+    frames = []
+    for part_values, paths in _groups(location, entries, partition_columns).items():
+        values = dict(part_values)
+        df = spark.read.schema(data_schema).parquet(*paths)
+        cols = [
+            _partition_literal(values[k], types[k]).alias(k) if k in values else F.col(k) for k in keys
+        ]
+        frames.append(df.select(*cols, F.col("_metadata.file_path").alias(FILE_COLUMN)))
+    return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def plan_merge(
+    spark: SparkSession, location: str, version: int, flagged: DataFrame, keys: Sequence[str], schema: StructType,
+) -> MergePlan:
+    """Plan a merge of ``flagged`` (the output with :data:`DELETE_FLAG`) into version ``version``.
+
+    ``schema``: the table's schema after this barrier (new columns of the affected files' kept
+    rows are null). Runs two small Spark actions: the keys' [min, max] and the affected paths.
+    """
+    snapshot = snapshot_at(location, version)
+    old_schema = spark_schema(snapshot)
+    partition_columns = list(snapshot.partition_columns)
+    upserts = flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG).select(*schema.fieldNames())
+    entries = _active_files(snapshot, keys)
+    if not entries:
+        return MergePlan(upserts, [], 0, 0)
+    update_keys = flagged.select(*keys).distinct()
+    bounds = flagged.agg(*[F.min(k).alias(f"lo_{i}") for i, k in enumerate(keys)],
+                         *[F.max(k).alias(f"hi_{i}") for i, k in enumerate(keys)]).collect()[0]
+    if all(bounds[f"lo_{i}"] is None for i in range(len(keys))):  # no rows (or only null keys)
+        return MergePlan(upserts, [], 0, len(entries))
+    ranges = {k: (_stat(bounds[f"lo_{i}"]), _stat(bounds[f"hi_{i}"])) for i, k in enumerate(keys)}
+    candidates = [e for e in entries if _overlaps(e, ranges)]
+    if not candidates:
+        return MergePlan(upserts, [], 0, len(entries))
+    hits = (
+        _key_files(spark, location, candidates, old_schema, partition_columns, keys)
+        .join(update_keys, on=list(keys), how="left_semi")
+        .select(FILE_COLUMN).distinct().collect()
+    )
+    hit_paths = {unquote(row[0]) for row in hits}
+    by_name: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for entry in candidates:
+        by_name[entry["path"].rsplit("/", 1)[-1]].append(entry)
+    affected: list[Mapping[str, Any]] = []
+    for uri in hit_paths:
+        for entry in by_name.get(uri.rsplit("/", 1)[-1], []):
+            if uri.endswith("/" + unquote(entry["path"])) and entry not in affected:
+                affected.append(entry)
+    removed = [RemovedFile(e["path"], e["size"], dict(e["partitionValues"])) for e in affected]
+    if not affected:
+        return MergePlan(upserts, [], len(candidates), len(entries))
+    old_rows = _read_files(spark, old_schema, partition_columns, _groups(location, affected, partition_columns))
+    assert old_rows is not None
+    kept = with_columns_of(old_rows.join(update_keys, on=list(keys), how="left_anti"), schema)
+    return MergePlan(kept.unionByName(upserts), removed, len(candidates), len(entries))

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, runtime_checkable
+from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 
@@ -156,8 +157,12 @@ def collect_withdrawn(location: str, table: str, catalog: StagingCatalog, grace_
 
 
 
-def _list_data_files(fs: pafs.FileSystem, directory: str) -> list[pafs.FileInfo]:
-    entries = fs.get_file_info(pafs.FileSelector(directory, recursive=False, allow_not_found=True))
+#: Spark's directory value of a null partition value (Hive convention).
+HIVE_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+def _list_data_files(fs: pafs.FileSystem, directory: str, *, recursive: bool = False) -> list[pafs.FileInfo]:
+    entries = fs.get_file_info(pafs.FileSelector(directory, recursive=recursive, allow_not_found=True))
     files = []
     for entry in entries:
         if entry.type != pafs.FileType.File:
@@ -166,17 +171,35 @@ def _list_data_files(fs: pafs.FileSystem, directory: str) -> list[pafs.FileInfo]
             files.append(entry)
         else:  # _SUCCESS, .crc checksums: not data, never referenced
             fs.delete_file(entry.path)
-    return sorted(files, key=lambda e: e.base_name)
+    return sorted(files, key=lambda e: e.path)
 
 
-def _staged_files(location: str, rel_dir: str) -> list[StagedFile]:
+def partition_values_of(subdir: str, partition_by: Sequence[str]) -> dict[str, str | None]:
+    """Partition values of a Hive-style directory ``col=value/...`` written by Spark's
+    ``partitionBy`` (values unescaped, :data:`HIVE_NULL_PARTITION` as ``None``).
+
+    Raises:
+        ValueError: the directory does not name exactly the partition columns, in order.
+    """
+    parts = [p.split("=", 1) for p in subdir.split("/") if p]
+    if [p[0] for p in parts] != list(partition_by) or any(len(p) != 2 for p in parts):
+        raise ValueError(f"staged directory {subdir!r} does not match the partition columns {list(partition_by)}")
+    return {unquote(k): (None if v == HIVE_NULL_PARTITION else unquote(v)) for k, v in parts}
+
+
+def _staged_files(location: str, rel_dir: str, partition_by: Sequence[str] = ()) -> list[StagedFile]:
+    """The data files of an attempt directory (partitioned: in its ``col=value/`` directories),
+    with sizes and statistics from their footers (driver side, footers only)."""
     fs, root = filesystem(location)
-    infos = _list_data_files(fs, f"{root}/{rel_dir}")
+    base = f"{root}/{rel_dir}"
+    infos = _list_data_files(fs, base, recursive=bool(partition_by))
 
     def one(info: pafs.FileInfo) -> StagedFile:
         num, stats = footer_stats(fs, info.path)
         mtime = int(info.mtime.timestamp() * 1000) if info.mtime else int(time.time() * 1000)
-        return StagedFile(f"{rel_dir}/{info.base_name}", int(info.size), mtime, num, stats)
+        sub = posixpath.relpath(info.path, base)
+        values = partition_values_of(posixpath.dirname(sub), partition_by) if partition_by else {}
+        return StagedFile(f"{rel_dir}/{sub}", int(info.size), mtime, num, stats, values)
 
     if len(infos) <= 1:
         return [one(i) for i in infos]

@@ -212,6 +212,9 @@ def _run_barrier(
                     keys=spec.keys,
                     max_files=spec.max_files,
                     catalog=catalog,
+                    partition_by=spec.partition_by,
+                    delete_when=spec.delete_when,
+                    declared_schema=spec.schema,
                 )
             )
     log.info("job %s: barrier %s done: %s", app.job_id, plan.barrier, results)
