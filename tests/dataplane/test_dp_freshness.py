@@ -24,8 +24,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 
 def test_freshness_names_the_held_back_job_on_postgresql(
-    spark: Any, wordcount_apps: tuple[Any, Any], postgres: Any, tmp_path: Path
+    spark: Any, wordcount_apps: tuple[Any, Any], postgres: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from airflow_provider_tsb.cli import main
     from airflow_provider_tsb.spark.app import run_batch
     from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 
@@ -50,6 +51,12 @@ def test_freshness_names_the_held_back_job_on_postgresql(
     assert report.missed == [COUNT_OF_COUNTS] and lag > 1
     jobs = {j: (f.written_barrier, f.ready_barrier, f.lag_s > 0) for j, f in report.jobs.items()}
     assert jobs == {"wordcount_words": (2, 2, False), "wordcount_counts": (1, 2, True)}
+    capsys.readouterr()
+    assert main(["freshness", "wordcount", "--url", url]) == 1
+    shown = capsys.readouterr().out
+    print(shown)  # the README's example (pytest -s)
+    rows = {line.split()[0]: line.split()[1:] for line in shown.splitlines()[2:]}
+    assert rows[COUNT_OF_COUNTS][2:] == ["MISSED", "1", "wordcount_counts"] and rows[WORD_COUNT][2:] == ["ok", "2", "-"]
 
     assert run_batch(spark, counts_app, catalog, counts_app.resolve_locations(locations), until_barrier=2) == [2]
     report = store.freshness("wordcount")
