@@ -11,7 +11,13 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_tsb.consistency import ConsistencyLevel
-from airflow_provider_tsb.exceptions import BarrierDomainError, TopologyError, UnknownTableError
+from airflow_provider_tsb.exceptions import (
+    BarrierDomainError,
+    InconsistentReadError,
+    TopologyError,
+    UnknownBarrierError,
+    UnknownTableError,
+)
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology, validate_union
 
@@ -68,6 +74,11 @@ def test_shared_root_table_gives_one_barrier_sequence_and_cross_topology_reads(s
     store.record_written(LEN, 3, 1, "b_lengths")
     assert store.resolve([WC, LEN], ConsistencyLevel.REPEATABLE_READ).barrier == 3
     assert store.resolve([WC, LEN, WORDS], "REPEATABLE_READ", as_of=2).tables[WORDS].version == 1
+    with pytest.raises(UnknownBarrierError, match=r"barrier 9 was never generated in barrier domain 'team_a' "
+                       r"\(team_a, team_b\) \(newest barrier: 4\)"):
+        store.resolve([LEN, WORDS], "REPEATABLE_READ", as_of=9)
+    with pytest.raises(InconsistentReadError, match=r"barrier 1 is not COMMIT .*not WRITTEN in .*'tsb.lengths"):
+        store.resolve([WC, LEN], "REPEATABLE_READ", as_of=1)  # generated before team_b joined
 
 
 def test_reads_across_domains_are_refused_and_histories_do_not_merge(store: MetaStore, tmp_path) -> None:
@@ -116,3 +127,41 @@ def test_declarations_share_root_tables_at_one_location_and_domain(tmp_path) -> 
     a.job("a_count", "a.py", sources=[WORDS], sinks=[WC])
     errors = validate_union([a, team_b(wh, barrier_domain="y")])
     assert len(errors) == 1 and "declare the same barrier_domain" in str(errors[0])
+
+
+def test_every_topology_of_a_domain_logs_every_barrier_and_rebuilds_from_its_log(
+    metastore_url: str, tmp_path
+) -> None:
+    """Each barrier goes to the barrier log of every topology of the domain (with the root
+    versions it reads), so ``tsb db rebuild`` restores each topology's whole barrier history."""
+    from airflow_provider_tsb.delta.barrier_log import barrier_log_location, read_barrier_log
+    from airflow_provider_tsb.rebuild import rebuild_metastore
+
+    wh = str(tmp_path / "wh")
+    a, b = team_a(wh), team_b(wh)
+    log_a, log_b = barrier_log_location(wh, "team_a"), barrier_log_location(wh, "team_b")
+    store = MetaStore(metastore_url)
+    store.migrate()
+    store.register_topology(a)
+    store.create_barrier("team_a", {WORDS: 0}, barrier_log=log_a)
+    store.register_topology(b)
+    store.create_barrier("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1", barrier_log=log_b)
+    info = store.create_barrier("team_a", {WORDS: 2, CLICKS: 1}, run_key="a/1", barrier_log=log_a)
+    assert info.root_versions == {WORDS: 2}  # the roots team_a reads
+    logged_a, logged_b = read_barrier_log(log_a), read_barrier_log(log_b)
+    assert [(e.barrier, e.run_key, e.root_versions) for e in logged_a] == [
+        (1, None, {WORDS: 0}), (2, None, {WORDS: 1}), (3, "a/1", {WORDS: 2})]
+    assert [(e.barrier, e.run_key, e.root_versions) for e in logged_b] == [
+        (2, "b/1", {CLICKS: 0, WORDS: 1}), (3, None, {CLICKS: 1, WORDS: 2})]
+    store.dispose()
+
+    fresh = MetaStore(f"sqlite:///{tmp_path / 'rebuilt.db'}")
+    reports = rebuild_metastore(fresh, [a, b])
+    assert [(r.topology, r.barriers) for r in reports] == [("team_a", (1, 2, 3)), ("team_b", (2, 3))]
+    assert fresh.barrier_domain("team_b").topologies == ("team_a", "team_b")
+    for barrier in (2, 3):
+        assert fresh.barrier("team_b", barrier).root_versions == {
+            WORDS: barrier - 1, CLICKS: barrier - 2}
+    assert fresh.create_barrier("team_b", {WORDS: 3, CLICKS: 1}, barrier_log=log_b).barrier == 4
+    assert [e.barrier for e in read_barrier_log(log_a)] == [1, 2, 3, 4]  # team_a's log recorded by the rebuild
+    fresh.dispose()

@@ -22,6 +22,7 @@ from airflow_provider_tsb.delta.errors import DeltaLogError
 from airflow_provider_tsb.delta.log import normalize_location
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none
 from airflow_provider_tsb.exceptions import TopologyError, UnknownBarrierError
+from airflow_provider_tsb.metastore.domains import domain_name, members
 from airflow_provider_tsb.metastore.models import BarrierRow, TableRow
 
 REBUILD_HINT = "run `tsb db rebuild --dags PATH` to restore the metastore from the Delta logs and the barrier log"
@@ -116,12 +117,17 @@ def check_version_in_log(table: str, location: str, version: int, barrier: int) 
 
 
 def unknown_barrier_error(s: Session, topology: str, barrier: int) -> UnknownBarrierError | None:
-    """The error for an AS OF read of a ``barrier`` never generated in ``topology``, else ``None``
-    (issue 12 item 6: "no such barrier", not "not COMMIT")."""
-    if s.get(BarrierRow, (topology, barrier)) is not None:
+    """The error for an AS OF read of a ``barrier`` never generated in ``topology``'s barrier
+    domain (:mod:`.domains`: ids are shared there), else ``None`` (issue 12 item 6: "no such
+    barrier", not "not COMMIT")."""
+    domain = domain_name(s, topology) or topology
+    scope = members(s, domain) or [topology]
+    if s.scalar(select(BarrierRow.barrier_id).where(BarrierRow.topology.in_(scope), BarrierRow.barrier_id == barrier)
+                .limit(1)) is not None:
         return None
-    newest = s.scalar(select(func.max(BarrierRow.barrier_id)).where(BarrierRow.topology == topology))
+    newest = s.scalar(select(func.max(BarrierRow.barrier_id)).where(BarrierRow.topology.in_(scope)))
+    where = f"topology {topology!r}" if scope == [topology] else f"barrier domain {domain!r} ({', '.join(scope)})"
     return UnknownBarrierError(
-        f"no such barrier: barrier {barrier} was never generated in topology {topology!r} (newest barrier: "
+        f"no such barrier: barrier {barrier} was never generated in {where} (newest barrier: "
         f"{newest}); AS OF reads a generated barrier that is COMMIT over the tables"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.delta.barrier_log import BarrierLogEntry
@@ -21,6 +21,7 @@ from airflow_provider_tsb.metastore.models import (
     TableBarrierRow,
     TableRow,
     TopologyRootRow,
+    TopologyRow,
 )
 from airflow_provider_tsb.metastore.records import (
     BarrierInfo,
@@ -29,6 +30,28 @@ from airflow_provider_tsb.metastore.records import (
     now_ms,
 )
 from airflow_provider_tsb.names import normalize_table_name
+
+
+def _roots_read(s: Session, topologies: list[str]) -> dict[str, set[str]]:
+    """``{topology: names of the root tables it reads}`` (own and shared; :mod:`.domains`)."""
+    out: dict[str, set[str]] = {}
+    for topology, name in s.execute(
+        select(TopologyRootRow.topology, TableRow.name).join(TableRow, TableRow.id == TopologyRootRow.table_id)
+        .where(TopologyRootRow.topology.in_(topologies))
+    ):
+        out.setdefault(topology, set()).add(name)
+    return out
+
+
+def _member_logs(s: Session, topology: str, barrier_log: str, members: list[str]) -> dict[str, str]:
+    """Barrier log locations to write: ``topology``'s (recorded on its row for the other topologies
+    of the domain) and those recorded by the other topologies of its domain, in name order."""
+    s.execute(update(TopologyRow).where(TopologyRow.name == topology).values(barrier_log=barrier_log))
+    others = [m for m in members if m != topology]
+    logs = dict(s.execute(select(TopologyRow.name, TopologyRow.barrier_log).where(
+        TopologyRow.name.in_(others), TopologyRow.barrier_log.is_not(None))).all()) if others else {}
+    logs[topology] = barrier_log
+    return dict(sorted(logs.items()))
 
 
 class BarrierManager(DomainManager):
@@ -68,7 +91,9 @@ class BarrierManager(DomainManager):
                 (:func:`~airflow_provider_tsb.delta.barrier_log.barrier_log_location`; the hooks
                 pass it). The barrier's row is committed there under the topology lock, before
                 the metastore transaction that makes the barrier visible commits, so a barrier a
-                job can see is always in the log. ``None``: no log (tests, benchmarks).
+                job can see is always in the log. The location is recorded, and the barrier is
+                also logged in the logs recorded by the other topologies of the domain (with the
+                root versions each reads). ``None``: no log (tests, benchmarks).
 
         Before a new id is used, the topology's intermediate tables and its barrier log are
         checked (:mod:`.barrier_history`): an id at or below one already in Delta is refused.
@@ -175,10 +200,20 @@ class BarrierManager(DomainManager):
                         for name, table_id in roots.items()
                     ],
                 )
+            read_by = _roots_read(s, domain_topologies)
             if barrier_log is not None:  # last step before the commit: see barrier_log's docstring
-                entry = BarrierLogEntry(topology, barrier, ts, str(ts_kind), bool(final), created_at, run_key, versions)
-                log_barrier(barrier_log, entry, first=last is None)
-            return BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, versions, final=bool(final))
+                logs = _member_logs(s, topology, barrier_log, domain_topologies)
+                had = set(s.scalars(select(BarrierRow.topology).distinct().where(
+                    BarrierRow.topology.in_(list(logs)), BarrierRow.barrier_id < barrier)))
+                for member, location in logs.items():
+                    entry = BarrierLogEntry(
+                        member, barrier, ts, str(ts_kind), bool(final), created_at,
+                        run_key if member == topology else None,
+                        {n: versions[n] for n in sorted(read_by.get(member, ()))},
+                    )
+                    log_barrier(location, entry, first=member not in had)
+            own = {n: versions[n] for n in sorted(read_by.get(topology, ()))}
+            return BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, own, final=bool(final))
 
     def _barrier_info(self, s: Session, row: BarrierRow, created: bool = True) -> BarrierInfo:
         read = select(TopologyRootRow.table_id).where(TopologyRootRow.topology == row.topology)

@@ -62,6 +62,9 @@ class TopologyRow(Base):
     #: the barrier domain (issue 13 item 1): topologies of one domain share barrier ids;
     #: ``None`` means the topology is a domain of its own, named after it
     barrier_domain: Mapped[str | None] = mapped_column(String(250), nullable=True, index=True)
+    #: location of the topology's barrier log (``<warehouse>/_tsb/<topology>/barrier_log``), set at
+    #: registration: every barrier of its domain is logged there, whichever topology generated it
+    barrier_log: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class TopologyRootRow(Base):

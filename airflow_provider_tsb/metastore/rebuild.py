@@ -39,6 +39,7 @@ from airflow_provider_tsb.metastore.models import (
     JobRow,
     TableBarrierRow,
     TableRow,
+    TopologyRootRow,
     TopologyRow,
 )
 from airflow_provider_tsb.metastore.records import BarrierState, TsKind
@@ -133,7 +134,7 @@ def restore_history(store: StoreBase, topology: str, barrier_log: str, *, replac
     warnings: list[str] = []
     with store._tx(write=True) as s:
         locked = s.execute(update(TopologyRow).where(TopologyRow.name == topology)
-                           .values(lock_version=TopologyRow.lock_version + 1))
+                           .values(lock_version=TopologyRow.lock_version + 1, barrier_log=barrier_log))
         if not locked.rowcount:
             raise TopologyError(f"topology {topology!r} is not registered: register it (from its DAG files) first")
         tables = s.execute(select(TableRow.id, TableRow.name, TableRow.kind, TableRow.location)
@@ -144,7 +145,9 @@ def restore_history(store: StoreBase, topology: str, barrier_log: str, *, replac
                 raise TopologyError(f"topology {topology!r} holds barriers in the metastore already; "
                                     "rebuild restores into a metastore without them (or replace them)")
             _clear(s, topology, [t.id for t in tables], jobs)
-        roots = {t.name: t.id for t in tables if t.kind == "root"}
+        roots = dict(s.execute(  # its own root tables and the ones it shares (metastore/domains.py)
+            select(TableRow.name, TableRow.id).join(TopologyRootRow, TopologyRootRow.table_id == TableRow.id)
+            .where(TopologyRootRow.topology == topology, TableRow.kind == "root")).all())
         sinks = {t.name: t for t in tables if t.kind != "root"}
         logged = {e.barrier: e for e in read_barrier_log(barrier_log)}
         tagged = {name: _tags(t.location, warnings, name) for name, t in sinks.items()}
@@ -181,6 +184,10 @@ def restore_history(store: StoreBase, topology: str, barrier_log: str, *, replac
             )
         if barrier_rows:
             s.execute(insert(BarrierRow), barrier_rows)
+        if root_rows:  # a shared root table's rows may come from another topology of the domain already
+            held = set(s.execute(select(TableBarrierRow.table_id, TableBarrierRow.barrier_id).where(
+                TableBarrierRow.table_id.in_(list(roots.values())))).all())
+            root_rows = [r for r in root_rows if (r["table_id"], r["barrier_id"]) not in held]
         for rows in (root_rows, sink_rows):
             if rows:
                 s.execute(insert(TableBarrierRow), rows)

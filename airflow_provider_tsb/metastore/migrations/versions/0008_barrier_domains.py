@@ -1,4 +1,5 @@
-"""barrier domains: topologies that share root tables share barrier ids (issue 13 item 1)
+"""barrier domains: topologies that share root tables share barrier ids (issue 13 item 1);
+the barrier log location of each topology
 
 Revision ID: 0008
 Revises: 0007
@@ -19,6 +20,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table('tsb_topology', schema=None) as batch_op:
         batch_op.add_column(sa.Column('barrier_domain', sa.String(length=250), nullable=True))
+        batch_op.add_column(sa.Column('barrier_log', sa.Text(), nullable=True))
         batch_op.create_index(batch_op.f('ix_tsb_topology_barrier_domain'), ['barrier_domain'], unique=False)
     op.create_table(
         'tsb_topology_root',
@@ -41,4 +43,5 @@ def downgrade() -> None:
     op.drop_table('tsb_topology_root')
     with op.batch_alter_table('tsb_topology', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_tsb_topology_barrier_domain'))
+        batch_op.drop_column('barrier_log')
         batch_op.drop_column('barrier_domain')
