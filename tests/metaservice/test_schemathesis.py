@@ -30,7 +30,7 @@ def test_no_server_errors(store: MetaStore, tmp_path) -> None:
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     operations = [result.ok() for result in schema.get_all_operations()]
     labels = {op.label for op in operations}
-    assert {"POST /versions", "GET /delays", "GET /topologies"} <= labels and len(operations) == 10
+    assert {"POST /versions", "GET /delays", "GET /freshness", "GET /topologies"} <= labels and len(operations) == 11
     calls: dict[tuple[str, str], int] = {}
     runs = 0
     for operation in operations:
