@@ -47,9 +47,11 @@ from typing import TYPE_CHECKING, Literal
 
 from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+from pyspark.storagelevel import StorageLevel
 
 from airflow_provider_tsb.delta.barriers import committed_barrier, table_epoch, version_of_barrier
 from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile, commit_barrier_files
@@ -301,8 +303,9 @@ def _stage(
             f"table {table}, barrier {barrier}: the output has no column(s) {missing} named in the sink's keys / "
             f"partition_by (output columns: {df.columns})"
         )
-    flagged = split_deletes(df, delete_when) if mode == "merge" else None
+    flagged = _flag_deletes(df, delete_when, table, barrier) if mode == "merge" else None
     removed: list[RemovedFile] = []
+    cached: DataFrame | None = None
     if dt is not None:
         check_partition_columns(table, loc, dt.metadata().partition_columns, partition_by)
         declared = spark.createDataFrame([], declared_schema).schema if declared_schema else None
@@ -311,7 +314,8 @@ def _stage(
             table_schema = _nullable(table_schema)
         out = _align_to_table(df, loc, table_schema)
         if flagged is not None:
-            flagged = split_deletes(out, delete_when)
+            # read three times (key bounds, affected files, the write): computed once
+            cached = flagged = _flag_deletes(out, delete_when, table, barrier).persist(StorageLevel.MEMORY_AND_DISK)
             plan = plan_merge(spark, loc, dt.version(), flagged, keys, table_schema)
             out, removed = plan.rows, plan.removed
     else:
@@ -325,11 +329,26 @@ def _stage(
     writer = out.write.mode("errorifexists").option("compression", "snappy")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
-    with crash_point_during("while_writing", job_id, barrier, lambda: _has_any_file(fs, f"{root}/{rel_dir}")):
-        with phase("spark"):
-            writer.parquet(f"{loc}/{rel_dir}")
+    try:
+        with crash_point_during("while_writing", job_id, barrier, lambda: _has_any_file(fs, f"{root}/{rel_dir}")):
+            with phase("spark"):
+                writer.parquet(f"{loc}/{rel_dir}")
+    finally:
+        if cached is not None:
+            cached.unpersist()
     with phase("footers"):
         return _Staged(_staged_files(loc, rel_dir, partition_by), table_schema, removed)
+
+
+def _flag_deletes(df: DataFrame, delete_when: str | None, table: str, barrier: int) -> DataFrame:
+    """:func:`split_deletes`, with a clear error for a condition Spark cannot resolve."""
+    try:
+        return split_deletes(df, delete_when)
+    except AnalysisException as exc:
+        raise ValueError(
+            f"table {table}, barrier {barrier}: Sink(delete_when={delete_when!r}) is not a boolean condition "
+            f"on the output's columns {df.columns}: {str(exc).splitlines()[0]}"
+        ) from exc
 
 
 def _fenced_now(fence: Callable[[], None]) -> FencedError | None:

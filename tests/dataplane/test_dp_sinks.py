@@ -282,3 +282,38 @@ def test_partition_values_spark_escapes_round_trip(tmp_path: Path, spark: Any) -
 
     rows = scan_to_arrow(DeltaTable(loc)).to_pylist()  # delta-rs decodes the same paths
     assert sorted((r["id"], r["region"]) for r in rows) == list(enumerate(values))
+
+
+def test_a_crash_between_the_schema_commit_and_the_data_commit_reruns_to_the_same_table(
+    tmp_path: Path, spark: Any,
+) -> None:
+    """The schema commit of an append/merge barrier is made, the process dies before the data
+    commit; the rerun commits the data only and the table is what it would be without the crash. A bad
+    ``delete_when`` is refused with the sink's columns."""
+    from deltalake import Schema
+
+    from airflow_provider_tsb.delta.commit import evolve_table_schema
+    from airflow_provider_tsb.delta.conventions import BarrierTag
+    from airflow_provider_tsb.spark.inputs import read_snapshot
+    from airflow_provider_tsb.spark.outputs import write_barrier
+
+    first = ([(1, "a", 10), (2, "b", 20)], "id long, k string, value long")
+    second = ([(2, "b", 21, "x"), (3, "c", 30, None)], "id long, k string, value long, note string")
+
+    def write(loc: str, barrier: int, data: tuple[list[tuple], str], **kw: Any) -> Any:
+        return write_barrier(spark, spark.createDataFrame(*data), table="tsb.mart.m", location=loc, job_id="j",
+                             barrier=barrier, mode="merge", keys=("id",), inputs={}, **kw)
+
+    loc = str(tmp_path / "m")
+    write(loc, 1, first)
+    schema = Schema.from_arrow(pa.schema([("id", pa.int64()), ("k", pa.string()), ("value", pa.int64()),
+                                          ("note", pa.string())]))
+    evolve_table_schema(loc, DeltaTable(loc), schema, BarrierTag(2, "j"), None)  # then the crash
+    head = DeltaTable(loc).version()
+    assert write(loc, 2, second).version == head + 1  # the data commit only
+    assert [f.name for f in DeltaTable(loc).schema().fields] == ["id", "k", "value", "note"]
+    got = sorted(tuple(r) for r in read_snapshot(spark, loc, head + 1).collect())
+    assert got == [(1, "a", 10, None), (2, "b", 21, "x"), (3, "c", 30, None)]  # as a run without the crash
+    with pytest.raises(ValueError, match=r"Sink\(delete_when=\"opp = 'D'\"\) is not a boolean condition on the "
+                                         r"output's columns \['id', 'k', 'value', 'note'\]"):
+        write(loc, 3, second, delete_when="opp = 'D'")
