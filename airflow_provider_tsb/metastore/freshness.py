@@ -106,12 +106,13 @@ class FreshnessReport:
         """Names of the tables that miss their target, sorted."""
         return [name for name, t in self.tables.items() if t.missed]
 
-    def describe_misses(self) -> str:
-        """One line per missing table: lag, target and bottleneck job (for errors and logs)."""
+    def describe_misses(self, tables: list[str] | None = None) -> str:
+        """The missing tables (of ``tables`` if given), ``; ``-separated: lag, target, committed
+        barrier and bottleneck job (for errors and logs)."""
         return "; ".join(
             f"{t.table}: lag {t.lag_s:.1f} s > target {t.target_s:g} s (committed barrier "
             f"{t.committed_barrier}, newest {self.newest_barrier}; bottleneck job {t.bottleneck!r})"
-            for t in self.tables.values() if t.missed
+            for t in self.tables.values() if t.missed and (tables is None or t.table in tables)
         )
 
 

@@ -83,12 +83,7 @@ class TsbFreshnessSensor(BaseSensorOperator):
         missed = [t for t in watched if report.tables[t].missed]
         if not missed:
             return True
-        self._misses = "; ".join(
-            f"{t}: lag {report.tables[t].lag_s:.1f} s > target {report.tables[t].target_s:g} s "
-            f"(committed barrier {report.tables[t].committed_barrier}, newest {report.newest_barrier}; "
-            f"bottleneck job {report.tables[t].bottleneck!r})"
-            for t in missed
-        )
+        self._misses = report.describe_misses(missed)
         self.log.warning("freshness target missed: %s", self._misses)
         if self.on_freshness_miss is not None:
             self.on_freshness_miss(report, context)
