@@ -93,7 +93,8 @@ class TableVersionOut(BaseModel):
     state: str = Field(description="WRITTEN, PROCESSED (READ_COMMITTED: apply `staged`) or LATEST")
     location: str
     staged: dict[str, Any] | None = Field(
-        None, description='PROCESSED manifest {"mode": "append"|"overwrite", "files": [...]} to apply on `version`'
+        None, description='PROCESSED manifest {"mode": "append"|"overwrite", "files": [...], "removes": [...]} '
+        'to apply on `version` ("removes": the files a merge rewrites, absent otherwise)'
     )
 
 

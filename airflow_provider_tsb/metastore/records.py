@@ -147,8 +147,9 @@ class TableVersion:
         barrier: barrier the version belongs to (``None`` at READ_UNCOMMITTED when untagged).
         state: :class:`BarrierState` ``WRITTEN`` or ``PROCESSED``, or :data:`LATEST`
             (READ_UNCOMMITTED).
-        staged: the PROCESSED manifest ({"mode": "append"|"overwrite", "files": [...]}) to
-            apply on top of ``version``, READ_COMMITTED only.
+        staged: the PROCESSED manifest ({"mode": "append"|"overwrite", "files": [...]}, plus
+            "removes": [...] the files a merge rewrites) to apply on top of ``version``,
+            READ_COMMITTED only.
     """
 
     table: str
