@@ -61,7 +61,14 @@ from airflow_provider_tsb.delta.snapshots import latest_table_or_none
 from airflow_provider_tsb.exceptions import FencedError
 from airflow_provider_tsb.spark.inputs import spark_schema
 from airflow_provider_tsb.spark.killpoints import crash_point, crash_point_during
-from airflow_provider_tsb.spark.outputs_merge import DELETE_FLAG, merge_rows, plan_merge, split_deletes
+from airflow_provider_tsb.spark.outputs_merge import (
+    DELETE_FLAG,
+    DuplicateKeyError,
+    check_unique_keys,
+    merge_rows,
+    plan_merge,
+    split_deletes,
+)
 from airflow_provider_tsb.spark.outputs_schema import (
     SchemaChangeError,
     _align_to_table,
@@ -89,8 +96,8 @@ if TYPE_CHECKING:
 SinkMode = Literal["append", "overwrite", "merge"]
 
 __all__ = [
-    "STAGING_DIR", "SchemaChangeError", "SinkMode", "StagingCatalog", "WriteResult", "collect_withdrawn", "merge_rows",
-    "remove_orphan_attempts", "staging_dir", "staging_grace_s", "write_barrier",
+    "STAGING_DIR", "DuplicateKeyError", "SchemaChangeError", "SinkMode", "StagingCatalog", "WriteResult",
+    "collect_withdrawn", "merge_rows", "remove_orphan_attempts", "staging_dir", "staging_grace_s", "write_barrier",
 ]
 
 log = logging.getLogger("airflow_provider_tsb.spark")
@@ -166,6 +173,8 @@ def write_barrier(
             seconds >= 0.
         SchemaChangeError: ``df`` drops a column of the table, changes a type, adds a
             ``NOT NULL`` column, or ``partition_by`` differs from the table's (nothing written).
+        DuplicateKeyError: a ``merge`` output has several rows for one key (nothing written;
+            names the keys).
         FencedError: a newer attempt of the job started (this one is a zombie): nothing of this
             attempt is committed or reported, and its unserved files are deleted.
         deltalake.exceptions.CommitFailedError: a concurrent writer conflicted (not another
@@ -316,12 +325,18 @@ def _stage(
         if flagged is not None:
             # read three times (key bounds, affected files, the write): computed once
             cached = flagged = _flag_deletes(out, delete_when, table, barrier).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                check_unique_keys(flagged, keys, table=table, barrier=barrier)  # fills the cache the plan reads
+            except DuplicateKeyError:
+                cached.unpersist()
+                raise
             plan = plan_merge(spark, loc, dt.version(), flagged, keys, table_schema)
             out, removed = plan.rows, plan.removed
     else:
         table_schema = _nullable(df.schema)
         out = df
         if flagged is not None:  # a new table: the deletes delete nothing
+            check_unique_keys(flagged, keys, table=table, barrier=barrier)
             out = flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG)
     if max_files:
         out = out.coalesce(max_files)

@@ -16,7 +16,8 @@ For a ``merge`` sink with key columns ``keys`` and an optional ``delete_when`` S
 
 Files without an affected key are untouched: the commit's ``remove`` count is the number of
 files that held an affected key. The output must hold at most one row per key (deduplicate in
-``process``): two rows of one key both land in the table.
+``process``): :func:`check_unique_keys` refuses a barrier whose output has two rows for one
+key before anything is written (rows with a null key component are inserted as they are).
 """
 
 from __future__ import annotations
@@ -41,6 +42,28 @@ from airflow_provider_tsb.spark.outputs_schema import with_columns_of
 
 DELETE_FLAG = "__tsb_delete"
 FILE_COLUMN = "__tsb_file"
+
+
+class DuplicateKeyError(ValueError):
+    """A merge sink's output holds several rows for one key (raised before any file is written)."""
+
+
+def check_unique_keys(df: DataFrame, keys: Sequence[str], *, table: str, barrier: int) -> None:
+    """Refuse an output with more than one row for a key of a merge sink (one Spark action).
+
+    Raises:
+        DuplicateKeyError: names the table, the barrier, up to three duplicated keys with their
+            row counts, and what to do.
+    """
+    complete = reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in keys])
+    dups = df.where(complete).groupBy(*keys).count().where(F.col("count") > 1).limit(3).collect()
+    if dups:
+        shown = ", ".join(f"{dict(zip(keys, [r[k] for k in keys], strict=True))} ({r['count']} rows)" for r in dups)
+        raise DuplicateKeyError(
+            f"table {table}, barrier {barrier}: the merge output has several rows for one key: {shown}. A merge "
+            f"sink takes at most one row per key {list(keys)}: deduplicate in process(), e.g. "
+            "df.dropDuplicates(keys), or keep the newest row of each key with a window"
+        )
 
 
 def merge_rows(current: DataFrame, update: DataFrame, keys: Sequence[str]) -> DataFrame:

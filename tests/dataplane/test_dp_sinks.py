@@ -264,6 +264,32 @@ def test_incompatible_changes_are_refused_before_any_commit(tmp_path: Path, spar
     assert result.version == head + 2  # the schema commit, then the barrier's
 
 
+def test_a_merge_output_with_two_rows_for_one_key_is_refused_before_any_write(tmp_path: Path, spark: Any) -> None:
+    """Two rows of one key would both land in a merge sink's table: refused, naming the key."""
+    from airflow_provider_tsb.spark.outputs import DuplicateKeyError, write_barrier
+
+    loc = str(tmp_path / "m")
+    ddl = "id long, value long"
+
+    def write(barrier: int, rows: list[tuple]) -> Any:
+        return write_barrier(spark, spark.createDataFrame(rows, ddl), table="tsb.mart.m", location=loc, job_id="j",
+                             barrier=barrier, mode="merge", keys=("id",), inputs={})
+
+    with pytest.raises(DuplicateKeyError, match=r"table tsb.mart.m, barrier 1: .*\{'id': 1\} \(2 rows\)"):
+        write(1, [(1, 10), (1, 11), (2, 20)])  # a new table
+    assert not DeltaTable.is_deltatable(loc)
+    write(1, [(1, 10), (2, 20), (None, 5), (None, 6)])  # null keys are inserted as they are
+    head = DeltaTable(loc).version()
+    with pytest.raises(DuplicateKeyError, match=r"barrier 2: .*\{'id': 2\} \(3 rows\).*dropDuplicates"):
+        write(2, [(2, 21), (2, 22), (2, 23), (3, 30)])  # an existing table
+    assert DeltaTable(loc).version() == head
+    write(2, [(2, 21), (3, 30)])
+    rows = sorted(DeltaTable(loc).to_pyarrow_table().to_pylist(),
+                  key=lambda r: (r["id"] is None, r["id"] or 0, r["value"]))
+    assert rows == [{"id": 1, "value": 10}, {"id": 2, "value": 21}, {"id": 3, "value": 30},
+                    {"id": None, "value": 5}, {"id": None, "value": 6}]
+
+
 def test_partition_values_spark_escapes_round_trip(tmp_path: Path, spark: Any) -> None:
     """Spark escapes ``:``, ``/``, ``%`` in directory names and writes null as
     ``__HIVE_DEFAULT_PARTITION__``: the commit's partition values and a read give the values back."""
