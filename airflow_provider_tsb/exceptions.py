@@ -158,3 +158,8 @@ class OutOfRangeError(TsbError, ValueError):
     """A number given to the metastore is not one it can hold: barrier ids, Delta versions,
     limits and epoch-millisecond times are integers from 0 to 2**63-1 (``BIGINT``); NaN and
     infinities are refused. The message names the field when it is known."""
+
+
+class SparkConnectUnavailableError(TsbError):
+    """No Spark Connect server answers at the URL a job was given (the message names the URL and
+    how to start one: ``tsb spark start``)."""

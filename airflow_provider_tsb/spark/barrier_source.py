@@ -35,34 +35,47 @@ class BarrierPartition(InputPartition):
         self.plan_json = plan_json
 
 
-class TsbStreamReader(DataSourceStreamReader):
-    """Offsets are ``{"barrier": n}`` (``-1`` before the first barrier); one barrier per batch.
+class BarrierFeed:
+    """The next barrier a streaming job may process, long-polled from its barrier catalog.
 
-    Options: ``catalog`` (JSON catalog spec), ``job_id``, ``sources`` (JSON
-    ``{table: location}``), ``start_after`` (barrier the sinks are at, ``-1`` for none),
-    optional ``until_barrier`` and ``max_barriers`` (the reader never offers a barrier past
-    them, so a stopping query never starts a barrier it will not finish), and
-    ``final_since_ms`` (nothing is offered after a final barrier generated since then; empty:
-    after any final barrier).
+    The offsets of both streaming modes: the ``tsb`` source's ``latestOffset`` (Structured
+    Streaming, a driver of its own) and the client-driven loop of a Spark Connect job
+    (:func:`airflow_provider_tsb.spark.streaming.run_streaming`). A barrier is offered once it
+    is WRITTEN in every input (FLIP-276 alignment), never past ``until_barrier`` or after
+    ``max_barriers`` barriers, and nothing after a final barrier generated since
+    ``final_since_ms`` (FLIP-147 end of input).
+
+    Args:
+        catalog_spec: the catalog's :meth:`~airflow_provider_tsb.spark.catalog.BarrierCatalog.spec`,
+            opened lazily in the process that polls (the catalog itself is not picklable).
+        job_id: the job.
+        sources: ``{input table: location}``.
+        until_barrier, max_barriers, final_since_ms: the stop rules above (``None``: none).
+        wait_s: longest wait, seconds, for a barrier in one :meth:`next_after` call.
+        poll_s: seconds between catalog look-ups while waiting (at least 0.01).
+        catalog: an already open catalog (the client-driven loop passes its own).
     """
 
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.catalog_spec = json.loads(options["catalog"])
-        self._catalog: BarrierCatalog | None = None
-        self.job_id = options["job_id"]
-        self.sources = json.loads(options["sources"])
-        self.start_after = int(options.get("start_after", "-1"))
-        self._current = self.start_after
-        self.until_barrier = int(options["until_barrier"]) if options.get("until_barrier") else None
-        self.max_barriers = int(options["max_barriers"]) if options.get("max_barriers") else None
-        self.final_since_ms = int(options["final_since_ms"]) if options.get("final_since_ms") else None
-        self.wait_s = float(options.get("wait_s") or 0.0)
-        self.poll_s = max(0.01, float(options.get("poll_s") or 0.05))
-        self._offered: set[int] = set()
-        self._final: int | None = None
+    def __init__(
+        self, catalog_spec: Mapping[str, str], job_id: str, sources: Mapping[str, str], *,
+        until_barrier: int | None = None, max_barriers: int | None = None, final_since_ms: int | None = None,
+        wait_s: float = 0.0, poll_s: float = 0.05, catalog: BarrierCatalog | None = None,
+    ) -> None:
+        self.catalog_spec = dict(catalog_spec)
+        self._catalog = catalog
+        self.job_id = job_id
+        self.sources = dict(sources)
+        self.until_barrier = until_barrier
+        self.max_barriers = max_barriers
+        self.final_since_ms = final_since_ms
+        self.wait_s = wait_s
+        self.poll_s = max(0.01, poll_s)
+        self.offered: set[int] = set()
+        #: the final barrier once offered (nothing is offered after it)
+        self.final: int | None = None
 
     def __getstate__(self) -> dict:
-        """Pickled for the read tasks: without the (unpicklable, driver-side) catalog."""
+        """Pickled without the (unpicklable, driver-side) catalog."""
         state = dict(self.__dict__)
         state["_catalog"] = None
         return state
@@ -85,9 +98,59 @@ class TsbStreamReader(DataSourceStreamReader):
             self._catalog = open_catalog(self.catalog_spec)
         return self._catalog
 
-    def _next(self, after: int) -> BarrierPlan | None:
+    def plan_after(self, after: int) -> BarrierPlan | None:
+        """The plan of the first barrier after ``after`` ready in every input, or ``None`` (one look-up)."""
         plans = self.catalog.pending_barriers(self.job_id, self.sources, None if after < 0 else after, limit=1)
         return plans[0] if plans else None
+
+    def ended(self, after: int) -> bool:
+        """True once the final barrier is offered and ``after`` has reached it."""
+        return self.final is not None and after >= self.final
+
+    def next_after(self, after: int) -> BarrierPlan | None:
+        """The next barrier after ``after`` that the rules allow, waiting up to ``wait_s``; ``None``
+        when there is none yet (or none will come: :meth:`ended`, or a bound reached)."""
+        if self.ended(after):
+            return None
+        deadline = time.monotonic() + self.wait_s
+        plan = self.plan_after(after)
+        while plan is None and time.monotonic() + self.poll_s < deadline:
+            time.sleep(self.poll_s)
+            plan = self.plan_after(after)
+        if plan is not None and self.until_barrier is not None and plan.barrier > self.until_barrier:
+            plan = None
+        if plan is not None and self.max_barriers is not None and plan.barrier not in self.offered:
+            if len(self.offered) >= self.max_barriers:
+                plan = None
+        if plan is not None:
+            self.offered.add(plan.barrier)
+            if plan.ends_input_since(self.final_since_ms):
+                self.final = plan.barrier
+        return plan
+
+
+class TsbStreamReader(DataSourceStreamReader):
+    """Offsets are ``{"barrier": n}`` (``-1`` before the first barrier); one barrier per batch.
+
+    Options: ``catalog`` (JSON catalog spec), ``job_id``, ``sources`` (JSON
+    ``{table: location}``), ``start_after`` (barrier the sinks are at, ``-1`` for none),
+    optional ``until_barrier`` and ``max_barriers`` (the reader never offers a barrier past
+    them, so a stopping query never starts a barrier it will not finish), and
+    ``final_since_ms`` (nothing is offered after a final barrier generated since then; empty:
+    after any final barrier). The rules are :class:`BarrierFeed`'s.
+    """
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.job_id = options["job_id"]
+        self.start_after = int(options.get("start_after", "-1"))
+        self._current = self.start_after
+        self.feed = BarrierFeed(
+            json.loads(options["catalog"]), self.job_id, json.loads(options["sources"]),
+            until_barrier=int(options["until_barrier"]) if options.get("until_barrier") else None,
+            max_barriers=int(options["max_barriers"]) if options.get("max_barriers") else None,
+            final_since_ms=int(options["final_since_ms"]) if options.get("final_since_ms") else None,
+            wait_s=float(options.get("wait_s") or 0.0), poll_s=float(options.get("poll_s") or 0.05),
+        )
 
     def initialOffset(self) -> dict:  # noqa: N802 - Spark API
         """The barrier the sinks were at when the query was first started."""
@@ -96,22 +159,7 @@ class TsbStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:  # noqa: N802
         """The next barrier after ``start`` that is WRITTEN in all inputs (or ``start``)."""
         after = int(start["barrier"]) if start is not None else self._current
-        if self._final is not None and after >= self._final:
-            return {"barrier": after}  # end of input: nothing after the final barrier
-        deadline = time.monotonic() + self.wait_s
-        plan = self._next(after)
-        while plan is None and time.monotonic() + self.poll_s < deadline:
-            time.sleep(self.poll_s)
-            plan = self._next(after)
-        if plan is not None and self.until_barrier is not None and plan.barrier > self.until_barrier:
-            plan = None
-        if plan is not None and self.max_barriers is not None and plan.barrier not in self._offered:
-            if len(self._offered) >= self.max_barriers:
-                plan = None
-        if plan is not None:
-            self._offered.add(plan.barrier)
-            if plan.ends_input_since(self.final_since_ms):
-                self._final = plan.barrier
+        plan = self.feed.next_after(after)
         self._current = plan.barrier if plan is not None else after
         return {"barrier": self._current}
 
@@ -119,7 +167,7 @@ class TsbStreamReader(DataSourceStreamReader):
         """One partition holding the plan of barrier ``end`` (none for an empty range)."""
         if int(start["barrier"]) == int(end["barrier"]):
             return []
-        plan = self._next(int(start["barrier"]))
+        plan = self.feed.plan_after(int(start["barrier"]))
         if plan is None or plan.barrier != int(end["barrier"]):
             raise RuntimeError(
                 f"tsb source for job {self.job_id}: micro-batch ({start}, {end}] expected barrier "

@@ -1,9 +1,11 @@
 """The command line of every app script: ``run_app(app)`` parses ``sys.argv`` and runs the app.
 
 ``--mode batch`` runs :func:`airflow_provider_tsb.spark.runner.run_batch`; ``--mode streaming``
-runs :func:`airflow_provider_tsb.spark.streaming.run_streaming`. The barriers come from a plan
-file (``--plan``) or the metastore (``--metastore-url``, e.g. ``env:TSB_METASTORE_URL`` as
-:class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook` passes it).
+runs :func:`airflow_provider_tsb.spark.streaming.run_streaming`. Under ``spark-submit`` the app
+is its own Spark driver; with ``--remote sc://HOST:PORT`` (or ``$SPARK_REMOTE``) started as a
+plain Python process it is a Spark Connect client (:mod:`airflow_provider_tsb.spark.session`).
+The barriers come from a plan file (``--plan``) or the metastore (``--metastore-url``, e.g.
+``env:TSB_METASTORE_URL`` as :class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook` passes it).
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ def build_arg_parser(app: TsbApp) -> argparse.ArgumentParser:
     p.add_argument("--table", action="append", default=[], metavar="NAME=LOCATION", help="table location")
     p.add_argument("--warehouse", help="default location root: <warehouse>/<catalog>/<database>/<table> (as Topology)")
     p.add_argument("--master", help="Spark master when not launched by spark-submit")
+    p.add_argument(
+        "--remote", default=None, metavar="sc://HOST:PORT",
+        help="run as a Spark Connect client of this server (default: $SPARK_REMOTE; neither: a Spark driver)",
+    )
+    p.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE",
+        help="Spark Connect: a Spark setting of this job's session (spark-submit takes its own --conf)",
+    )
     return p
 
 
@@ -96,6 +106,21 @@ def run_app(app: TsbApp, argv: Sequence[str] | None = None, spark: SparkSession 
     return 0
 
 
+def _parse_conf(pairs: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` options -> ``{key: value}``.
+
+    Raises:
+        SystemExit: an option without ``=`` (argparse's usage error exit code, 2).
+    """
+    conf: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--conf takes KEY=VALUE (a Spark setting), got {pair!r}")
+        conf[key.strip()] = value
+    return conf
+
+
 def _record_end(catalog: BarrierCatalog, job_id: str, status: str, message: str | None = None) -> None:
     """The job's status when the app ends (a job run outside Airflow would stay ``running``)."""
     end = getattr(catalog, "record_job_end", None)
@@ -111,9 +136,20 @@ def _run(
     app: TsbApp, args: argparse.Namespace, catalog: BarrierCatalog, locations: dict[str, str],
     spark: SparkSession | None,
 ) -> None:
-    from airflow_provider_tsb.spark.session import get_spark
+    from airflow_provider_tsb.spark.session import get_spark, is_connect
 
-    spark = spark or get_spark(app.job_id, master=args.master)
+    own = spark is None
+    spark = spark or get_spark(app.job_id, master=args.master, remote=args.remote, conf=_parse_conf(args.conf))
+    try:
+        _run_mode(app, args, catalog, locations, spark)
+    finally:
+        if own and is_connect(spark):
+            spark.stop()  # releases the job's session on the Connect server
+
+
+def _run_mode(
+    app: TsbApp, args: argparse.Namespace, catalog: BarrierCatalog, locations: dict[str, str], spark: SparkSession
+) -> None:
     if args.mode == "batch":
         done = run_batch(
             spark, app, catalog, locations, until_barrier=args.until_barrier, max_barriers=args.max_barriers
@@ -128,16 +164,8 @@ def _run(
             )
         return
     done = run_streaming(
-        spark,
-        app,
-        catalog,
-        locations,
-        checkpoint=args.checkpoint,
-        until_barrier=args.until_barrier,
-        max_barriers=args.max_barriers,
-        idle_timeout_s=args.idle_timeout,
-        trigger_interval_s=args.trigger_interval,
-        poll_interval_s=args.poll_interval,
-        final_since_ms=args.final_since,
+        spark, app, catalog, locations, checkpoint=args.checkpoint, until_barrier=args.until_barrier,
+        max_barriers=args.max_barriers, idle_timeout_s=args.idle_timeout, trigger_interval_s=args.trigger_interval,
+        poll_interval_s=args.poll_interval, final_since_ms=args.final_since,
     )
     log.info("job %s: streaming mode processed barriers %s", app.job_id, done)

@@ -341,7 +341,8 @@ def _stage(
     if max_files:
         out = out.coalesce(max_files)
     fs, root = filesystem(loc)
-    writer = out.write.mode("errorifexists").option("compression", "snappy")
+    # "error" (errorifexists): the attempt directory is new; Spark Connect knows only this spelling
+    writer = out.write.mode("error").option("compression", "snappy")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     try:

@@ -1,12 +1,31 @@
-"""Local SparkSession for tsb apps and tests (respects a master set by spark-submit)."""
+"""The SparkSession of a tsb app: a Spark Connect client session, or a classic driver's.
+
+Two engines run the same app code (docs/design.md "Engines"):
+
+* **connect**: the app is a thin Spark Connect client of a long-running Connect server (one
+  warm Spark for the whole topology). Chosen when a remote URL is given (``remote=``, or
+  pyspark's own ``$SPARK_REMOTE``, e.g. ``sc://127.0.0.1:15002``; Spark docs "Spark Connect
+  Overview"). Each job gets a session of its own on the server: its SQL settings, temporary
+  views and registered data sources are its own.
+* **submit**: the app is its own Spark driver (``spark-submit``, or a local session in this
+  process).
+
+:func:`get_spark` builds either; :func:`is_connect` tells which one a session is.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
+
+log = logging.getLogger("airflow_provider_tsb.spark")
+
+#: pyspark's environment variable naming a Spark Connect server (``sc://host:port/;params``)
+REMOTE_ENV = "SPARK_REMOTE"
 
 #: SQL confs tsb needs on every session (also applied to an existing one).
 REQUIRED_SQL_CONF: dict[str, str] = {
@@ -15,6 +34,7 @@ REQUIRED_SQL_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
 }
 
+#: defaults of a local classic session (not under spark-submit, whose confs win)
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     "spark.default.parallelism": "2",
@@ -28,10 +48,36 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 
+#: session settings of a Connect client (the server's own settings are the rest of DEFAULT_CONF)
+CONNECT_SESSION_CONF: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.sources.partitionOverwriteMode": "static",
+}
+
 
 def launched_by_spark_submit() -> bool:
     """True when this Python process was started by ``spark-submit`` (a JVM gateway exists)."""
     return bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+
+
+def remote_url(remote: str | None = None) -> str | None:
+    """The Spark Connect URL this process uses: ``remote``, else ``$SPARK_REMOTE``, else ``None``
+    (classic engine). Under ``spark-submit`` always ``None``: the driver is this process."""
+    if launched_by_spark_submit():
+        return None
+    url = remote or os.environ.get(REMOTE_ENV) or None
+    if url is not None and not url.startswith("sc://"):
+        raise ValueError(
+            f"Spark Connect URL {url!r} must start with 'sc://' (e.g. sc://127.0.0.1:15002; Spark docs "
+            "'Spark Connect Overview', connection string)"
+        )
+    return url
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """True for a Spark Connect client session (no JVM in this process, no ``sparkContext``)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def get_spark(
@@ -39,17 +85,34 @@ def get_spark(
     *,
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    remote: str | None = None,
 ) -> SparkSession:
     """Return a SparkSession configured for tsb.
 
-    Under ``spark-submit`` the master and confs given there win; otherwise a local session is
-    built with ``master`` (default: env ``TSB_SPARK_MASTER`` or ``local[2]``), small shuffles
-    and no UI. ``PYSPARK_PYTHON`` defaults to this interpreter so Python workers start.
-    The confs of :data:`REQUIRED_SQL_CONF` are always set; the log level is
-    ``$TSB_SPARK_LOG_LEVEL`` (default ``WARN``).
+    Args:
+        app_name: the application name (classic) or the session's user context (Connect).
+        master: classic, not under ``spark-submit``: the master (default env
+            ``TSB_SPARK_MASTER`` or ``local[2]``).
+        conf: Spark settings of the job. On Connect only runtime settings (those
+            ``spark.conf.isModifiable``) apply to the session; the others are the server's
+            and are logged as not applied (set them when starting the server:
+            ``tsb spark start --conf KEY=VALUE``).
+        remote: a Spark Connect URL (``sc://host:port``); default ``$SPARK_REMOTE``.
+
+    Under ``spark-submit`` the master and confs given there win. ``PYSPARK_PYTHON`` defaults
+    to this interpreter so Python workers start. The confs of :data:`REQUIRED_SQL_CONF` are
+    always set; the classic log level is ``$TSB_SPARK_LOG_LEVEL`` (default ``WARN``).
+
+    Raises:
+        ValueError: the Connect URL does not start with ``sc://``.
+        pyspark.errors.PySparkException: the Connect server does not answer (see
+            :func:`connect_session`).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    url = remote_url(remote)
+    if url is not None:
+        return connect_session(url, app_name, conf)
     builder = SparkSession.builder.appName(app_name)
     if not launched_by_spark_submit():
         builder = builder.master(master or os.environ.get("TSB_SPARK_MASTER", "local[2]"))
@@ -63,3 +126,73 @@ def get_spark(
     # Spark's INFO log costs driver CPU on every micro-batch; TSB_SPARK_LOG_LEVEL=INFO brings it back
     spark.sparkContext.setLogLevel(os.environ.get("TSB_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def connect_session(url: str, app_name: str = "tsb", conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A new Spark Connect session on the server at ``url`` with the job's settings.
+
+    The session is this client's own (a fresh session id), so two jobs on one server never
+    share SQL settings, temporary views or data sources. Settings the server does not let a
+    session change, and holds with another value, are logged as not applied. Stop the session
+    (``spark.stop()``) when done: it releases it on the server.
+
+    Raises:
+        SparkConnectUnavailableError: nothing listens at ``url``'s host and port (names the URL
+            and how to start a server). Checked with one TCP connection first, since pyspark
+            retries an unreachable server for about 10 minutes.
+    """
+    from airflow_provider_tsb.exceptions import SparkConnectUnavailableError
+
+    host, port = connect_address(url)
+    if not _listening(host, port):
+        raise SparkConnectUnavailableError(
+            f"no Spark Connect server listens at sc://{host}:{port}; start one with `tsb spark start --port {port}` "
+            "(a local server on this machine) or point the job's Spark connection at a running server"
+        )
+    spark = SparkSession.builder.remote(url).appName(app_name).create()
+    static = apply_session_conf(spark, {**CONNECT_SESSION_CONF, **REQUIRED_SQL_CONF, **(conf or {})})
+    if static:
+        log.warning(
+            "job %s: Spark settings %s are the Spark Connect server's own, not a session's: not applied "
+            "(set them where the server starts, e.g. `tsb spark start --conf KEY=VALUE`)", app_name, static,
+        )
+    return spark
+
+
+def connect_address(url: str) -> tuple[str, int]:
+    """``(host, port)`` of a Spark Connect URL ``sc://host[:port][/;params]`` (default port 15002,
+    Spark docs "Spark Connect Overview", connection string)."""
+    netloc = url[len("sc://"):].split("/", 1)[0].split(";", 1)[0]
+    host, sep, port = netloc.rpartition(":")
+    if not sep or not port.isdigit():
+        return netloc.strip("[]") or "localhost", 15002
+    return host.strip("[]") or "localhost", int(port)
+
+
+def _listening(host: str, port: int, timeout_s: float = 5.0) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def apply_session_conf(spark: SparkSession, settings: Mapping[str, str]) -> list[str]:
+    """Set each setting on the Connect session; return ``KEY=VALUE (server: V)`` for each one the
+    server refused as its own (static and Spark core settings: error class
+    ``CANNOT_MODIFY_CONFIG``) and holds with another value. One request per setting."""
+    from pyspark.errors import AnalysisException
+
+    static = []
+    for key, value in settings.items():
+        try:
+            spark.conf.set(key, value)
+        except AnalysisException as exc:
+            if "CANNOT_MODIFY_CONFIG" not in str(exc) and "CANNOT_MODIFY_STATIC_CONFIG" not in str(exc):
+                raise
+            server = spark.conf.get(key, None)
+            if server != value:
+                static.append(f"{key}={value} (server: {server if server is not None else 'unset'})")
+    return static

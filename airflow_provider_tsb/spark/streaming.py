@@ -1,4 +1,18 @@
-"""Streaming mode: a Structured Streaming query whose micro-batches are barriers.
+"""Streaming mode: a long-running job whose micro-batches are barriers, on either engine.
+
+* **submit** engine (the app is its own Spark driver): a Structured Streaming query, below.
+* **connect** engine (the app is a Spark Connect client): the client drives the micro-batches
+  itself (:func:`run_client_micro_batches`). Spark Connect runs a ``foreachBatch`` function in
+  a Python process of the *server*, not in the client (pyspark raises
+  ``STREAMING_CONNECT_SERIALIZATION_ERROR`` for a function that holds the client's session or
+  catalog), so the barrier protocol could not stay in the job. Instead the client long-polls
+  the catalog with the same :class:`~airflow_provider_tsb.spark.barrier_source.BarrierFeed`
+  the source uses and runs :func:`~airflow_provider_tsb.spark.runner.run_barrier` per barrier:
+  the same micro-batches, the same stop rules, no Python worker on the Spark side. Its
+  checkpoint is the sinks' Delta logs (a restarted client resumes after the barrier its sinks
+  hold; replays are discarded by the txn).
+
+The Structured Streaming query:
 
 The source ``spark.readStream.format("tsb")`` (a Python Data Source) has offsets
 ``{"barrier": n}``; each micro-batch covers exactly one barrier, the next one that is WRITTEN
@@ -34,6 +48,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_provider_tsb.spark.barrier_source import (  # noqa: F401 - re-exported
     SOURCE_SCHEMA,
+    BarrierFeed,
     BarrierPartition,
     TsbDataSource,
     TsbStreamReader,
@@ -41,6 +56,7 @@ from airflow_provider_tsb.spark.barrier_source import (  # noqa: F401 - re-expor
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.model import TsbApp
 from airflow_provider_tsb.spark.runner import begin_attempt, report_written_heads, run_barrier, sinks_base_barrier
+from airflow_provider_tsb.spark.session import is_connect
 
 log = logging.getLogger("airflow_provider_tsb.spark")
 
@@ -120,7 +136,6 @@ def run_streaming(
     Raises:
         pyspark.errors.StreamingQueryException: a micro-batch failed (e.g. misaligned input).
     """
-    ckpt = checkpoint or os.path.join(locations[sorted(app.sinks)[0]], "_tsb_checkpoints", app.job_id)
     progress = _Progress()
     begin_attempt(app, catalog)
     report_written_heads(app, locations, catalog)
@@ -130,6 +145,15 @@ def run_streaming(
         log.info("job %s: sinks already hold final barrier %s; input ended, nothing to do", app.job_id, final)
         catalog.heartbeat(app.job_id)
         return []
+    if is_connect(spark):
+        done = run_client_micro_batches(
+            spark, app, catalog, locations, after=base, until_barrier=until_barrier, max_barriers=max_barriers,
+            idle_timeout_s=idle_timeout_s, final_since_ms=final_since_ms, wait_s=trigger_interval_s,
+            poll_s=poll_interval_s,
+        )
+        catalog.heartbeat(app.job_id)
+        return done
+    ckpt = checkpoint or os.path.join(locations[sorted(app.sinks)[0]], "_tsb_checkpoints", app.job_id)
 
     def handle(batch: DataFrame, batch_id: int) -> None:
         # control rows only (<= 1 barrier descriptor), never table data
@@ -181,3 +205,63 @@ def run_streaming(
         raise exc
     catalog.heartbeat(app.job_id)
     return progress.barriers
+
+
+def run_client_micro_batches(
+    spark: SparkSession,
+    app: TsbApp,
+    catalog: BarrierCatalog,
+    locations: Mapping[str, str],
+    *,
+    after: int | None,
+    until_barrier: int | None = None,
+    max_barriers: int | None = None,
+    idle_timeout_s: float | None = None,
+    final_since_ms: int | None = None,
+    wait_s: float = 1.0,
+    poll_s: float = 0.05,
+) -> list[int]:
+    """Streaming mode on Spark Connect: the client runs one micro-batch per barrier, in order.
+
+    Each turn long-polls the catalog for the next ready barrier (:class:`BarrierFeed`, at most
+    ``wait_s`` seconds, a look-up every ``poll_s``) and runs
+    :func:`~airflow_provider_tsb.spark.runner.run_barrier` for it (the phase ``poll`` of its
+    timing is the wait from the barrier being ready to its start). Stops after a final barrier
+    generated since ``final_since_ms`` is committed, after ``until_barrier`` or
+    ``max_barriers`` barriers, or after ``idle_timeout_s`` seconds without a barrier.
+
+    Args:
+        after: the barrier the sinks hold (``None``: empty sinks).
+
+    Returns the barriers committed (or found committed), ascending.
+
+    Raises:
+        whatever :func:`run_barrier` raises for a barrier (the micro-batch failed).
+    """
+    feed = BarrierFeed(
+        catalog.spec(), app.job_id, {n: locations[n] for n in app.sources}, until_barrier=until_barrier,
+        max_barriers=max_barriers, final_since_ms=final_since_ms, wait_s=wait_s, poll_s=poll_s, catalog=catalog,
+    )
+    current = -1 if after is None else after
+    done: list[int] = []
+    last_progress = time.monotonic()
+    while not feed.ended(current):
+        if max_barriers is not None and len(done) >= max_barriers:
+            break
+        if until_barrier is not None and current >= until_barrier:
+            break
+        plan = feed.next_after(current)
+        if plan is None:
+            if idle_timeout_s is not None and time.monotonic() - last_progress >= idle_timeout_s:
+                log.info("job %s: no barrier for %.1f s; stopping (idle timeout)", app.job_id, idle_timeout_s)
+                break
+            continue
+        began = time.time()
+        poll = max(0.0, began - plan.ready_at_ms / 1000) if plan.ready_at_ms else 0.0
+        run_barrier(spark, app, plan, locations, catalog, before={"poll": poll})
+        done.append(plan.barrier)
+        current = plan.barrier
+        last_progress = time.monotonic()
+    if feed.final is not None and current >= feed.final:
+        log.info("job %s: committed final barrier %s (end of input); stopping", app.job_id, feed.final)
+    return done
