@@ -2,7 +2,7 @@
 ``tsb job`` commands.
 
 While developing a job you append to a root table, generate a barrier and run one job for that
-barrier, with the same registration, checks and ``spark-submit`` as the operators
+barrier, with the same registration, checks and engine as the operators
 (:class:`~airflow_provider_tsb.hooks.barrier.TsbBarrierHook`,
 :class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook`), reading the topology from the
 DAG files that declare it::
@@ -12,8 +12,11 @@ DAG files that declare it::
     tsb job run clean_penguins --barrier 1 --dags dags/
 
 The metastore is ``--url``, else ``$TSB_METASTORE_URL``, else the ``tsb_default`` connection;
-``spark-submit`` uses the Airflow connection ``--spark-conn-id`` (default ``spark_default``,
-e.g. ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'``).
+the job runs on the engine of the Airflow connection ``--spark-conn-id`` (default
+``spark_default``): a Spark Connect client of a running server
+(``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": 15002}'``,
+a local server from ``tsb spark start``) or ``spark-submit``
+(``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'``).
 """
 
 from __future__ import annotations
@@ -107,12 +110,14 @@ def cmd_barrier_create(args: argparse.Namespace) -> int:
 def cmd_job_run(args: argparse.Namespace) -> int:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    from airflow_provider_tsb.hooks.spark_job import TsbSparkJobHook, configure_submit
+    from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine
+    from airflow_provider_tsb.hooks.spark_job import Submit, TsbSparkJobHook, configure_submit
 
     _use_metastore(args)
     topology = find_topology(args.dags, job=args.job)
     hook = TsbSparkJobHook(topology, args.job, tsb_conn_id=args.conn_id)
     job = hook.job
+    engine = SparkEngine.from_connection(args.spark_conn_id)
 
     def submit(application_args: list[str], env: dict[str, str]) -> None:
         hook = SparkSubmitHook(
@@ -121,8 +126,11 @@ def cmd_job_run(args: argparse.Namespace) -> int:
         )
         configure_submit(hook, args.spark_conn_id).submit(job.application)
 
+    runner: Submit = submit
+    if engine.kind == "connect":
+        runner = ConnectClient(job.application, engine, conf=job.conf, job_id=job.id)
     with contextlib.redirect_stdout(sys.stderr):  # Airflow and spark-submit log to stdout
-        run = hook.run(args.barrier, submit)
+        run = hook.run(args.barrier, runner)
     print(json.dumps(run.to_xcom(), sort_keys=True))
     return 0
 
@@ -169,10 +177,13 @@ def register_cli(sub: Any) -> None:
     p.set_defaults(func=cmd_barrier_create)
 
     job = sub.add_parser("job", help="run jobs by hand").add_subparsers(dest="job_command", required=True)
-    p = job.add_parser("run", help="run one job for one barrier with spark-submit, as the operator does (JSON)")
+    p = job.add_parser("run", help="run one job for one barrier on the Spark connection's engine (Spark Connect "
+                       "or spark-submit), as the operator does (JSON)")
     p.add_argument("job", help="job id")
     p.add_argument("--barrier", type=barrier_id_arg, required=True, help="the barrier to process")
     dags(p)
-    p.add_argument("--spark-conn-id", default="spark_default", help="Airflow connection of spark-submit")
+    p.add_argument("--spark-conn-id", default="spark_default",
+                   help="Airflow Spark connection: type spark_connect runs the job as a Spark Connect client, type "
+                        "spark with spark-submit")
     store(p)
     p.set_defaults(func=cmd_job_run)

@@ -28,6 +28,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_provider_tsb.assets import table_asset
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
+from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine
 from airflow_provider_tsb.hooks.spark_job import JobRunOptions, TsbSparkJobHook, configure_submit, declared_job
 from airflow_provider_tsb.topology import Job, Topology
 
@@ -50,7 +51,12 @@ def parse_barrier(value: Any, task_id: str) -> int | None:
 
 
 class TsbSparkJobOperator(SparkSubmitOperator):
-    """Run ``job_id`` of ``topology`` with ``spark-submit`` for one barrier (or all pending).
+    """Run ``job_id`` of ``topology`` for one barrier (or all pending) on the engine of ``conn_id``.
+
+    The Spark connection's type picks the engine (:mod:`airflow_provider_tsb.hooks.spark_engine`):
+    ``spark_connect`` runs the app as a Spark Connect client of a long-running server (one warm
+    Spark for every job, no JVM start per barrier); ``spark`` runs it with ``spark-submit``, a
+    driver of its own.
 
     :param topology: the topology declared in the DAG file.
     :param job_id: the job to run.
@@ -136,6 +142,7 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         self.storage_conn_id = storage_conn_id
         self._job_hook: TsbSparkJobHook | None = None
         self._lineage: dict[str, Any] = {}
+        self._connect_client: ConnectClient | None = None
 
     @property
     def job(self) -> Job:
@@ -155,13 +162,21 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         return self._job_hook
 
     def execute(self, context: Any) -> dict[str, Any]:
-        """Run the job's protocol with this operator's ``spark-submit``; the XCom of :meth:`JobRun.to_xcom`."""
+        """Run the job's protocol on the connection's engine; the XCom of :meth:`JobRun.to_xcom`."""
         hook = self.job_hook
         barrier = parse_barrier(self.barrier, self.task_id)
+        engine = SparkEngine.from_connection(self._conn_id)
+        if engine.kind == "connect":
+            self._connect_client = ConnectClient(
+                self.application, engine, conf=self.conf or {}, job_id=self.job_id, logger=self.log
+            )
+            runner: Any = self._connect_client
+        else:
+            runner = functools.partial(self._spark_submit, context)
         try:
             run = hook.run(
                 barrier,
-                functools.partial(self._spark_submit, context),
+                runner,
                 run_start_ms=_run_start_ms(context),
                 env_vars=self.env_vars,
             )
@@ -191,6 +206,13 @@ class TsbSparkJobOperator(SparkSubmitOperator):
             f"DAG's barrier task first, or generate one with `tsb barrier create {self.topology.name} --dags PATH` "
             f"and run it with `tsb job run {self.job_id} --barrier N --dags PATH`"
         )
+
+    def on_kill(self) -> None:
+        """Stop the job's app: its Spark Connect client process, or ``spark-submit``."""
+        if self._connect_client is not None:
+            self._connect_client.kill()
+            return
+        super().on_kill()
 
     def _get_hook(self) -> SparkSubmitHook:
         """Airflow's ``SparkSubmitHook`` with the Spark connection's conf under the job's and, on a
