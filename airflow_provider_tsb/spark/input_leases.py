@@ -11,8 +11,10 @@ every third of it, so a job that crashes leaves a lease that lapses by itself; i
 when the barrier is done. Apache Paimon's consumers do the same for running readers
 (apache/paimon#5819).
 
-Only the metastore catalog leases (a plan-file catalog has no lease store): the catalog's
-``store`` must offer ``create_lease``/``renew_lease``/``release_lease``.
+Only the metastore catalog leases (a plan-file catalog has no lease store): a catalog leases
+when it offers ``create_lease``/``renew_lease``/``release_lease``
+(:class:`~airflow_provider_tsb.spark.metastore_catalog.MetastoreCatalog`, which rides out a
+metastore outage).
 """
 
 from __future__ import annotations
@@ -99,14 +101,14 @@ def input_lease(catalog: object, job_id: str, plan: BarrierPlan, *, seconds: flo
         ExpiredVersionError: an input version was already expired by snapshot expiry (names the
             table, the barrier and the retention): the job cannot read its epoch.
     """
-    store = getattr(catalog, "store", None)
     ranges = input_ranges(plan)
-    if store is None or not hasattr(store, "create_lease") or not ranges:
+    if not hasattr(catalog, "create_lease") or not ranges:
         yield None
         return
+    store: Any = catalog
     ttl = seconds if seconds is not None else lease_seconds()
     holder = f"job {job_id} barrier {plan.barrier}"
-    lease_id, _expires = store.create_lease(ranges, ttl, holder=holder)
+    lease_id = store.create_lease(ranges, ttl, holder)
     renewer = _Renewer(store, lease_id, ttl, holder)
     try:
         yield lease_id

@@ -8,21 +8,29 @@ was generated, an intermediate table's is the version its writer reported WRITTE
 straight back: PROCESSED (with the staged-file manifest) before the Delta commit, WRITTEN after.
 Streaming mode re-reads the metastore on every poll, so new barriers are picked up while the
 query runs (FLIP-276 "Timestamp Barrier": alignment across inputs).
+
+Every call rides out a metastore outage (a database restart, a failover): transient connection
+failures are retried with backoff for ``$TSB_METASTORE_RETRY_SECONDS``
+(:mod:`airflow_provider_tsb.metastore.retry`), then fail with
+:class:`~airflow_provider_tsb.metastore.retry.MetastoreUnavailableError` naming the call.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from airflow_provider_tsb.exceptions import MetastoreError
 from airflow_provider_tsb.metastore.records import JobStatus, TsKind
+from airflow_provider_tsb.metastore.retry import call_with_retry
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.spark.catalog import register_catalog_kind
 from airflow_provider_tsb.spark.plans import BarrierPlan, GeneratedBarrier, plan_pending_barriers
 from airflow_provider_tsb.spark.timing import phase
+
+T = TypeVar("T")
 
 _STORES: dict[str, MetaStore] = {}
 #: at most this many barriers are planned per call (a batch run loops until none is left)
@@ -65,9 +73,14 @@ class MetastoreCatalog:
         #: fencing token of this process's attempt, per job (taken by :meth:`begin_attempt`)
         self._tokens: dict[str, int] = {}
 
+    def _retry(self, what: str, fn: Callable[[], T]) -> T:
+        """``fn()`` against the metastore, riding out an outage (module doc)."""
+        with phase("metastore"):
+            return call_with_retry(fn, what, self.store._shown_url())
+
     def _topology_of(self, job_id: str) -> str:
         if job_id not in self._topologies:
-            self._topologies[job_id] = self.store.job(job_id).topology
+            self._topologies[job_id] = self._retry(f"look up job {job_id}", lambda: self.store.job(job_id).topology)
         return self._topologies[job_id]
 
     def spec(self) -> dict[str, str]:
@@ -80,8 +93,8 @@ class MetastoreCatalog:
 
     def begin_attempt(self, job_id: str) -> int:
         """Take a new fencing token for this process's run of ``job_id`` (fences older runs)."""
-        with phase("metastore"):
-            token = self._tokens[job_id] = self.store.begin_attempt(job_id)
+        token = self._tokens[job_id] = self._retry(f"start an attempt of job {job_id}",
+                                                   lambda: self.store.begin_attempt(job_id))
         return token
 
     def check_fencing_token(self, job_id: str, barrier: int | None = None) -> None:
@@ -89,33 +102,35 @@ class MetastoreCatalog:
         started (no-op before :meth:`begin_attempt`)."""
         token = self._tokens.get(job_id)
         if token is not None:
-            with phase("metastore"):
-                self.store.check_fencing_token(job_id, token, barrier)
+            self._retry(f"check the fencing token of job {job_id}",
+                        lambda: self.store.check_fencing_token(job_id, token, barrier))
 
     def held_staging(self, table: str, barrier: int, grace_s: float) -> set[str]:
         """See :meth:`MetaStore.held_staging`."""
-        with phase("metastore"):
-            return self.store.held_staging(table, barrier, grace_s)
+        return self._retry(f"read the staging held in {table}",
+                           lambda: self.store.held_staging(table, barrier, grace_s))
 
     def due_withdrawn_staging(self, table: str, grace_s: float) -> list[tuple[str, int]]:
         """See :meth:`MetaStore.due_withdrawn_staging`."""
-        with phase("metastore"):
-            return self.store.due_withdrawn_staging(table, grace_s)
+        return self._retry(f"read the withdrawn staging of {table}",
+                           lambda: self.store.due_withdrawn_staging(table, grace_s))
 
     def forget_withdrawn_staging(self, table: str, paths: Sequence[str]) -> None:
         """See :meth:`MetaStore.forget_withdrawn_staging`."""
-        with phase("metastore"):
-            self.store.forget_withdrawn_staging(table, paths)
+        self._retry(f"forget withdrawn staging of {table}", lambda: self.store.forget_withdrawn_staging(table, paths))
 
     def record_job_end(self, job_id: str, status: str, message: str | None = None) -> None:
         """The job's status when the app ends: ``succeeded`` (clears a previous failure's message)
         or ``failed`` with ``message`` (the error, at most 2,000 characters). A fenced run (a
         newer run of the job started) leaves the status to the newer run."""
         token = self._tokens.get(job_id)
-        with phase("metastore"):
+
+        def end() -> None:
             if token is not None and self.store.fencing_token(job_id) != token:
                 return
             self.store.heartbeat(job_id, status=status, message=message[:2000] if message else None)
+
+        self._retry(f"record the end of job {job_id}", end)
 
     def pending_barriers(
         self, job_id: str, sources: Mapping[str, str], after: int | None, limit: int | None = None
@@ -130,16 +145,15 @@ class MetastoreCatalog:
                 without their downstream sinks).
             RevisionPendingError: a revision over the job's sinks is pending (finish it first).
         """
-        with phase("metastore"):
-            topology = self._topology_of(job_id)
-            self.store.check_no_pending_revision(job_id)
+        topology = self._topology_of(job_id)
+        self._retry(f"check for revisions of job {job_id}", lambda: self.store.check_no_pending_revision(job_id))
         names = {name: normalize_table_name(name) for name in sources}
         page = min(limit, PLAN_PAGE) if limit is not None else PLAN_PAGE
-        with phase("metastore"):
-            barriers = self.store.barriers(topology, after=after, limit=page, ascending=True)
+        barriers = self._retry(f"read the barriers of topology {topology}",
+                               lambda: self.store.barriers(topology, after=after, limit=page, ascending=True))
         wanted = [b.barrier for b in barriers] + ([after] if after is not None else [])
-        with phase("metastore"):
-            entries = self.store.written_entries(list(names.values()), wanted)
+        entries = self._retry(f"read the WRITTEN versions of {sorted(names.values())}",
+                              lambda: self.store.written_entries(list(names.values()), wanted))
 
         def vector(barrier: int) -> dict[str, int] | None:
             out: dict[str, int] = {}
@@ -179,27 +193,27 @@ class MetastoreCatalog:
             files = [dict(m) for m in manifest]
             modes = {f.pop("sink_mode", None) for f in files} - {None}
             payload = {"mode": modes.pop() if len(modes) == 1 else "append", "files": files}
-        with phase("metastore"):
-            self.store.record_processed(table, barrier, job_id, payload, fencing_token=self._tokens.get(job_id))
+        self._retry(f"record PROCESSED of {table} at barrier {barrier}",
+                    lambda: self.store.record_processed(table, barrier, job_id, payload,
+                                                        fencing_token=self._tokens.get(job_id)))
 
     def record_written(
         self, table: str, barrier: int, version: int, job_id: str, attempt: str | None = None
     ) -> None:
         """WRITTEN at Delta ``version`` (idempotent); ``attempt``: the committed attempt id."""
-        with phase("metastore"):
-            self.store.record_written(
-                table, barrier, version, job_id, attempt=attempt, fencing_token=self._tokens.get(job_id)
-            )
+        self._retry(f"record WRITTEN of {table} at barrier {barrier}", lambda: self.store.record_written(
+            table, barrier, version, job_id, attempt=attempt, fencing_token=self._tokens.get(job_id)
+        ))
 
     def heartbeat(self, job_id: str) -> None:
         """Job liveness for the stale-job view."""
-        with phase("metastore"):
-            self.store.heartbeat(job_id, status=JobStatus.RUNNING)
+        self._retry(f"heartbeat job {job_id}", lambda: self.store.heartbeat(job_id, status=JobStatus.RUNNING))
 
     def final_barrier(self, job_id: str, since_ms: int | None = None) -> int | None:
         """See :meth:`BarrierCatalog.final_barrier`."""
-        with phase("metastore"):
-            info = self.store.latest_final_barrier(self._topology_of(job_id), since_ms)
+        topology = self._topology_of(job_id)
+        info = self._retry(f"read the final barrier of topology {topology}",
+                           lambda: self.store.latest_final_barrier(topology, since_ms))
         return info.barrier if info is not None else None
 
     def record_job_barrier(
@@ -207,11 +221,28 @@ class MetastoreCatalog:
         finished_at_ms: int | None = None,
     ) -> None:
         """Job timing for the delay view; also the job's heartbeat and current barrier."""
-        with phase("metastore"):
+        def record() -> None:
             self.store.record_job_barrier(
                 job_id, barrier, status=status, started_at_ms=started_at_ms, finished_at_ms=finished_at_ms
             )
             self.store.heartbeat(job_id, status=JobStatus.RUNNING, barrier=barrier)
+
+        self._retry(f"record the timing of job {job_id} at barrier {barrier}", record)
+
+    def create_lease(self, ranges: Mapping[str, tuple[int, int]], seconds: float, holder: str) -> str:
+        """Lease ``{table: (from_version, to_version)}`` for ``seconds``; returns the lease id
+        (:meth:`MetaStore.create_lease`; the expiry time is not needed by a job)."""
+        lease_id, _expires = self._retry(f"lease the inputs of {holder}",
+                                         lambda: self.store.create_lease(ranges, seconds, holder=holder))
+        return lease_id
+
+    def renew_lease(self, lease_id: str, seconds: float) -> Any:
+        """See :meth:`MetaStore.renew_lease` (``None`` when the lease lapsed)."""
+        return self._retry(f"renew lease {lease_id}", lambda: self.store.renew_lease(lease_id, seconds))
+
+    def release_lease(self, lease_id: str) -> None:
+        """See :meth:`MetaStore.release_lease`."""
+        self._retry(f"release lease {lease_id}", lambda: self.store.release_lease(lease_id))
 
 
 def _factory(spec: Mapping[str, str]) -> MetastoreCatalog:
