@@ -10,7 +10,7 @@ retry can never both report, whichever of them reaches the metastore first.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -29,6 +29,14 @@ from airflow_provider_tsb.metastore.records import (
     JobStatus,
     now_ms,
 )
+
+
+class AttemptStart(NamedTuple):
+    """A started attempt: its fencing ``token`` and the Spark Connect session id of the attempt
+    before it (``previous_spark_session``; ``None`` when it ran on spark-submit or none ran)."""
+
+    token: int
+    previous_spark_session: str | None
 
 
 def check_fencing_token(s: Session, job_id: str, token: int, barrier: int | None, action: str) -> None:
@@ -68,13 +76,25 @@ class JobRunManager(StoreBase):
         Raises:
             UnknownJobError: the job is not registered.
         """
+        return self.start_attempt(job_id).token
+
+    def start_attempt(self, job_id: str, spark_session: str | None = None) -> AttemptStart:
+        """:meth:`begin_attempt` that also records the attempt's Spark Connect session id and
+        returns the previous attempt's (in one write transaction).
+
+        Raises:
+            UnknownJobError: the job is not registered.
+        """
         with self._tx(write=True) as s:
-            result = s.execute(
-                update(JobRow).where(JobRow.id == job_id).values(fencing_token=JobRow.fencing_token + 1)
-            )
-            if not result.rowcount:
+            previous = s.execute(
+                select(JobRow.fencing_token, JobRow.spark_session).where(JobRow.id == job_id).with_for_update()
+            ).first()
+            if previous is None:
                 raise UnknownJobError(f"job {job_id!r} is not registered; cannot start an attempt of it")
-            return int(s.scalar(select(JobRow.fencing_token).where(JobRow.id == job_id)) or 0)
+            token = int(previous.fencing_token or 0) + 1
+            s.execute(update(JobRow).where(JobRow.id == job_id).values(fencing_token=token,
+                                                                        spark_session=spark_session))
+            return AttemptStart(token, previous.spark_session)
 
     def fencing_token(self, job_id: str) -> int:
         """The fencing token of the newest attempt of ``job_id`` (0 if none started).

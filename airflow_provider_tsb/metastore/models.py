@@ -114,6 +114,9 @@ class JobRow(Base):
     #: fencing token of the job's newest attempt (bumped when a run starts): PROCESSED and
     #: WRITTEN reports carrying an older token come from a zombie and are refused
     fencing_token: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    #: Spark Connect session id of the newest attempt (``None`` on the submit engine): the next
+    #: attempt interrupts what it left running on the server
+    spark_session: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class JobSourceRow(Base):

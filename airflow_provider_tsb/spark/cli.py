@@ -136,15 +136,34 @@ def _run(
     app: TsbApp, args: argparse.Namespace, catalog: BarrierCatalog, locations: dict[str, str],
     spark: SparkSession | None,
 ) -> None:
-    from airflow_provider_tsb.spark.session import get_spark, is_connect
+    from airflow_provider_tsb.spark.session import get_spark, is_connect, remote_url
 
     own = spark is None
     spark = spark or get_spark(app.job_id, master=args.master, remote=args.remote, conf=_parse_conf(args.conf))
     try:
+        if own and is_connect(spark):
+            _take_over_connect_attempt(app, catalog, spark, str(remote_url(args.remote)))
         _run_mode(app, args, catalog, locations, spark)
     finally:
         if own and is_connect(spark):
             spark.stop()  # releases the job's session on the Connect server
+
+
+def _take_over_connect_attempt(app: TsbApp, catalog: BarrierCatalog, spark: SparkSession, url: str) -> None:
+    """Start this run's attempt with its Spark Connect session, then interrupt what the previous
+    attempt's session still runs on the server (a killed client's work goes on there; see
+    :func:`~airflow_provider_tsb.spark.session.interrupt_session`), before any write of ours."""
+    from airflow_provider_tsb.spark.runner import begin_attempt
+    from airflow_provider_tsb.spark.session import interrupt_session
+
+    if begin_attempt(app, catalog, spark.session_id) is None:
+        return  # a plan file: no attempts, no sessions recorded
+    previous = getattr(catalog, "previous_spark_session", lambda _job: None)(app.job_id)
+    if previous and previous != spark.session_id:
+        stopped = interrupt_session(url, previous)
+        if stopped:
+            log.warning("job %s: interrupted %d operation(s) the previous attempt (Spark Connect session %s) "
+                        "left running on the server", app.job_id, len(stopped), previous)
 
 
 def _run_mode(

@@ -72,6 +72,7 @@ class MetastoreCatalog:
         self._topologies: dict[str, str] = {}
         #: fencing token of this process's attempt, per job (taken by :meth:`begin_attempt`)
         self._tokens: dict[str, int] = {}
+        self._previous_sessions: dict[str, str | None] = {}
 
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
         """``fn()`` against the metastore, riding out an outage (module doc)."""
@@ -91,11 +92,24 @@ class MetastoreCatalog:
         """{table name: location} of every registered table (locations for the app)."""
         return {t.name: t.location for t in self.store.tables()}
 
-    def begin_attempt(self, job_id: str) -> int:
-        """Take a new fencing token for this process's run of ``job_id`` (fences older runs)."""
-        token = self._tokens[job_id] = self._retry(f"start an attempt of job {job_id}",
-                                                   lambda: self.store.begin_attempt(job_id))
-        return token
+    def begin_attempt(self, job_id: str, spark_session: str | None = None) -> int:
+        """Take a new fencing token for this process's run of ``job_id`` (fences older runs);
+        ``spark_session``: the run's Spark Connect session id, recorded for the next attempt
+        (:meth:`previous_spark_session` is the one before this run)."""
+        start = self._retry(f"start an attempt of job {job_id}",
+                            lambda: self.store.start_attempt(job_id, spark_session))
+        self._tokens[job_id] = start.token
+        self._previous_sessions[job_id] = start.previous_spark_session
+        return start.token
+
+    def attempt_token(self, job_id: str) -> int | None:
+        """The fencing token this process holds for ``job_id`` (``None`` before :meth:`begin_attempt`)."""
+        return self._tokens.get(job_id)
+
+    def previous_spark_session(self, job_id: str) -> str | None:
+        """The Spark Connect session id of the attempt before this process's (``None``: none, or
+        it ran on spark-submit)."""
+        return self._previous_sessions.get(job_id)
 
     def check_fencing_token(self, job_id: str, barrier: int | None = None) -> None:
         """Raise :class:`~airflow_provider_tsb.exceptions.FencedError` if a newer run of the job

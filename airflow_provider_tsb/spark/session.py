@@ -196,3 +196,38 @@ def apply_session_conf(spark: SparkSession, settings: Mapping[str, str]) -> list
             if server != value:
                 static.append(f"{key}={value} (server: {server if server is not None else 'unset'})")
     return static
+
+
+def interrupt_session(url: str, session_id: str) -> list[str]:
+    """Interrupt every operation of session ``session_id`` on the Connect server at ``url`` and
+    release the session; return the ids of the operations interrupted.
+
+    A Spark Connect client that dies (SIGKILL, a lost worker) leaves its running operations on
+    the server, which finishes them: a killed job's write would still land files after its
+    retry started. The retry calls this on the dead attempt's session first (Spark docs,
+    ``SparkSession.interruptAll``; ``release_session``). A session already released or expired
+    is nothing to interrupt (``[]``).
+    """
+    from pyspark.errors import PySparkException
+
+    zombie = SparkSession.builder.remote(_with_param(url, "session_id", session_id)).create()
+    try:
+        interrupted = list(zombie.interruptAll())
+    except PySparkException as exc:
+        if "SESSION_CLOSED" in str(exc) or "SESSION_NOT_FOUND" in str(exc):
+            interrupted = []
+        else:
+            raise
+    finally:
+        try:
+            zombie.stop()  # releases the session and its cached data on the server
+        except Exception:  # already released: nothing held
+            log.debug("session %s: already released", session_id)
+    return interrupted
+
+
+def _with_param(url: str, key: str, value: str) -> str:
+    """``url`` with the connection-string parameter ``key=value`` (replacing one it had)."""
+    base, _, params = url.partition(";")
+    kept = [p for p in params.split(";") if p and not p.startswith(f"{key}=")]
+    return base.rstrip("/") + "/;" + ";".join([*kept, f"{key}={value}"])
