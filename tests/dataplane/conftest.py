@@ -1,10 +1,10 @@
-"""Fixtures of the data-plane tests: one local SparkSession, the wordcount apps, a clean run."""
+"""Fixtures of the data-plane tests: the wordcount apps and a clean reference run (the Spark session is
+tests/conftest.py's Spark Connect client)."""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,16 +18,6 @@ from tests.support.dataplane import (
 )
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    from airflow_provider_tsb.spark.session import get_spark
-
-    session = get_spark("tsb-dataplane-tests", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="session")

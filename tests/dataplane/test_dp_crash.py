@@ -17,10 +17,13 @@ from airflow_provider_tsb.spark.catalog import read_report
 from tests.support.dataplane import APPS, REPO, WORD_COUNT, make_wordcount_plan, rows_at_barrier
 
 
-def run_app(plan: str, kill_at: str | None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "TSB_KILL_AT"}
+def run_app(plan: str, kill_at: str | None, remote: str | None) -> subprocess.CompletedProcess:
+    """The app as its own process: a Spark Connect client of ``remote``, else its own driver."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "SPARK_REMOTE")}
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    if remote:
+        env["SPARK_REMOTE"] = remote
     if kill_at:
         env["TSB_KILL_AT"] = kill_at
     cmd = [sys.executable, str(APPS / "wordcount/wordcount_words.py"), "--plan", plan, "--report", plan + ".report"]
@@ -36,12 +39,13 @@ def referenced_paths(location: str) -> set[str]:
     return paths
 
 
-def test_sigkill_at_every_point_then_rerun_is_exactly_once(spark, clean_wordcount, tmp_path: Path) -> None:
-    """Kill while writing barrier 1 (table creation), after the files of 2, after the commit of 3."""
+def test_sigkill_at_every_point_then_rerun_is_exactly_once(spark, clean_wordcount, engine, tmp_path: Path) -> None:
+    """Kill while writing barrier 1 (table creation), after the files of 2, after the commit of 3; on
+    both engines (a killed Spark Connect client leaves its server-side work behind)."""
     plan, tables = make_wordcount_plan(tmp_path, 4)
     loc = tables[WORD_COUNT]
     for point, barrier in (("while_writing", 1), ("after_files", 2), ("after_commit", 3)):
-        killed = run_app(plan, f"{point}:wordcount_words:{barrier}")
+        killed = run_app(plan, f"{point}:wordcount_words:{barrier}", engine.remote)
         assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-3000:])
         report = read_report(plan + ".report")
         written = {w["barrier"] for w in report["written"]}
@@ -56,7 +60,7 @@ def test_sigkill_at_every_point_then_rerun_is_exactly_once(spark, clean_wordcoun
             assert version_of_barrier(loc, 2) is None
         if point == "after_commit":
             assert rows_at_barrier(spark, loc, 3) == clean_wordcount[WORD_COUNT][3]
-    rerun = run_app(plan, None)
+    rerun = run_app(plan, None, engine.remote)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
 
     for b in (1, 2, 3, 4):

@@ -53,20 +53,27 @@ def wordcount_deployment(root: Path, url: str, barriers: int, lines: int = 20) -
     return Deployment(url, store, topo, root)
 
 
-def job_command(dep: Deployment, job_id: str, barrier: int) -> list[str]:
-    """The operator's ``spark-submit`` command of ``job_id`` for ``barrier``."""
+def job_command(dep: Deployment, job_id: str, barrier: int, remote: str | None = None) -> list[str]:
+    """The operator's command of ``job_id`` for ``barrier``: ``spark-submit``, or with ``remote``
+    (a Spark Connect URL) the Spark Connect client process (``$SPARK_REMOTE`` is :func:`job_env`'s)."""
     job = dep.topology.jobs[job_id]
-    args = [SPARK_SUBMIT, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-            "--conf", "spark.sql.shuffle.partitions=2", job.application, "--mode", "batch",
-            "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", str(barrier)]
+    if remote:
+        args = [sys.executable, job.application, "--conf", "spark.sql.shuffle.partitions=2"]
+    else:
+        args = [SPARK_SUBMIT, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                "--conf", "spark.sql.shuffle.partitions=2", job.application]
+    args += ["--mode", "batch", "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", str(barrier)]
     for name in sorted({*job.sources, *job.sinks}):
         args += ["--table", f"{name}={dep.location(name)}"]
     return args
 
 
-def job_env(url: str, **extra: str) -> dict[str, str]:
-    """The job's environment: the metastore URL (never on the command line), the interpreter."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR")}
+def job_env(url: str, remote: str | None = None, **extra: str) -> dict[str, str]:
+    """The job's environment: the metastore URL (never on the command line), the interpreter, and
+    the Spark Connect server (``$SPARK_REMOTE``) for a client."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR", "SPARK_REMOTE")}
+    if remote:
+        env["SPARK_REMOTE"] = remote
     env.update(
         TSB_METASTORE_URL=url, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
         PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""), TSB_SPARK_LOG_LEVEL="ERROR",
@@ -80,15 +87,18 @@ KILLED = (-9, 137)
 
 
 def run_job(
-    dep: Deployment, job_id: str, barrier: int, timeout: float = 300, **env: str
+    dep: Deployment, job_id: str, barrier: int, timeout: float = 300, remote: str | None = None, **env: str
 ) -> subprocess.CompletedProcess:
-    """Run the job for ``barrier`` to its end (``env``: extra variables, e.g. ``TSB_KILL_AT``)."""
-    return subprocess.run(job_command(dep, job_id, barrier), env=job_env(dep.url, **env), capture_output=True,
-                          text=True, timeout=timeout, cwd=dep.root)
+    """Run the job for ``barrier`` to its end (``env``: extra variables, e.g. ``TSB_KILL_AT``;
+    ``remote``: as a client of this Spark Connect server, else with spark-submit)."""
+    return subprocess.run(job_command(dep, job_id, barrier, remote), env=job_env(dep.url, remote, **env),
+                          capture_output=True, text=True, timeout=timeout, cwd=dep.root)
 
 
-def start_job(dep: Deployment, job_id: str, barrier: int, log: Path, **env: str) -> subprocess.Popen:
+def start_job(
+    dep: Deployment, job_id: str, barrier: int, log: Path, remote: str | None = None, **env: str
+) -> subprocess.Popen:
     """Start the job for ``barrier`` in the background; stdout and stderr go to ``log``."""
     handle = open(log, "w")  # noqa: SIM115 - closed with the process by the caller's wait()
-    return subprocess.Popen(job_command(dep, job_id, barrier), env=job_env(dep.url, **env), stdout=handle,
-                            stderr=subprocess.STDOUT, text=True, cwd=dep.root)
+    return subprocess.Popen(job_command(dep, job_id, barrier, remote), env=job_env(dep.url, remote, **env),
+                            stdout=handle, stderr=subprocess.STDOUT, text=True, cwd=dep.root)
