@@ -176,19 +176,25 @@ def ships_package(master: str, extra: Mapping[str, Any], ship_package: bool | No
     return not master.startswith("local")
 
 
+#: Spark settings of the tsb streaming source's Python workers on a busy machine, under every
+#: other conf: a worker has this long to answer the driver's authentication once it has
+#: connected back (Spark's ``spark.python.authenticate.socketTimeout``, default 15 s)
+SUBMIT_DEFAULT_CONF: dict[str, str] = {"spark.python.authenticate.socketTimeout": "120s"}
+
+
 def configure_submit(hook: Any, conn_id: str, *, ship_package: bool | None = None) -> Any:
     """Complete an Airflow ``SparkSubmitHook`` for a tsb job (in place; returns it).
 
     * Spark conf: :func:`connection_conf` of ``conn_id`` under the hook's own conf (the job's
       declared conf updated with the operator's), so the connection sets cluster-wide
-      resources and a job overrides what it must;
+      resources and a job overrides what it must; :data:`SUBMIT_DEFAULT_CONF` under all of them;
     * ``--py-files``: the provider's zip added to the hook's own when :func:`ships_package`.
 
     Raises:
         ValueError: the connection's ``conf`` extra is malformed (see :func:`connection_conf`).
     """
     extra = _connection_extra(conn_id)
-    hook._conf = {**connection_conf(extra, conn_id), **(hook._conf or {})}
+    hook._conf = {**SUBMIT_DEFAULT_CONF, **connection_conf(extra, conn_id), **(hook._conf or {})}
     if ships_package(str(hook._connection.get("master") or ""), extra, ship_package):
         from airflow_provider_tsb.spark.packaging import package_zip
 

@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from airflow_provider_tsb.spark.barrier_source import (  # noqa: F401 - re-exported
     SOURCE_SCHEMA,
@@ -133,6 +134,10 @@ def run_streaming(
         poll_interval_s: seconds between catalog look-ups while the source waits: a ready
             barrier starts its micro-batch within about this delay.
 
+    A query that fails because a Spark Python worker missed its start-up window (a busy
+    machine; :func:`python_worker_start_failed`) is restarted from its checkpoint, up to
+    :data:`MAX_QUERY_RESTARTS` times with backoff.
+
     Raises:
         pyspark.errors.StreamingQueryException: a micro-batch failed (e.g. misaligned input).
     """
@@ -154,6 +159,60 @@ def run_streaming(
         catalog.heartbeat(app.job_id)
         return done
     ckpt = checkpoint or os.path.join(locations[sorted(app.sinks)[0]], "_tsb_checkpoints", app.job_id)
+    restarts = 0
+    while True:
+        remaining = None if max_barriers is None else max_barriers - len(progress.barriers)
+        query = _start_query(
+            spark, app, catalog, locations, progress, ckpt, until_barrier=until_barrier, max_barriers=remaining,
+            final_since_ms=final_since_ms, after=base, wait_s=trigger_interval_s, poll_s=poll_interval_s,
+        )
+        _watch(query, progress, until_barrier=until_barrier, max_barriers=max_barriers, idle_timeout_s=idle_timeout_s)
+        exc = query.exception()
+        if exc is None:
+            break
+        if not python_worker_start_failed(exc) or restarts >= MAX_QUERY_RESTARTS:
+            raise exc
+        restarts += 1
+        wait = min(2.0 ** restarts, 30.0)
+        log.warning(
+            "job %s: the streaming query stopped because a Spark Python worker did not start in time (a busy "
+            "machine: %s); restarting it from its checkpoint in %.0f s (restart %d of %d)",
+            app.job_id, _first_line(exc), wait, restarts, MAX_QUERY_RESTARTS,
+        )
+        time.sleep(wait)
+        base = sinks_base_barrier(app, locations)
+    catalog.heartbeat(app.job_id)
+    return progress.barriers
+
+
+#: times a streaming query is restarted (from its checkpoint) after a Python worker failed to start
+MAX_QUERY_RESTARTS = 10
+#: Spark's errors for a Python worker that missed its connect-back window: the driver waits a
+#: fixed 10 s for a new worker process (``PythonWorkerFactory``); a loaded machine can miss it
+WORKER_START_FAILURES = (
+    "Python worker failed to connect back",
+    "Timed out while waiting for the Python worker to connect back",
+)
+
+
+def python_worker_start_failed(exc: BaseException) -> bool:
+    """True when a streaming query failed because a Spark Python worker did not start in time
+    (retrying the query, which resumes from its checkpoint, is safe and usually enough)."""
+    text = str(exc)
+    return any(marker in text for marker in WORKER_START_FAILURES)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:200] if lines else type(exc).__name__
+
+
+def _start_query(
+    spark: SparkSession, app: TsbApp, catalog: BarrierCatalog, locations: Mapping[str, str], progress: _Progress,
+    checkpoint: str, *, until_barrier: int | None, max_barriers: int | None, final_since_ms: int | None,
+    after: int | None, wait_s: float, poll_s: float,
+) -> StreamingQuery:
+    """Start the barrier query whose ``foreachBatch`` runs :func:`run_barrier` (submit engine)."""
 
     def handle(batch: DataFrame, batch_id: int) -> None:
         # control rows only (<= 1 barrier descriptor), never table data
@@ -162,25 +221,32 @@ def run_streaming(
         source_s = time.time() - began
         for row in rows:
             plan = BarrierPlan.from_json(row["plan"])
-            poll_s = max(0.0, began - plan.ready_at_ms / 1000) if plan.ready_at_ms else 0.0
-            run_barrier(spark, app, plan, locations, catalog, before={"poll": poll_s, "source": source_s})
+            poll = max(0.0, began - plan.ready_at_ms / 1000) if plan.ready_at_ms else 0.0
+            run_barrier(spark, app, plan, locations, catalog, before={"poll": poll, "source": source_s})
             with progress.lock:
                 progress.barriers.append(plan.barrier)
                 progress.last_progress = time.monotonic()
                 if plan.ends_input_since(final_since_ms):
                     progress.final = plan.barrier
 
-    query = (
+    return (
         barrier_stream(
             spark, app, catalog, locations, until_barrier=until_barrier, max_barriers=max_barriers,
-            final_since_ms=final_since_ms, after=base, wait_s=trigger_interval_s, poll_s=poll_interval_s,
+            final_since_ms=final_since_ms, after=after, wait_s=wait_s, poll_s=poll_s,
         )
         .writeStream.queryName(f"tsb_{app.job_id}")
         .foreachBatch(handle)
-        .option("checkpointLocation", ckpt)
+        .option("checkpointLocation", checkpoint)
         .trigger(processingTime="0 seconds")  # the source's long poll paces idle polls
         .start()
     )
+
+
+def _watch(
+    query: StreamingQuery, progress: _Progress, *, until_barrier: int | None, max_barriers: int | None,
+    idle_timeout_s: float | None,
+) -> None:
+    """Wait until a stop rule of :func:`run_streaming` holds or the query fails; stop it."""
     try:
         while query.isActive:
             with progress.lock:
@@ -188,7 +254,7 @@ def run_streaming(
                 idle = time.monotonic() - progress.last_progress
                 ended = progress.final
             if ended is not None:
-                log.info("job %s: committed final barrier %s (end of input); stopping", app.job_id, ended)
+                log.info("committed final barrier %s (end of input); stopping %s", ended, query.name)
                 break
             if max_barriers is not None and len(done) >= max_barriers:
                 break
@@ -200,11 +266,6 @@ def run_streaming(
     finally:
         if query.isActive:
             query.stop()
-    exc = query.exception()
-    if exc is not None:
-        raise exc
-    catalog.heartbeat(app.job_id)
-    return progress.barriers
 
 
 def run_client_micro_batches(

@@ -1,6 +1,8 @@
-"""Streaming mode the way production runs it: each job is the operator's own ``spark-submit``
-process with ``--metastore-url`` (the production catalog, reopened in Spark's Python worker),
-on SQLite and on PostgreSQL, with barriers from the emitter and a final barrier at end of input.
+"""Streaming mode the way production runs it: each job is the operator's own process with
+``--metastore-url`` (the production catalog) on both engines: a Spark Connect client of the test
+session's server (client-driven micro-batches), and ``spark-submit`` (a Structured Streaming
+query; the catalog reopened in Spark's Python worker); on SQLite and on PostgreSQL, with barriers
+from the emitter and a final barrier at end of input.
 """
 
 from __future__ import annotations
@@ -34,17 +36,33 @@ def _context(run_id: str, start: dt.datetime) -> dict:
     return {"dag_run": run, "outlet_events": OutletEventAccessors()}
 
 
+def spark_connection(engine: object) -> str:
+    """The ``spark_local`` connection (JSON) of an engine fixture: Spark Connect or spark-submit."""
+    remote = getattr(engine, "remote", None)
+    if remote:
+        host, port = remote[len("sc://"):].rstrip("/").rsplit(":", 1)
+        return f'{{"conn_type": "spark_connect", "host": "sc://{host}", "port": {int(port)}}}'
+    return '{"conn_type": "spark", "host": "local[2]"}'
+
+
 @pytest.fixture
-def streaming_env(metastore_url, tmp_path, monkeypatch) -> SimpleNamespace:
+def streaming_store(metastore_url, tmp_path, monkeypatch) -> SimpleNamespace:
+    """A migrated metastore and a warehouse, in the environment the operators read."""
     monkeypatch.setenv("TSB_METASTORE_URL", metastore_url)
     monkeypatch.setenv("TSB_WAREHOUSE", str(tmp_path / "warehouse"))
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", '{"conn_type": "spark", "host": "local[2]"}')
     from airflow_provider_tsb.metastore.store import MetaStore
 
     store = MetaStore(metastore_url)
     store.migrate()
     yield SimpleNamespace(url=metastore_url, store=store, warehouse=str(tmp_path / "warehouse"))
     store.dispose()
+
+
+@pytest.fixture
+def streaming_env(streaming_store, engine, monkeypatch) -> SimpleNamespace:
+    """:func:`streaming_store` with the ``spark_local`` connection of each engine in turn."""
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", spark_connection(engine))
+    return streaming_store
 
 
 def _ingest(topo, stop_after: int) -> None:
@@ -137,7 +155,7 @@ def test_retried_streaming_job_after_end_of_input_ends_at_once(streaming_env) ->
     assert streaming_env.store.newest_written(COUNTS).barrier == emitted[-1]
 
 
-def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_env) -> None:
+def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_store) -> None:
     """The ``tsb`` source's offset request waits (``wait_s``) and returns a barrier that became
     ready during the wait, read through the production (metastore) catalog; idle, it answers
     "no new barrier" only after ``wait_s``."""
@@ -146,15 +164,15 @@ def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_
     from airflow_provider_tsb.hooks.barrier import read_root_versions
     from airflow_provider_tsb.spark.streaming import TsbStreamReader
 
-    topo = wordcount_topology(streaming_env.warehouse)
-    store = streaming_env.store
+    topo = wordcount_topology(streaming_store.warehouse)
+    store = streaming_store.store
     store.register_topology(topo)
     job = topo.jobs["wordcount_words"]
     store.register_job(topo.name, job, {n: topo.tables[n] for n in (*job.sources, *job.sinks)})
     ingest_next_words(topo.location("raw.words"), run_key="w0", lines=5)
     first = store.create_barrier(topo.name, read_root_versions(topo)).barrier
     reader = TsbStreamReader({
-        "catalog": json.dumps({"kind": "metastore", "url": streaming_env.url, "report": ""}),
+        "catalog": json.dumps({"kind": "metastore", "url": streaming_store.url, "report": ""}),
         "job_id": "wordcount_words",
         "sources": json.dumps({WORDS: topo.location("raw.words")}),
         "start_after": "-1", "wait_s": "20", "poll_s": "0.05",
@@ -179,7 +197,7 @@ def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_
     assert [json.loads(p.plan_json)["barrier"] for p in partitions] == [first + 1]
 
     idle = TsbStreamReader({
-        "catalog": json.dumps({"kind": "metastore", "url": streaming_env.url, "report": ""}),
+        "catalog": json.dumps({"kind": "metastore", "url": streaming_store.url, "report": ""}),
         "job_id": "wordcount_words",
         "sources": json.dumps({WORDS: topo.location("raw.words")}),
         "start_after": str(first + 1), "wait_s": "0.6", "poll_s": "0.05",
