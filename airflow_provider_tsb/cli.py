@@ -12,6 +12,7 @@ Commands::
     tsb expire TABLE... | --topology NAME [--keep-last N --hourly H --daily D] [--dry-run]
                                          snapshot expiry with a retention policy (JSON)
     tsb freshness TOPOLOGY [--format json]  lag per table vs its freshness target, bottleneck job
+    tsb spark start | stop | status      the local Spark Connect server the jobs share
 
 Exit codes: 0 success, 1 validation or consistency errors, 2 usage or configuration errors.
 
@@ -264,7 +265,7 @@ def _register_extra_commands(sub: Any) -> None:
     """Commands contributed by other modules (kept optional so the CLI starts fast)."""
     for module_name in ("airflow_provider_tsb.checker", "airflow_provider_tsb.manual_runs",
                         "airflow_provider_tsb.revision_cli", "airflow_provider_tsb.expiry_cli",
-                        "airflow_provider_tsb.freshness_cli"):
+                        "airflow_provider_tsb.freshness_cli", "airflow_provider_tsb.spark_cli"):
         try:
             module = __import__(module_name, fromlist=["register_cli"])
         except ImportError:
@@ -282,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except TsbError as exc:
         print(f"tsb: error: {exc}", file=sys.stderr)
-        return 1 if not exc.__class__.__name__.startswith("Metastore") else 2
+        code = getattr(exc, "exit_code", None)  # a command's own (e.g. 2: configuration)
+        return code if isinstance(code, int) else 1 if not exc.__class__.__name__.startswith("Metastore") else 2
     except (FileNotFoundError, ValueError) as exc:
         print(f"tsb: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,389 @@
+"""The embedded Spark Connect server: one warm Spark per machine for every job of a topology.
+
+:class:`ConnectServer` starts, checks and stops a local Spark Connect server from pyspark's own
+jars (``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer
+spark-internal``; Spark docs "Spark Connect Overview", "Deploying"), with its state in a folder:
+``server.json`` (pid, port, URL, master, log) and ``server.log``. ``tsb spark start | stop |
+status`` is its command line (:mod:`airflow_provider_tsb.spark_cli`). Jobs whose Spark
+connection has type ``spark_connect`` are its clients (:mod:`airflow_provider_tsb.hooks.spark_engine`).
+
+A Connect server authenticates nobody unless given a token: it binds to the loopback address by
+default. Beyond one machine, point the Spark connection at a cluster's Connect endpoint instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from airflow_provider_tsb.exceptions import TsbError
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+#: the line Spark logs once the gRPC service listens
+READY_LINE = "Spark Connect server started"
+#: state folder of the local server, unless given: ``$TSB_SPARK_HOME``
+HOME_ENV = "TSB_SPARK_HOME"
+DEFAULT_PORT = 15002
+
+#: Spark properties of the embedded server (``ConnectServerOptions.conf`` wins over them)
+SERVER_CONF: dict[str, str] = {
+    # no web UI: one less port and thread pool on a small machine
+    "spark.ui.enabled": "false",
+    # tsb's session defaults, also set by every client session (spark/session.py)
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    "spark.hadoop.parquet.enable.summary-metadata": "false",
+    # a Python worker that connects back slowly on a busy machine still authenticates (default 15 s)
+    "spark.python.authenticate.socketTimeout": "120s",
+    "spark.python.worker.reuse": "true",
+    # an operation whose client is gone (its RPC detached) is abandoned after 60 s (default 5 min)
+    "spark.connect.execute.manager.detachedTimeout": "60s",
+    # sessions of clients that died are released after 30 idle minutes (default 60)
+    "spark.connect.session.manager.defaultSessionTimeout": "30min",
+}
+
+
+class SparkServerError(TsbError):
+    """The local Spark Connect server cannot be started, reached or stopped (the message says
+    what is wrong and what to do)."""
+
+
+@dataclass(frozen=True)
+class ConnectServerOptions:
+    """How to start the local server.
+
+    Attributes:
+        port: gRPC port (``spark.connect.grpc.binding.port``).
+        bind_address: address to listen on (``spark.connect.grpc.binding.address``); loopback by
+            default, since the server has no authentication without a token.
+        master: Spark master of the server (``local[*]``, or a cluster's ``spark://host:7077``).
+        driver_memory: the server driver's heap (``spark.driver.memory``), e.g. ``2g``.
+        conf: more Spark properties; they win over :data:`SERVER_CONF`.
+        startup_timeout_s: seconds to wait for the server to answer.
+    """
+
+    port: int = DEFAULT_PORT
+    bind_address: str = "127.0.0.1"
+    master: str = "local[*]"
+    driver_memory: str = "2g"
+    conf: Mapping[str, str] = field(default_factory=dict)
+    startup_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """What :meth:`ConnectServer.status` found.
+
+    Attributes:
+        state: ``running`` (its process lives and the port answers), ``stopped`` (no state
+            file) or ``stale`` (a state file whose process is gone or does not answer).
+        pid, port, url, master, log: the recorded server (``None`` when stopped).
+        message: a sentence for people.
+    """
+
+    state: Literal["running", "stopped", "stale"]
+    pid: int | None = None
+    port: int | None = None
+    url: str | None = None
+    master: str | None = None
+    log: str | None = None
+    message: str = ""
+
+
+def default_home() -> Path:
+    """``$TSB_SPARK_HOME``, else ``$AIRFLOW_HOME/tsb-spark``, else ``~/airflow/tsb-spark``."""
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV])
+    airflow_home = os.environ.get("AIRFLOW_HOME") or os.path.join(os.path.expanduser("~"), "airflow")
+    return Path(airflow_home) / "tsb-spark"
+
+
+class ConnectServer:
+    """The local Spark Connect server whose state lives in ``home`` (see module doc).
+
+    Args:
+        home: state folder (created on start).
+        options: how to start it (:class:`ConnectServerOptions`).
+    """
+
+    def __init__(self, home: Path | str | None = None, options: ConnectServerOptions | None = None) -> None:
+        self.home = Path(home) if home is not None else default_home()
+        self.options = options or ConnectServerOptions()
+
+    @property
+    def state_file(self) -> Path:
+        """``server.json`` in :attr:`home`."""
+        return self.home / "server.json"
+
+    @property
+    def log_file(self) -> Path:
+        """``server.log`` in :attr:`home`."""
+        return self.home / "server.log"
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> ServerStatus:
+        """The recorded server's state: its process alive and its port accepting connections."""
+        state = self._read_state()
+        if state is None:
+            return ServerStatus("stopped", message=f"no Spark Connect server recorded in {self.home}")
+        pid, port = int(state["pid"]), int(state["port"])
+        fields = {k: state.get(k) for k in ("url", "master", "log")}
+        if not _alive(pid):
+            return ServerStatus("stale", pid, port, **fields, message=f"server pid {pid} is gone")
+        if not port_open(state.get("bind_address") or "127.0.0.1", port):
+            return ServerStatus("stale", pid, port, **fields, message=f"server pid {pid} does not answer on {port}")
+        return ServerStatus("running", pid, port, **fields, message=f"Spark Connect server at {state['url']}")
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> ServerStatus:
+        """Start the server, or return the one already running in :attr:`home`.
+
+        Returns the running server's status; its ``message`` says when it was already running
+        (with the port it has, which may differ from :attr:`options`).
+
+        Raises:
+            SparkServerError: Java 17+ is missing, pyspark's ``spark-submit`` is missing, the
+                port is taken by another process, or the server exited or did not answer within
+                ``startup_timeout_s`` (the message holds the end of its log and the log's path).
+        """
+        current = self.status()
+        if current.state == "running":
+            return ServerStatus(**{**asdict(current), "message": f"already running: {current.message}"})
+        if current.state == "stale":
+            self._forget()
+        opts = self.options
+        check_java()
+        if port_open(opts.bind_address, opts.port):
+            raise SparkServerError(
+                f"port {opts.port} on {opts.bind_address} is in use by another process; choose another with "
+                "--port, or stop that process"
+            )
+        self.home.mkdir(parents=True, exist_ok=True)
+        command = self.command()
+        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+        env.pop("PYSPARK_GATEWAY_PORT", None)
+        with self.log_file.open("ab") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                       start_new_session=True, cwd=self.home)
+        url = f"sc://{_url_host(opts.bind_address)}:{opts.port}"
+        self._write_state({"pid": process.pid, "port": opts.port, "bind_address": opts.bind_address, "url": url,
+                           "master": opts.master, "log": str(self.log_file), "started_at": time.time()})
+        self._wait_ready(process, url)
+        return self.status()
+
+    def command(self) -> list[str]:
+        """The ``spark-submit`` command line of the server."""
+        opts = self.options
+        conf = {**SERVER_CONF, "spark.connect.grpc.binding.port": str(opts.port),
+                "spark.connect.grpc.binding.address": opts.bind_address, **dict(opts.conf)}
+        args = [spark_submit(), "--class", SERVER_CLASS, "--name", "tsb-spark-connect", "--master", opts.master,
+                "--driver-memory", opts.driver_memory]
+        for key, value in conf.items():
+            args += ["--conf", f"{key}={value}"]
+        return [*args, "spark-internal"]
+
+    def _wait_ready(self, process: subprocess.Popen[bytes], url: str) -> None:
+        deadline = time.monotonic() + self.options.startup_timeout_s
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                self._forget()
+                raise SparkServerError(
+                    f"the Spark Connect server exited with code {process.returncode} before it was ready; "
+                    f"the end of its log {self.log_file}:\n{self.log_tail()}"
+                )
+            if READY_LINE in self._log_text() and port_open(self.options.bind_address, self.options.port):
+                if health(url):
+                    return
+            time.sleep(0.25)
+        self.stop()
+        raise SparkServerError(
+            f"the Spark Connect server did not answer at {url} within {self.options.startup_timeout_s:g} s "
+            f"(stopped it); the end of its log {self.log_file}:\n{self.log_tail()}"
+        )
+
+    # ------------------------------------------------------------------ stop
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop the recorded server and every process of its group; forget it.
+
+        SIGTERM first (Spark stops its context), SIGKILL after ``timeout_s`` seconds. Returns
+        whether a server process was running.
+        """
+        state = self._read_state()
+        if state is None:
+            return False
+        pid = int(state["pid"])
+        was_running = _alive(pid)
+        _stop_group(pid, timeout_s)
+        self._forget()
+        return was_running
+
+    # ------------------------------------------------------------------ helpers
+    def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of the server's log."""
+        return "\n".join(self._log_text().splitlines()[-lines:])
+
+    def _log_text(self) -> str:
+        try:
+            return self.log_file.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _read_state(self) -> dict | None:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _write_state(self, state: dict) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+        tmp.replace(self.state_file)
+
+    def _forget(self) -> None:
+        self.state_file.unlink(missing_ok=True)
+
+
+def spark_submit() -> str:
+    """``$SPARK_HOME/bin/spark-submit`` when set and present, else the one pyspark ships.
+
+    Raises:
+        SparkServerError: neither exists (install pyspark 4 with ``pip install pyspark``).
+    """
+    home = os.environ.get("SPARK_HOME")
+    candidates = [Path(home) / "bin" / "spark-submit"] if home else []
+    try:
+        import pyspark
+
+        candidates.append(Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit")
+    except ImportError:
+        pass
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate)
+    raise SparkServerError(
+        f"spark-submit not found (looked at {[str(c) for c in candidates]}); install pyspark 4 "
+        "(pip install 'pyspark>=4') or set SPARK_HOME to a Spark 4 installation"
+    )
+
+
+def check_java() -> None:
+    """Raise :class:`SparkServerError` unless Java 17+ is on ``PATH`` or under ``$JAVA_HOME``."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    hint = "install Java 17+ (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+    if not java or not Path(java).exists():
+        raise SparkServerError(f"Spark needs Java 17+, and no java was found on PATH or in JAVA_HOME; {hint}")
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SparkServerError(f"cannot run {java} -version ({exc}); {hint}") from exc
+    text = out.stderr or out.stdout
+    version = text.split('"')[1] if '"' in text else ""
+    major = version.split(".")[0] if version else ""
+    if not major.isdigit() or int(major) < 17:
+        raise SparkServerError(f"Spark needs Java 17+, found {text.splitlines()[0] if text else 'nothing'}; {hint}")
+
+
+def port_open(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True when something accepts TCP connections at ``host:port``."""
+    try:
+        with socket.create_connection((_connect_host(host), port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def health(url: str, timeout_s: float = 60.0) -> bool:
+    """True when the server at ``url`` runs a query: ``spark.range(1).count() == 1`` on a new
+    session, released afterwards (one gRPC round of requests; about 1 s with pyspark loaded)."""
+    from pyspark.sql import SparkSession
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            session = SparkSession.builder.remote(url).create()
+            try:
+                return bool(session.range(1).count() == 1)
+            finally:
+                session.stop()
+        except Exception:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of this process counts as gone
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _stop_group(pid: int, timeout_s: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + (timeout_s if sig == signal.SIGTERM else 10)
+        while time.monotonic() < deadline:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not _group_alive(pid):
+                return
+            time.sleep(0.2)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return any(_alive(p) for p in _group_members(pgid))
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    members.append(int(entry.name))
+            except OSError:
+                continue
+    return members
+
+
+def _connect_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+
+
+def _url_host(host: str) -> str:
+    host = _connect_host(host)
+    return f"[{host}]" if ":" in host else host

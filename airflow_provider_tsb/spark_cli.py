@@ -1,0 +1,110 @@
+"""The ``tsb spark`` commands: the local Spark Connect server every job of a topology shares::
+
+    tsb spark start [--port 15002] [--master local[*]] [--conf KEY=VALUE ...]   # prints its URL
+    tsb spark status [--format json]      # exit 0 running, 1 stopped or stale
+    tsb spark stop
+
+The server's state (pid, port, log) is in ``--home`` (default ``$TSB_SPARK_HOME``, else
+``$AIRFLOW_HOME/tsb-spark``). Point a Spark connection of type ``spark_connect`` at the printed
+URL (``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark_connect", "host": "sc://127.0.0.1",
+"port": 15002}'``) and every job of the topology runs on it
+(:class:`~airflow_provider_tsb.spark.connect_server.ConnectServer`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from typing import Any
+
+from airflow_provider_tsb.exceptions import TsbError
+
+
+class SparkCommandError(TsbError):
+    """A ``tsb spark`` command could not do its work (exit code 2: configuration)."""
+
+    exit_code = 2
+
+
+def _server(args: argparse.Namespace) -> Any:
+    from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
+
+    options = ConnectServerOptions(
+        **{k: v for k, v in {
+            "port": getattr(args, "port", None), "bind_address": getattr(args, "bind_address", None),
+            "master": getattr(args, "master", None), "driver_memory": getattr(args, "driver_memory", None),
+            "startup_timeout_s": getattr(args, "timeout", None),
+        }.items() if v is not None},
+        conf=_conf(getattr(args, "conf", None) or []),
+    )
+    return ConnectServer(args.home, options)
+
+
+def _conf(pairs: list[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("spark."):
+            raise SparkCommandError(
+                f"--conf takes a Spark property as KEY=VALUE (KEY starts with 'spark.'), got {pair!r}"
+            )
+        conf[key] = value
+    return conf
+
+
+def cmd_spark_start(args: argparse.Namespace) -> int:
+    from airflow_provider_tsb.spark.connect_server import SparkServerError
+
+    server = _server(args)
+    try:
+        status = server.start()
+    except SparkServerError as exc:
+        raise SparkCommandError(str(exc)) from exc
+    print(f"{status.message}")
+    print(f"url  {status.url}\npid  {status.pid}\nlog  {status.log}")
+    return 0
+
+
+def cmd_spark_stop(args: argparse.Namespace) -> int:
+    server = _server(args)
+    stopped = server.stop()
+    print("stopped the Spark Connect server" if stopped else f"no Spark Connect server was running ({server.home})")
+    return 0
+
+
+def cmd_spark_status(args: argparse.Namespace) -> int:
+    status = _server(args).status()
+    if args.format == "json":
+        print(json.dumps(dataclasses.asdict(status), indent=2, sort_keys=True))
+    else:
+        print(f"{status.state}: {status.message}" + (f" (pid {status.pid}, log {status.log})" if status.pid else ""))
+    return 0 if status.state == "running" else 1
+
+
+def register_cli(sub: Any) -> None:
+    """Add ``tsb spark start | stop | status`` to the ``tsb`` command line."""
+    spark = sub.add_parser("spark", help="the local Spark Connect server the jobs share").add_subparsers(
+        dest="spark_command", required=True
+    )
+
+    def home(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--home", default=None,
+                       help="the server's state folder (default $TSB_SPARK_HOME, else $AIRFLOW_HOME/tsb-spark)")
+
+    p = spark.add_parser("start", help="start the server (or show the one running) and print its URL")
+    home(p)
+    p.add_argument("--port", type=int, default=None, help="gRPC port (default 15002)")
+    p.add_argument("--bind-address", default=None, help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--master", default=None, help="Spark master of the server (default local[*])")
+    p.add_argument("--driver-memory", default=None, help="driver heap, e.g. 2g (default)")
+    p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a Spark property of the server")
+    p.add_argument("--timeout", type=float, default=None, help="seconds to wait for it to answer (default 120)")
+    p.set_defaults(func=cmd_spark_start)
+    p = spark.add_parser("stop", help="stop the server and every process it started")
+    home(p)
+    p.set_defaults(func=cmd_spark_stop)
+    p = spark.add_parser("status", help="running, stopped or stale (exit 0 only when running)")
+    home(p)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_spark_status)

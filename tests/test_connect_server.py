@@ -1,0 +1,106 @@
+"""The local Spark Connect server: ``tsb spark start | status | stop`` on real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions, SparkServerError
+from tests.support.local_airflow import free_port
+
+
+def tsb(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "airflow_provider_tsb", "spark", *args], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def _group_alive(pgid: int) -> bool:
+    """A live (not zombie) process of group ``pgid``, within 10 s (pid 1 reaps orphans in its time)."""
+    deadline = time.monotonic() + 10
+    while True:
+        live = []
+        for entry in Path("/proc").iterdir():
+            try:
+                stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[-1].split() if stat else []
+            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+                live.append(entry.name)
+        if not live or time.monotonic() > deadline:
+            return bool(live)
+        time.sleep(0.2)
+
+
+@pytest.mark.spark
+def test_start_status_health_idempotence_and_stop(tmp_path: Path) -> None:
+    """One real server: the CLI starts it, a client runs a query, a second start finds it,
+    status agrees, stop leaves no process of its group."""
+    from pyspark.sql import SparkSession
+
+    home, port = tmp_path / "spark", free_port()
+    started = tsb("start", "--home", str(home), "--port", str(port), "--master", "local[1]")
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert f"sc://127.0.0.1:{port}" in started.stdout
+    status = json.loads(tsb("status", "--home", str(home), "--format", "json").stdout)
+    assert status["state"] == "running" and status["port"] == port and status["master"] == "local[1]"
+    pid = status["pid"]
+
+    client = SparkSession.builder.remote(status["url"]).create()
+    assert client.range(10).count() == 10
+    client.stop()
+    again = ConnectServer(home, ConnectServerOptions(port=free_port())).start()  # another port asked: same server
+    assert again.pid == pid and again.port == port and again.message.startswith("already running")
+
+    stopped = tsb("stop", "--home", str(home))
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert not _group_alive(pid)
+    after = tsb("status", "--home", str(home))
+    assert after.returncode == 1 and after.stdout.startswith("stopped")
+
+
+def test_a_taken_port_is_named(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = tsb("start", "--home", str(tmp_path), "--port", str(port))
+    assert out.returncode == 2
+    assert f"port {port} on 127.0.0.1 is in use by another process" in out.stderr and "--port" in out.stderr
+    assert not (tmp_path / "server.json").exists()
+
+
+def test_missing_java_is_named(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(Path(sys.executable).parent)  # the venv's tools, no java
+    out = tsb("start", "--home", str(tmp_path), "--port", str(free_port()), env=env)
+    assert out.returncode == 2, out.stderr
+    assert "Spark needs Java 17+" in out.stderr and "openjdk-17-jre-headless" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_a_stale_state_file_is_reported_and_replaced(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "server.json").write_text(json.dumps({"pid": dead.pid, "port": free_port(), "url": "sc://x:1",
+                                                       "master": "local[1]", "log": "l"}))
+    server = ConnectServer(tmp_path)
+    assert server.status().state == "stale"
+    with pytest.raises(SparkServerError, match="is in use by another process"):
+        with socket.socket() as busy:  # start forgets the stale file, then refuses the taken port
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            ConnectServer(tmp_path, ConnectServerOptions(port=busy.getsockname()[1])).start()
+    assert server.status().state == "stopped"
+
+
+def test_bad_conf_is_a_usage_error(tmp_path: Path) -> None:
+    out = tsb("start", "--home", str(tmp_path), "--conf", "executor.memory=1g")
+    assert out.returncode == 2 and "--conf takes a Spark property" in out.stderr
