@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.guide import follow_guide, guide_steps
+from tests.support.guide import follow_guide, guide_steps, stop_guide_spark
 
 
 def test_the_guide_has_what_the_test_runs() -> None:
@@ -18,8 +18,12 @@ def test_the_guide_has_what_the_test_runs() -> None:
 
 @pytest.mark.spark
 def test_the_guide_runs_as_written(tmp_path) -> None:
-    proc = follow_guide(tmp_path)
+    try:
+        proc = follow_guide(tmp_path)
+    finally:
+        stop_guide_spark(tmp_path)  # the guide ends with `tsb spark stop`; this covers a failure midway
     assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "stopped the Spark Connect server" in proc.stdout
     assert "clean readings: 5 sensors: ['s1', 's2', 's3']" in proc.stdout
     assert "at barrier 1: 3 clean readings" in proc.stdout
     assert '"barriers": [2]' in proc.stdout

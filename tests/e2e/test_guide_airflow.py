@@ -11,19 +11,27 @@ import pytest
 from airflow_provider_tsb.consistency import ReadOptions
 from airflow_provider_tsb.metastore.store import MetaStore
 from tests.support.airflow_harness import start_airflow
-from tests.support.guide import follow_guide
+from tests.support.guide import follow_guide, stop_guide_spark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
 
 
 def test_the_guides_dag_runs_under_the_scheduler(tmp_path) -> None:
-    # sections 1-5 as written (metastore, topology, root table, jobs, two barriers by hand)
+    # sections 1-5 as written (metastore, Spark Connect server, topology, root table, jobs, two
+    # barriers by hand); the server stays up for the DAG run
+    try:
+        _run_under_airflow(tmp_path)
+    finally:
+        stop_guide_spark(tmp_path)
+
+
+def _run_under_airflow(tmp_path) -> None:
     proc = follow_guide(tmp_path, until="tsb versions")
     assert proc.returncode == 0, proc.stderr[-4000:]
     (tmp_path / "day3.csv").write_text("sensor,ts,celsius\ns2,2026-06-03T10:00:00,18.0\ns4,2026-06-03T10:00:00,25.0\n")
     url = f"sqlite:///{tmp_path / 'tsb.db'}"
     env = {"TSB_METASTORE_URL": url, "TSB_WAREHOUSE": str(tmp_path / "warehouse"),
-           "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
+           "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": 15002}',
            "PYSPARK_PYTHON": sys.executable, "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120"}
     af = start_airflow(tmp_path / "dags", home=tmp_path / "airflow-scheduler", env_extra=env)
     try:

@@ -47,3 +47,11 @@ def follow_guide(folder: Path, *, until: str | None = None) -> subprocess.Comple
             script.append(body)
     return subprocess.run(["bash", "-c", "\n".join(script)], cwd=folder, env=env, capture_output=True, text=True,
                           timeout=900)
+
+
+def stop_guide_spark(folder: Path) -> None:
+    """Stop the Spark Connect server the guide's ``tsb spark start`` left running in ``folder``
+    (its home is ``$AIRFLOW_HOME/tsb-spark``, ``AIRFLOW_HOME`` being ``folder/airflow``)."""
+    from airflow_provider_tsb.spark.connect_server import ConnectServer
+
+    ConnectServer(folder / "airflow" / "tsb-spark").stop()
