@@ -31,9 +31,9 @@ TABLES = ["tsb.raw.flights", "tsb.raw.weather", "tsb.flights.flights_enriched",
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
+def deployment(tmp_path_factory, spark_remote):
     root = tmp_path_factory.mktemp("flights-e2e")
-    store, env = examples_deployment(root)
+    store, env = examples_deployment(root, spark_remote)
     af = start_airflow(REPO / "dags", home=root / "airflow", env_extra=env)
     try:
         yield af, store, root

