@@ -253,20 +253,29 @@ def flights_topology(warehouse: str) -> Topology:
 KILL_CYCLE = ("after_files", "after_commit", "while_writing")
 
 
-def job_process(topo: Topology, job_id: str, barrier: int, url: str, kill_at: str | None, kill_dir: str) -> int:
-    """Run ``job_id`` up to ``barrier`` as a ``spark-submit`` process on the metastore catalog,
-    as the operator does; ``kill_at``: ``TSB_KILL_AT`` for it. Returns the exit status."""
+def job_process(
+    topo: Topology, job_id: str, barrier: int, url: str, kill_at: str | None, kill_dir: str,
+    remote: str | None = None,
+) -> int:
+    """Run ``job_id`` up to ``barrier`` as its own process on the metastore catalog, as the operator
+    does: a Spark Connect client of ``remote``, else ``spark-submit``; ``kill_at``: ``TSB_KILL_AT``
+    for it. Returns the exit status."""
     import subprocess
 
     job = topo.jobs[job_id]
-    submit = str(Path(sys.executable).parent / "spark-submit")
-    cmd = [submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false", job.application, "--mode",
-           "batch", "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", str(barrier)]
+    if remote:
+        cmd = [sys.executable, job.application]
+    else:
+        cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]", "--conf",
+               "spark.ui.enabled=false", job.application]
+    cmd += ["--mode", "batch", "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", str(barrier)]
     for name in sorted({*job.sources, *job.sinks}):
         cmd += ["--table", f"{name}={topo.location(name)}"]
-    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR")}
+    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR", "SPARK_REMOTE")}
     env.update(TSB_METASTORE_URL=url, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                TSB_SPARK_LOG_LEVEL="ERROR", PYTHONPATH=os.pathsep.join([str(_repo()), env.get("PYTHONPATH", "")]))
+    if remote:
+        env["SPARK_REMOTE"] = remote
     if kill_at:
         env.update(TSB_KILL_AT=kill_at, TSB_KILL_ONCE_DIR=kill_dir)
     done = subprocess.run(cmd, env=env, cwd=os.path.dirname(kill_dir), capture_output=True, text=True)
@@ -277,11 +286,11 @@ def job_process(topo: Topology, job_id: str, barrier: int, url: str, kill_at: st
 
 def _run_killed_and_retried(
     checker: ConsistencyChecker, store: MetaStore, topo: Topology, job_id: str, barrier: int, point: str,
-    url: str, workdir: str,
+    url: str, workdir: str, remote: str | None,
 ) -> None:
     """The job killed at ``point`` for ``barrier``, a READ_COMMITTED answer held, the retry, the read."""
     kill_dir = os.path.join(workdir, "killed")
-    code = job_process(topo, job_id, barrier, url, f"{point}:{job_id}:{barrier}", kill_dir)
+    code = job_process(topo, job_id, barrier, url, f"{point}:{job_id}:{barrier}", kill_dir, remote)
     sinks = set(topo.jobs[job_id].sinks)
     held = []
     if code != 0:
@@ -292,7 +301,7 @@ def _run_killed_and_retried(
                 except InconsistentReadError:
                     pass
         checker.sample_all()
-        if job_process(topo, job_id, barrier, url, None, kill_dir) != 0:
+        if job_process(topo, job_id, barrier, url, None, kill_dir, remote) != 0:
             raise RuntimeError(f"the retry of job {job_id} at barrier {barrier} was killed")
     for invariant, resolution in held:
         checker.sample_held(invariant, resolution)
@@ -300,7 +309,7 @@ def _run_killed_and_retried(
 
 def run_check(
     workdir: str, *, wordcount_barriers: int = 4, flights_barriers: int = 2, interval_s: float = 0.05,
-    log: Callable[[str], None] = print, kill: bool = False,
+    log: Callable[[str], None] = print, kill: bool = False, remote: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run both topologies under concurrent readers; returns :meth:`ConsistencyChecker.summary`.
 
@@ -308,8 +317,11 @@ def run_check(
         workdir: folder for the metastore (SQLite) and the warehouse; created if missing.
         wordcount_barriers / flights_barriers: barriers to run per topology (0 skips it).
         interval_s: pause of each reader thread between samples, seconds.
-        kill: run each job as a ``spark-submit`` process, SIGKILLed once per barrier at a
-            kill point of :data:`KILL_CYCLE` and retried (see module docstring).
+        kill: run each job as its own process, SIGKILLed once per barrier at a kill point of
+            :data:`KILL_CYCLE` and retried (see module docstring).
+        remote: the jobs' Spark Connect server (``sc://host:port``): every job and the
+            in-process runs are its clients; ``None``: a local Spark in this process, and
+            ``spark-submit`` processes with ``kill``.
     """
     from airflow_provider_tsb.hooks.barrier import read_root_versions
     from airflow_provider_tsb.metastore.store import MetaStore
@@ -334,7 +346,7 @@ def run_check(
                                                               key)))
         invariants += FLIGHTS_INVARIANTS
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = get_spark("tsb-check") if not kill else None  # --kill: every job is its own process
+    spark = get_spark("tsb-check", remote=remote) if not kill else None  # --kill: every job is its own process
     catalog = MetastoreCatalog(url)
     checker = ConsistencyChecker(store, invariants)
     for topo, _, _ in plans:
@@ -351,7 +363,8 @@ def run_check(
                 for j, job in enumerate(topo.jobs_in_order()):
                     if kill:
                         point = KILL_CYCLE[(n + j) % len(KILL_CYCLE)]
-                        _run_killed_and_retried(checker, store, topo, job.id, barrier.barrier, point, url, workdir)
+                        _run_killed_and_retried(checker, store, topo, job.id, barrier.barrier, point, url, workdir,
+                                                remote)
                     else:
                         app = apps[job.id]
                         run_batch(spark, app, catalog, app.resolve_locations(None, overrides),
@@ -385,7 +398,10 @@ def register_cli(sub: Any) -> None:
     p.add_argument("--interval", type=float, default=0.05, help="seconds between samples of each reader thread")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--kill", action="store_true",
-                   help="run each job with spark-submit, SIGKILL it once per barrier at a kill point, retry it")
+                   help="run each job as its own process, SIGKILL it once per barrier at a kill point, retry it")
+    p.add_argument("--remote", default=os.environ.get("SPARK_REMOTE"), metavar="sc://HOST:PORT",
+                   help="run the jobs as Spark Connect clients of this server (default $SPARK_REMOTE; without "
+                        "it: a local Spark, and spark-submit processes with --kill)")
     p.add_argument("--output", help="also write the JSON summary to this file")
     p.set_defaults(func=_cmd)
 
@@ -397,7 +413,8 @@ def _cmd(args: argparse.Namespace) -> int:
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
     start = time.monotonic()
     summary = run_check(workdir, wordcount_barriers=args.wordcount_barriers,
-                        flights_barriers=args.flights_barriers, interval_s=args.interval, log=log, kill=args.kill)
+                        flights_barriers=args.flights_barriers, interval_s=args.interval, log=log, kill=args.kill,
+                        remote=args.remote)
     if args.output:
         Path(args.output).write_text(json.dumps(summary, indent=2, sort_keys=True))
     if args.json:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import sys
 from typing import Any
@@ -128,11 +129,23 @@ def cmd_job_run(args: argparse.Namespace) -> int:
 
     runner: Submit = submit
     if engine.kind == "connect":
-        runner = ConnectClient(job.application, engine, conf=job.conf, job_id=job.id)
+        runner = ConnectClient(job.application, engine, conf=job.conf, job_id=job.id, logger=_stderr_logger())
     with contextlib.redirect_stdout(sys.stderr):  # Airflow and spark-submit log to stdout
         run = hook.run(args.barrier, runner)
     print(json.dumps(run.to_xcom(), sort_keys=True))
     return 0
+
+
+def _stderr_logger() -> logging.Logger:
+    """The job's output for people: on stderr, so that stdout holds only the command's JSON."""
+    logger = logging.getLogger("airflow_provider_tsb.job_run")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
 
 
 def _canonical(table: str) -> str:

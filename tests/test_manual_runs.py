@@ -13,6 +13,7 @@ import pytest
 
 from airflow_provider_tsb.consistency import ReadOptions
 from airflow_provider_tsb.metastore.store import MetaStore
+from tests.support.e2e import spark_connection
 
 REPO = Path(__file__).resolve().parents[1]
 TSB = [sys.executable, "-m", "airflow_provider_tsb"]
@@ -39,15 +40,14 @@ def tsb(*args: str, env: dict[str, str], ok: bool = True) -> subprocess.Complete
 
 
 @pytest.mark.spark
-def test_a_topology_by_hand_from_root_append_to_a_consistent_read(tmp_path) -> None:
+def test_a_topology_by_hand_from_root_append_to_a_consistent_read(spark_remote: str, tmp_path) -> None:
     dags = tmp_path / "dags"
     dags.mkdir()
     apps = str(REPO / "spark_apps" / "wordcount")
     (dags / "wc.py").write_text(DAG_FILE.format(warehouse=str(tmp_path / "wh"), apps=apps))
     url = f"sqlite:///{tmp_path / 'tsb.db'}"
     MetaStore(url).migrate()
-    env = {**os.environ, "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
-           "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, "AIRFLOW_CONN_SPARK_DEFAULT": spark_connection(spark_remote), "PYSPARK_PYTHON": sys.executable}
     env.pop("TSB_METASTORE_URL", None)
     words = tmp_path / "words.csv"
     words.write_text("word\nto\nbe\nor\nnot\nto\nbe\n")

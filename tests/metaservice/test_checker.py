@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.spark
-def test_tsb_check_counts_anomalies_per_level(tmp_path: Path) -> None:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+def test_tsb_check_counts_anomalies_per_level(spark_remote: str, tmp_path: Path) -> None:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_REMOTE": spark_remote}
     out = subprocess.run(
         [sys.executable, "-m", "airflow_provider_tsb", "check", "--output", str(tmp_path / "summary.json"),
          "--wordcount-barriers", "3", "--flights-barriers", "2", "--workdir", str(tmp_path / "check")],
@@ -51,12 +51,13 @@ def test_tsb_check_counts_anomalies_per_level(tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
-def test_tsb_check_kill_and_retry_has_no_anomaly_at_read_committed(tmp_path: Path) -> None:
+def test_tsb_check_kill_and_retry_has_no_anomaly_at_read_committed(engine, tmp_path: Path) -> None:
     """Each job is SIGKILLed once (wordcount_words after PROCESSED, wordcount_counts after its
-    commit) and retried; a READ_COMMITTED answer resolved between the kill and the retry is read
-    after the retry's cleanup (the forced order of issue 12 item 3). Before the fix the retry
-    deleted the dead attempt's files first and that read raised FileNotFoundError."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    commit) and retried, on both engines; a READ_COMMITTED answer resolved between the kill and
+    the retry is read after the retry's cleanup (the forced order of issue 12 item 3). Before the
+    fix the retry deleted the dead attempt's files first and that read raised FileNotFoundError."""
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
+    env.update(PYSPARK_PYTHON=sys.executable, **({"SPARK_REMOTE": engine.remote} if engine.remote else {}))
     workdir = tmp_path / "check"
     out = subprocess.run(
         [sys.executable, "-m", "airflow_provider_tsb", "check", "--kill", "--output", str(tmp_path / "summary.json"),
