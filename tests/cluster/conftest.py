@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.spark_cluster import SparkCluster, start_cluster
+from tests.support.spark_cluster import SparkCluster, free_port, start_cluster
 from tests.support.spark_cluster import bare_python as make_bare_python
 
 
@@ -26,3 +26,23 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory, bare_python: str) ->
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_remote(tmp_path_factory: pytest.TempPathFactory, spark_cluster: SparkCluster, bare_python: str
+                   ) -> Iterator[str]:
+    """A Spark Connect server whose master is the cluster (``tsb spark start --master spark://...``),
+    with the examples' cluster settings (1-core 512 MB executors running the bare Python): the URL
+    of the jobs' engine on the cluster."""
+    from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
+    from tsb_examples.spark_conf import cluster_spark_conf
+
+    server = ConnectServer(tmp_path_factory.mktemp("cluster-connect"), ConnectServerOptions(
+        port=free_port(), master=spark_cluster.master_url, driver_memory="1g",
+        conf={**cluster_spark_conf(bare_python), "spark.app.name": "tsb-spark-connect"},
+    ))
+    status = server.start()
+    try:
+        yield str(status.url)
+    finally:
+        server.stop()

@@ -1,13 +1,19 @@
 """The flights topology on a real Spark standalone cluster whose executors have nothing of ours
-installed, through the Spark connection, in client deploy mode: the same tables as a local run.
+installed: the same tables as a local run, on both engines.
 
-Each job is the ``spark-submit`` that ``TsbSparkJobOperator`` builds (``benchmarks/flights_bench.py``'s
-:class:`FlightsBench`: the operator, its hook, Airflow's ``SparkSubmitHook``, the metastore
-catalog), against ``spark://127.0.0.1:<port>`` with the connection's ``conf`` extra
-(``tsb_examples.spark_conf.cluster_spark_conf``: 1-core 512 MB executors, the bare executor
-Python). Batch: the three jobs one after the other over two days; streaming: the three jobs at
-once, stopping after the final barrier. Both are compared, barrier by barrier and row by row,
-with the same apps run in a ``local[2]`` session.
+* ``connect``: a Spark Connect server whose master is the cluster (``tsb spark start --master
+  spark://...`` with the examples' cluster settings), and every job a Spark Connect client of it,
+  as the operator starts it (``benchmarks/flights_bench.py``'s :class:`FlightsBench`: the
+  operator, its hook, :class:`ConnectClient`, the metastore catalog). No Python of ours runs on
+  the executors: the client drives the barriers, the executors run the JVM plan.
+* ``submit``: each job is the ``spark-submit`` that ``TsbSparkJobOperator`` builds (Airflow's
+  ``SparkSubmitHook``) against ``spark://127.0.0.1:<port>`` in client deploy mode with the
+  connection's ``conf`` extra (``tsb_examples.spark_conf.cluster_spark_conf``: 1-core 512 MB
+  executors, the bare executor Python) and the provider shipped as ``--py-files``.
+
+Batch: the three jobs one after the other over two days; streaming: the three jobs at once,
+stopping after the final barrier. Both are compared, barrier by barrier and row by row, with
+the same apps run on the local Spark of the tests (the session's Connect server).
 """
 
 from __future__ import annotations
@@ -51,11 +57,15 @@ def days() -> list[dt.date]:
     return nyc.days(dt.date(2013, 1, 1), DAYS)
 
 
-def prepared(root: Path, master: str, extra: dict[str, Any] | None = None) -> Any:
-    """A flights bench with one barrier per day and a final barrier (end of input)."""
-    bench = fb.FlightsBench(root, spark_master=master)
-    os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": master,
-                                                          "extra": extra or {}})
+def prepared(root: Path, master: str, extra: dict[str, Any] | None = None, remote: str | None = None) -> Any:
+    """A flights bench with one barrier per day and a final barrier (end of input); its jobs are
+    Spark Connect clients of ``remote`` when given, else ``spark-submit`` to ``master``."""
+    if remote:
+        bench = fb.FlightsBench(root, engine="connect", remote=remote)
+    else:
+        bench = fb.FlightsBench(root, spark_master=master)
+        os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": master,
+                                                              "extra": extra or {}})
     for day in days():
         bench.ingest_day(day)
         bench.generate()
@@ -96,17 +106,13 @@ def env_guard() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def local_tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, list[tuple]]]:
-    """The reference: the same apps over the same days and barriers, batch, in a ``local[2]``
-    session of this process (a plan-file catalog: no cluster, no metastore)."""
-    from pyspark.sql import SparkSession
-
+def local_tables(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> dict[str, dict[int, list[tuple]]]:
+    """The reference: the same apps over the same days and barriers, batch, on the tests' local
+    Spark (a plan-file catalog: no cluster, no metastore)."""
     from airflow_provider_tsb.delta.roots import mark_end_of_input
     from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, run_batch
-    from airflow_provider_tsb.spark.session import get_spark
     from tests.support.dataplane import load_app_module
     from tsb_examples.datasets import nycflights13 as nyc
-    from tsb_examples.spark_conf import LOCAL_SPARK_CONF
 
     root = tmp_path_factory.mktemp("local")
     tables = {name: str(root / name) for name in (nyc.FLIGHTS, nyc.WEATHER, *fb.SINKS)}
@@ -119,15 +125,9 @@ def local_tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int
         mark_end_of_input(tables[table])
     plan.append_barrier([nyc.FLIGHTS, nyc.WEATHER], final=True)
     catalog = PlanFileCatalog(plan.path)
-    ours = SparkSession.getActiveSession() is None
-    spark = get_spark("tsb-cluster-reference", master="local[2]", conf=LOCAL_SPARK_CONF)
-    try:
-        for job in fb.JOBS:
-            app = load_app_module(f"flights/{job}.py").APP
-            assert run_batch(spark, app, catalog, app.resolve_locations(catalog.tables())) == list(range(1, DAYS + 2))
-    finally:
-        if ours:
-            spark.stop()
+    for job in fb.JOBS:
+        app = load_app_module(f"flights/{job}.py").APP
+        assert run_batch(spark, app, catalog, app.resolve_locations(catalog.tables())) == list(range(1, DAYS + 2))
     return {sink: {b: rows(tables[sink], b) for b in range(1, DAYS + 2)} for sink in fb.SINKS}
 
 
@@ -139,38 +139,60 @@ def completed(cluster: SparkCluster) -> dict[str, dict]:
     return {a["id"]: a for a in cluster.status()["completedapps"]}
 
 
-def assert_ran_on_the_cluster(cluster: SparkCluster, before: set[str]) -> None:
-    """The three jobs were applications of the master with the connection's executors (512 MB
-    each), with executors on both workers."""
-    new = [a for app_id, a in completed(cluster).items() if app_id not in before]
-    assert sorted(a["name"] for a in new) == sorted(fb.JOBS)  # the app names its session after its job
-    for app in new:
+def assert_ran_on_the_cluster(cluster: SparkCluster, before: set[str], engine: str) -> None:
+    """submit: the three jobs were applications of the master with the connection's executors
+    (512 MB each), with executors on both workers. connect: the Connect server is the master's one
+    running application (512 MB executors on both workers), and no job was an application."""
+    if engine == "connect":
+        running = [a for a in cluster.status()["activeapps"] if a["name"] == "tsb-spark-connect"]
+        assert len(running) == 1, cluster.status()["activeapps"]
+        assert not [a for app_id, a in completed(cluster).items() if app_id not in before]
+        apps = running
+    else:
+        apps = [a for app_id, a in completed(cluster).items() if app_id not in before]
+        assert sorted(a["name"] for a in apps) == sorted(fb.JOBS)  # the app names its session after its job
+    for app in apps:
         assert app["memoryperexecutor"] == 512, app
         for worker in ("worker-0", "worker-1"):
             assert (cluster.root / worker / app["id"]).is_dir(), (worker, app["id"])
 
 
+@pytest.fixture(params=["connect", "submit"])
+def cluster_engine(request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    """``(engine, remote)``: the jobs as clients of the cluster's Connect server, or spark-submit."""
+    if request.param == "connect":
+        return "connect", request.getfixturevalue("cluster_remote")
+    return "submit", None
+
+
 def test_batch_on_the_cluster_matches_local(spark_cluster: SparkCluster, bare_python: str, local_tables,
-                                            tmp_path) -> None:
-    bench = prepared(tmp_path / "batch", spark_cluster.master_url, cluster_extra(spark_cluster, bare_python))
-    argv, _env = bench.command(fb.JOBS[0], "batch")
-    assert argv[argv.index("--master") + 1] == spark_cluster.master_url and "--py-files" in argv
+                                            cluster_engine, tmp_path) -> None:
+    engine, remote = cluster_engine
+    bench = prepared(tmp_path / "batch", spark_cluster.master_url, cluster_extra(spark_cluster, bare_python), remote)
+    argv, env = bench.command(fb.JOBS[0], "batch")
+    if engine == "submit":
+        assert argv[argv.index("--master") + 1] == spark_cluster.master_url and "--py-files" in argv
+    else:
+        assert argv[0] == sys.executable and env["SPARK_REMOTE"].rstrip("/") == remote
     before = set(completed(spark_cluster))
     started = time.monotonic()
     for job in fb.JOBS:
         bench.launch(job, "batch", bench.root / "logs").wait(TIMEOUT_S)
-    print(f"batch on the cluster: {time.monotonic() - started:.1f} s")
+    print(f"batch on the cluster ({engine}): {time.monotonic() - started:.1f} s")
     assert snapshot(bench) == local_tables
     assert all(fb.check_invariants(bench, DAYS + 1).values())
-    assert_ran_on_the_cluster(spark_cluster, before)
+    assert_ran_on_the_cluster(spark_cluster, before, engine)
 
 
 def test_streaming_on_the_cluster_matches_local(spark_cluster: SparkCluster, bare_python: str, local_tables,
-                                                tmp_path) -> None:
-    """The streaming source's ``read()`` runs on the executors: it imports the provider from
-    the ``--py-files`` zip in the bare Python (before the zip, it failed there:
-    ``No module named 'airflow_provider_tsb'``)."""
-    bench = prepared(tmp_path / "streaming", spark_cluster.master_url, cluster_extra(spark_cluster, bare_python))
+                                                cluster_engine, tmp_path) -> None:
+    """submit: the streaming source's ``read()`` runs on the executors: it imports the provider
+    from the ``--py-files`` zip in the bare Python (before the zip, it failed there: ``No module
+    named 'airflow_provider_tsb'``). connect: the clients drive the micro-batches; nothing of ours
+    runs on the executors."""
+    engine, remote = cluster_engine
+    bench = prepared(tmp_path / "streaming", spark_cluster.master_url, cluster_extra(spark_cluster, bare_python),
+                     remote)
     before = set(completed(spark_cluster))
     since = int(time.time() * 1000) - 3600_000  # the final barrier was generated before the jobs start
     started = time.monotonic()
@@ -182,7 +204,7 @@ def test_streaming_on_the_cluster_matches_local(spark_cluster: SparkCluster, bar
         for proc in procs:
             if proc.process.poll() is None:
                 proc.process.kill()
-    print(f"streaming on the cluster: {time.monotonic() - started:.1f} s")
+    print(f"streaming on the cluster ({engine}): {time.monotonic() - started:.1f} s")
     assert snapshot(bench) == local_tables
     assert all(fb.check_invariants(bench, DAYS + 1).values())
-    assert_ran_on_the_cluster(spark_cluster, before)
+    assert_ran_on_the_cluster(spark_cluster, before, engine)
