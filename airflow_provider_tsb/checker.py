@@ -271,7 +271,9 @@ def job_process(
     cmd += ["--mode", "batch", "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", str(barrier)]
     for name in sorted({*job.sources, *job.sinks}):
         cmd += ["--table", f"{name}={topo.location(name)}"]
-    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR", "SPARK_REMOTE")}
+    from airflow_provider_tsb.spark.connect_server import CONNECT_MARKERS
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR", *CONNECT_MARKERS)}
     env.update(TSB_METASTORE_URL=url, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                TSB_SPARK_LOG_LEVEL="ERROR", PYTHONPATH=os.pathsep.join([str(_repo()), env.get("PYTHONPATH", "")]))
     if remote:

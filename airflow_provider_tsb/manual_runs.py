@@ -111,7 +111,7 @@ def cmd_barrier_create(args: argparse.Namespace) -> int:
 def cmd_job_run(args: argparse.Namespace) -> int:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-    from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine
+    from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine, connect_markers_hidden
     from airflow_provider_tsb.hooks.spark_job import Submit, TsbSparkJobHook, configure_submit
 
     _use_metastore(args)
@@ -125,7 +125,8 @@ def cmd_job_run(args: argparse.Namespace) -> int:
             conn_id=args.spark_conn_id, conf=dict(job.conf), name=f"tsb-{topology.name}-{job.id}",
             application_args=application_args, env_vars=env,
         )
-        configure_submit(hook, args.spark_conn_id).submit(job.application)
+        with connect_markers_hidden():
+            configure_submit(hook, args.spark_conn_id).submit(job.application)
 
     runner: Submit = submit
     if engine.kind == "connect":

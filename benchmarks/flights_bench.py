@@ -178,7 +178,7 @@ class FlightsBench:
         """(argv, environment) of the job's process, built by the operator (its defaults unless
         ``operator_kwargs`` say otherwise): Airflow's ``SparkSubmitHook`` command, or the
         :class:`ConnectClient`'s with ``$SPARK_REMOTE`` (the ``connect`` engine)."""
-        from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine
+        from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine, without_connect_markers
         from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
 
         op = TsbSparkJobOperator(task_id=job_id, topology=self.topology, job_id=job_id, mode=mode,
@@ -186,12 +186,13 @@ class FlightsBench:
         args = op.job_hook.build_application_args(None, None, final_since_ms)
         env = op.job_hook.build_env(self.url, None, None, op.env_vars)
         engine = SparkEngine.from_connection("spark_default")
+        base = without_connect_markers(os.environ)
         if engine.kind == "connect":
             client = ConnectClient(op.application, engine, conf=op.conf or {}, job_id=job_id)
-            return client.command(args), {**os.environ, **env, "SPARK_REMOTE": str(engine.remote)}
+            return client.command(args), {**base, **env, "SPARK_REMOTE": str(engine.remote)}
         op.application_args, op.env_vars = args, env
         hook = op._get_hook()
-        return hook._build_spark_submit_command(op.application), {**os.environ, **op.env_vars}
+        return hook._build_spark_submit_command(op.application), {**base, **op.env_vars}
 
     def launch(self, job_id: str, mode: str, log_dir: Path, **kwargs: Any) -> JobProcess:
         """Start the job's process (stdout and stderr to ``log_dir/<job>.log``)."""

@@ -17,6 +17,7 @@ Both run the same app command line (:meth:`TsbSparkJobHook.build_application_arg
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -24,11 +25,12 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.spark.connect_server import CONNECT_MARKERS
 
 #: connection types of Airflow's Spark provider
 CONNECT_CONN_TYPE = "spark_connect"
@@ -36,6 +38,23 @@ CONNECT_CONN_TYPE = "spark_connect"
 ERROR_TAIL_LINES = 25
 
 EngineKind = Literal["submit", "connect"]
+
+
+def without_connect_markers(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without :data:`CONNECT_MARKERS`: the environment of a process that must be its own
+    Spark driver (``spark-submit``, a Spark server) even when started by a Spark Connect client."""
+    return {k: v for k, v in env.items() if k not in CONNECT_MARKERS}
+
+
+@contextlib.contextmanager
+def connect_markers_hidden() -> Iterator[None]:
+    """Remove :data:`CONNECT_MARKERS` from ``os.environ`` for the block, then put them back: for
+    launchers that copy ``os.environ`` themselves (Airflow's ``SparkSubmitHook``)."""
+    saved = {k: os.environ.pop(k) for k in CONNECT_MARKERS if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 class SparkJobFailedError(TsbError):
@@ -140,7 +159,8 @@ class ConnectClient:
             SparkJobFailedError: the app exited non-zero (names the job, the code and the last
                 lines of its output).
         """
-        full_env = {**os.environ, **env, "SPARK_REMOTE": str(self.engine.remote), "PYTHONUNBUFFERED": "1"}
+        full_env = {**without_connect_markers(os.environ), **env, "SPARK_REMOTE": str(self.engine.remote),
+                    "PYTHONUNBUFFERED": "1"}
         full_env.pop("PYSPARK_GATEWAY_PORT", None)
         command = self.command(application_args)
         self.log.info("job %s: Spark Connect client of %s: %s", self.job_id, self.engine.display_remote,

@@ -28,7 +28,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_provider_tsb.assets import table_asset
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
-from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine
+from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine, connect_markers_hidden
 from airflow_provider_tsb.hooks.spark_job import JobRunOptions, TsbSparkJobHook, configure_submit, declared_job
 from airflow_provider_tsb.topology import Job, Topology
 
@@ -223,7 +223,8 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         """``SparkSubmitOperator.execute`` with the app's command line and environment."""
         self.application_args = application_args
         self.env_vars = env
-        super().execute(context)
+        with connect_markers_hidden():  # the driver is never a Spark Connect client
+            super().execute(context)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage inputs (with the Delta versions read) and outputs (versions written).

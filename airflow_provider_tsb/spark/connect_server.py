@@ -31,6 +31,9 @@ from airflow_provider_tsb.exceptions import TsbError
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: the line Spark logs once the gRPC service listens
 READY_LINE = "Spark Connect server started"
+#: what pyspark puts in a process's environment once it made a Spark Connect session
+#: (``SparkSession.builder.remote``): a child process inheriting them believes it is a client too
+CONNECT_MARKERS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_REMOTE")
 #: state folder of the local server, unless given: ``$TSB_SPARK_HOME``
 HOME_ENV = "TSB_SPARK_HOME"
 DEFAULT_PORT = 15002
@@ -173,8 +176,9 @@ class ConnectServer:
             )
         self.home.mkdir(parents=True, exist_ok=True)
         command = self.command()
-        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-        env.pop("PYSPARK_GATEWAY_PORT", None)
+        # the server is a Spark driver, never a client (pyspark marks a client's environment)
+        env = {k: v for k, v in os.environ.items() if k not in (*CONNECT_MARKERS, "PYSPARK_GATEWAY_PORT")}
+        env["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
         with self.log_file.open("ab") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                        start_new_session=True, cwd=self.home)

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from airflow_provider_tsb.spark.connect_server import CONNECT_MARKERS
+
 log = logging.getLogger("airflow_provider_tsb.spark")
 
 #: pyspark's environment variable naming a Spark Connect server (``sc://host:port/;params``)
@@ -113,6 +115,8 @@ def get_spark(
     url = remote_url(remote)
     if url is not None:
         return connect_session(url, app_name, conf)
+    for marker in CONNECT_MARKERS:
+        os.environ.pop(marker, None)  # inherited from a Spark Connect client: this process is a driver
     builder = SparkSession.builder.appName(app_name)
     if not launched_by_spark_submit():
         builder = builder.master(master or os.environ.get("TSB_SPARK_MASTER", "local[2]"))

@@ -14,12 +14,13 @@ from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.delta.conventions import parse_tag
 from airflow_provider_tsb.delta.log import commit_info, latest_version, read_commit_actions
 from airflow_provider_tsb.spark.catalog import read_report
+from airflow_provider_tsb.spark.connect_server import CONNECT_MARKERS
 from tests.support.dataplane import APPS, REPO, WORD_COUNT, make_wordcount_plan, rows_at_barrier
 
 
 def run_app(plan: str, kill_at: str | None, remote: str | None) -> subprocess.CompletedProcess:
     """The app as its own process: a Spark Connect client of ``remote``, else its own driver."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "SPARK_REMOTE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", *CONNECT_MARKERS)}
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     if remote:

@@ -71,7 +71,9 @@ def job_command(dep: Deployment, job_id: str, barrier: int, remote: str | None =
 def job_env(url: str, remote: str | None = None, **extra: str) -> dict[str, str]:
     """The job's environment: the metastore URL (never on the command line), the interpreter, and
     the Spark Connect server (``$SPARK_REMOTE``) for a client."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR", "SPARK_REMOTE")}
+    from airflow_provider_tsb.spark.connect_server import CONNECT_MARKERS
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR", *CONNECT_MARKERS)}
     if remote:
         env["SPARK_REMOTE"] = remote
     env.update(
