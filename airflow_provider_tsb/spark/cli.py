@@ -153,11 +153,12 @@ def _take_over_connect_attempt(app: TsbApp, catalog: BarrierCatalog, spark: Spar
     """Start this run's attempt with its Spark Connect session, then interrupt what the previous
     attempt's session still runs on the server (a killed client's work goes on there; see
     :func:`~airflow_provider_tsb.spark.session.interrupt_session`), before any write of ours."""
-    from airflow_provider_tsb.spark.runner import begin_attempt
     from airflow_provider_tsb.spark.session import interrupt_session
 
-    if begin_attempt(app, catalog, spark.session_id) is None:
+    begin = getattr(catalog, "begin_attempt", None)
+    if begin is None:
         return  # a plan file: no attempts, no sessions recorded
+    begin(app.job_id, spark.session_id, for_next_run=True)
     previous = getattr(catalog, "previous_spark_session", lambda _job: None)(app.job_id)
     if previous and previous != spark.session_id:
         stopped = interrupt_session(url, previous)

@@ -73,6 +73,7 @@ class MetastoreCatalog:
         #: fencing token of this process's attempt, per job (taken by :meth:`begin_attempt`)
         self._tokens: dict[str, int] = {}
         self._previous_sessions: dict[str, str | None] = {}
+        self._ahead: set[str] = set()
 
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
         """``fn()`` against the metastore, riding out an outage (module doc)."""
@@ -92,18 +93,29 @@ class MetastoreCatalog:
         """{table name: location} of every registered table (locations for the app)."""
         return {t.name: t.location for t in self.store.tables()}
 
-    def begin_attempt(self, job_id: str, spark_session: str | None = None) -> int:
-        """Take a new fencing token for this process's run of ``job_id`` (fences older runs);
-        ``spark_session``: the run's Spark Connect session id, recorded for the next attempt
-        (:meth:`previous_spark_session` is the one before this run)."""
+    def begin_attempt(self, job_id: str, spark_session: str | None = None, *, for_next_run: bool = False) -> int:
+        """Take a new fencing token for this process's run of ``job_id`` (fences older runs).
+
+        Args:
+            spark_session: the run's Spark Connect session id, recorded for the next attempt
+                (:meth:`previous_spark_session` is the one before this run).
+            for_next_run: the token is taken ahead of the run (the app's command line, before
+                Spark work): the next run's own ``begin_attempt`` takes it over
+                (:meth:`claim_attempt`) instead of fencing it.
+        """
         start = self._retry(f"start an attempt of job {job_id}",
                             lambda: self.store.start_attempt(job_id, spark_session))
         self._tokens[job_id] = start.token
         self._previous_sessions[job_id] = start.previous_spark_session
+        if for_next_run:
+            self._ahead.add(job_id)
         return start.token
 
-    def attempt_token(self, job_id: str) -> int | None:
-        """The fencing token this process holds for ``job_id`` (``None`` before :meth:`begin_attempt`)."""
+    def claim_attempt(self, job_id: str) -> int | None:
+        """The token taken ahead of this run (``for_next_run``), once; ``None`` when there is none."""
+        if job_id not in self._ahead:
+            return None
+        self._ahead.discard(job_id)
         return self._tokens.get(job_id)
 
     def previous_spark_session(self, job_id: str) -> str | None:

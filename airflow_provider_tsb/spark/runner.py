@@ -104,22 +104,19 @@ def sinks_base_barrier(app: TsbApp, locations: Mapping[str, str]) -> int | None:
     return min(barriers) if barriers else None
 
 
-def begin_attempt(app: TsbApp, catalog: BarrierCatalog | None, spark_session: str | None = None) -> int | None:
+def begin_attempt(app: TsbApp, catalog: BarrierCatalog | None) -> int | None:
     """Take this run's fencing token (docs/design.md "Fencing zombies"); ``None`` when the
     catalog does not fence (a plan file). From then on every older run of the job still
     going (an Airflow zombie) is refused by the metastore and fails with ``FencedError``.
 
-    One token per process: a token the catalog already holds for the job (taken by the app's
-    command line before Spark work starts) is returned as is. ``spark_session``: the run's
-    Spark Connect session id, recorded with the token."""
-    held = getattr(catalog, "attempt_token", None)
-    token = held(app.job_id) if held is not None else None
+    A token the app's command line took ahead of this run (with its Spark Connect session, see
+    :mod:`airflow_provider_tsb.spark.cli`) is this run's: it is claimed, not replaced."""
+    claim = getattr(catalog, "claim_attempt", None)
+    token = claim(app.job_id) if claim is not None else None
     if token is not None:
         return token
     begin = getattr(catalog, "begin_attempt", None)
-    if begin is None:
-        return None
-    return begin(app.job_id, spark_session) if spark_session else begin(app.job_id)
+    return begin(app.job_id) if begin is not None else None
 
 
 def report_written_heads(app: TsbApp, locations: Mapping[str, str], catalog: BarrierCatalog) -> None:

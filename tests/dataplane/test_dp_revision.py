@@ -3,10 +3,12 @@ the streaming checkpoint is reset; a full reprocess rebuilds the tables from bar
 
 Real processes and data: ``tsb rollback`` runs as its own process and is SIGKILLed
 (``TSB_KILL_AT=revision:<table>``) after the upstream table was restored and before the
-downstream one; the jobs are the wordcount apps over the metastore catalog (the catalog a
-spark-submitted app uses), ``wordcount_counts`` in streaming mode with its real checkpoint. The
-final tables are compared row for row with ``clean_wordcount``, a batch run of the same input
-that never rolled back.
+downstream one; the jobs are the wordcount apps over the metastore catalog,
+``wordcount_counts`` in streaming mode as its own process on each engine: ``spark-submit`` (a
+Structured Streaming query with its real checkpoint, which the revision resets) and a Spark
+Connect client (client-driven micro-batches: the sinks' Delta logs are its checkpoint, there is
+no directory to reset). The final tables are compared row for row with ``clean_wordcount``, a
+batch run of the same input that never rolled back.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from airflow_provider_tsb.metastore.revisions import RevisionPendingError
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.spark.app import run_batch
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
-from airflow_provider_tsb.spark.streaming import run_streaming
 from tests.support.dataplane import rows_at_barrier, words_for
+from tests.support.job_processes import Deployment, job_command, job_env
 from tests.support.orchestration import wordcount_topology
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -58,8 +60,23 @@ def assert_invariants(store: MetaStore) -> int:
     return res.barrier
 
 
+def streaming_counts(dep: Deployment, until: int, remote: str | None) -> list[int]:
+    """``wordcount_counts`` in streaming mode up to barrier ``until``, as its own process on the
+    engine of ``remote``; the barriers it processed (its last log line says them)."""
+    command = job_command(dep, "wordcount_counts", until, remote)
+    command[command.index("batch")] = "streaming"
+    command += ["--idle-timeout", "20", "--trigger-interval", "0.2"]
+    proc = subprocess.run(command, env=job_env(dep.url, remote), capture_output=True, text=True, timeout=600,
+                          cwd=dep.root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    line = next((x for x in reversed(output.splitlines()) if "streaming mode processed barriers" in x), None)
+    assert line is not None, output[-3000:]
+    return json.loads(line.rsplit("barriers ", 1)[1])
+
+
 def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables(
-    spark, wordcount_apps, clean_wordcount, tmp_path: Path
+    spark, wordcount_apps, clean_wordcount, engine, tmp_path: Path
 ) -> None:
     words_app, counts_app = wordcount_apps
     url = f"sqlite:///{tmp_path / 'tsb.db'}"
@@ -80,14 +97,15 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     def run_words(until: int | None = None) -> list[int]:
         return run_batch(spark, words_app, catalog, words_app.resolve_locations(locations), until_barrier=until)
 
+    dep = Deployment(url, store, topo, tmp_path)
+
     def run_counts(until: int) -> list[int]:
-        return run_streaming(spark, counts_app, catalog, counts_app.resolve_locations(locations),
-                             until_barrier=until, idle_timeout_s=20, trigger_interval_s=0.2)
+        return streaming_counts(dep, until, engine.remote)
 
     assert run_words(until=3) == [1, 2, 3]
     assert run_counts(until=3) == [1, 2, 3]
     checkpoint = Path(locations[CC]) / "_tsb_checkpoints" / "wordcount_counts"
-    assert (checkpoint / "offsets").is_dir()
+    assert (checkpoint / "offsets").is_dir() == (engine.kind == "submit")  # a Connect job's checkpoint: Delta
     old = {b: (store.version_at(WC, b), store.version_at(CC, b)) for b in (2, 3)}
 
     # the rollback process dies after restoring word_count, before count_of_counts
@@ -114,7 +132,8 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     assert resumed.returncode == 0, resumed.stderr
     result = json.loads(resumed.stdout)
     assert result["resumed"] is True and result["barrier"] == 1 and sorted(result["tables"]) == [CC, WC]
-    assert result["checkpoints"] == [str(checkpoint)] and not checkpoint.exists()
+    assert result["checkpoints"] == ([str(checkpoint)] if engine.kind == "submit" else [])
+    assert not checkpoint.exists()
     assert store.pending_revision("wordcount") is None
     assert store.revision(plan.id).status == "done"
     assert [latest_written_barrier(locations[t])[0] for t in (WC, CC)] == [1, 1]
