@@ -306,11 +306,12 @@ def _stage(
         raise ValueError(f"merge sink {table} needs key columns")
     if delete_when and mode != "merge":
         raise ValueError(f"sink {table}: delete_when needs mode 'merge', not {mode!r}")
-    missing = [c for c in [*keys, *partition_by] if c not in df.columns]
+    columns = df.columns  # one schema request (a Spark Connect round trip)
+    missing = [c for c in [*keys, *partition_by] if c not in columns]
     if missing:
         raise SchemaChangeError(
             f"table {table}, barrier {barrier}: the output has no column(s) {missing} named in the sink's keys / "
-            f"partition_by (output columns: {df.columns})"
+            f"partition_by (output columns: {columns})"
         )
     flagged = _flag_deletes(df, delete_when, table, barrier) if mode == "merge" else None
     removed: list[RemovedFile] = []
@@ -325,12 +326,12 @@ def _stage(
         if flagged is not None:
             # read three times (key bounds, affected files, the write): computed once
             cached = flagged = _flag_deletes(out, delete_when, table, barrier).persist(StorageLevel.MEMORY_AND_DISK)
-            try:
-                check_unique_keys(flagged, keys, table=table, barrier=barrier)  # fills the cache the plan reads
+            try:  # one action: the keys' uniqueness and bounds; it fills the cache the plan reads
+                summary = check_unique_keys(flagged, keys, table=table, barrier=barrier)
             except DuplicateKeyError:
                 cached.unpersist()
                 raise
-            plan = plan_merge(spark, loc, dt.version(), flagged, keys, table_schema)
+            plan = plan_merge(spark, loc, dt.version(), flagged, keys, table_schema, summary)
             out, removed = plan.rows, plan.removed
     else:
         table_schema = _nullable(df.schema)
@@ -359,7 +360,10 @@ def _stage(
 def _flag_deletes(df: DataFrame, delete_when: str | None, table: str, barrier: int) -> DataFrame:
     """:func:`split_deletes`, with a clear error for a condition Spark cannot resolve."""
     try:
-        return split_deletes(df, delete_when)
+        flagged = split_deletes(df, delete_when)
+        if delete_when:
+            flagged.schema  # noqa: B018 - analyzed now (Spark Connect analyzes lazily, at the first action)
+        return flagged
     except AnalysisException as exc:
         raise ValueError(
             f"table {table}, barrier {barrier}: Sink(delete_when={delete_when!r}) is not a boolean condition "

@@ -48,13 +48,47 @@ class DuplicateKeyError(ValueError):
     """A merge sink's output holds several rows for one key (raised before any file is written)."""
 
 
-def check_unique_keys(df: DataFrame, keys: Sequence[str], *, table: str, barrier: int) -> None:
-    """Refuse an output with more than one row for a key of a merge sink (one Spark action).
+@dataclass(frozen=True)
+class KeySummary:
+    """What one aggregation over a merge output's keys tells (rows with a null key component
+    left out: they are inserted as they are and match nothing).
+
+    Attributes:
+        max_rows_per_key: the most rows one key has (0 for an output without keys).
+        bounds: ``{key column: (min, max)}`` over the output's keys (``(None, None)`` when empty).
+    """
+
+    max_rows_per_key: int
+    bounds: dict[str, tuple[Any, Any]]
+
+
+def summarize_keys(df: DataFrame, keys: Sequence[str]) -> KeySummary:
+    """Rows per key and the keys' bounds of a merge output, in one Spark action (which, on a
+    persisted output, also fills its cache for the merge's later reads)."""
+    complete = reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in keys])
+    per_key = df.where(complete).groupBy(*keys).count()
+    row = per_key.agg(
+        F.max("count").alias("max_rows"),
+        *[F.min(k).alias(f"lo_{i}") for i, k in enumerate(keys)],
+        *[F.max(k).alias(f"hi_{i}") for i, k in enumerate(keys)],
+    ).collect()[0]
+    return KeySummary(int(row["max_rows"] or 0), {k: (row[f"lo_{i}"], row[f"hi_{i}"]) for i, k in enumerate(keys)})
+
+
+def check_unique_keys(
+    df: DataFrame, keys: Sequence[str], *, table: str, barrier: int, summary: KeySummary | None = None,
+) -> KeySummary:
+    """Refuse an output with more than one row for a key of a merge sink; returns its
+    :class:`KeySummary` (one Spark action, none when ``summary`` is given and the keys are
+    unique; a second one names the duplicates).
 
     Raises:
         DuplicateKeyError: names the table, the barrier, up to three duplicated keys with their
             row counts, and what to do.
     """
+    summary = summary or summarize_keys(df, keys)
+    if summary.max_rows_per_key <= 1:
+        return summary
     complete = reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in keys])
     dups = df.where(complete).groupBy(*keys).count().where(F.col("count") > 1).limit(3).collect()
     if dups:
@@ -64,6 +98,7 @@ def check_unique_keys(df: DataFrame, keys: Sequence[str], *, table: str, barrier
             f"sink takes at most one row per key {list(keys)}: deduplicate in process(), e.g. "
             "df.dropDuplicates(keys), or keep the newest row of each key with a window"
         )
+    return summary
 
 
 def merge_rows(current: DataFrame, update: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -168,11 +203,13 @@ def _key_files(
 
 def plan_merge(
     spark: SparkSession, location: str, version: int, flagged: DataFrame, keys: Sequence[str], schema: StructType,
+    summary: KeySummary | None = None,
 ) -> MergePlan:
     """Plan a merge of ``flagged`` (the output with :data:`DELETE_FLAG`) into version ``version``.
 
     ``schema``: the table's schema after this barrier (new columns of the affected files' kept
-    rows are null). Runs two small Spark actions: the keys' [min, max] and the affected paths.
+    rows are null). ``summary``: the output's :class:`KeySummary` when already known (else one
+    Spark action computes it); one more small action finds the affected paths.
     """
     snapshot = snapshot_at(location, version)
     old_schema = spark_schema(snapshot)
@@ -182,11 +219,10 @@ def plan_merge(
     if not entries:
         return MergePlan(upserts, [], 0, 0)
     update_keys = flagged.select(*keys).distinct()
-    bounds = flagged.agg(*[F.min(k).alias(f"lo_{i}") for i, k in enumerate(keys)],
-                         *[F.max(k).alias(f"hi_{i}") for i, k in enumerate(keys)]).collect()[0]
-    if all(bounds[f"lo_{i}"] is None for i in range(len(keys))):  # no rows (or only null keys)
+    bounds = (summary or summarize_keys(flagged, keys)).bounds
+    if all(lo is None for lo, _hi in bounds.values()):  # no rows (or only null keys)
         return MergePlan(upserts, [], 0, len(entries))
-    ranges = {k: (_stat(bounds[f"lo_{i}"]), _stat(bounds[f"hi_{i}"])) for i, k in enumerate(keys)}
+    ranges = {k: (_stat(lo), _stat(hi)) for k, (lo, hi) in bounds.items()}
     candidates = [e for e in entries if _overlaps(e, ranges)]
     if not candidates:
         return MergePlan(upserts, [], 0, len(entries))
