@@ -163,3 +163,9 @@ class OutOfRangeError(TsbError, ValueError):
 class SparkConnectUnavailableError(TsbError):
     """No Spark Connect server answers at the URL a job was given (the message names the URL and
     how to start one: ``tsb spark start``)."""
+
+
+class StreamingJobFailedError(TsbError):
+    """A streaming job of the emitter's DAG run failed for good (its task ``failed`` with no try
+    left): barriers after it would never reach COMMIT, so the emitter stops and fails, naming the
+    job, its task and the job's last error from the metastore."""

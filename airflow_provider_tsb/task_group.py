@@ -97,6 +97,7 @@ class TsbTopologyTaskGroup(TaskGroup):
                     )
                     for job in topology.jobs_in_order()
                 }
+                self.barrier_task.job_task_ids = [t.task_id for t in self.job_tasks.values()]
                 return
             if topology.root_tables:
                 self.barrier_task = TsbBarrierOperator(

@@ -67,13 +67,20 @@ def mark_end_of_input(location: str, *, metadata: dict[str, Any] | None = None) 
     return append_rows(loc, empty, metadata=metadata, end_of_input=True)
 
 
-def input_ended(location: str) -> bool:
-    """True when the newest version of the root table at ``location`` is marked end of input."""
+def input_ended(location: str, since_ms: int | None = None) -> bool:
+    """True when the newest version of the root table at ``location`` is marked end of input.
+
+    ``since_ms``: count only a mark committed at or after this time (epoch ms, the Delta
+    commit's ``timestamp``): a streaming run ignores the mark a previous run left, else its
+    first barrier would be a final one and the new data would never get barriers.
+    """
     loc = normalize_location(location)
     if not table_exists(loc):
         return False
     history = DeltaTable(loc, storage_options=storage_options(loc)).history(1)
-    return bool(history) and str(history[0].get(END_OF_INPUT, "")).lower() == "true"
+    if not history or str(history[0].get(END_OF_INPUT, "")).lower() != "true":
+        return False
+    return since_ms is None or int(history[0].get("timestamp") or 0) >= since_ms
 
 
 def append_words(location: str, words: list[str]) -> int:

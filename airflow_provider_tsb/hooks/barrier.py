@@ -18,6 +18,7 @@ and call this hook.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
@@ -164,11 +165,12 @@ class TsbBarrierHook(BaseHook):
             return None
         return read_root_versions(self.topology)
 
-    def input_ended(self) -> bool:
-        """Whether every root table's newest version is marked end of input (FLIP-147)."""
+    def input_ended(self, since_ms: int | None = None) -> bool:
+        """Whether every root table's newest version is marked end of input (FLIP-147), by a
+        mark committed at or after ``since_ms`` (epoch ms; ``None``: any mark)."""
         from airflow_provider_tsb.delta.roots import input_ended
 
-        return all(input_ended(self.topology.location(t.name)) for t in self.topology.root_tables)
+        return all(input_ended(self.topology.location(t.name), since_ms) for t in self.topology.root_tables)
 
     def has_room(self, store: MetaStore, last: BarrierInfo | None, max_in_flight: int | None) -> bool:
         """Whether fewer than ``max_in_flight`` barriers are generated but not COMMIT (WRITTEN in
@@ -209,6 +211,8 @@ class TsbBarrierHook(BaseHook):
         count: int | None = None,
         final_on_stop: bool = True,
         max_in_flight: int | None = 2,
+        since_ms: int | None = None,
+        watch: Callable[[], None] | None = None,
     ) -> list[int]:
         """Generate a barrier every ``interval_s`` seconds while a root table has a new version,
         until end of input, ``duration_s`` seconds or ``count`` barriers; returns the barrier ids.
@@ -218,8 +222,15 @@ class TsbBarrierHook(BaseHook):
         ``final_on_stop``. ``max_in_flight``: see :meth:`has_room`. Root tables that do not
         exist yet are waited for.
 
+        Args:
+            since_ms: end-of-input marks committed before this time (epoch ms; the DAG run's
+                start) belong to an earlier run and are ignored.
+            watch: called once per interval; it raises to stop the emitter (the operator's
+                check that no streaming job of the DAG run failed for good).
+
         Raises:
             RootTableError: a root table exists but cannot be read.
+            Exception: whatever ``watch`` raises, unchanged.
         """
         store = self.get_conn()
         store.register_topology(self.topology)
@@ -227,11 +238,13 @@ class TsbBarrierHook(BaseHook):
         deadline = time.monotonic() + duration_s
         seq = 0
         while True:
+            if watch is not None:
+                watch()
             versions = self.current_versions()
             # ended at exactly these versions: the markers are the newest commits and no commit
             # landed between reading the versions and the markers (else the final barrier could
             # miss the flights table's marker commit written just after the weather's)
-            ended = versions is not None and self.input_ended() and self.current_versions() == versions
+            ended = versions is not None and self.input_ended(since_ms) and self.current_versions() == versions
             out_of_time = time.monotonic() >= deadline or (count is not None and len(emitted) >= count)
             if versions is not None and (ended or (out_of_time and final_on_stop)):
                 info = self.generate_at(store, versions, f"{run_prefix}#final", final=True)

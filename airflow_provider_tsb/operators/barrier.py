@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_tsb.exceptions import StreamingJobFailedError
 from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.metastore.records import TsKind
@@ -102,12 +103,22 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
         Flink's maximum of concurrent checkpoints. A topology that cannot keep up with
         ``interval_s`` then gets fewer, larger barriers instead of a queue that grows without
         bound, and the delay from a barrier to its COMMIT stays bounded. ``None``: no limit.
+    :param job_task_ids: the streaming job tasks of the same DAG run to watch (full task ids;
+        ``TsbTopologyTaskGroup`` sets them; default: every streaming
+        :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator` of the DAG).
+        When one of them is ``failed`` or ``upstream_failed`` (no try left) the emitter fails
+        at once instead of emitting barriers that can never reach COMMIT.
+
+    End-of-input marks committed before the DAG run started belong to an earlier run and are
+    ignored.
 
     Returns (XCom) the list of barrier ids generated, the final one last.
 
     Raises:
         RootTableError: a root table exists but cannot be read
             (:class:`~airflow_provider_tsb.hooks.barrier.RootTableError`).
+        StreamingJobFailedError: a watched job task failed for good (names the job, its task
+            and the job's last error recorded in the metastore).
     """
 
     template_fields: Sequence[str] = ("interval_s", "duration_s")
@@ -120,9 +131,11 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
         count: int | None = None,
         final_on_stop: bool = True,
         max_in_flight: int | None = 2,
+        job_task_ids: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.job_task_ids = list(job_task_ids) if job_task_ids is not None else None
         self.interval_s = interval_s
         self.duration_s = duration_s
         if not isinstance(interval_s, str):  # templated values are checked when rendered
@@ -156,6 +169,7 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
         """Emit this DAG run's barriers (run keys ``<dag_id>/<run_id>#<n>``); their ids, final last."""
         run = context.get("dag_run")
         prefix = f"{run.dag_id}/{run.run_id}" if run is not None else f"emitter/{time.time()}"
+        started = getattr(run, "start_date", None) if run is not None else None
         return self.hook.emit(
             prefix,
             interval_s=self._seconds("interval_s"),
@@ -163,4 +177,57 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
             count=self.count,
             final_on_stop=self.final_on_stop,
             max_in_flight=self.max_in_flight,
+            since_ms=int(started.timestamp() * 1000) if started is not None else None,
+            watch=self._job_watch(context),
+        )
+
+    def watched_task_ids(self) -> list[str]:
+        """The job tasks this emitter watches: ``job_task_ids``, else every streaming job task of
+        its DAG."""
+        if self.job_task_ids is not None:
+            return list(self.job_task_ids)
+        from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
+
+        tasks = self.dag.tasks if self.has_dag() else []
+        return [t.task_id for t in tasks if isinstance(t, TsbSparkJobOperator) and t.mode == "streaming"]
+
+    def _job_watch(self, context: Any) -> Any:
+        """A check the emitter calls each interval: raises :class:`StreamingJobFailedError` once a
+        watched job task of this DAG run failed for good (read through the task's own
+        ``get_task_states``: the Task SDK's call, no ORM). ``None`` outside a DAG run."""
+        ti, run = context.get("ti"), context.get("dag_run")
+        if ti is None or run is None or not hasattr(ti, "get_task_states"):
+            return None
+        task_ids = self.watched_task_ids()
+        if not task_ids:
+            return None
+
+        def check() -> None:
+            try:
+                found = ti.get_task_states(dag_id=run.dag_id, task_ids=task_ids, run_ids=[run.run_id])
+            except Exception as exc:  # the watch is advisory: never stop the barriers for it
+                self.log.warning("cannot read the job tasks' states (%s); not watching them", exc)
+                return
+            states = found.get(run.run_id, found)
+            failed = sorted(t for t, s in states.items() if str(s) in ("failed", "upstream_failed"))
+            if failed:
+                raise StreamingJobFailedError(self._describe_failures(failed, states))
+
+        return check
+
+    def _describe_failures(self, failed: list[str], states: dict[str, Any]) -> str:
+        """The error of failed job tasks: each job with its task state and last metastore error."""
+        store = self.hook.get_conn()
+        by_task = {t: t.rsplit(".", 1)[-1] for t in failed}
+        parts = []
+        for task_id, job_id in by_task.items():
+            try:
+                message = store.job(job_id).message if job_id in self.topology.jobs else None
+            except Exception:  # the failure report must not fail itself
+                message = None
+            parts.append(f"job {job_id!r} (task {task_id} {states[task_id]}): {message or 'see the task log'}")
+        return (
+            f"streaming topology {self.topology.name!r}: " + "; ".join(parts) + ". No barrier can reach COMMIT "
+            "without it, so the emitter stops; fix the job, then clear its task and this one to resume "
+            "from the checkpoint."
         )

@@ -13,6 +13,8 @@ barriers (same root versions) through the same apps.
 
 from __future__ import annotations
 
+import shutil
+import time
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -46,7 +48,8 @@ def streaming_run(tmp_path_factory, spark_remote):
         # the dead attempt's withdrawn files go at the retry's next write, not after 10 minutes
         TSB_STAGING_GRACE_SECONDS="0",
     )
-    af = start_airflow(REPO / "dags", home=root / "airflow", env_extra=env)
+    dags = shutil.copytree(REPO / "dags", root / "dags")  # a copy: a test adds a DAG file of its own
+    af = start_airflow(dags, home=root / "airflow", env_extra=env)
     try:
         af.wait_for_dag(DAG_ID, timeout=180)
         assert not af.import_errors(), af.import_errors()
@@ -169,3 +172,72 @@ def test_ui_views_on_the_streaming_run(streaming_run) -> None:
         assert page.locator("#tsb-delay-table tr[data-barrier]").count() == min(len(ids), 50)
         screenshot(page, out, "delays")
     assert (out / "lineage.png").stat().st_size > 10_000 and (out / "delays.png").stat().st_size > 10_000
+
+
+#: a streaming wordcount whose second job dies at its first barrier and has no retry left
+FAILING_DAG = """
+import os
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG, task
+
+from airflow_provider_tsb.task_group import TsbTopologyTaskGroup
+from airflow_provider_tsb.topology import Topology
+from tsb_examples.spark_conf import LOCAL_SPARK_CONF
+
+APPS = Path(os.environ["TSB_SPARK_APPS"]) / "wordcount"
+topology = Topology("wordcount")
+topology.root_table("raw.words")
+topology.job("wordcount_words", str(APPS / "wordcount_words.py"), sources=["raw.words"],
+             sinks=["wordcount.word_count"], conf=LOCAL_SPARK_CONF)
+topology.job("wordcount_counts", str(APPS / "wordcount_counts.py"), sources=["wordcount.word_count"],
+             sinks=["wordcount.count_of_counts"], conf=LOCAL_SPARK_CONF)
+
+with DAG(dag_id="wordcount_failing_stream", schedule=None, catchup=False,
+         start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+
+    @task
+    def ingest(**context):
+        from tsb_examples.ingest import ingest_next_words
+
+        run = context["dag_run"]
+        return ingest_next_words(topology.location("raw.words"), run_key=run.run_id, lines=30)
+
+    ingest()
+    TsbTopologyTaskGroup(
+        topology, mode="streaming", spark_conn_id="spark_local",
+        emitter_kwargs={"interval_s": 1, "duration_s": 900},
+        default_job_kwargs={"retries": 0},
+        job_kwargs={"wordcount_counts": {"env_vars": {"TSB_KILL_AT": "after_files:wordcount_counts:1"}}},
+    )
+"""
+
+
+def test_a_streaming_job_that_fails_for_good_stops_the_emitter_naming_it(streaming_run) -> None:
+    """Issue 21 item 5: a streaming job with no try left fails the emitter at once (it used to
+    emit barriers for hours that could never reach COMMIT), its error naming the job and the
+    job's last error from the metastore."""
+    af, store, root, _ = streaming_run
+    af.add_dag_file("wordcount_failing_stream.py", FAILING_DAG)
+    af.wait_for_dag("wordcount_failing_stream", timeout=180)
+    run = af.trigger_dag("wordcount_failing_stream")
+    emitter = "wordcount.generate_barriers"
+    deadline, states = time.monotonic() + 300, {}
+    while time.monotonic() < deadline:
+        states = af.task_states("wordcount_failing_stream", run["dag_run_id"])
+        if states.get(emitter) == "failed":
+            break
+        time.sleep(2)
+    try:
+        assert states.get("wordcount.wordcount_counts") == "failed", states
+        assert states.get(emitter) == "failed", (states, af.describe_run("wordcount_failing_stream", run["dag_run_id"]))
+        log = af.task_log("wordcount_failing_stream", run["dag_run_id"], emitter)
+        assert "StreamingJobFailedError" in log, log[-3000:]
+        assert "job 'wordcount_counts' (task wordcount.wordcount_counts failed)" in log, log[-3000:]
+        assert store.job("wordcount_counts").status == "failed"
+        # the barrier the dead job held back was never COMMIT
+        assert store.table_state("wordcount.count_of_counts", 1) is None or \
+            store.table_state("wordcount.count_of_counts", 1).state != "WRITTEN"
+    finally:  # what make demo does: fail the run, its streaming tasks stop
+        af.api("PATCH", f"/dags/wordcount_failing_stream/dagRuns/{run['dag_run_id']}", json={"state": "failed"})

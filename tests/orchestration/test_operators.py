@@ -233,11 +233,11 @@ def test_final_barrier_includes_an_end_marker_committed_while_the_emitter_reads(
     class MarkerLandsMidway(TsbBarrierHook):
         landed = False
 
-        def input_ended(self) -> bool:
+        def input_ended(self, since_ms: int | None = None) -> bool:
             if not self.landed:  # the ingestion task commits its marker right now
                 mark_end_of_input(words)
                 self.landed = True
-            return super().input_ended()
+            return super().input_ended(since_ms)
 
     emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=60)
     emitter._hook = MarkerLandsMidway(topo)
@@ -245,6 +245,47 @@ def test_final_barrier_includes_an_end_marker_committed_while_the_emitter_reads(
     final = tsb_env.store.barrier("wordcount", emitted[-1])
     assert final.final
     assert final.root_versions == {"tsb.raw.words": DeltaTable(words).version()}, (emitted, final.root_versions)
+
+
+def test_emitter_ignores_the_end_of_input_mark_an_earlier_run_left(tsb_env) -> None:
+    """Issue 21 item 5: a new streaming run after an ended (or interrupted) one must not take the
+    old run's end-of-input mark for its own and end at once: its new data gets barriers, and only
+    a mark committed during the run ends it."""
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from deltalake import DeltaTable
+
+    from airflow_provider_tsb.delta.roots import input_ended, mark_end_of_input
+    from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
+
+    topo = wordcount_topology(tsb_env.warehouse)
+    words = topo.location("raw.words")
+    ingest_next_words(words, run_key="r1", lines=10)
+    mark_end_of_input(words)  # the previous run ended here
+    time.sleep(0.05)
+    started = dt.datetime.now(dt.UTC)
+    assert input_ended(words) and not input_ended(words, int(started.timestamp() * 1000))
+
+    def arrive() -> None:  # this run's data, then this run's end
+        time.sleep(0.6)
+        ingest_next_words(words, run_key="r2", lines=10)
+        time.sleep(0.6)
+        mark_end_of_input(words)
+
+    feeder = threading.Thread(target=arrive)
+    feeder.start()
+    context = run_context("run-2")
+    context["dag_run"] = SimpleNamespace(dag_id="test_dag", run_id="run-2", start_date=started)
+    emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=60)
+    try:
+        emitted = emitter.execute(context)
+    finally:
+        feeder.join()
+    final = tsb_env.store.barrier("wordcount", emitted[-1])
+    assert final.final and len(emitted) >= 2, emitted  # the new data's barrier, then the final one
+    assert not tsb_env.store.barrier("wordcount", emitted[0]).final
+    assert final.root_versions == {"tsb.raw.words": DeltaTable(words).version()}
 
 
 def test_emitter_waits_for_root_tables_and_checks_its_interval(tsb_env) -> None:
