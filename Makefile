@@ -5,13 +5,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 MODE ?= streaming
+ENGINE ?= connect
 DAYS ?=
 PYTEST_ARGS ?=
 
 .PHONY: help venv install check-java demo demo-stop test test-unit lint bench clean
 
 help:
-	@echo "make demo       stream the flights topology on real data under a real Airflow (MODE=batch, DAYS=N)"
+	@echo "make demo       stream the flights topology on real data under a real Airflow (MODE=batch, DAYS=N, ENGINE=submit)"
 	@echo "make demo-stop  stop the Airflow started by make demo"
 	@echo "make test       run the test suite (starts its own PostgreSQL and Airflow)"
 	@echo "make test-unit  run the fast tier: no JVM, no PostgreSQL, no Airflow process"
@@ -40,7 +41,7 @@ check-java:
 	  if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "error: Java 17+ is required by Spark, found '$$(java -version 2>&1 | head -1)'" >&2; exit 2; fi
 
 demo: install check-java
-	$(PY) -m dev.demo --mode $(MODE) $(if $(DAYS),--days $(DAYS))
+	$(PY) -m dev.demo --mode $(MODE) --engine $(ENGINE) $(if $(DAYS),--days $(DAYS))
 
 demo-stop: install
 	$(PY) -m dev.demo stop

