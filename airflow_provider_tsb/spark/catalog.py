@@ -18,12 +18,18 @@ intermediate tables are not in the plan: they are resolved from the Delta log (t
 tagged with the barrier), and a barrier is pending for a job only once it is WRITTEN in all
 the job's inputs.
 
-Report file (``tsb-report/1``)::
+Report file (``tsb-report/2``): JSON Lines, one record appended per report, so a report costs
+the same at barrier 365 as at barrier 1 (``tsb-report/1`` rewrote one growing JSON document on
+every report)::
 
-    {"format": "tsb-report/1",
-     "processed": [{"table", "barrier", "job_id", "manifest": [...], "at"}],
-     "written": [{"table", "barrier", "version", "job_id", "at"}],
-     "heartbeats": {"<job_id>": <epoch ms>}}
+    {"kind": "processed", "table", "barrier", "job_id", "manifest": [...], "at"}
+    {"kind": "written", "table", "barrier", "version", "job_id", "at"}
+    {"kind": "heartbeat", "job_id", "at"}
+    {"kind": "job", "job_id", "barrier", "status", "started_at", "finished_at"}
+
+:func:`read_report` folds it into ``{"format", "processed": [...], "written": [...],
+"heartbeats": {job_id: epoch ms}, "jobs": [...]}`` (a repeated WRITTEN report once), and still
+reads a ``tsb-report/1`` document.
 """
 
 from __future__ import annotations
@@ -47,7 +53,8 @@ from airflow_provider_tsb.spark.plans import (
 )
 
 PLAN_FORMAT = "tsb-plan/1"
-REPORT_FORMAT = "tsb-report/1"
+REPORT_FORMAT = "tsb-report/2"
+LEGACY_REPORT_FORMAT = "tsb-report/1"
 
 
 @runtime_checkable
@@ -290,47 +297,39 @@ class PlanFileCatalog:
         )
         return plan_pending_barriers(job_id, list(sources), after, generated, input_versions, limit=limit)
 
-    def _update_report(self, mutate: Callable[[dict[str, Any]], None]) -> None:
+    def _append_report(self, record: Mapping[str, Any]) -> None:
+        """Append one record line (``O_APPEND``: whole lines from concurrent processes)."""
         if not self.report_path:
             return
+        line = (json.dumps(record, sort_keys=True) + "\n").encode()
         with self._lock:
-            report = read_report(self.report_path)
-            mutate(report)
-            _atomic_write_json(self.report_path, report)
+            os.makedirs(os.path.dirname(self.report_path) or ".", exist_ok=True)
+            fd = os.open(self.report_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
 
     def record_processed(self, table: str, barrier: int, job_id: str, manifest: Sequence[Mapping[str, Any]]) -> None:
         """See :meth:`BarrierCatalog.record_processed`."""
-        entry = {
+        self._append_report({
+            "kind": "processed",
             "table": table,
             "barrier": barrier,
             "job_id": job_id,
             "manifest": [dict(m) for m in manifest],
             "at": int(time.time() * 1000),
-        }
-        self._update_report(lambda r: r["processed"].append(entry))
+        })
 
     def record_written(self, table: str, barrier: int, version: int, job_id: str) -> None:
-        """See :meth:`BarrierCatalog.record_written`; a repeated report is recorded once."""
-
-        def mutate(report: dict[str, Any]) -> None:
-            for w in report["written"]:
-                if (w["table"], w["barrier"], w["version"]) == (table, barrier, version):
-                    return
-            report["written"].append(
-                {
-                    "table": table,
-                    "barrier": barrier,
-                    "version": version,
-                    "job_id": job_id,
-                    "at": int(time.time() * 1000),
-                }
-            )
-
-        self._update_report(mutate)
+        """See :meth:`BarrierCatalog.record_written`; a repeated report is read once
+        (:func:`read_report`)."""
+        self._append_report({"kind": "written", "table": table, "barrier": barrier, "version": version,
+                             "job_id": job_id, "at": int(time.time() * 1000)})
 
     def heartbeat(self, job_id: str) -> None:
         """See :meth:`BarrierCatalog.heartbeat`."""
-        self._update_report(lambda r: r["heartbeats"].__setitem__(job_id, int(time.time() * 1000)))
+        self._append_report({"kind": "heartbeat", "job_id": job_id, "at": int(time.time() * 1000)})
 
     def final_barrier(self, job_id: str, since_ms: int | None = None) -> int | None:
         """See :meth:`BarrierCatalog.final_barrier`."""
@@ -345,17 +344,51 @@ class PlanFileCatalog:
         finished_at_ms: int | None = None,
     ) -> None:
         """See :meth:`BarrierCatalog.record_job_barrier`; kept in the report's ``jobs`` list."""
-        entry = {"job_id": job_id, "barrier": barrier, "status": status,
-                 "started_at": started_at_ms, "finished_at": finished_at_ms}
-        self._update_report(lambda r: r.setdefault("jobs", []).append(entry))
+        self._append_report({"kind": "job", "job_id": job_id, "barrier": barrier, "status": status,
+                             "started_at": started_at_ms, "finished_at": finished_at_ms})
 
 
 def read_report(path: str) -> dict[str, Any]:
-    """Read a report file (for the operator); an empty report if it does not exist."""
+    """Read a report file (see module doc); an empty report if it does not exist.
+
+    Returns ``{"format", "processed": [...], "written": [...], "heartbeats": {job_id: ms},
+    "jobs": [...]}``; a WRITTEN report repeated by a retry appears once.
+
+    Raises:
+        ValueError: a line is not JSON (names the file and the line number).
+    """
+    report: dict[str, Any] = {"format": REPORT_FORMAT, "processed": [], "written": [], "heartbeats": {}, "jobs": []}
     if not os.path.exists(path):
-        return {"format": REPORT_FORMAT, "processed": [], "written": [], "heartbeats": {}}
+        return report
     with open(path) as handle:
-        return json.load(handle)
+        text = handle.read()
+    try:
+        legacy = json.loads(text) if text.lstrip().startswith("{\"format\"") else None
+    except json.JSONDecodeError:
+        legacy = None
+    if isinstance(legacy, dict) and legacy.get("format") == LEGACY_REPORT_FORMAT:
+        return {**report, **legacy}
+    seen: set[tuple[Any, ...]] = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"report file {path}: line {number} is not JSON ({exc})") from None
+        kind = record.pop("kind", None)
+        if kind == "written":
+            key = (record["table"], record["barrier"], record["version"])
+            if key not in seen:
+                seen.add(key)
+                report["written"].append(record)
+        elif kind == "heartbeat":
+            report["heartbeats"][record["job_id"]] = record["at"]
+        elif kind == "processed":
+            report["processed"].append(record)
+        elif kind == "job":
+            report["jobs"].append(record)
+    return report
 
 
 register_catalog_kind("plan", lambda spec: PlanFileCatalog(spec["plan"], spec.get("report")))
