@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 
 
@@ -24,6 +25,8 @@ class PostgresServer:
     port: int
     bin_dir: str
     user: str | None
+    #: ``pg_ctl -o`` options the server was started with (a restart reuses them)
+    options: str = ""
 
     @property
     def admin_url(self) -> str:
@@ -42,6 +45,15 @@ class PostgresServer:
             cur.execute(f'CREATE DATABASE "{name}"')
         conn.close()
         return self.url(name)
+
+    def outage(self, seconds: float) -> None:
+        """Stop the server (fast shutdown: every connection is cut), wait ``seconds``, and start
+        it again on the same port with the same data: a metastore outage."""
+        pg_ctl = os.path.join(self.bin_dir, "pg_ctl")
+        _run([pg_ctl, "-D", self.data_dir, "stop", "-m", "fast", "-w"], self.user)
+        time.sleep(seconds)
+        log = os.path.join(os.path.dirname(self.data_dir), "log")
+        _run([pg_ctl, "-D", self.data_dir, "-o", self.options, "-l", log, "-w", "start"], self.user)
 
     def stop(self) -> None:
         _run([os.path.join(self.bin_dir, "pg_ctl"), "-D", self.data_dir, "stop", "-m", "fast"], self.user, check=False)
@@ -101,4 +113,4 @@ def start_postgres() -> PostgresServer:
             with open(os.path.join(root, "log")) as fh:
                 log = fh.read()[-2000:]
         raise RuntimeError(f"starting PostgreSQL failed: {exc.stderr or exc.stdout}\n{log}") from exc
-    return PostgresServer(data_dir, port, bin_dir, user)
+    return PostgresServer(data_dir, port, bin_dir, user, opts)
