@@ -172,8 +172,10 @@ def test_batch_on_the_cluster_matches_local(spark_cluster: SparkCluster, bare_py
     argv, env = bench.command(fb.JOBS[0], "batch")
     if engine == "submit":
         assert argv[argv.index("--master") + 1] == spark_cluster.master_url and "--py-files" in argv
-    else:
-        assert argv[0] == sys.executable and env["SPARK_REMOTE"].rstrip("/") == remote
+        # the same spark-submit runs the streaming test on the cluster (its source's read() on the
+        # executors, from the --py-files zip): the batch catch-up adds no path of its own (78 s)
+        pytest.skip("spark-submit on the cluster: test_streaming_on_the_cluster_matches_local[submit]")
+    assert argv[0] == sys.executable and env["SPARK_REMOTE"].rstrip("/") == remote
     before = set(completed(spark_cluster))
     started = time.monotonic()
     for job in fb.JOBS:
