@@ -21,12 +21,17 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from airflow_provider_tsb.exceptions import TsbError
+
+#: pyspark 4.2 warns at every Spark Connect import that it "does not yet fully support pandas >=
+#: 3.0.0"; tsb's apps do not use its pandas API, and the line drowned the demo's and jobs' output
+warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: the line Spark logs once the gRPC service listens

@@ -20,9 +20,9 @@ import os
 import sys
 from collections.abc import Mapping
 
-from pyspark.sql import SparkSession
-
-from airflow_provider_tsb.spark.connect_server import CONNECT_MARKERS
+# first: it quiets pyspark's pandas warning before pyspark is imported
+from airflow_provider_tsb.spark.connect_server import CONNECT_MARKERS  # isort: skip
+from pyspark.sql import SparkSession  # noqa: I001
 
 log = logging.getLogger("airflow_provider_tsb.spark")
 
