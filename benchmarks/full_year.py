@@ -17,7 +17,10 @@ same rows. Last line:
 
     seconds=<batch catch-up> streaming_seconds=<s> barriers=<n> ratio=<batch/plain>
 
-    .venv/bin/python benchmarks/full_year.py [--days 365] [--arms batch,streaming,plain]
+    .venv/bin/python benchmarks/full_year.py [--days 365] [--arms batch,streaming,plain] [--engine submit|connect]
+
+``--engine connect`` runs every arm's jobs (``plain.py`` included) as Spark Connect clients of
+one server (``--remote``, or a local one started for the run): no JVM start per job.
 """
 
 from __future__ import annotations
@@ -31,15 +34,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from flights_bench import JOBS, SINKS, FlightsBench, check_invariants
+from flights_bench import JOBS, SINKS, FlightsBench, check_invariants, engine_server
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT_S = 3 * 3600
 
 
-def prepare(root: Path, days: list[dt.date]) -> FlightsBench:
-    """A topology with one barrier per day ingested (the streaming input, already arrived)."""
-    bench = FlightsBench(root)
+def prepare(root: Path, days: list[dt.date], engine: str = "submit", remote: str | None = None) -> FlightsBench:
+    """A topology with one barrier per day ingested (the streaming input, already arrived); its
+    jobs run on ``engine`` (a client of ``remote`` for ``connect``)."""
+    bench = FlightsBench(root, engine=engine, remote=remote)
     for day in days:
         bench.ingest_day(day)
         bench.generate()
@@ -95,19 +99,28 @@ def main() -> int:
     parser.add_argument("--days", type=int, default=365, help="2013 days, one barrier each (1..365)")
     parser.add_argument("--arms", default="batch,streaming,plain")
     parser.add_argument("--keep", help="keep warehouses, metastores and logs in this directory")
+    parser.add_argument("--engine", choices=("submit", "connect"), default="submit",
+                        help="a spark-submit per job (default), or Spark Connect clients of one server")
+    parser.add_argument("--remote", help="connect: the server's URL (default: start a local one)")
     args = parser.parse_args()
     if not 1 <= args.days <= 365:
         parser.error("--days must be 1..365")
+    base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-year-"))
+    with engine_server(args.engine, args.remote, base) as remote:
+        return run_arms(args, base, remote)
+
+
+def run_arms(args: argparse.Namespace, base: Path, remote: str | None) -> int:
+    """Run the arms of ``args`` under ``base``; the exit code (1 when a check failed)."""
     arms = args.arms.split(",")
     from tsb_examples.datasets import nycflights13 as nyc
 
     days = nyc.days(dt.date(2013, 1, 1), args.days)
-    base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-year-"))
     seconds: dict[str, float] = {}
     benches: dict[str, FlightsBench] = {}
     for arm in arms:
         t0 = time.monotonic()
-        benches[arm] = bench = prepare(base / arm, days)
+        benches[arm] = bench = prepare(base / arm, days, args.engine, remote)
         flights = sum(nyc.flights_of_day(d).num_rows for d in days)
         print(f"{arm}: {len(days)} days ({flights:,} flights) ingested, {len(days)} barriers + a final one "
               f"generated in {time.monotonic() - t0:.0f} s", flush=True)

