@@ -36,12 +36,14 @@ from pathlib import Path
 from flights_bench import (
     JOBS,
     FlightsBench,
+    check_alive,
     check_invariants,
     engine_server,
     median,
     percentile,
     phase_table,
     timing_records,
+    wait_committed,
 )
 
 
@@ -80,7 +82,7 @@ def run(args: argparse.Namespace, root: Path, bench: FlightsBench) -> int:
     since_ms = int(time.time() * 1000)
     extra = {"poll_interval_s": args.poll_interval} if args.poll_interval is not None else {}
     procs = [bench.launch(j, "streaming", root / "logs", final_since_ms=since_ms, **extra) for j in JOBS]
-    _wait(bench, procs, warm_up, timeout_s=600)
+    wait_committed(bench, procs, warm_up, timeout_s=600)
     print(f"warm-up barrier {warm_up} committed {time.monotonic() - started:.1f} s after the 3 job processes "
           f"started ({args.engine} engine: start-up, first Spark jobs)", flush=True)
 
@@ -90,13 +92,13 @@ def run(args: argparse.Namespace, root: Path, bench: FlightsBench) -> int:
     for day in days[1:]:
         tick = time.monotonic()
         while bench.in_flight() >= args.max_in_flight:
-            _check_alive(procs)
+            check_alive(procs)
             time.sleep(0.05)
         waited += time.monotonic() - tick
         bench.ingest_day(day)
         measured.append(bench.generate().barrier)
         time.sleep(max(0.0, tick + args.interval - time.monotonic()))
-    _wait(bench, procs, measured[-1], timeout_s=600)
+    wait_committed(bench, procs, measured[-1], timeout_s=600)
     stretch_s = time.monotonic() - stretch
     bench.end_input()
     final = bench.generate(final=True).barrier
@@ -128,22 +130,6 @@ def run(args: argparse.Namespace, root: Path, bench: FlightsBench) -> int:
           f"e2e_p95_s={percentile(delays['e2e'], 0.95):.2f} barriers={len(measured)}")
     return 1 if bad else 0
 
-
-def _check_alive(procs) -> None:
-    for p in procs:
-        if p.process.poll() is not None:
-            p.wait(timeout_s=1)  # raises with the log's tail if it failed
-            raise RuntimeError(f"job {p.job_id} stopped before the final barrier; log {p.log_path}")
-
-
-def _wait(bench: FlightsBench, procs, barrier: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not bench.committed(barrier):
-        _check_alive(procs)
-        if time.monotonic() > deadline:
-            where = procs[0].log_path.parent
-            raise TimeoutError(f"barrier {barrier} not COMMIT within {timeout_s:g} s; logs in {where}")
-        time.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -101,10 +101,16 @@ class FlightsBench:
     Args:
         root: an empty directory.
         spark_master: the ``spark_default`` connection's master.
+        engine: ``submit`` (a ``spark-submit`` per job) or ``connect`` (clients of ``remote``).
+        topology: another topology to run the same way (``topology_scale.py``'s generated
+            ones); default the flights topology. ``ingest_day`` and ``delays`` are the
+            flights topology's.
+        sinks: the tables a barrier must be WRITTEN in to be COMMIT (default the flights sinks).
     """
 
     def __init__(
-        self, root: Path, spark_master: str = "local[2]", *, engine: str = "submit", remote: str | None = None
+        self, root: Path, spark_master: str = "local[2]", *, engine: str = "submit", remote: str | None = None,
+        topology: Any = None, sinks: tuple[str, ...] = SINKS,
     ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
@@ -124,7 +130,8 @@ class FlightsBench:
         self.url = f"sqlite:///{root / 'tsb.db'}"
         from airflow_provider_tsb.metastore.store import MetaStore
 
-        self.topology = _load_topology()
+        self.topology = topology if topology is not None else _load_topology()
+        self.sinks = tuple(sinks)
         self.store = MetaStore(self.url)
         self.store.migrate()
         self.store.register_topology(self.topology)
@@ -166,11 +173,11 @@ class FlightsBench:
         last = self.store.latest_barrier(self.topology.name)
         if last is None:
             return 0
-        heads = [self.store.newest_written(s) for s in SINKS]
+        heads = [self.store.newest_written(s) for s in self.sinks]
         return last.barrier - min(h.barrier if h is not None else 0 for h in heads)
 
     def committed(self, barrier: int) -> bool:
-        return all((h := self.store.newest_written(s)) is not None and h.barrier >= barrier for s in SINKS)
+        return all((h := self.store.newest_written(s)) is not None and h.barrier >= barrier for s in self.sinks)
 
     # ------------------------------------------------------------------ jobs
     def command(self, job_id: str, mode: str, *, final_since_ms: int | None = None,
@@ -272,3 +279,27 @@ def wait_until(predicate: Any, timeout_s: float, what: str, poll_s: float = 0.1)
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(poll_s)
+
+
+def check_alive(procs: list[JobProcess]) -> None:
+    """Raise ``RuntimeError`` (with the log's tail when it failed) if a job process has ended."""
+    for p in procs:
+        if p.process.poll() is not None:
+            p.wait(timeout_s=1)  # raises with the log's tail if it failed
+            raise RuntimeError(f"job {p.job_id} stopped before the final barrier; log {p.log_path}")
+
+
+def wait_committed(bench: FlightsBench, procs: list[JobProcess], barrier: int, timeout_s: float) -> None:
+    """Wait until ``barrier`` is COMMIT (WRITTEN in every sink of ``bench``).
+
+    Raises:
+        RuntimeError: a job process ended first (see :func:`check_alive`).
+        TimeoutError: not COMMIT within ``timeout_s`` seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not bench.committed(barrier):
+        check_alive(procs)
+        if time.monotonic() > deadline:
+            where = procs[0].log_path.parent
+            raise TimeoutError(f"barrier {barrier} not COMMIT within {timeout_s:g} s; logs in {where}")
+        time.sleep(0.05)

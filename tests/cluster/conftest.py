@@ -19,9 +19,14 @@ def bare_python() -> str:
 
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory, bare_python: str) -> Iterator[SparkCluster]:
-    """A standalone cluster: 2 workers of 3 cores (slots for three streaming jobs of 2 cores
-    each; the machine's CPUs are shared anyway) and 3 GB each; stopped by process group."""
-    cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=3, memory="3g")
+    """A standalone cluster: 2 workers of 4 cores and 3 GB each; stopped by process group.
+
+    8 core slots (the machine's CPUs are shared anyway): the session's Connect server holds 2
+    for the whole session (``spark.cores.max``, no dynamic allocation) and the three streaming
+    ``spark-submit`` jobs need 2 each at once. With 6 slots the job registered last got none:
+    when that was ``enrich_flights``, the two jobs downstream of it waited for a barrier it
+    never wrote (``Initial job has not accepted any resources``) until the test's timeout."""
+    cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=4, memory="3g")
     try:
         yield cluster
     finally:

@@ -1,0 +1,253 @@
+"""Generated topologies of N streaming jobs on this machine (issue 21 item 6).
+
+Two shapes of ``N`` jobs, every job ``benchmarks/apps/scale_stage.py`` (it appends the rows its
+sources gained in the epoch to its sink):
+
+    chain:  scale.root -> stage_1 -> scale.t1 -> stage_2 -> scale.t2 -> ... -> scale.tN
+    fan:    scale.root -> stage_1 -> scale.t1 -> stage_2 .. stage_{N-1} (each scale.t1 -> scale.tk)
+            -> stage_N (scale.t2 .. scale.t{N-1} -> scale.tN)
+
+Each job runs as the streaming process the operator starts (``FlightsBench.launch``: the
+operator's own command, metastore catalog on SQLite): a Spark Connect client of one local
+server (``connect``) or its own ``spark-submit`` (``submit``). The first barrier (the jobs
+starting) is a warm-up; then ``--barriers`` barriers, each after ``--rows`` rows appended to
+``scale.root``, at most 2 not yet COMMIT. While it runs, the resident memory and the number of
+processes of the job processes and the Connect server, with all their descendants, are sampled
+every second; the peak is reported. At every barrier the FLIP-276 invariant is checked at
+REPEATABLE_READ: each sink holds the root's rows times the paths from the root to it (chain:
+1; fan: 1 for a middle table, N-2 for the last).
+
+One line per run:
+``shape=<chain|fan> engine=<e> jobs=<N> e2e_median_s=<s> e2e_p95_s=<s> rss_gb=<peak GB>
+processes=<peak> load=<1-min load average, mean> invariants=<ok|FAILED>``.
+
+    .venv/bin/python benchmarks/topology_scale.py [--jobs 3,6,12] [--shapes chain,fan]
+        [--engines connect,submit] [--barriers 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow as pa
+from flights_bench import FlightsBench, check_alive, engine_server, median, percentile, wait_committed
+
+HERE = Path(__file__).resolve().parent
+STAGE = HERE / "apps" / "scale_stage.py"
+ROOT = "scale.root"
+EPOCH = dt.datetime(2013, 1, 1, tzinfo=dt.UTC)
+
+
+def shape_edges(shape: str, n: int) -> dict[str, tuple[list[str], str]]:
+    """``{job id: (source tables, sink table)}`` of a generated topology of ``n`` jobs.
+
+    Raises:
+        ValueError: an unknown shape, or a fan of fewer than 3 jobs.
+    """
+    t = [ROOT, *(f"scale.t{k}" for k in range(1, n + 1))]
+    if shape == "chain":
+        return {f"stage_{k}": ([t[k - 1]], t[k]) for k in range(1, n + 1)}
+    if shape == "fan":
+        if n < 3:
+            raise ValueError("a fan needs at least 3 jobs (one out, one or more across, one in)")
+        edges = {"stage_1": ([ROOT], t[1])}
+        edges.update({f"stage_{k}": ([t[1]], t[k]) for k in range(2, n)})
+        edges[f"stage_{n}"] = ([t[k] for k in range(2, n)], t[n])
+        return edges
+    raise ValueError(f"unknown shape {shape!r}: chain or fan")
+
+
+def multiplier(shape: str, n: int, table: str) -> int:
+    """How many copies of each root row ``table`` holds (the paths from the root to it)."""
+    return n - 2 if shape == "fan" and table == f"scale.t{n}" else 1
+
+
+def build_topology(name: str, shape: str, n: int, warehouse: Path):
+    """The generated topology (``Topology``) and each job's ``env_vars``."""
+    from airflow_provider_tsb.topology import Topology
+    from tsb_examples.spark_conf import LOCAL_SPARK_CONF
+
+    topology = Topology(name, warehouse=str(warehouse))
+    topology.root_table(ROOT, event_time_column="ts")
+    env: dict[str, dict[str, str]] = {}
+    for job_id, (sources, sink) in shape_edges(shape, n).items():
+        topology.job(job_id, str(STAGE), sources=sources, sinks=[sink], conf=LOCAL_SPARK_CONF)
+        env[job_id] = {"TSB_SCALE_SOURCES": ",".join(sources), "TSB_SCALE_SINK": sink}
+    return topology, env
+
+
+class Sampler(threading.Thread):
+    """Samples, every second, the RSS and process count of some processes and all their
+    descendants; keeps the peaks."""
+
+    def __init__(self, pids: list[int]) -> None:
+        super().__init__(daemon=True)
+        self.pids = pids
+        self.peak_rss = 0
+        self.peak_processes = 0
+        self.loads: list[float] = []
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.wait(1.0):
+            procs: dict[int, psutil.Process] = {}
+            for pid in self.pids:
+                try:
+                    top = psutil.Process(pid)
+                    for p in [top, *top.children(recursive=True)]:
+                        procs[p.pid] = p
+                except psutil.NoSuchProcess:
+                    continue
+            rss = 0
+            for p in procs.values():
+                try:
+                    rss += p.memory_info().rss
+                except psutil.NoSuchProcess:
+                    pass
+            self.peak_rss = max(self.peak_rss, rss)
+            self.peak_processes = max(self.peak_processes, len(procs))
+            self.loads.append(os.getloadavg()[0])
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join()
+
+
+def append_root(bench: FlightsBench, start: int, rows: int, hour: int) -> None:
+    """Append ``rows`` rows (ids ``start..``) with event time ``hour`` hours after 2013-01-01."""
+    from airflow_provider_tsb.delta.roots import append_rows
+
+    ids = list(range(start, start + rows))
+    ts = EPOCH + dt.timedelta(hours=hour)
+    table = pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "v": pa.array([i * 0.5 for i in ids], pa.float64()),
+        "hop": pa.array([0] * rows, pa.int32()),
+        "ts": pa.array([ts] * rows, pa.timestamp("us", tz="UTC")),
+    })
+    append_rows(bench.location(ROOT), table)
+
+
+def row_count(location: str, version: int) -> int:
+    """Rows of a Delta table at ``version`` (from the add actions' statistics)."""
+    from deltalake import DeltaTable
+
+    adds = DeltaTable(location, version=version).get_add_actions(flatten=True).to_pydict()
+    return int(sum(adds.get("num_records", [])))
+
+
+def invariants_hold(bench: FlightsBench, shape: str, n: int, barrier: int) -> bool:
+    """Every sink holds ``multiplier`` times the root's rows at ``barrier`` (REPEATABLE_READ)."""
+    tables = [ROOT, *bench.sinks]
+    res = bench.store.resolve(tables, as_of=barrier)
+    counts = {t.split(".", 1)[1]: row_count(tv.location, tv.version) for t, tv in res.tables.items()}
+    return all(counts[s] == counts[ROOT] * multiplier(shape, n, s) for s in bench.sinks)
+
+
+def e2e_delays(bench: FlightsBench, barriers: list[int]) -> list[float]:
+    """Seconds from each barrier's generation to WRITTEN in every sink."""
+    out = []
+    for b in barriers:
+        created = bench.store.barrier(bench.topology.name, b).created_at_ms
+        states = [bench.store.table_state(s, b) for s in bench.sinks]
+        if all(s is not None and s.written_at_ms for s in states):
+            out.append((max(s.written_at_ms for s in states) - created) / 1000)
+    return out
+
+
+def run_one(shape: str, n: int, engine: str, remote: str | None, root: Path, args: argparse.Namespace,
+            server_pid: int | None) -> str:
+    """One run (module doc); its line."""
+    topology, env = build_topology(f"scale_{shape}_{n}", shape, n, root / "warehouse")
+    sinks = tuple(sink for _, sink in shape_edges(shape, n).values())
+    bench = FlightsBench(root, engine=engine, remote=remote, topology=topology, sinks=sinks)
+    next_id, hour = 0, 0
+    append_root(bench, next_id, args.rows, hour)
+    next_id, hour = next_id + args.rows, hour + 1
+    warm_up = bench.generate().barrier
+    since_ms = int(time.time() * 1000)
+    procs = [bench.launch(j, "streaming", root / "logs", final_since_ms=since_ms, env_vars=env[j]) for j in env]
+    sampler = Sampler([p.process.pid for p in procs] + ([server_pid] if server_pid else []))
+    sampler.start()
+    started = time.monotonic()
+    try:
+        wait_committed(bench, procs, warm_up, timeout_s=args.timeout)
+        print(f"  warm-up barrier {warm_up} COMMIT {time.monotonic() - started:.1f} s after {n} job processes "
+              "started", flush=True)
+        measured: list[int] = []
+        for _ in range(args.barriers):
+            tick = time.monotonic()
+            while bench.in_flight() >= 2:
+                check_alive(procs)
+                time.sleep(0.05)
+            append_root(bench, next_id, args.rows, hour)
+            next_id, hour = next_id + args.rows, hour + 1
+            measured.append(bench.generate().barrier)
+            time.sleep(max(0.0, tick + args.interval - time.monotonic()))
+        wait_committed(bench, procs, measured[-1], timeout_s=args.timeout)
+        from airflow_provider_tsb.delta.roots import mark_end_of_input
+
+        mark_end_of_input(bench.location(ROOT))
+        final = bench.generate(final=True).barrier
+        for p in procs:
+            p.wait(timeout_s=args.timeout)
+    finally:
+        sampler.stop()
+        for p in procs:
+            if p.process.poll() is None:
+                p.process.kill()
+    delays = e2e_delays(bench, measured)
+    ok = len(delays) == len(measured) and all(invariants_hold(bench, shape, n, b) for b in [*measured, final])
+    load = sum(sampler.loads) / max(1, len(sampler.loads))
+    return (f"shape={shape} engine={engine} jobs={n} e2e_median_s={median(delays):.2f} "
+            f"e2e_p95_s={percentile(delays, 0.95):.2f} rss_gb={sampler.peak_rss / 1e9:.2f} "
+            f"processes={sampler.peak_processes} load={load:.1f} invariants={'ok' if ok else 'FAILED'}")
+
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", default="3,6,12", help="comma-separated job counts")
+    parser.add_argument("--shapes", default="chain,fan")
+    parser.add_argument("--engines", default="connect", help="connect, submit or both (submit: 1 JVM per job)")
+    parser.add_argument("--barriers", type=int, default=20, help="barriers after the warm-up one")
+    parser.add_argument("--rows", type=int, default=1000, help="rows appended to the root per barrier")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between barriers (at least)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a barrier may take")
+    parser.add_argument("--keep", help="keep warehouses and logs in this directory")
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-scale-"))
+    lines = []
+    for engine in args.engines.split(","):
+        with engine_server(engine, None, base / engine) as remote:
+            server_pid = None
+            if remote:
+                from airflow_provider_tsb.spark.connect_server import ConnectServer
+
+                server_pid = ConnectServer(base / engine / "spark").status().pid
+            for shape in args.shapes.split(","):
+                for n in (int(x) for x in args.jobs.split(",")):
+                    print(f"{engine} {shape} {n} jobs ...", flush=True)
+                    try:
+                        line = run_one(shape, n, engine, remote, base / engine / f"{shape}-{n}", args, server_pid)
+                    except (RuntimeError, TimeoutError) as exc:
+                        line = f"shape={shape} engine={engine} jobs={n} error={str(exc).splitlines()[0]!r}"
+                    print(line, flush=True)
+                    lines.append(line)
+    print(f"(tables and logs in {base})")
+    for line in lines:
+        print(line)
+    return 0 if all("invariants=ok" in line for line in lines) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
