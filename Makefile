@@ -9,13 +9,14 @@ ENGINE ?= connect
 DAYS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv install check-java demo demo-stop test test-unit lint bench clean
+.PHONY: help venv install check-java demo demo-stop test test-unit lint docs bench clean
 
 help:
 	@echo "make demo       stream the flights topology on real data under a real Airflow (MODE=batch, DAYS=N, ENGINE=submit)"
 	@echo "make demo-stop  stop the Airflow started by make demo"
 	@echo "make test       run the test suite (starts its own PostgreSQL and Airflow)"
 	@echo "make test-unit  run the fast tier: no JVM, no PostgreSQL, no Airflow process"
+	@echo "make docs       build the docs site into site/ (mkdocs --strict)"
 	@echo "make lint       ruff"
 	@echo "make bench      run the benchmarks"
 
@@ -52,6 +53,9 @@ test: install check-java
 test-unit: install
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 lint: install
 	$(VENV)/bin/ruff check airflow_provider_tsb tsb_examples dags spark_apps tests benchmarks dev
 
@@ -64,4 +68,4 @@ bench: install check-java
 	$(PY) benchmarks/cli_startup.py
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache test-output
+	rm -rf $(VENV) .demo .pytest_cache test-output site

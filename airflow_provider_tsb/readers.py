@@ -72,7 +72,8 @@ def resolve_for_read(
         tables: ``catalog.database.table`` names (Q).
         level: a :class:`ReadOptions`, or a level (default REPEATABLE_READ).
         store: the metastore (default: the ``tsb_default`` connection); ignored with ``api_url``.
-        api_url, token: resolve through the REST API (``POST /versions``) instead.
+        api_url: resolve through the REST API (``POST /versions``) instead.
+        token: the bearer token for ``api_url``.
         resolution: read exactly these versions (skips resolving).
         **options: :class:`ReadOptions` fields (``as_of``, ``min_barrier``, ``lease_seconds``,
             ``lease_holder``, ``max_staleness_s``, ``wait_s``) overriding those of ``level``.
@@ -100,7 +101,9 @@ def read_tables(spark: SparkSession, tables: Iterable[str], level: Level = None,
 
     Args:
         spark: the Spark session.
-        tables, level, **kwargs: as :func:`resolve_for_read` (``store``, ``api_url``, ``token``,
+        tables: as :func:`resolve_for_read`.
+        level: as :func:`resolve_for_read`.
+        **kwargs: as :func:`resolve_for_read` (``store``, ``api_url``, ``token``,
             ``resolution`` and the :class:`ReadOptions` fields).
 
     Returns:

@@ -66,9 +66,9 @@ class StalenessManager(ResolutionManager):
             StaleReadError: no fresh enough barrier within ``wait_s``: names the lagging tables
                 of Q, their writer jobs (status, current barrier) and the age of the newest
                 COMMIT barrier, or that barrier generation is behind.
-            The errors of :meth:`ResolutionManager.resolve` (e.g. ``InconsistentReadError``
-            while a table has no WRITTEN barrier yet; retried like a stale answer while
-            ``wait_s`` lasts).
+            InconsistentReadError: a table has no WRITTEN barrier yet (retried like a stale
+                answer while ``wait_s`` lasts); and the other errors of
+                :meth:`ResolutionManager.resolve`.
         """
         opts = ReadOptions.of(level, **options)
         if opts.max_staleness_s is None:
