@@ -94,10 +94,10 @@ class Sampler(threading.Thread):
         self.peak_rss = 0
         self.peak_processes = 0
         self.loads: list[float] = []
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(1.0):
+        while not self._done.wait(1.0):
             procs: dict[int, psutil.Process] = {}
             for pid in self.pids:
                 try:
@@ -117,7 +117,7 @@ class Sampler(threading.Thread):
             self.loads.append(os.getloadavg()[0])
 
     def stop(self) -> None:
-        self._stop.set()
+        self._done.set()
         self.join()
 
 
@@ -140,8 +140,8 @@ def row_count(location: str, version: int) -> int:
     """Rows of a Delta table at ``version`` (from the add actions' statistics)."""
     from deltalake import DeltaTable
 
-    adds = DeltaTable(location, version=version).get_add_actions(flatten=True).to_pydict()
-    return int(sum(adds.get("num_records", [])))
+    actions = pa.table(DeltaTable(location, version=version).get_add_actions(flatten=True))  # arro3 -> pyarrow
+    return int(sum(n or 0 for n in actions.column("num_records").to_pylist()))
 
 
 def invariants_hold(bench: FlightsBench, shape: str, n: int, barrier: int) -> bool:

@@ -4,7 +4,7 @@
 jars (``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer
 spark-internal``; Spark docs "Spark Connect Overview", "Deploying"), with its state in a folder:
 ``server.json`` (pid, port, URL, master, log) and ``server.log``. ``tsb spark start | stop |
-status`` is its command line (:mod:`airflow_provider_tsb.spark_cli`). Jobs whose Spark
+status`` is its command line (:mod:`airflow_provider_tsb.cli.spark`). Jobs whose Spark
 connection has type ``spark_connect`` are its clients (:mod:`airflow_provider_tsb.hooks.spark_engine`).
 
 A Connect server authenticates nobody unless given a token: it binds to the loopback address by

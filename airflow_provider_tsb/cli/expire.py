@@ -32,13 +32,13 @@ def _count(low: int):  # noqa: ANN202 - an argparse type
 
 
 def cmd_expire(args: argparse.Namespace) -> int:
-    from airflow_provider_tsb.cli import _store
+    from airflow_provider_tsb.cli.common import store_of
     from airflow_provider_tsb.expiry import expire_snapshots
     from airflow_provider_tsb.retention import RetentionPolicy
 
     if not args.tables and not args.topology:
         raise ValueError("name the tables to expire, or --topology NAME for all its tables")
-    store = _store(args)
+    store = store_of(args)
     tables = list(args.tables)
     if args.topology:
         tables += [t.name for t in store.tables(args.topology) if t.kind in ("root", "intermediate")]
@@ -53,7 +53,7 @@ def cmd_expire(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_cli(sub: Any) -> None:
+def register(sub: Any) -> None:
     """Add ``tsb expire`` to the ``tsb`` parser."""
     p = sub.add_parser(
         "expire",

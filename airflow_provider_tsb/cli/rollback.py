@@ -18,14 +18,14 @@ from typing import Any
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from airflow_provider_tsb.cli import _store
-    from airflow_provider_tsb.manual_runs import find_topology
+    from airflow_provider_tsb.cli.common import store_of
+    from airflow_provider_tsb.cli.runs import find_topology
     from airflow_provider_tsb.revision import resume_revision, revise
 
     if not (args.resume or args.reprocess or args.to_barrier is not None):
         raise ValueError("say where to go: --to-barrier K, --reprocess (from barrier 1) or --resume")
     topology = find_topology(args.dags, table=args.table)
-    store = _store(args)
+    store = store_of(args)
     if args.resume:
         result = resume_revision(store, topology, args.table)
     else:
@@ -34,9 +34,9 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_cli(sub: Any) -> None:
+def register(sub: Any) -> None:
     """Add ``tsb rollback`` to the ``tsb`` parser."""
-    from airflow_provider_tsb.cli import barrier_id_arg
+    from airflow_provider_tsb.cli.common import barrier_id_arg
 
     p = sub.add_parser(
         "rollback",

@@ -82,7 +82,7 @@ def cmd_spark_status(args: argparse.Namespace) -> int:
     return 0 if status.state == "running" else 1
 
 
-def register_cli(sub: Any) -> None:
+def register(sub: Any) -> None:
     """Add ``tsb spark start | stop | status`` to the ``tsb`` command line."""
     spark = sub.add_parser("spark", help="the local Spark Connect server the jobs share").add_subparsers(
         dest="spark_command", required=True

@@ -155,9 +155,9 @@ def _canonical(table: str) -> str:
     return normalize_table_name(table)
 
 
-def register_cli(sub: Any) -> None:
+def register(sub: Any) -> None:
     """Add ``tsb root append``, ``tsb barrier create`` and ``tsb job run`` to the ``tsb`` parser."""
-    from airflow_provider_tsb.cli import barrier_id_arg
+    from airflow_provider_tsb.cli.common import barrier_id_arg
 
     def dags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--dags", nargs="+", metavar="PATH", required=True,

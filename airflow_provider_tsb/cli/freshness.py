@@ -21,9 +21,9 @@ from airflow_provider_tsb.exceptions import TsbError
 
 
 def cmd_freshness(args: argparse.Namespace) -> int:
-    from airflow_provider_tsb.cli import _store
+    from airflow_provider_tsb.cli.common import store_of
 
-    store = _store(args)
+    store = store_of(args)
     if args.topology not in store.topologies():
         raise TsbError(f"topology {args.topology!r} is not registered; known: {store.topologies()}")
     report = store.freshness(args.topology)
@@ -45,7 +45,7 @@ def cmd_freshness(args: argparse.Namespace) -> int:
     return 1 if report.missed else 0
 
 
-def register_cli(sub: Any) -> None:
+def register(sub: Any) -> None:
     """Add ``tsb freshness`` to the ``tsb`` command line."""
     p = sub.add_parser("freshness", help="lag of each table against its freshness target and the bottleneck job; "
                        "exit 1 if a table misses its target")
