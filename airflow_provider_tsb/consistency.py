@@ -83,7 +83,7 @@ class ReadOptions:
     Used by :meth:`MetaStore.resolve <airflow_provider_tsb.metastore.store.MetaStore.resolve>`,
     the REST API's ``POST /versions`` body, :meth:`TsbClient.versions
     <airflow_provider_tsb.client.TsbClient.versions>` and the readers
-    (:func:`airflow_provider_tsb.readers.read_tables` and friends), like delta-rs passes
+    (:func:`airflow_provider_tsb.read.readers.read_tables` and friends), like delta-rs passes
     ``CommitProperties`` instead of long keyword lists.
 
     Attributes:

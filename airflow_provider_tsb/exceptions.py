@@ -98,7 +98,7 @@ class StagedFilesGoneError(InconsistentReadError):
     """A READ_COMMITTED answer's staged files were deleted before the read (held too long).
 
     The barrier's attempt was replaced and its files were deleted after the staging grace
-    period. Resolve again (the readers of :mod:`airflow_provider_tsb.readers` do so once), or
+    period. Resolve again (the readers of :mod:`airflow_provider_tsb.read.readers` do so once), or
     take a lease (``lease_seconds``) to keep a READ_COMMITTED answer's files longer.
     """
 

@@ -43,7 +43,7 @@ with DAG(
     def report(barrier: int) -> dict:
         """Read the three tables at AS OF the barrier and check the flights invariants."""
         from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
-        from airflow_provider_tsb.readers import read_tables_arrow
+        from airflow_provider_tsb.read.readers import read_tables_arrow
 
         store = TsbMetastoreHook().get_conn()
         tables = read_tables_arrow(TABLES, as_of=int(barrier), store=store)

@@ -135,7 +135,7 @@ def test_every_topology_of_a_domain_logs_every_barrier_and_rebuilds_from_its_log
     """Each barrier goes to the barrier log of every topology of the domain (with the root
     versions it reads), so ``tsb db rebuild`` restores each topology's whole barrier history."""
     from airflow_provider_tsb.delta.barrier_log import barrier_log_location, read_barrier_log
-    from airflow_provider_tsb.rebuild import rebuild_metastore
+    from airflow_provider_tsb.maintenance.rebuild import rebuild_metastore
 
     wh = str(tmp_path / "wh")
     a, b = team_a(wh), team_b(wh)

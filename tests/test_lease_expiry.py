@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from airflow_provider_tsb.api.routes import create_metaservice_app
 from airflow_provider_tsb.exceptions import ExpiredVersionError, TsbError
-from airflow_provider_tsb.expiry import expire_snapshots
+from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.metastore.store import MetaStore
 from tests.support import lease_world as lw
 

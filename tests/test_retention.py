@@ -15,9 +15,9 @@ import sys
 import pytest
 
 from airflow_provider_tsb.exceptions import ExpiredVersionError
-from airflow_provider_tsb.expiry import expire_snapshots
+from airflow_provider_tsb.maintenance.expiry import expire_snapshots
+from airflow_provider_tsb.maintenance.retention import DAY_MS, HOUR_MS, RetentionPolicy
 from airflow_provider_tsb.metastore.store import MetaStore
-from airflow_provider_tsb.retention import DAY_MS, HOUR_MS, RetentionPolicy
 from tests.support import lease_world as lw
 
 T0 = 1_700_006_400_000  # 2023-11-15 00:00 UTC

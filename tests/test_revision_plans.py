@@ -18,14 +18,14 @@ from airflow_provider_tsb.delta.barriers import latest_written_barrier, table_ep
 from airflow_provider_tsb.delta.conventions import BarrierTag, barrier_commit_properties
 from airflow_provider_tsb.delta.errors import BarrierNotInTableError
 from airflow_provider_tsb.delta.roots import append_words
-from airflow_provider_tsb.metastore.revisions import RevisionPendingError
-from airflow_provider_tsb.revision import (
+from airflow_provider_tsb.maintenance.revision import (
     checkpoint_location,
     plan_revision,
     resume_revision,
     revise,
     revision_tables,
 )
+from airflow_provider_tsb.metastore.revisions import RevisionPendingError
 from tests.support.orchestration import wordcount_topology
 
 WORDS, WC, CC = "tsb.raw.words", "tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"

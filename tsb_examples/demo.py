@@ -93,7 +93,7 @@ def check_barrier(store: Any, barrier: int) -> tuple[int, dict[str, bool]]:
     """
     from deltalake import DeltaTable
 
-    from airflow_provider_tsb.version_reads import scan_to_arrow
+    from airflow_provider_tsb.read.version_reads import scan_to_arrow
 
     res = store.resolve(TABLES, as_of=barrier)
     read = {t: DeltaTable(tv.location, version=tv.version) for t, tv in res.tables.items()}

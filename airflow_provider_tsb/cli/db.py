@@ -28,7 +28,7 @@ def cmd_db_check(args: argparse.Namespace) -> int:
 
 
 def cmd_db_rebuild(args: argparse.Namespace) -> int:
-    from airflow_provider_tsb.rebuild import cmd_db_rebuild as rebuild
+    from airflow_provider_tsb.maintenance.rebuild import cmd_db_rebuild as rebuild
 
     return rebuild(args, store_of(args))
 

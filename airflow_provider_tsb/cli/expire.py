@@ -1,10 +1,10 @@
-"""The ``tsb expire`` command: snapshot expiry by hand (see :mod:`airflow_provider_tsb.expiry`)::
+"""The ``tsb expire`` command: snapshot expiry by hand (see :mod:`airflow_provider_tsb.maintenance.expiry`)::
 
     tsb expire --topology flights --keep-last 10 --hourly 24 --daily 7 --dry-run
     tsb expire tsb.flights.daily_delays --keep-last 3
 
 Expires the named tables, or every table the metastore registers for ``--topology``, with the
-retention policy of the options (:class:`~airflow_provider_tsb.retention.RetentionPolicy`).
+retention policy of the options (:class:`~airflow_provider_tsb.maintenance.retention.RetentionPolicy`).
 ``--dry-run`` shows what would go -- the barriers that AS OF would then refuse
 (``expired_barriers``), the versions kept and the files vacuum would delete -- and marks and
 deletes nothing. Prints one JSON result per table (a list). The metastore is ``--url``, else
@@ -33,8 +33,8 @@ def _count(low: int):  # noqa: ANN202 - an argparse type
 
 def cmd_expire(args: argparse.Namespace) -> int:
     from airflow_provider_tsb.cli.common import store_of
-    from airflow_provider_tsb.expiry import expire_snapshots
-    from airflow_provider_tsb.retention import RetentionPolicy
+    from airflow_provider_tsb.maintenance.expiry import expire_snapshots
+    from airflow_provider_tsb.maintenance.retention import RetentionPolicy
 
     if not args.tables and not args.topology:
         raise ValueError("name the tables to expire, or --topology NAME for all its tables")

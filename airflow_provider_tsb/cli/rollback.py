@@ -1,4 +1,4 @@
-"""The ``tsb rollback`` command: a revision by hand (see :mod:`airflow_provider_tsb.revision`)::
+"""The ``tsb rollback`` command: a revision by hand (see :mod:`airflow_provider_tsb.maintenance.revision`)::
 
     tsb rollback flights.carrier_daily_delay --to-barrier 2 --dags dags/
     tsb rollback flights.carrier_daily_delay --resume --dags dags/
@@ -20,7 +20,7 @@ from typing import Any
 def cmd_rollback(args: argparse.Namespace) -> int:
     from airflow_provider_tsb.cli.common import store_of
     from airflow_provider_tsb.cli.runs import find_topology
-    from airflow_provider_tsb.revision import resume_revision, revise
+    from airflow_provider_tsb.maintenance.revision import resume_revision, revise
 
     if not (args.resume or args.reprocess or args.to_barrier is not None):
         raise ValueError("say where to go: --to-barrier K, --reprocess (from barrier 1) or --resume")

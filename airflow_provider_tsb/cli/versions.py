@@ -23,7 +23,7 @@ from airflow_provider_tsb.cli.common import (
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
-    from airflow_provider_tsb.versions import resolve_versions
+    from airflow_provider_tsb.read.versions import resolve_versions
 
     result = resolve_versions(
         args.tables, level=args.level, as_of=args.as_of, min_barrier=args.min_barrier,

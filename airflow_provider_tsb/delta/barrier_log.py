@@ -5,7 +5,7 @@ A job's commit carries the barrier it wrote (:mod:`.conventions`), but what a ba
 its timestamp and the Delta version of every root table at generation (FLIP-276 "Timestamp
 Barrier": the (barrier, offset) map that makes replay deterministic) -- would otherwise live
 only in the metastore. The barrier log keeps it in Delta, so ``tsb db rebuild`` can restore a
-lost metastore (:mod:`airflow_provider_tsb.rebuild`).
+lost metastore (:mod:`airflow_provider_tsb.maintenance.rebuild`).
 
 Location (a convention, one table per topology): ``<warehouse>/_tsb/<topology>/barrier_log``,
 where ``<warehouse>`` is the topology's ``warehouse`` (default

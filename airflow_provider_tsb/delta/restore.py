@@ -1,5 +1,5 @@
 """Restore a table to a barrier, or empty it for a reprocess, and bump its epoch (restore-safe
-app ids): the Delta side of a revision (:mod:`airflow_provider_tsb.revision`)."""
+app ids): the Delta side of a revision (:mod:`airflow_provider_tsb.maintenance.revision`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Maintenance of a topology's tables: snapshot expiry and rollback (revision).
 
 * :meth:`TsbMaintenanceHook.expire_all` expires every table's old snapshots: see
-  :mod:`airflow_provider_tsb.expiry` (marks the expired versions in the metastore under the
+  :mod:`airflow_provider_tsb.maintenance.expiry` (marks the expired versions in the metastore under the
   lock leases take, then vacuums; never removes a version a live lease or a registered job
   still needs).
 * :meth:`TsbMaintenanceHook.rollback` rolls a table and every table downstream of it back to
-  barrier k: see :mod:`airflow_provider_tsb.revision`.
+  barrier k: see :mod:`airflow_provider_tsb.maintenance.revision`.
 
 :class:`~airflow_provider_tsb.operators.maintenance.TsbSnapshotExpiryOperator` and
 :class:`~airflow_provider_tsb.operators.maintenance.TsbRollbackOperator` call this hook.
@@ -19,16 +19,16 @@ from typing import Any
 from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
+from airflow_provider_tsb.maintenance.retention import RetentionPolicy
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.names import normalize_table_name
-from airflow_provider_tsb.retention import RetentionPolicy
 from airflow_provider_tsb.topology import Topology
 
 
 def expire_snapshots(store: MetaStore, table: str, keep_barriers: int, **kwargs: Any) -> dict[str, Any]:
-    """Expire ``table``'s old versions: see :func:`airflow_provider_tsb.expiry.expire_snapshots`
+    """Expire ``table``'s old versions: see :func:`airflow_provider_tsb.maintenance.expiry.expire_snapshots`
     (same arguments and result; this name is kept for existing imports)."""
-    from airflow_provider_tsb.expiry import expire_snapshots as expire
+    from airflow_provider_tsb.maintenance.expiry import expire_snapshots as expire
 
     return expire(store, table, keep_barriers, **kwargs)
 
@@ -71,10 +71,10 @@ class TsbMaintenanceHook(BaseHook):
         self, keep_barriers: int, *, dry_run: bool = False,
         retention: RetentionPolicy | Mapping[str, RetentionPolicy] | None = None,
     ) -> list[dict[str, Any]]:
-        """:func:`airflow_provider_tsb.expiry.expire_snapshots` on every root and intermediate
+        """:func:`airflow_provider_tsb.maintenance.expiry.expire_snapshots` on every root and intermediate
         table, by name; one result each (``dry_run``: what would go, nothing marked nor deleted).
 
-        ``retention``: a :class:`~airflow_provider_tsb.retention.RetentionPolicy` for every
+        ``retention``: a :class:`~airflow_provider_tsb.maintenance.retention.RetentionPolicy` for every
         table, or ``{table: policy}`` (tables not named keep the newest ``keep_barriers``).
         """
         store = self.get_conn()
@@ -93,7 +93,7 @@ class TsbMaintenanceHook(BaseHook):
     def rollback(self, table: str, barrier: int, *, reprocess: bool = False) -> dict[str, object]:
         """Roll ``table`` and its downstream tables back to ``barrier`` (or reprocess them from
         barrier 1), finishing a pending plan of the same revision first: see
-        :func:`airflow_provider_tsb.revision.revise`. Returns its result's ``to_xcom()``."""
-        from airflow_provider_tsb.revision import revise
+        :func:`airflow_provider_tsb.maintenance.revision.revise`. Returns its result's ``to_xcom()``."""
+        from airflow_provider_tsb.maintenance.revision import revise
 
         return revise(self.get_conn(), self.topology, table, barrier, reprocess=reprocess).to_xcom()

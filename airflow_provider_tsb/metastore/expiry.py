@@ -1,6 +1,6 @@
 """Expiry marks: which Delta versions snapshot expiry has expired, written before it vacuums.
 
-Snapshot expiry (:mod:`airflow_provider_tsb.expiry`) and lease creation
+Snapshot expiry (:mod:`airflow_provider_tsb.maintenance.expiry`) and lease creation
 (:mod:`.leases`) meet here, under one lock per table: the table's ``tsb_table`` row.
 
 * Expiry, in one transaction, locks the row exclusively (``SELECT ... FOR UPDATE`` on
@@ -25,6 +25,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import ExpiredVersionError, UnknownTableError
+from airflow_provider_tsb.maintenance.retention import RetentionPolicy
 from airflow_provider_tsb.metastore.base import StoreBase
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
@@ -46,7 +47,6 @@ from airflow_provider_tsb.metastore.records import (
     now_ms,
 )
 from airflow_provider_tsb.names import normalize_table_name
-from airflow_provider_tsb.retention import RetentionPolicy
 
 
 def _expiry_of(name: str, row: TableExpiryRow) -> TableExpiry:

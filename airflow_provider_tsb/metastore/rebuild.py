@@ -15,7 +15,7 @@ existed) is derived from the tags: its timestamp from ``tsb.ts``, its root versi
 
 Not restored (not durable anywhere): PROCESSED states of barriers in flight (their jobs redo
 them), leases, job heartbeats and per-barrier run timings (the delay view starts empty).
-The registrations come first, from the DAG files (:mod:`airflow_provider_tsb.rebuild`).
+The registrations come first, from the DAG files (:mod:`airflow_provider_tsb.maintenance.rebuild`).
 """
 
 from __future__ import annotations

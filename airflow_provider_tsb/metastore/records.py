@@ -160,12 +160,12 @@ class TableVersion:
     staged: dict[str, Any] | None = None
 
     def to_spark(self, spark: SparkSession) -> DataFrame:
-        """This version as a lazy Spark DataFrame (see :mod:`airflow_provider_tsb.version_reads`).
+        """This version as a lazy Spark DataFrame (see :mod:`airflow_provider_tsb.read.version_reads`).
 
         Raises:
             TableNotFoundError: nothing to read (no version and no staged files).
         """
-        from airflow_provider_tsb.version_reads import read_table_spark
+        from airflow_provider_tsb.read.version_reads import read_table_spark
 
         return read_table_spark(spark, self)
 
@@ -175,7 +175,7 @@ class TableVersion:
         Raises:
             TableNotFoundError: nothing to read (no version and no staged files).
         """
-        from airflow_provider_tsb.version_reads import read_table_arrow
+        from airflow_provider_tsb.read.version_reads import read_table_arrow
 
         return read_table_arrow(self)
 
@@ -435,7 +435,7 @@ class TableExpiry:
         keep_barriers: the retention of the last expiry (newest WRITTEN barriers kept).
         expired_at_ms: when the last expiry marked the table (epoch ms).
         retention: the last expiry's policy ``{"keep_last", "hourly_hours", "daily_days"}``
-            (see :class:`airflow_provider_tsb.retention.RetentionPolicy`), if recorded.
+            (see :class:`airflow_provider_tsb.maintenance.retention.RetentionPolicy`), if recorded.
     """
 
     table: str

@@ -6,7 +6,7 @@
 * :class:`TsbRollbackOperator` rolls a table and every table downstream of it back to barrier k
   (or empties them for a reprocess from barrier 1) as a revision recorded in the metastore
   before any table is touched, resumable by the task's retry
-  (:mod:`airflow_provider_tsb.revision`); the jobs then reprocess k+1.. on their next run.
+  (:mod:`airflow_provider_tsb.maintenance.revision`); the jobs then reprocess k+1.. on their next run.
 
 Both hold parameters and templating; the logic is
 :class:`~airflow_provider_tsb.hooks.maintenance.TsbMaintenanceHook`'s.
@@ -20,13 +20,13 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_tsb.hooks.maintenance import TsbMaintenanceHook
-from airflow_provider_tsb.retention import RetentionPolicy
+from airflow_provider_tsb.maintenance.retention import RetentionPolicy
 from airflow_provider_tsb.topology import Topology
 
 
 class TsbSnapshotExpiryOperator(BaseOperator):
     """Expire old snapshots of every table of a topology
-    (see :func:`airflow_provider_tsb.expiry.expire_snapshots`).
+    (see :func:`airflow_provider_tsb.maintenance.expiry.expire_snapshots`).
 
     Per table: the versions to go are marked expired in the metastore under the lock leases
     take (a lease on them is refused from then on, resolution never answers them), then Delta
@@ -34,7 +34,7 @@ class TsbSnapshotExpiryOperator(BaseOperator):
 
     :param topology: the topology.
     :param keep_barriers: newest WRITTEN barriers kept readable per table (AS OF works on them).
-    :param retention: a :class:`~airflow_provider_tsb.retention.RetentionPolicy` (the newest
+    :param retention: a :class:`~airflow_provider_tsb.maintenance.retention.RetentionPolicy` (the newest
         ``keep_last`` barriers, one per hour for ``hourly_hours``, one per day for
         ``daily_days``, by barrier timestamp) for every table, or ``{table: policy}``; tables
         without one keep the newest ``keep_barriers``.
@@ -66,7 +66,7 @@ class TsbSnapshotExpiryOperator(BaseOperator):
 
 class TsbRollbackOperator(BaseOperator):
     """Roll ``table`` and everything downstream of it back to ``barrier`` (a revision), or
-    reprocess them from barrier 1 (see :mod:`airflow_provider_tsb.revision`).
+    reprocess them from barrier 1 (see :mod:`airflow_provider_tsb.maintenance.revision`).
 
     The revision is recorded as a plan before any table is touched; a failure leaves it pending
     and the task's retry (or ``tsb rollback TABLE --resume``) finishes it. While it is pending

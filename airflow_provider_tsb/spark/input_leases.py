@@ -1,6 +1,6 @@
 """Input leases: a running job pins the input versions it reads while it reads them.
 
-Snapshot expiry (:mod:`airflow_provider_tsb.expiry`) keeps every version a live lease pins.
+Snapshot expiry (:mod:`airflow_provider_tsb.maintenance.expiry`) keeps every version a live lease pins.
 While a job processes barrier ``n`` it reads each input's changes in the epoch
 ``(previous_inputs[t], inputs[t]]`` and may read snapshots at both ends, so
 :func:`input_lease` pins, per input, the closed range ``[previous_inputs[t], inputs[t]]``

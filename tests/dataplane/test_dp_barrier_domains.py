@@ -57,7 +57,7 @@ def test_two_teams_on_one_root_table_read_together_with_an_invariant_across_both
     from airflow_provider_tsb.exceptions import InconsistentReadError
     from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
     from airflow_provider_tsb.metastore.store import MetaStore
-    from airflow_provider_tsb.readers import read_tables_arrow
+    from airflow_provider_tsb.read.readers import read_tables_arrow
     from tsb_examples.ingest import ingest_next_words
 
     url = _pg_database(postgres)

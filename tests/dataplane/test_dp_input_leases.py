@@ -13,7 +13,7 @@ from __future__ import annotations
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from airflow_provider_tsb.expiry import expire_snapshots
+from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 from airflow_provider_tsb.spark.model import Sink, TsbApp

@@ -179,9 +179,9 @@ def test_a_lost_metastore_is_rebuilt_from_delta_and_the_topologies_go_on(
     spark: Any, postgres: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
     from airflow_provider_tsb.cli import main
+    from airflow_provider_tsb.maintenance.rebuild import RebuildRefusedError, rebuild_from_dags
     from airflow_provider_tsb.metastore.barrier_history import BarrierHistoryError
     from airflow_provider_tsb.metastore.store import MetaStore
-    from airflow_provider_tsb.rebuild import RebuildRefusedError, rebuild_from_dags
     from tests.conftest import _pg_database
 
     pg_url, sqlite_url = _pg_database(postgres), f"sqlite:///{tmp_path / 'tsb.db'}"

@@ -93,7 +93,7 @@ def run_with_crash(dep: Deployment) -> dict[str, Any]:
     crashed = run_job(dep, JOB, BARRIERS, TSB_KILL_AT=f"after_files:{JOB}:{EVOLVED}")
     crashed_s = time.monotonic() - started
     assert crashed.returncode in KILLED, crashed.stderr[-3000:]
-    from airflow_provider_tsb.readers import read_tables_arrow
+    from airflow_provider_tsb.read.readers import read_tables_arrow
 
     staged = read_tables_arrow([CURRENT], "read-committed", store=dep.store)[CURRENT]
     state = dep.store.resolve([CURRENT], _level("read-committed")).tables[CURRENT]
@@ -132,7 +132,7 @@ def _file_ids(location: str, path: str) -> set[int]:
 def check_merge(dep: Deployment) -> None:
     """Row for row per barrier; each barrier's commit removes exactly the files with a changed id."""
     loc = dep.location(CURRENT)
-    from airflow_provider_tsb.readers import read_tables_arrow
+    from airflow_provider_tsb.read.readers import read_tables_arrow
 
     for b in range(1, BARRIERS + 1):
         got = read_tables_arrow([CURRENT], "repeatable-read", store=dep.store, as_of=b)[CURRENT]
@@ -187,7 +187,7 @@ def test_partitioned_sinks_are_read_with_partition_pruning(
 ) -> None:
     from pyspark.sql import functions as F
 
-    from airflow_provider_tsb.readers import read_tables
+    from airflow_provider_tsb.read.readers import read_tables
 
     dep, _ = sqlite_run
     loc = dep.location(EVENTS)
@@ -210,7 +210,7 @@ def test_partitioned_sinks_are_read_with_partition_pruning(
 def test_a_new_nullable_column_evolves_the_schema_and_as_of_keeps_the_old_one(
     sqlite_run: tuple[Deployment, dict[str, Any]],
 ) -> None:
-    from airflow_provider_tsb.readers import read_tables_arrow
+    from airflow_provider_tsb.read.readers import read_tables_arrow
 
     dep, _ = sqlite_run
     for name in (EVENTS, CURRENT):
@@ -304,7 +304,7 @@ def test_partition_values_spark_escapes_round_trip(tmp_path: Path, spark: Any) -
     adds = pa.table(DeltaTable(loc).get_add_actions(flatten=True)).column("partition.region").to_pylist()
     assert sorted(adds, key=str) == sorted(values, key=str)
     assert sorted((r["id"], r["region"]) for r in read_snapshot(spark, loc, 0).collect()) == list(enumerate(values))
-    from airflow_provider_tsb.version_reads import scan_to_arrow
+    from airflow_provider_tsb.read.version_reads import scan_to_arrow
 
     rows = scan_to_arrow(DeltaTable(loc)).to_pylist()  # delta-rs decodes the same paths
     assert sorted((r["id"], r["region"]) for r in rows) == list(enumerate(values))

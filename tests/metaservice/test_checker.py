@@ -22,7 +22,7 @@ from airflow_provider_tsb.consistency import ConsistencyLevel
 from airflow_provider_tsb.exceptions import StagedFilesGoneError
 from airflow_provider_tsb.metastore.records import BarrierState, Resolution, TableVersion
 from airflow_provider_tsb.metastore.store import MetaStore
-from airflow_provider_tsb.readers import read_tables_arrow
+from airflow_provider_tsb.read.readers import read_tables_arrow
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 from airflow_provider_tsb.spark.outputs import collect_withdrawn
 

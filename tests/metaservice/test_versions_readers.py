@@ -15,9 +15,9 @@ import pytest
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import InconsistentReadError, OutOfRangeError, UnknownTableError
 from airflow_provider_tsb.metastore.store import MetaStore
-from airflow_provider_tsb.readers import read_tables, read_tables_arrow, read_tables_pandas
+from airflow_provider_tsb.read.readers import read_tables, read_tables_arrow, read_tables_pandas
+from airflow_provider_tsb.read.versions import resolve_versions
 from airflow_provider_tsb.topology import Topology
-from airflow_provider_tsb.versions import resolve_versions
 from tests.support.metaservice import (
     AMOUNT,
     AMOUNT_SCHEMA,

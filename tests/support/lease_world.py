@@ -116,7 +116,7 @@ def role_writer(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def role_expiry(cfg: dict[str, Any]) -> dict[str, Any]:
-    from airflow_provider_tsb.expiry import expire_snapshots
+    from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 
     store = MetaStore(cfg["url"])
     deadline = time.monotonic() + cfg.get("seconds", 60)
@@ -189,9 +189,9 @@ def role_reader(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def role_consumer(cfg: dict[str, Any]) -> dict[str, Any]:
     from airflow_provider_tsb.delta.log import open_table
+    from airflow_provider_tsb.read.version_reads import scan_to_arrow
     from airflow_provider_tsb.spark.input_leases import input_lease
     from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
-    from airflow_provider_tsb.version_reads import scan_to_arrow
 
     store, loc = MetaStore(cfg["url"]), cfg["locations"]
     catalog = MetastoreCatalog(cfg["url"])
@@ -230,7 +230,7 @@ def role_consumer(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def role_expire_once(cfg: dict[str, Any]) -> dict[str, Any]:
     """One expiry of ``snap`` paused between its marks (or lease read) and its vacuum."""
-    from airflow_provider_tsb.expiry import expire_snapshots
+    from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 
     store = MetaStore(cfg["url"])
 

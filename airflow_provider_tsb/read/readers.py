@@ -7,7 +7,7 @@ FLIP-276 "Data Consistency Type" from the reader's side, in two steps:
    (:meth:`MetaStore.resolve <airflow_provider_tsb.metastore.store.MetaStore.resolve>`) or
    through the REST API (``api_url``), or takes the one passed in;
 2. read: :meth:`Resolution.to_spark`, :meth:`~Resolution.to_arrow` or
-   :meth:`~Resolution.to_pandas` (see :mod:`airflow_provider_tsb.version_reads`).
+   :meth:`~Resolution.to_pandas` (see :mod:`airflow_provider_tsb.read.version_reads`).
 
 :func:`read_tables` (Spark), :func:`read_tables_arrow` and :func:`read_tables_pandas` do both.
 
@@ -86,7 +86,7 @@ def resolve_for_read(
     opts = ReadOptions.of(level, **options)
     names = list(tables)
     if api_url:
-        from airflow_provider_tsb.versions import resolve_versions
+        from airflow_provider_tsb.read.versions import resolve_versions
 
         return Resolution.from_dict(resolve_versions(names, opts, api_url=api_url, token=token))
     if store is None:

@@ -10,7 +10,7 @@ Example::
 
     tsb db rebuild --dags dags/ --url postgresql://tsb@db/tsb
 
-    from airflow_provider_tsb.rebuild import rebuild_from_dags
+    from airflow_provider_tsb.maintenance.rebuild import rebuild_from_dags
     reports = rebuild_from_dags(MetaStore(url), ["dags/"])
 
 Run it with the topologies stopped (no barrier generation, no job running): it restores into a

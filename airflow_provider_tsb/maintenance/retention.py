@@ -12,7 +12,7 @@ Hours and days are those of the barrier timestamp (system time, or the event-tim
 of event-time barriers: ``BarrierInfo.ts_ms``), counted back from the newest barrier's
 timestamp, so an event-time topology replaying old data keeps its own hours and days.
 Whatever the policy, expiry also keeps every version a live lease pins and every version a
-registered job has still to read (:mod:`airflow_provider_tsb.expiry`).
+registered job has still to read (:mod:`airflow_provider_tsb.maintenance.expiry`).
 """
 
 from __future__ import annotations

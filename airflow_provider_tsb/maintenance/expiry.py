@@ -31,13 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_tsb.maintenance.retention import RetentionPolicy
 from airflow_provider_tsb.metastore.records import ExpiryPlan
-from airflow_provider_tsb.retention import RetentionPolicy
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.metastore.store import MetaStore
 
-log = logging.getLogger("airflow_provider_tsb.expiry")
+log = logging.getLogger("airflow_provider_tsb.maintenance.expiry")
 
 #: vacuum attempts after the first one that failed with ``CommitFailedError``
 DEFAULT_MAX_RETRIES = 8
@@ -101,7 +101,7 @@ def expire_snapshots(
         store: the metastore.
         table: table name (``catalog.database.table``).
         keep_barriers: newest WRITTEN barriers kept readable (>= 1), or a
-            :class:`~airflow_provider_tsb.retention.RetentionPolicy` (hourly and daily tiers too);
+            :class:`~airflow_provider_tsb.maintenance.retention.RetentionPolicy` (hourly and daily tiers too);
             AS OF works on every kept barrier.
         dry_run: compute what would go (files listed by vacuum's dry run); mark nothing.
         consumers: keep what registered reader jobs of the table have still to read
