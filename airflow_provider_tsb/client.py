@@ -2,13 +2,20 @@
 
 Example::
 
-    with TsbClient("http://airflow:8080/tsb/api/v1", token=jwt) as client:
+    with TsbClient("http://airflow:8080", token=jwt) as client:  # or .../tsb/api/v1
         answer = client.versions(["tsb.mart.word_count", "tsb.mart.count_of_counts"])
         answer["barrier"], answer["tables"]["tsb.mart.word_count"]["version"]
 
 Errors answered by the server are raised as the tsb exception named in the answer
 (``UnknownTableError``, ``InconsistentReadError``, ``DoubleWriterError`` ...) carrying the
-server's message; other HTTP errors raise :class:`TsbApiError`.
+server's message; other HTTP errors raise :class:`TsbApiError`, which says which of the URL
+(no tsb API there), the authentication (401: :class:`TsbAuthError`) or the role (403:
+:class:`TsbPermissionError`) is wrong.
+
+The URL is Airflow's base URL (``http://airflow:8080``, with its base path if it has one) or the
+API root itself (``.../tsb/api/v1``, where the plugin mounts its FastAPI app). A token is an
+Airflow JWT: :func:`fetch_token` gets one from Airflow's ``POST /auth/token`` with a user name
+and password (Airflow 3 "API authentication"; SimpleAuthManager and FAB alike).
 
 Monotonic reads: with ``monotonic=True`` the client remembers, per set of tables, the newest
 barrier it was answered and sends it as ``min_barrier`` on the next :meth:`TsbClient.versions`
@@ -48,6 +55,79 @@ class TsbApiError(TsbError):
         super().__init__(message)
         self.status_code = status_code
         self.detail = detail
+
+
+class TsbAuthError(TsbApiError):
+    """Airflow did not authenticate the request (401), or refused a login: a missing, expired or
+    wrong token, or a wrong user name or password."""
+
+
+class TsbPermissionError(TsbApiError, PermissionError):
+    """The authenticated user's role may not do this (403; Airflow's auth manager decides)."""
+
+
+#: where the plugin mounts the tsb REST API under Airflow's base URL
+API_PATH = "/tsb/api/v1"
+#: Airflow 3's token endpoint under its base URL (JSON ``{"username", "password"}`` -> ``access_token``)
+TOKEN_PATH = "/auth/token"
+_LOGIN_HINT = "pass a token (--token or $TSB_API_TOKEN) or log in (--user, and --password or $TSB_API_PASSWORD)"
+
+
+def api_root(url: str) -> str:
+    """The tsb API root for ``url``: Airflow's base URL or the API root itself.
+
+    ``http://airflow:8080`` and ``http://airflow:8080/tsb/api/v1`` both give
+    ``http://airflow:8080/tsb/api/v1``; a base path is kept (``http://h/airflow`` ->
+    ``http://h/airflow/tsb/api/v1``). A bare path (``/tsb/api/v1``, for an ``http`` client that
+    has its own base URL) is kept as it is.
+    """
+    root = url.strip().rstrip("/")
+    return root if root.endswith(API_PATH) else root + API_PATH
+
+
+def airflow_base(url: str) -> str:
+    """Airflow's base URL for ``url`` (the inverse of :func:`api_root`)."""
+    return api_root(url)[: -len(API_PATH)]
+
+
+def fetch_token(url: str, username: str, password: str, *, timeout: float = 30.0) -> str:
+    """Log in to Airflow and return its JWT for the tsb API.
+
+    Args:
+        url: Airflow's base URL, or the tsb API root (see :func:`api_root`).
+        username, password: an Airflow user's credentials.
+        timeout: seconds for the request.
+
+    Returns:
+        The access token (``Authorization: Bearer <token>``), valid for Airflow's
+        ``[api_auth] jwt_expiration_time``.
+
+    Raises:
+        TsbAuthError: Airflow refused the user name or password (names the user and the URL).
+        TsbApiError: Airflow is not reachable at ``url``, or has no token endpoint there (the
+            URL is wrong: the message names it and what was expected).
+    """
+    endpoint = airflow_base(url) + TOKEN_PATH
+    try:
+        response = httpx.post(endpoint, json={"username": username, "password": password}, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise TsbApiError(f"cannot reach Airflow at {airflow_base(url)} ({exc}): check --api-url, which is "
+                          "Airflow's base URL such as http://airflow:8080") from exc
+    if response.status_code in (401, 403):
+        raise TsbAuthError(f"Airflow at {airflow_base(url)} refused the login of user {username!r} "
+                           f"({response.status_code}): check the user name and password", response.status_code)
+    if response.status_code in (404, 405):
+        raise TsbApiError(f"no Airflow token endpoint at {endpoint} ({response.status_code}): --api-url must be "
+                          "Airflow's base URL (e.g. http://airflow:8080) or the tsb API URL ending in "
+                          f"{API_PATH}", response.status_code)
+    if not response.is_success:
+        raise TsbApiError(f"Airflow login at {endpoint} failed: {response.status_code} {response.text[:200]}",
+                          response.status_code)
+    try:
+        return str(response.json()["access_token"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TsbApiError(f"{endpoint} did not answer an Airflow token (is this Airflow 3?): "
+                          f"{response.text[:200]}", response.status_code) from exc
 
 
 class BadRequestError(TsbError, ValueError):
@@ -99,10 +179,28 @@ def raise_for_answer(response: httpx.Response) -> None:
         raise cls(message)
     if response.status_code == 422:
         raise BadRequestError(f"the tsb API refused the request: {message}")
+    _raise_for_access(response, message, detail)
     raise TsbApiError(
         f"tsb API {response.request.method} {response.request.url} failed: {message}",
         response.status_code, detail,
     )
+
+
+def _raise_for_access(response: httpx.Response, message: str, detail: Any) -> None:
+    """Name which of URL, authentication or role is wrong (401, 403, a 404/405 with no tsb error)."""
+    request = response.request
+    where = f"tsb API {request.method} {request.url}"
+    status = response.status_code
+    if status == 401:
+        raise TsbAuthError(f"{where}: not authenticated ({message}): {_LOGIN_HINT}", status, detail)
+    if status == 403:
+        raise TsbPermissionError(f"{where}: forbidden ({message}): the user is authenticated but its Airflow "
+                                 "role may not do this; ask an admin for access to the topology's DAGs",
+                                 status, detail)
+    if status in (404, 405) and message.split(":")[-1].strip() in ("Not Found", "Method Not Allowed"):
+        raise TsbApiError(f"{where}: no tsb API there ({status} {message}); --api-url must be Airflow's base "
+                          f"URL (e.g. http://airflow:8080) or the API URL ending in {API_PATH}, on an Airflow "
+                          "with the tsb provider installed", status, detail)
 
 
 def _table_path(name: str) -> str:
@@ -113,8 +211,10 @@ class TsbClient:
     """Client of the tsb REST API.
 
     Args:
-        base_url: the API root, e.g. ``http://airflow:8080/tsb/api/v1``.
-        token: Airflow JWT sent as ``Authorization: Bearer <token>``.
+        base_url: Airflow's base URL (``http://airflow:8080``) or the API root
+            (``http://airflow:8080/tsb/api/v1``), see :func:`api_root`.
+        token: Airflow JWT sent as ``Authorization: Bearer <token>`` (see :func:`fetch_token`,
+            or :meth:`login`).
         timeout: seconds per request.
         monotonic: send the newest barrier seen for the same tables as ``min_barrier``.
         http: an existing ``httpx.Client`` (e.g. FastAPI's ``TestClient``); ``base_url`` is then
@@ -130,7 +230,7 @@ class TsbClient:
         monotonic: bool = False,
         http: httpx.Client | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = api_root(base_url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._owned = http is None
         self.http = http if http is not None else httpx.Client(timeout=timeout, headers=headers)
@@ -138,6 +238,13 @@ class TsbClient:
         self.timeout = timeout
         self.monotonic = monotonic
         self._seen: dict[frozenset[str], int] = {}
+
+    @classmethod
+    def login(cls, base_url: str, username: str, password: str, **kwargs: Any) -> TsbClient:
+        """A client with a token from Airflow's ``POST /auth/token`` (:func:`fetch_token`);
+        ``kwargs`` as the constructor's. Raises :class:`TsbAuthError` for a refused login."""
+        timeout = float(kwargs.get("timeout", 30.0))
+        return cls(base_url, fetch_token(base_url, username, password, timeout=timeout), **kwargs)
 
     def __enter__(self) -> TsbClient:
         return self
@@ -154,7 +261,8 @@ class TsbClient:
         try:
             response = self.http.request(method, self.base_url + path, headers=self._headers, **kwargs)
         except httpx.HTTPError as exc:
-            raise TsbApiError(f"tsb API {method} {self.base_url + path} unreachable: {exc}") from exc
+            raise TsbApiError(f"tsb API {method} {self.base_url + path} unreachable ({exc}): check --api-url, "
+                              "Airflow's base URL such as http://airflow:8080") from exc
         raise_for_answer(response)
         return response.json()
 

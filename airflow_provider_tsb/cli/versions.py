@@ -4,6 +4,7 @@
                  [--as-of N] [--min-barrier N] [--lease-seconds S]
                  [--max-staleness S [--wait S]]  bounded staleness
                  [--api-url URL]                 through the REST API instead of the metastore
+                 [--token T | --user U [--password P]]   Airflow JWT, or a login for one
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ from airflow_provider_tsb.cli.common import (
 def cmd_versions(args: argparse.Namespace) -> int:
     from airflow_provider_tsb.read.versions import resolve_versions
 
+    if (args.token or args.user or args.password) and not args.api_url:
+        raise ValueError("--token, --user and --password are for the REST API: add --api-url (Airflow's base URL) "
+                         "or leave them out to read the metastore")
     result = resolve_versions(
         args.tables, level=args.level, as_of=args.as_of, min_barrier=args.min_barrier,
         lease_seconds=args.lease_seconds, max_staleness_s=args.max_staleness, wait_s=args.wait,
-        api_url=args.api_url, store=None if args.api_url else store_of(args),
+        api_url=args.api_url, token=args.token, username=args.user, password=args.password,
+        store=None if args.api_url else store_of(args),
     )
     print(json.dumps(result, indent=2, sort_keys=True))
     return 0
@@ -49,6 +54,11 @@ def register(sub: Any) -> None:
     p.add_argument("--wait", type=seconds_arg, metavar="SECONDS",
                    help="with --max-staleness: wait up to SECONDS for a fresh enough barrier")
     p.add_argument("--api-url", default=os.environ.get("TSB_API_URL"),
-                   help="REST API base URL (default $TSB_API_URL); without it the metastore is read directly")
+                   help="ask the REST API instead of the metastore: Airflow's base URL (http://host:8080) or "
+                   "the API URL ending in /tsb/api/v1 (default $TSB_API_URL)")
+    p.add_argument("--token", help="Airflow JWT for --api-url (default $TSB_API_TOKEN)")
+    p.add_argument("--user", help="with --api-url and no token: log in to Airflow as this user (default $TSB_API_USER)")
+    p.add_argument("--password", help="the --user's password (default $TSB_API_PASSWORD, which keeps it off "
+                   "the command line)")
     add_store_options(p)
     p.set_defaults(func=cmd_versions)

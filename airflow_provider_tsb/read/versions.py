@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 #: environment variable holding the bearer token :func:`resolve_versions` sends to the REST API
 API_TOKEN_ENV = "TSB_API_TOKEN"
+#: environment variables of an Airflow user to log in as when no token is given
+API_USER_ENV = "TSB_API_USER"
+API_PASSWORD_ENV = "TSB_API_PASSWORD"
 
 
 def resolve_versions(
@@ -29,6 +32,8 @@ def resolve_versions(
     *,
     api_url: str | None = None,
     token: str | None = None,
+    username: str | None = None,
+    password: str | None = None,
     store: MetaStore | None = None,
     **options: Any,
 ) -> dict[str, Any]:
@@ -37,9 +42,12 @@ def resolve_versions(
     Args:
         tables: ``catalog.database.table`` names (Q).
         level: a :class:`ReadOptions`, or a level (default REPEATABLE_READ).
-        api_url: base URL of the tsb REST API (e.g. ``http://airflow:8080/tsb/api/v1``); when
-            given, the answer comes from ``POST /versions`` with bearer ``token`` (default
-            ``$TSB_API_TOKEN``).
+        api_url: Airflow's base URL (``http://airflow:8080``) or the tsb API root
+            (``.../tsb/api/v1``); when given, the answer comes from ``POST /versions`` with bearer
+            ``token`` (default ``$TSB_API_TOKEN``), or else with a token Airflow's
+            ``POST /auth/token`` gives ``username`` and ``password`` (default ``$TSB_API_USER``
+            and ``$TSB_API_PASSWORD``).
+        username, password: an Airflow user to log in as when there is no token.
         store: the metastore to read when no ``api_url`` is given (default: the
             ``tsb_default`` connection through ``TsbMetastoreHook``).
         **options: :class:`ReadOptions` fields (``as_of``, ``min_barrier``, ``lease_seconds``,
@@ -50,15 +58,22 @@ def resolve_versions(
         barrier, state, location, staged}}, lease}.
 
     Raises:
+        TsbAuthError: no token and no user, a refused login, or a 401 answer.
+        TsbPermissionError: the user's role may not read these tables (403).
+        TsbApiError: no tsb API at ``api_url`` (names the URL and what was expected).
         The errors of :meth:`MetaStore.resolve` (rebuilt from the server's answer when going
         through the API).
     """
     opts = ReadOptions.of(level, **options)
     names = list(tables)
     if api_url:
-        from airflow_provider_tsb.client import TsbClient
+        from airflow_provider_tsb.client import TsbClient, fetch_token
 
-        with TsbClient(api_url, token=token or os.environ.get(API_TOKEN_ENV)) as client:
+        token = token or os.environ.get(API_TOKEN_ENV)
+        username = username or os.environ.get(API_USER_ENV)
+        if not token and username:
+            token = fetch_token(api_url, username, password or os.environ.get(API_PASSWORD_ENV) or "")
+        with TsbClient(api_url, token=token) as client:
             return client.versions(names, opts)
     if store is None:
         from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
@@ -67,4 +82,4 @@ def resolve_versions(
     return store.resolve(names, opts).to_dict()
 
 
-__all__ = ["API_TOKEN_ENV", "resolve_versions"]
+__all__ = ["API_PASSWORD_ENV", "API_TOKEN_ENV", "API_USER_ENV", "resolve_versions"]

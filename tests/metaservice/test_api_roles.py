@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -368,6 +370,42 @@ def test_body_size_limit_and_short_422(dep: Deployment) -> None:
 
 
 # ------------------------------------------------------------------ freshness targets (issue 13 item 6)
+def _tsb_versions(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TSB_API_", "TSB_METASTORE"))}
+    return subprocess.run([sys.executable, "-m", "airflow_provider_tsb", "versions", *args], capture_output=True,
+                          text=True, env={**clean, **(env or {})}, timeout=120)
+
+
+def test_cli_versions_through_the_api(dep: Deployment) -> None:
+    """``tsb versions --api-url`` as a user runs it (issue 23 item 1): Airflow's base URL or the API
+    URL, a token or a login; each wrong URL, credential or role is named in the error."""
+    base = str(dep.af.client.base_url).rstrip("/")
+    tables = ["tsb.sales.out", "tsb.raw_sales.events"]
+    login = _tsb_versions(*tables, "--api-url", base, "--user", "viewer", env={"TSB_API_PASSWORD": "viewer"})
+    assert login.returncode == 0, login.stderr
+    answer = json.loads(login.stdout)
+    assert answer["barrier"] == 1 and answer["tables"]["tsb.sales.out"]["version"] == 0
+    token = _tsb_versions(*tables, env={"TSB_API_URL": base + API + "/", "TSB_API_TOKEN": dep.tokens["alice"]})
+    assert token.returncode == 0, token.stderr
+    assert json.loads(token.stdout)["tables"] == answer["tables"]
+
+    wrong_password = _tsb_versions(*tables, "--api-url", base, "--user", "viewer", "--password", "nope")
+    assert wrong_password.returncode == 1
+    assert "refused the login of user 'viewer'" in wrong_password.stderr and "Traceback" not in wrong_password.stderr
+    anonymous = _tsb_versions(*tables, "--api-url", base)
+    assert anonymous.returncode == 1 and "not authenticated" in anonymous.stderr and "--token" in anonymous.stderr
+    forbidden = _tsb_versions("tsb.payroll.out", "--api-url", base, "--token", dep.tokens["alice"])
+    assert forbidden.returncode == 1 and "forbidden" in forbidden.stderr and "role" in forbidden.stderr
+    nowhere = _tsb_versions(*tables, "--api-url", base + "/elsewhere", "--token", dep.tokens["viewer"])
+    assert nowhere.returncode == 1 and "no tsb API there" in nowhere.stderr, nowhere.stderr
+    no_login_there = _tsb_versions(*tables, "--api-url", base + "/elsewhere", "--user", "viewer", "--password", "v")
+    assert no_login_there.returncode == 1 and "no Airflow token endpoint" in no_login_there.stderr
+    unreachable = _tsb_versions(*tables, "--api-url", "http://127.0.0.1:9", "--token", "x")
+    assert unreachable.returncode == 1 and "unreachable" in unreachable.stderr
+    misplaced = _tsb_versions(*tables, "--token", "x")
+    assert misplaced.returncode == 2 and "add --api-url" in misplaced.stderr
+
+
 def test_freshness_on_the_running_server(dep: Deployment) -> None:
     """sales.out declares a 0.5 s target; a new barrier it has not committed makes it miss, with
     sales_job as the bottleneck, for a reader of sales (TsbClient with alice's token); after
