@@ -10,9 +10,11 @@ test is ``unit`` (``make test-unit``: no JVM, no PostgreSQL, no Airflow process,
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +34,7 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "browser": ("browser",),
     "spark_cluster": ("cluster", "spark"),
     "bare_python": ("cluster", "slow"),
+    "followed_guide": ("spark",),
 }
 
 
@@ -138,3 +141,18 @@ def store(metastore_url: str) -> Iterator[MetaStore]:
     ms.migrate()
     yield ms
     ms.dispose()
+
+
+@pytest.fixture(scope="session")
+def followed_guide(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The user guide (docs/guide.md) followed once, as written, in an empty folder: ``(folder,
+    finished process)``. ``tests/test_guide.py`` checks its output; the e2e test goes on from the
+    folder's state under a real Airflow (the guide's commands run once per session, not twice)."""
+    from tests.support.guide import follow_guide, stop_guide_spark
+
+    folder = tmp_path_factory.mktemp("guide")
+    try:
+        proc = follow_guide(folder)
+    finally:
+        stop_guide_spark(folder)  # the guide ends with `tsb spark stop`; this covers a failure midway
+    return folder, proc

@@ -3,9 +3,12 @@ in order, in an empty folder, the way a reader follows it (issue 11)."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from tests.support.guide import follow_guide, guide_steps, stop_guide_spark
+from tests.support.guide import guide_steps
 
 
 def test_the_guide_has_what_the_test_runs() -> None:
@@ -17,11 +20,8 @@ def test_the_guide_has_what_the_test_runs() -> None:
 
 
 @pytest.mark.spark
-def test_the_guide_runs_as_written(tmp_path) -> None:
-    try:
-        proc = follow_guide(tmp_path)
-    finally:
-        stop_guide_spark(tmp_path)  # the guide ends with `tsb spark stop`; this covers a failure midway
+def test_the_guide_runs_as_written(followed_guide: tuple[Path, subprocess.CompletedProcess]) -> None:
+    _, proc = followed_guide
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "stopped the Spark Connect server" in proc.stdout
     assert "clean readings: 5 sensors: ['s1', 's2', 's3']" in proc.stdout

@@ -4,30 +4,39 @@ then read at REPEATABLE_READ (issue 11: "running under their own Airflow")."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from airflow_provider_tsb.consistency import ReadOptions
 from airflow_provider_tsb.metastore.store import MetaStore
 from tests.support.airflow_harness import start_airflow
-from tests.support.guide import follow_guide, stop_guide_spark
+from tests.support.guide import stop_guide_spark
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
 
 
-def test_the_guides_dag_runs_under_the_scheduler(tmp_path) -> None:
-    # sections 1-5 as written (metastore, Spark Connect server, topology, root table, jobs, two
-    # barriers by hand); the server stays up for the DAG run
+def test_the_guides_dag_runs_under_the_scheduler(followed_guide: tuple[Path, subprocess.CompletedProcess]) -> None:
+    # the guide as written (metastore, Spark Connect server, topology, root table, jobs, two
+    # barriers by hand, reads, `tsb spark stop`), then its Spark Connect server started again as
+    # its section 1 does, for the DAG run
+    tmp_path, proc = followed_guide
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TSB_", "AIRFLOW_CONN_"))}
+    started = subprocess.run([sys.executable, "-m", "airflow_provider_tsb", "spark", "start"], cwd=tmp_path,
+                             env={**env, "AIRFLOW_HOME": str(tmp_path / "airflow")}, capture_output=True, text=True,
+                             timeout=300)
+    assert started.returncode == 0, started.stderr[-4000:]
     try:
         _run_under_airflow(tmp_path)
     finally:
         stop_guide_spark(tmp_path)
 
 
-def _run_under_airflow(tmp_path) -> None:
-    proc = follow_guide(tmp_path, until="tsb versions")
-    assert proc.returncode == 0, proc.stderr[-4000:]
+def _run_under_airflow(tmp_path: Path) -> None:
     (tmp_path / "day3.csv").write_text("sensor,ts,celsius\ns2,2026-06-03T10:00:00,18.0\ns4,2026-06-03T10:00:00,25.0\n")
     url = f"sqlite:///{tmp_path / 'tsb.db'}"
     env = {"TSB_METASTORE_URL": url, "TSB_WAREHOUSE": str(tmp_path / "warehouse"),
