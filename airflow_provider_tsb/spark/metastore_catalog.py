@@ -78,7 +78,7 @@ class MetastoreCatalog:
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
         """``fn()`` against the metastore, riding out an outage (module doc)."""
         with phase("metastore"):
-            return call_with_retry(fn, what, self.store._shown_url())
+            return call_with_retry(fn, what, self.store.core.shown_url())
 
     def _topology_of(self, job_id: str) -> str:
         if job_id not in self._topologies:
