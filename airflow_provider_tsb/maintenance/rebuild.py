@@ -73,7 +73,7 @@ def rebuild_metastore(
         )
     for name in names:
         for part in parts[name]:
-            store.register_topology(part)
+            store.registry.register_topology(part)
     return [
         restore_history(store.core, name, barrier_log_location(parts[name][0].warehouse, name), replace=force)
         for name in names

@@ -8,6 +8,9 @@ delegates that warn (docs/design.md "Metastore"; CHANGELOG "Deprecated").
 ``store.revisions(...)``): calling the manager forwards to its namesake method, with the same
 warning (:func:`call_namesake`).
 
+The reading methods of the records (``Resolution.to_arrow()`` ...) are deprecated the same way
+(:class:`RecordReadDeprecationWarning`): reading lives in :mod:`airflow_provider_tsb.read`.
+
 The warning is :class:`FlatMethodDeprecationWarning`; this repository's test suite turns it into
 an error, so no caller here uses the old form (``tests/test_architecture.py`` also checks the
 sources).
@@ -76,3 +79,18 @@ def call_namesake(manager: object, name: str, args: tuple[Any, ...], kwargs: dic
     ``manager.<name>(...)``."""
     warn_flat(name, stacklevel=4)
     return getattr(manager, name)(*args, **kwargs)
+
+
+class RecordReadDeprecationWarning(DeprecationWarning):
+    """A record's reading method (``Resolution.to_arrow()`` ...) was used; the message names the
+    :mod:`airflow_provider_tsb.read` function to use."""
+
+
+def warn_record_read(method: str, replacement: str) -> None:
+    """Warn that ``method`` of a metastore record is deprecated in favour of ``replacement``."""
+    warnings.warn(
+        f"{method}() is deprecated and will be removed in the next release: records are plain data, "
+        f"reading is airflow_provider_tsb.{replacement}",
+        RecordReadDeprecationWarning,
+        stacklevel=3,
+    )
