@@ -86,10 +86,21 @@ class MetaStore:
         url: SQLAlchemy URL of the metastore, or an existing :class:`~sqlalchemy.Engine`.
 
     Attributes:
-        engine: the SQLAlchemy engine; url: its URL (password included).
+        engine: the SQLAlchemy engine.
+        url: the engine's URL (password included).
         core: the :class:`~.base.MetastoreCore` every manager shares.
-        registry, domains, barriers, table_states, resolution, leases, expiry, job_runs, delays,
-        freshness, revisions: the managers (module docstring).
+        registry: registration and its reads (:class:`~.registry.RegistryManager`).
+        domains: barrier domains (:class:`~.domains.DomainManager`).
+        barriers: barrier generation and lookup (:class:`~.barriers.BarrierManager`).
+        table_states: PROCESSED / WRITTEN per (table, barrier) (:class:`~.table_states.TableStateManager`).
+        resolution: version resolution with bounded staleness (:class:`~.staleness.StalenessResolver`
+            around :class:`~.resolution.ResolutionManager`).
+        leases: pinned Delta versions (:class:`~.leases.LeaseManager`).
+        expiry: snapshot expiry marks (:class:`~.expiry.ExpiryManager`).
+        job_runs: fencing tokens, heartbeats, timings (:class:`~.job_runs.JobRunManager`).
+        delays: the delay view (:class:`~.delays.DelayManager`).
+        freshness: lag against freshness targets (:class:`~.freshness.FreshnessManager`).
+        revisions: revision plans (:class:`~.revisions.RevisionManager`).
 
     Every manager method runs in its own transaction. Methods raise :class:`MetastoreError`
     when the schema is missing (run ``tsb db migrate``) and the ``Unknown*Error`` family when
