@@ -74,16 +74,13 @@ class ReadSet:
         names: canonical names of Q, in the caller's order, without duplicates.
         rows: {name: row with ``id``, ``name``, ``location``, ``topology``}.
         topology: the topology of the first row the database returned (for error messages).
+        ids: table ids of Q, in the order of ``names``.
     """
 
     names: list[str]
     rows: dict[str, Row[Any]]
     topology: str
-
-    @property
-    def ids(self) -> list[int]:
-        """Table ids of Q, in the order of :attr:`names`."""
-        return [self.rows[n].id for n in self.names]
+    ids: list[int]
 
 
 def canonical_names(tables: Iterable[str]) -> list[str]:
@@ -130,7 +127,7 @@ def registered(s: Session, names: list[str]) -> ReadSet:
                 "within one domain, so resolve each domain's tables separately (topologies that "
                 "share a root table, or declare one barrier_domain, share barriers)"
             )
-    return ReadSet(names, by_name, rows[0].topology)
+    return ReadSet(names, by_name, rows[0].topology, [by_name[n].id for n in names])
 
 
 def newest_barriers(s: Session, ids: Sequence[int], states: Sequence[str]) -> dict[int, int | None]:
