@@ -39,8 +39,9 @@ def test_a_flat_method_warns_and_forwards(store: MetaStore) -> None:
         barrier = getattr(store, flat)("wc", {WORDS: 2})
     assert seen[0].filename == __file__  # the warning points at the caller
     assert store.barriers.latest_barrier("wc") == barrier and barrier.root_versions == {WORDS: 2}
+    manager = store.barriers  # called like the flat method it shares its name with
     with pytest.warns(FlatMethodDeprecationWarning, match=r"store\.barriers\.barriers"):
-        assert [b.barrier for b in store.barriers("wc")] == [1]  # a manager called like its namesake
+        assert [b.barrier for b in manager("wc")] == [1]
     with pytest.raises(AttributeError):
         getattr(store, "no_such_method")  # noqa: B009
 
