@@ -171,11 +171,11 @@ class MetaStore:
         Raises:
             AttributeError: ``name`` is neither an attribute nor a deprecated flat method.
         """
-        manager = FLAT_METHODS.get(name)
-        if manager is None or name.startswith("__"):
+        owner = self.__dict__.get(FLAT_METHODS.get(name, ""))  # not before __init__ built the managers
+        if owner is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         warn_flat(name)
-        return getattr(self.__dict__[manager], name)
+        return getattr(owner, name)
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(FLAT_METHODS))

@@ -95,7 +95,7 @@ class TableStateManager:
         replacing another withdraws the older one (its files stay for the staging grace period).
 
         Args:
-            fencing_token: the reporting attempt's token (:meth:`begin_attempt`); ``None``
+            fencing_token: the reporting attempt's token (``store.job_runs.begin_attempt``); ``None``
                 skips the fencing check (callers outside a job run).
 
         Raises:
