@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tsb.consistency import ConsistencyLevel
 from airflow_provider_tsb.exceptions import InconsistentReadError
+from airflow_provider_tsb.read.resolutions import to_arrow
 from airflow_provider_tsb.topology import Topology
 
 if TYPE_CHECKING:  # pyarrow and the metastore (SQLAlchemy) are loaded by ``tsb check`` only, not ``tsb --help``
@@ -137,11 +138,11 @@ class ConsistencyChecker:
 
     def _resolve(self, invariant: Invariant, level: str) -> Any:
         if level != "AS_OF":
-            return self.store.resolve(invariant.tables, ConsistencyLevel.parse(level))
-        newest = self.store.resolve(invariant.tables).barrier
+            return self.store.resolution.resolve(invariant.tables, ConsistencyLevel.parse(level))
+        newest = self.store.resolution.resolve(invariant.tables).barrier
         with self._lock:
             barrier = self._random.randint(1, newest)
-        return self.store.resolve(invariant.tables, as_of=barrier)
+        return self.store.resolution.resolve(invariant.tables, as_of=barrier)
 
     def sample(self, level: str) -> None:
         """Read every invariant's tables once at ``level`` and record the outcome."""
@@ -151,7 +152,7 @@ class ConsistencyChecker:
                 resolution = self._resolve(invariant, level)
                 if any(tv.version is None and tv.staged is None for tv in resolution.tables.values()):
                     raise InconsistentReadError("a table has no version yet")
-                tables = resolution.to_arrow()
+                tables = to_arrow(resolution)
             except InconsistentReadError:
                 with self._lock:
                     report.skipped += 1  # nothing consistent to read yet (before the first barrier)
@@ -167,7 +168,7 @@ class ConsistencyChecker:
         """Read ``resolution`` (resolved earlier at its level) now and check ``invariant`` on it."""
         report = self.reports[resolution.level.value if hasattr(resolution.level, "value") else str(resolution.level)]
         try:
-            holds, detail = invariant.check(resolution.to_arrow())
+            holds, detail = invariant.check(to_arrow(resolution))
         except Exception as exc:  # a held answer must stay readable: any error is an anomaly
             holds, detail = False, f"reader error: {type(exc).__name__}: {exc}"
         with self._lock:
@@ -295,7 +296,8 @@ def _run_killed_and_retried(
         for invariant in checker.invariants:
             if sinks & set(invariant.tables):
                 try:
-                    held.append((invariant, store.resolve(invariant.tables, ConsistencyLevel.READ_COMMITTED)))
+                    held.append((invariant, store.resolution.resolve(invariant.tables,
+                                                                     ConsistencyLevel.READ_COMMITTED)))
                 except InconsistentReadError:
                     pass
         checker.sample_all()
@@ -348,7 +350,7 @@ def run_check(
     catalog = MetastoreCatalog(url)
     checker = ConsistencyChecker(store, invariants)
     for topo, _, _ in plans:
-        store.register_topology(topo)
+        store.registry.register_topology(topo)
     checker.start(interval_s)
     try:
         for topo, count, ingest in plans:
@@ -357,7 +359,8 @@ def run_check(
             for n in range(count):
                 ingest(topo, f"check/{topo.name}/{n}")
                 checker.sample_all()
-                barrier = store.create_barrier(topo.name, read_root_versions(topo), run_key=f"check/{topo.name}/{n}")
+                barrier = store.barriers.create_barrier(topo.name, read_root_versions(topo),
+                                                        run_key=f"check/{topo.name}/{n}")
                 for j, job in enumerate(topo.jobs_in_order()):
                     if kill:
                         point = KILL_CYCLE[(n + j) % len(KILL_CYCLE)]

@@ -80,7 +80,7 @@ class UnknownConsistencyLevelError(TsbError, ValueError):
 class ReadOptions:
     """How to read a set of tables Q: the one options object of every read entry point.
 
-    Used by :meth:`MetaStore.resolve <airflow_provider_tsb.metastore.store.MetaStore.resolve>`,
+    Used by :meth:`store.resolution.resolve <airflow_provider_tsb.metastore.resolution.ResolutionManager.resolve>`,
     the REST API's ``POST /versions`` body, :meth:`TsbClient.versions
     <airflow_provider_tsb.client.TsbClient.versions>` and the readers
     (:func:`airflow_provider_tsb.read.readers.read_tables` and friends), like delta-rs passes
@@ -112,7 +112,7 @@ class ReadOptions:
     Example::
 
         ReadOptions("read-committed", min_barrier=41)
-        store.resolve(["tsb.flights.daily_delays"], ReadOptions(as_of=40, lease_seconds=60))
+        store.resolution.resolve(["tsb.flights.daily_delays"], ReadOptions(as_of=40, lease_seconds=60))
     """
 
     level: ConsistencyLevel = ConsistencyLevel.REPEATABLE_READ

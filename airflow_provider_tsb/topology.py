@@ -5,7 +5,7 @@ outside the topology, e.g. by ingestion) and ETL jobs (one Spark application eac
 source tables and writing sink tables). Validation is pure and side-effect free, so it runs
 while the DAG file is parsed; an invalid topology shows in Airflow as an import error carrying
 the message. The same rules are enforced again, atomically and across DAG files, when a job
-registers in the metastore (:meth:`airflow_provider_tsb.metastore.store.MetaStore.register_job`).
+registers in the metastore (:meth:`airflow_provider_tsb.metastore.registry.RegistryManager.register_job`).
 
 Rules (docs/design.md "Vocabulary"; FLIP-276 "MetaService" registration):
 

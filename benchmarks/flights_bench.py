@@ -134,10 +134,10 @@ class FlightsBench:
         self.sinks = tuple(sinks)
         self.store = MetaStore(self.url)
         self.store.migrate()
-        self.store.register_topology(self.topology)
+        self.store.registry.register_topology(self.topology)
         for job in self.topology.jobs.values():
             tables = {n: self.topology.tables[n] for n in (*job.sources, *job.sinks)}
-            self.store.register_job(self.topology.name, job, tables, warehouse=self.topology.warehouse)
+            self.store.registry.register_job(self.topology.name, job, tables, warehouse=self.topology.warehouse)
         from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
 
         self.barriers = TsbBarrierHook(self.topology, ts_kind="event")
@@ -170,14 +170,15 @@ class FlightsBench:
 
     def in_flight(self) -> int:
         """Barriers generated but not yet WRITTEN in every sink (not COMMIT)."""
-        last = self.store.latest_barrier(self.topology.name)
+        last = self.store.barriers.latest_barrier(self.topology.name)
         if last is None:
             return 0
-        heads = [self.store.newest_written(s) for s in self.sinks]
+        heads = [self.store.table_states.newest_written(s) for s in self.sinks]
         return last.barrier - min(h.barrier if h is not None else 0 for h in heads)
 
     def committed(self, barrier: int) -> bool:
-        return all((h := self.store.newest_written(s)) is not None and h.barrier >= barrier for s in self.sinks)
+        newest = self.store.table_states.newest_written
+        return all((h := newest(s)) is not None and h.barrier >= barrier for s in self.sinks)
 
     # ------------------------------------------------------------------ jobs
     def command(self, job_id: str, mode: str, *, final_since_ms: int | None = None,
@@ -219,8 +220,8 @@ class FlightsBench:
         tables = sorted({t for job in jobs.values() for t in (*job.sources, *job.sinks)})
         sinks = [s for job in jobs.values() for s in job.sinks]
         for b in barriers:
-            info = self.store.barrier(self.topology.name, b)
-            states = {t: self.store.table_state(t, b) for t in tables}
+            info = self.store.barriers.barrier(self.topology.name, b)
+            states = {t: self.store.table_states.table_state(t, b) for t in tables}
             if not all(s is not None and s.written_at_ms for s in states.values()):
                 continue
             out["e2e"].append((max(states[s].written_at_ms for s in sinks) - info.created_at_ms) / 1000)

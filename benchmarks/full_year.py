@@ -70,7 +70,8 @@ def run_streaming(bench: FlightsBench) -> float:
 
 def run_plain(bench: FlightsBench) -> float:
     """``plain.py`` per job over the epochs of ``bench``'s barriers (not counting the final one)."""
-    barriers = [b for b in bench.store.barriers(bench.topology.name, limit=100_000, ascending=True) if not b.final]
+    barriers = [b for b in bench.store.barriers.barriers(bench.topology.name, limit=100_000,
+                                                         ascending=True) if not b.final]
     epochs = bench.root / "epochs.json"
     epochs.write_text(json.dumps({"barriers": [{"barrier": b.barrier, "ts": b.ts_ms, "roots": b.root_versions}
                                                for b in barriers]}))
@@ -133,7 +134,8 @@ def run_arms(args: argparse.Namespace, base: Path, remote: str | None) -> int:
     for arm in ("batch", "streaming"):
         if arm in benches:
             checks = check_invariants(benches[arm], last)
-            heads = {s: (h.barrier if (h := benches[arm].store.newest_written(s)) else None) for s in SINKS}
+            newest = benches[arm].store.table_states.newest_written
+            heads = {s: (h.barrier if (h := newest(s)) else None) for s in SINKS}
             good = all(checks.values()) and all(h == last + 1 for h in heads.values())
             ok = ok and good
             print(f"{arm}: invariants at REPEATABLE_READ at barrier {last}: {checks}; final barrier in every "
@@ -145,7 +147,7 @@ def run_arms(args: argparse.Namespace, base: Path, remote: str | None) -> int:
             loc = bench.location("flights.carrier_ranking")
             return sorted(DeltaTable(loc, version=version).to_pyarrow_table().to_pylist(), key=repr)
 
-        same = rows(benches["plain"], None) == rows(benches["batch"], benches["batch"].store.version_at(
+        same = rows(benches["plain"], None) == rows(benches["batch"], benches["batch"].store.table_states.version_at(
             "tsb.flights.carrier_ranking", last))
         ok = ok and same
         print(f"plain carrier_ranking == tsb carrier_ranking at barrier {last}: {same}")

@@ -4,7 +4,7 @@ Loads ``--tables`` tables x ``--barriers`` barriers (default 1,000 x 10,000 = 10
 ``tsb_table_barrier`` rows) and the same tables x ``--small-barriers`` (default 100), then
 measures p50/p99 latency of REPEATABLE_READ resolution for random ``--q-size``-table queries:
 
-* directly (``MetaStore.resolve``), and
+* directly (``store.resolution.resolve``), and
 * through the REST API (uvicorn on 127.0.0.1 serving the MetaService router, httpx client,
   ``POST /versions``).
 
@@ -157,7 +157,7 @@ def measure(store: object, names: list[str], queries: int, q_size: int, seed: in
     direct: list[float] = []
     for i, q in enumerate(sets):
         t0 = time.perf_counter()
-        res = store.resolve(q, ConsistencyLevel.REPEATABLE_READ)  # type: ignore[attr-defined]
+        res = store.resolution.resolve(q, ConsistencyLevel.REPEATABLE_READ)  # type: ignore[attr-defined]
         elapsed = (time.perf_counter() - t0) * 1000
         if i >= 50:  # warm-up
             direct.append(elapsed)

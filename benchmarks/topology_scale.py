@@ -147,7 +147,7 @@ def row_count(location: str, version: int) -> int:
 def invariants_hold(bench: FlightsBench, shape: str, n: int, barrier: int) -> bool:
     """Every sink holds ``multiplier`` times the root's rows at ``barrier`` (REPEATABLE_READ)."""
     tables = [ROOT, *bench.sinks]
-    res = bench.store.resolve(tables, as_of=barrier)
+    res = bench.store.resolution.resolve(tables, as_of=barrier)
     counts = {t.split(".", 1)[1]: row_count(tv.location, tv.version) for t, tv in res.tables.items()}
     return all(counts[s] == counts[ROOT] * multiplier(shape, n, s) for s in bench.sinks)
 
@@ -156,8 +156,8 @@ def e2e_delays(bench: FlightsBench, barriers: list[int]) -> list[float]:
     """Seconds from each barrier's generation to WRITTEN in every sink."""
     out = []
     for b in barriers:
-        created = bench.store.barrier(bench.topology.name, b).created_at_ms
-        states = [bench.store.table_state(s, b) for s in bench.sinks]
+        created = bench.store.barriers.barrier(bench.topology.name, b).created_at_ms
+        states = [bench.store.table_states.table_state(s, b) for s in bench.sinks]
         if all(s is not None and s.written_at_ms for s in states):
             out.append((max(s.written_at_ms for s in states) - created) / 1000)
     return out

@@ -36,11 +36,11 @@ def build(folder: Path, tables: int, barriers: int) -> tuple[MetaStore, float]:
     for i in range(jobs):
         topo.root_table(f"bench.raw.t{i:04d}")
         topo.job(f"job{i:04d}", "app.py", sources=[f"bench.raw.t{i:04d}"], sinks=[f"bench.mart.t{i:04d}"])
-    store.register_topology(topo)
-    ids = {t.name: t.id for t in store.tables("big")}
+    store.registry.register_topology(topo)
+    ids = {t.name: t.id for t in store.registry.tables("big")}
     roots = {n: 0 for n in ids if ".raw." in n}
     base = now_ms() - barriers * 60_000
-    first = store.create_barrier("big", roots, ts_ms=base)
+    first = store.barriers.create_barrier("big", roots, ts_ms=base)
     with store.engine.begin() as conn:
         conn.exec_driver_sql(
             "INSERT INTO tsb_barrier (topology, barrier_id, ts_ms, ts_kind, created_at_ms, run_key) "

@@ -58,7 +58,7 @@ def main() -> int:
     url = f"sqlite:///{root / 'tsb.db'}"
     store = MetaStore(url)
     store.migrate()
-    store.register_topology(topology)
+    store.registry.register_topology(topology)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def tsb(*cli: str, kill: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -68,9 +68,10 @@ def main() -> int:
 
     def advance_to(n: int) -> None:
         """The jobs: commit every barrier after each table's head up to n (one row per barrier)."""
-        while (store.latest_barrier("wordcount") or None) is None or store.latest_barrier("wordcount").barrier < n:
-            b = (store.latest_barrier("wordcount").barrier if store.latest_barrier("wordcount") else 0) + 1
-            store.create_barrier("wordcount", {WORDS: append_words(topology.location("raw.words"), [f"w{b}"])})
+        latest = store.barriers.latest_barrier
+        while (latest("wordcount") or None) is None or latest("wordcount").barrier < n:
+            b = (latest("wordcount").barrier if latest("wordcount") else 0) + 1
+            store.barriers.create_barrier("wordcount", {WORDS: append_words(topology.location("raw.words"), [f"w{b}"])})
         for table, job in JOBS.items():
             location = topology.location(table)
             head = latest_written_barrier(location) if Path(location).exists() else None
@@ -78,7 +79,7 @@ def main() -> int:
                 epoch = table_epoch(location).epoch if Path(location).exists() else 0
                 write_deltalake(location, pa.table({"b": [b]}), mode="append",
                                 commit_properties=barrier_commit_properties(BarrierTag(b, job), epoch=epoch))
-                store.record_written(table, b, DeltaTable(location).version(), job)
+                store.table_states.record_written(table, b, DeltaTable(location).version(), job)
 
     def rows(table: str, version: int | None = None) -> list[int]:
         return sorted(DeltaTable(topology.location(table), version=version).to_pyarrow_table().column("b").to_pylist())
@@ -93,17 +94,17 @@ def main() -> int:
         victim = rng.choice([WC, CC])
         killed = tsb("rollback", "wordcount.word_count", "--to-barrier", str(target), kill=victim)
         counts["killed"] += killed.returncode == -9
-        plan = store.pending_revision("wordcount")
+        plan = store.revisions.pending_revision("wordcount")
         ok = plan is not None and plan.barrier == target
         counts["pending_after_kill"] += ok
-        res = store.resolve([WC, CC])
+        res = store.resolution.resolve([WC, CC])
         consistent = res.barrier == target and all(rows(t, res.tables[t].version) == list(range(1, target + 1))
                                                    for t in (WC, CC))
         counts["consistent_reads_while_pending"] += consistent
         refused = 0
         for job in JOBS.values():
             try:
-                store.check_no_pending_revision(job)
+                store.revisions.check_no_pending_revision(job)
             except RevisionPendingError:
                 refused += 1
         counts["jobs_refused_while_pending"] += refused == len(JOBS)

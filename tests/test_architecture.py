@@ -4,6 +4,7 @@ modules small enough to read in one sitting, every FLIP-276 state name defined o
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import grimp
@@ -96,3 +97,107 @@ def test_a_barrier_id_is_called_barrier() -> None:
             if name in ("barrier_id", "barrier_ids"):
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
     assert found == []
+
+
+# ---------------------------------------------------------------- the metastore's managers (issue 22)
+REPO = PACKAGE.parent
+#: where the repository's Python lives (what the flat-method check reads)
+SOURCES = ("airflow_provider_tsb", "dags", "spark_apps", "tsb_examples", "tests", "benchmarks", "dev")
+#: receivers that hold a MetaStore in this repository: ``store``, ``self.store``, ``sqlite_store``,
+#: ``dep.store``, ``hook.get_conn()``, ``MetaStore(url)``
+STORE_RECEIVER = re.compile(r"(^|[.\]])_?\w*store$|get_conn\(\)$|^MetaStore\(.*\)$", re.S)
+
+
+def _metastore_classes() -> list[type]:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import airflow_provider_tsb.metastore as metastore
+
+    classes = []
+    for info in pkgutil.iter_modules(metastore.__path__, "airflow_provider_tsb.metastore."):
+        if info.name.endswith(".migrations"):
+            continue
+        module = importlib.import_module(info.name)
+        classes += [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == module.__name__]
+    return classes
+
+
+def test_metastore_is_a_plain_composition() -> None:
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+    assert MetaStore.__mro__ == (MetaStore, object)
+
+
+def test_no_manager_inherits_another() -> None:
+    """A manager takes its collaborators in its constructor (Apache Paimon's pattern), never as a base."""
+    classes = _metastore_classes()
+    managers = {c for c in classes if c.__name__.endswith(("Manager", "Resolver")) or c.__name__ in
+                ("MetaStore", "MetastoreCore")}
+    assert len(managers) >= 13, sorted(c.__name__ for c in managers)
+    wrong = sorted(f"{c.__name__}({b.__name__})" for c in classes for b in c.__mro__[1:] if b in managers)
+    assert wrong == []
+
+
+def flat_calls(source: str, filename: str = "<source>") -> list[str]:
+    """Calls of the deprecated flat MetaStore methods in ``source`` (the receiver is a MetaStore
+    by this repository's naming, :data:`STORE_RECEIVER`): ``store.resolve(...)``, and a manager
+    called like the flat method it shares its name with (``store.barriers(...)``)."""
+    from airflow_provider_tsb.metastore.compat import FLAT_METHODS, MANAGER_METHODS
+
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Attribute) and node.attr in FLAT_METHODS and node.attr not in MANAGER_METHODS:
+            target = node
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in MANAGER_METHODS):
+            target = node.func
+        else:
+            continue
+        receiver = ast.get_source_segment(source, target.value) or ""
+        if STORE_RECEIVER.search(receiver):
+            found.append((node.lineno, f"{filename}:{node.lineno}: {receiver}.{target.attr}"))
+    return [text for _, text in sorted(found)]
+
+
+def test_the_flat_method_check_finds_flat_calls() -> None:
+    source = "store.resolve(q)\nself.store.barriers('t')\nstore.barriers.barriers('t')\nclient.resolve(q)\n"
+    assert flat_calls(source) == ["<source>:1: store.resolve", "<source>:2: self.store.barriers"]
+
+
+def test_nothing_calls_a_deprecated_flat_method() -> None:
+    """Every caller uses ``store.<manager>.<method>``: by the sources, and at run time the suite
+    turns :class:`FlatMethodDeprecationWarning` into an error (pyproject.toml)."""
+    found = []
+    for folder in SOURCES:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if path.name != "compat.py":
+                found += flat_calls(path.read_text(), str(path.relative_to(REPO)))
+    assert found == []
+
+
+def test_a_flat_call_fails_the_suite(tmp_path: Path) -> None:
+    from airflow_provider_tsb.metastore.compat import FlatMethodDeprecationWarning
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+    store = MetaStore(f"sqlite:///{tmp_path / 'm.db'}")
+    store.migrate()
+    flat = "topologies"  # by name: the source check above must not see this deliberate call
+    with pytest.raises(FlatMethodDeprecationWarning, match=r"store\.registry\.topologies"):
+        getattr(store, flat)()
+
+
+def test_metastore_records_do_not_reach_into_reading(graph: grimp.ImportGraph) -> None:
+    """Reading lives in ``read/`` (issue 22 item 2): the metastore imports it only from the
+    records' deprecated ``to_arrow`` / ``to_pandas`` / ``to_spark`` (lazily; removed next release)."""
+    edges = sorted(
+        f"{m} -> {i}"
+        for m in graph.find_descendants("airflow_provider_tsb.metastore")
+        for i in graph.find_modules_directly_imported_by(m)
+        if i.startswith("airflow_provider_tsb.read")
+    )
+    assert edges == [
+        "airflow_provider_tsb.metastore.records -> airflow_provider_tsb.read.resolutions",
+        "airflow_provider_tsb.metastore.records -> airflow_provider_tsb.read.version_reads",
+    ]

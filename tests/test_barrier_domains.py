@@ -42,43 +42,44 @@ def team_b(wh: str, **kwargs: object) -> Topology:
 
 def test_shared_root_table_gives_one_barrier_sequence_and_cross_topology_reads(store: MetaStore, tmp_path) -> None:
     wh = str(tmp_path / "wh")
-    store.register_topology(team_a(wh))
-    first = store.create_barrier("team_a", {WORDS: 0})
-    assert first.barrier == 1 and store.barrier_domain("team_a").topologies == ("team_a",)
+    store.registry.register_topology(team_a(wh))
+    first = store.barriers.create_barrier("team_a", {WORDS: 0})
+    assert first.barrier == 1 and store.domains.barrier_domain("team_a").topologies == ("team_a",)
 
-    store.register_topology(team_b(wh))  # shares tsb.raw.words: joins team_a's domain
-    domain = store.barrier_domain("team_b")
+    store.registry.register_topology(team_b(wh))  # shares tsb.raw.words: joins team_a's domain
+    domain = store.domains.barrier_domain("team_b")
     assert (domain.name, domain.topologies) == ("team_a", ("team_a", "team_b"))
     assert sorted(domain.root_tables) == [CLICKS, WORDS]
-    assert store.barrier_domain("team_a") == domain
-    assert [t.name for t in store.tables("team_b")] == [LEN, CLICKS, WORDS]  # its own and the shared root
+    assert store.domains.barrier_domain("team_a") == domain
+    assert [t.name for t in store.registry.tables("team_b")] == [LEN, CLICKS, WORDS]  # its own and the shared root
 
     with pytest.raises(UnknownTableError, match=r"barrier domain 'team_a'.*lacks.*tsb\.raw\.clicks"):
-        store.create_barrier("team_a", {WORDS: 1})  # the domain's roots include team_b's clicks
-    b2 = store.create_barrier("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1")
-    b3 = store.create_barrier("team_a", {WORDS: 2, CLICKS: 0}, run_key="a/1")
+        store.barriers.create_barrier("team_a", {WORDS: 1})  # the domain's roots include team_b's clicks
+    b2 = store.barriers.create_barrier("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1")
+    b3 = store.barriers.create_barrier("team_a", {WORDS: 2, CLICKS: 0}, run_key="a/1")
     assert (b2.barrier, b3.barrier) == (2, 3)  # one sequence across the domain
     for barrier, words in ((2, 1), (3, 2)):
-        a, b = store.barrier("team_a", barrier), store.barrier("team_b", barrier)
+        a, b = store.barriers.barrier("team_a", barrier), store.barriers.barrier("team_b", barrier)
         assert a.ts_ms == b.ts_ms and a.root_versions[WORDS] == b.root_versions[WORDS] == words
         assert b.root_versions[CLICKS] == 0 and set(a.root_versions) == {WORDS}  # a topology sees its roots
-    assert [b.barrier for b in store.barriers("team_b", ascending=True)] == [2, 3]  # joined at 2
-    assert store.create_barrier("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1").barrier == 2  # idempotent
-    assert store.create_barrier("team_b", {WORDS: 2, CLICKS: 0}, run_key="a/1").barrier == 4  # keys per topology
+    assert [b.barrier for b in store.barriers.barriers("team_b", ascending=True)] == [2, 3]  # joined at 2
+    assert store.barriers.create_barrier("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1").barrier == 2  # idempotent
+    assert store.barriers.create_barrier("team_b", {WORDS: 2, CLICKS: 0},
+                                         run_key="a/1").barrier == 4  # keys per topology
 
     for barrier in (2, 3):
-        store.record_written(WC, barrier, barrier - 1, "a_count")
-    store.record_written(LEN, 2, 0, "b_lengths")
-    r = store.resolve([WC, LEN], ConsistencyLevel.REPEATABLE_READ)
+        store.table_states.record_written(WC, barrier, barrier - 1, "a_count")
+    store.table_states.record_written(LEN, 2, 0, "b_lengths")
+    r = store.resolution.resolve([WC, LEN], ConsistencyLevel.REPEATABLE_READ)
     assert r.barrier == 2 and r.tables[WC].version == 1 and r.tables[LEN].version == 0
-    store.record_written(LEN, 3, 1, "b_lengths")
-    assert store.resolve([WC, LEN], ConsistencyLevel.REPEATABLE_READ).barrier == 3
-    assert store.resolve([WC, LEN, WORDS], "REPEATABLE_READ", as_of=2).tables[WORDS].version == 1
+    store.table_states.record_written(LEN, 3, 1, "b_lengths")
+    assert store.resolution.resolve([WC, LEN], ConsistencyLevel.REPEATABLE_READ).barrier == 3
+    assert store.resolution.resolve([WC, LEN, WORDS], "REPEATABLE_READ", as_of=2).tables[WORDS].version == 1
     with pytest.raises(UnknownBarrierError, match=r"barrier 9 was never generated in barrier domain 'team_a' "
                        r"\(team_a, team_b\) \(newest barrier: 4\)"):
-        store.resolve([LEN, WORDS], "REPEATABLE_READ", as_of=9)
+        store.resolution.resolve([LEN, WORDS], "REPEATABLE_READ", as_of=9)
     with pytest.raises(InconsistentReadError, match=r"barrier 1 is not COMMIT .*not WRITTEN in .*'tsb.lengths"):
-        store.resolve([WC, LEN], "REPEATABLE_READ", as_of=1)  # generated before team_b joined
+        store.resolution.resolve([WC, LEN], "REPEATABLE_READ", as_of=1)  # generated before team_b joined
 
 
 def test_reads_across_domains_are_refused_and_histories_do_not_merge(store: MetaStore, tmp_path) -> None:
@@ -86,33 +87,33 @@ def test_reads_across_domains_are_refused_and_histories_do_not_merge(store: Meta
     other = Topology("other", warehouse=wh)
     other.root_table(CLICKS)
     other.job("o", "o.py", sources=[CLICKS], sinks=[OTHER])
-    store.register_topology(team_a(wh))
-    store.register_topology(other)
-    store.create_barrier("team_a", {WORDS: 0})
-    store.create_barrier("other", {CLICKS: 0})
-    store.record_written(WC, 1, 0, "a_count")
-    store.record_written(OTHER, 1, 0, "o")
+    store.registry.register_topology(team_a(wh))
+    store.registry.register_topology(other)
+    store.barriers.create_barrier("team_a", {WORDS: 0})
+    store.barriers.create_barrier("other", {CLICKS: 0})
+    store.table_states.record_written(WC, 1, 0, "a_count")
+    store.table_states.record_written(OTHER, 1, 0, "o")
     with pytest.raises(TopologyError, match=r"different barrier domains \{'other': 'other', 'team_a': 'team_a'\}"):
-        store.resolve([WC, OTHER], ConsistencyLevel.REPEATABLE_READ)
+        store.resolution.resolve([WC, OTHER], ConsistencyLevel.REPEATABLE_READ)
     # team_b shares words with team_a and clicks with other: both domains have barriers
     with pytest.raises(BarrierDomainError, match=r"'team_b'.*'tsb\.raw\.clicks'.*both domains already have barriers"):
-        store.register_topology(team_b(wh))
-    assert store.barrier_domain("team_a").topologies == ("team_a", "team_b")
-    assert store.barrier_domain("other").topologies == ("other",)
+        store.registry.register_topology(team_b(wh))
+    assert store.domains.barrier_domain("team_a").topologies == ("team_a", "team_b")
+    assert store.domains.barrier_domain("other").topologies == ("other",)
 
 
 def test_declared_barrier_domain(store: MetaStore, tmp_path) -> None:
     wh = str(tmp_path / "wh")
-    store.register_topology(team_b(wh, barrier_domain="words"))
-    assert store.barrier_domain("team_b").name == "words"
-    store.register_topology(team_a(wh))  # derived: joins the declared domain through tsb.raw.words
-    assert store.barrier_domain("team_a").name == "words"
-    store.create_barrier("team_a", {WORDS: 0, CLICKS: 0})
+    store.registry.register_topology(team_b(wh, barrier_domain="words"))
+    assert store.domains.barrier_domain("team_b").name == "words"
+    store.registry.register_topology(team_a(wh))  # derived: joins the declared domain through tsb.raw.words
+    assert store.domains.barrier_domain("team_a").name == "words"
+    store.barriers.create_barrier("team_a", {WORDS: 0, CLICKS: 0})
     late = Topology("team_c", warehouse=wh, barrier_domain="elsewhere")
     late.root_table(CLICKS)
     late.job("c", "c.py", sources=[CLICKS], sinks=[OTHER])
     with pytest.raises(BarrierDomainError, match="'team_c'.*both domains already have barriers|declare"):
-        store.register_topology(late)
+        store.registry.register_topology(late)
 
 
 def test_declarations_share_root_tables_at_one_location_and_domain(tmp_path) -> None:
@@ -142,11 +143,11 @@ def test_every_topology_of_a_domain_logs_every_barrier_and_rebuilds_from_its_log
     log_a, log_b = barrier_log_location(wh, "team_a"), barrier_log_location(wh, "team_b")
     store = MetaStore(metastore_url)
     store.migrate()
-    store.register_topology(a)
-    store.create_barrier("team_a", {WORDS: 0}, barrier_log=log_a)
-    store.register_topology(b)
-    store.create_barrier("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1", barrier_log=log_b)
-    info = store.create_barrier("team_a", {WORDS: 2, CLICKS: 1}, run_key="a/1", barrier_log=log_a)
+    store.registry.register_topology(a)
+    store.barriers.create_barrier("team_a", {WORDS: 0}, barrier_log=log_a)
+    store.registry.register_topology(b)
+    store.barriers.create_barrier("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1", barrier_log=log_b)
+    info = store.barriers.create_barrier("team_a", {WORDS: 2, CLICKS: 1}, run_key="a/1", barrier_log=log_a)
     assert info.root_versions == {WORDS: 2}  # the roots team_a reads
     logged_a, logged_b = read_barrier_log(log_a), read_barrier_log(log_b)
     assert [(e.barrier, e.run_key, e.root_versions) for e in logged_a] == [
@@ -158,10 +159,10 @@ def test_every_topology_of_a_domain_logs_every_barrier_and_rebuilds_from_its_log
     fresh = MetaStore(f"sqlite:///{tmp_path / 'rebuilt.db'}")
     reports = rebuild_metastore(fresh, [a, b])
     assert [(r.topology, r.barriers) for r in reports] == [("team_a", (1, 2, 3)), ("team_b", (2, 3))]
-    assert fresh.barrier_domain("team_b").topologies == ("team_a", "team_b")
+    assert fresh.domains.barrier_domain("team_b").topologies == ("team_a", "team_b")
     for barrier in (2, 3):
-        assert fresh.barrier("team_b", barrier).root_versions == {
+        assert fresh.barriers.barrier("team_b", barrier).root_versions == {
             WORDS: barrier - 1, CLICKS: barrier - 2}
-    assert fresh.create_barrier("team_b", {WORDS: 3, CLICKS: 1}, barrier_log=log_b).barrier == 4
+    assert fresh.barriers.create_barrier("team_b", {WORDS: 3, CLICKS: 1}, barrier_log=log_b).barrier == 4
     assert [e.barrier for e in read_barrier_log(log_a)] == [1, 2, 3, 4]  # team_a's log recorded by the rebuild
     fresh.dispose()

@@ -32,20 +32,20 @@ def deploy(store: MetaStore, tmp_path) -> None:
     topo.root_table(WORDS)
     topo.job("count_words", "a.py", sources=[WORDS], sinks=[WC])
     topo.job("count_counts", "b.py", sources=[WC], sinks=[CC])
-    store.register_topology(topo)
-    store.create_barrier("wordcount", {WORDS: 0}, ts_ms=now_ms() - HOUR_MS)
-    store.record_written(WC, 1, 0, "count_words")
-    store.record_written(CC, 1, 0, "count_counts")
-    store.create_barrier("wordcount", {WORDS: 1})
-    store.record_written(WC, 2, 1, "count_words")
+    store.registry.register_topology(topo)
+    store.barriers.create_barrier("wordcount", {WORDS: 0}, ts_ms=now_ms() - HOUR_MS)
+    store.table_states.record_written(WC, 1, 0, "count_words")
+    store.table_states.record_written(CC, 1, 0, "count_counts")
+    store.barriers.create_barrier("wordcount", {WORDS: 1})
+    store.table_states.record_written(WC, 2, 1, "count_words")
 
 
 def test_stale_read_names_lagging_table_and_job(store: MetaStore, tmp_path) -> None:
     deploy(store, tmp_path)
-    assert store.resolve([WC, CC]).barrier == 1  # without a bound: barrier 1, however old
+    assert store.resolution.resolve([WC, CC]).barrier == 1  # without a bound: barrier 1, however old
     start = time.monotonic()
     with pytest.raises(StaleReadError) as err:
-        store.resolve([WC, CC], max_staleness_s=600)
+        store.resolution.resolve([WC, CC], max_staleness_s=600)
     assert time.monotonic() - start < 5  # no wait_s: fails at once
     message = str(err.value)
     assert "the newest COMMIT barrier over ['tsb.mart.word_count', 'tsb.mart.count_of_counts'] is barrier 1, 3600" \
@@ -57,43 +57,43 @@ def test_stale_read_names_lagging_table_and_job(store: MetaStore, tmp_path) -> N
     assert err.value.lagging == {CC: "count_counts"} and err.value.barrier == 1
     assert 3600 <= err.value.age_s < 3700 and err.value.max_staleness_s == 600
     # word_count alone is fresh: barrier 2, and a lease is taken on a fresh answer
-    fresh = store.resolve([WC], max_staleness_s=600, lease_seconds=60)
+    fresh = store.resolution.resolve([WC], max_staleness_s=600, lease_seconds=60)
     assert fresh.barrier == 2 and fresh.tables[WC].version == 1 and fresh.lease_id
-    assert store.leased_versions(WC) == {1}
+    assert store.leases.leased_versions(WC) == {1}
     # a bound above the age of barrier 1 answers it
-    assert store.resolve([WC, CC], max_staleness_s=7200).barrier == 1
+    assert store.resolution.resolve([WC, CC], max_staleness_s=7200).barrier == 1
 
 
 def test_stale_read_waits_for_the_lagging_job(store: MetaStore, tmp_path) -> None:
     deploy(store, tmp_path)
-    timer = threading.Timer(0.6, lambda: store.record_written(CC, 2, 1, "count_counts"))
+    timer = threading.Timer(0.6, lambda: store.table_states.record_written(CC, 2, 1, "count_counts"))
     timer.start()
     start = time.monotonic()
-    res = store.resolve([WC, CC], max_staleness_s=600, wait_s=20)
+    res = store.resolution.resolve([WC, CC], max_staleness_s=600, wait_s=20)
     waited = time.monotonic() - start
     timer.join()
     assert res.barrier == 2 and res.tables[CC].version == 1
     assert 0.5 <= waited < 10
     # wait_s runs out: the error after waiting
-    store.create_barrier("wordcount", {WORDS: 2}, ts_ms=now_ms() + 1)
-    store.record_written(WC, 3, 2, "count_words")
+    store.barriers.create_barrier("wordcount", {WORDS: 2}, ts_ms=now_ms() + 1)
+    store.table_states.record_written(WC, 3, 2, "count_words")
     with pytest.raises(StaleReadError):
-        store.resolve([WC, CC], max_staleness_s=0, wait_s=0.3)
+        store.resolution.resolve([WC, CC], max_staleness_s=0, wait_s=0.3)
 
 
 def test_generation_behind_and_event_time_barriers(store: MetaStore, tmp_path) -> None:
     deploy(store, tmp_path)
-    store.record_written(CC, 2, 1, "count_counts")
+    store.table_states.record_written(CC, 2, 1, "count_counts")
     time.sleep(0.3)
     with pytest.raises(StaleReadError) as err:
-        store.resolve([WC, CC], max_staleness_s=0.1)
+        store.resolution.resolve([WC, CC], max_staleness_s=0.1)
     assert "no barrier was generated in topology 'wordcount' within 0.1 s (newest: barrier 2" in str(err.value)
     assert "barrier generation is behind" in str(err.value) and err.value.lagging == {}
     # an event-time barrier's age counts from its generation, not from its (old) watermark
-    store.create_barrier("wordcount", {WORDS: 2}, ts_ms=1_000, ts_kind="event")
-    store.record_written(WC, 3, 2, "count_words")
-    store.record_written(CC, 3, 2, "count_counts")
-    assert store.resolve([WC, CC], max_staleness_s=60).barrier == 3
+    store.barriers.create_barrier("wordcount", {WORDS: 2}, ts_ms=1_000, ts_kind="event")
+    store.table_states.record_written(WC, 3, 2, "count_words")
+    store.table_states.record_written(CC, 3, 2, "count_counts")
+    assert store.resolution.resolve([WC, CC], max_staleness_s=60).barrier == 3
 
 
 def test_read_options_refuse_meaningless_bounds() -> None:
@@ -122,7 +122,7 @@ def test_stale_read_through_rest_api_and_client(store: MetaStore, tmp_path) -> N
     client = TsbClient(PREFIX, http=http)
     with pytest.raises(StaleReadError, match="lagging: tsb.mart.count_of_counts"):
         client.versions([WC, CC], max_staleness_s=600, wait_s=0.2)
-    timer = threading.Timer(0.5, lambda: store.record_written(CC, 2, 1, "count_counts"))
+    timer = threading.Timer(0.5, lambda: store.table_states.record_written(CC, 2, 1, "count_counts"))
     timer.start()
     answer = client.versions([WC, CC], max_staleness_s=600, wait_s=20)
     timer.join()
@@ -140,7 +140,7 @@ def test_stale_read_through_cli(tmp_path, capsys: pytest.CaptureFixture[str]) ->
     assert "lagging: tsb.mart.count_of_counts" in err and "writer job 'count_counts'" in err
     assert main(["versions", "--url", url, "--max-staleness", "7200", WC, CC]) == 0
     assert json.loads(capsys.readouterr().out)["barrier"] == 1
-    store.record_written(CC, 2, 1, "count_counts")
+    store.table_states.record_written(CC, 2, 1, "count_counts")
     assert main(["versions", "--url", url, "--max-staleness", "600", "--wait", "5", WC, CC]) == 0
     assert json.loads(capsys.readouterr().out)["barrier"] == 2
     with pytest.raises(SystemExit):

@@ -104,7 +104,7 @@ def test_show_from_dag_files_and_metastore(tmp_path: Path) -> None:
     from airflow_provider_tsb.metastore.store import MetaStore
 
     (topo,) = load_dag_file(str(tmp_path / "team_a.py")).topologies
-    MetaStore(url).register_topology(topo)
+    MetaStore(url).registry.register_topology(topo)
     shown = tsb("topology", "show", "shop", "--url", url, "--format", "json")
     assert shown.returncode == 0, shown.stderr
     assert '"job:daily_orders"' in shown.stdout

@@ -50,9 +50,10 @@ def test_the_site_builds_strict_with_the_api_reference(site: Path) -> None:
     metastore = (site / "reference" / "metastore" / "index.html").read_text()
     spark = (site / "reference" / "spark" / "index.html").read_text()
     airflow = (site / "reference" / "airflow" / "index.html").read_text()
-    # inherited methods of MetaStore and the apps' classes, rendered from their docstrings
-    for name in ("resolve", "create_barrier", "register_topology"):
-        assert f'id="airflow_provider_tsb.metastore.store.MetaStore.{name}"' in metastore, name
+    # the metastore's managers and the apps' classes, rendered from their docstrings
+    for name in ("resolution.ResolutionManager.resolve", "barriers.BarrierManager.create_barrier",
+                 "registry.RegistryManager.register_topology", "store.MetaStore.migrate"):
+        assert f'id="airflow_provider_tsb.metastore.{name}"' in metastore, name
     for name in ("TsbApp", "Sink", "BarrierContext"):
         assert f'id="airflow_provider_tsb.spark.model.{name}"' in spark, name
     assert "TsbBarrierCommittedSensor" in airflow and "TsbSparkJobOperator" in airflow

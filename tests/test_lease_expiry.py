@@ -15,6 +15,7 @@ from airflow_provider_tsb.api.routes import create_metaservice_app
 from airflow_provider_tsb.exceptions import ExpiredVersionError, TsbError
 from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.read.resolutions import to_arrow
 from tests.support import lease_world as lw
 
 pytestmark = pytest.mark.slow
@@ -47,33 +48,33 @@ def test_forced_order_lease_between_expiry_read_and_vacuum(store: MetaStore, met
 
 def test_lease_taken_before_expiry_keeps_its_files(store: MetaStore, tmp_path) -> None:
     locations = _world(store, tmp_path, 5)
-    res = store.resolve([lw.SNAP], as_of=2, lease_seconds=60)
+    res = store.resolution.resolve([lw.SNAP], as_of=2, lease_seconds=60)
     result = expire_snapshots(store, lw.SNAP, 1)
     assert result["newly_expired"] > 0 and result["removed_files"] > 0
-    assert lw.check_snap(res.to_arrow()[lw.SNAP], 2)  # leased: still readable after vacuum
-    assert store.expired_barriers(lw.SNAP) == [1, 3, 4]
-    store.release_lease(res.lease_id)
+    assert lw.check_snap(to_arrow(res)[lw.SNAP], 2)  # leased: still readable after vacuum
+    assert store.expiry.expired_barriers(lw.SNAP) == [1, 3, 4]
+    store.leases.release_lease(res.lease_id)
     expire_snapshots(store, lw.SNAP, 1)
-    assert store.expired_barriers(lw.SNAP) == [1, 2, 3, 4]  # released: expired now, for good
+    assert store.expiry.expired_barriers(lw.SNAP) == [1, 2, 3, 4]  # released: expired now, for good
     assert locations
 
 
 def test_expired_barrier_is_marked_and_refused(store: MetaStore, tmp_path) -> None:
     _world(store, tmp_path, 5)
-    unleased = store.resolve([lw.SNAP], as_of=3)  # resolved before expiry, read after: #6978's reader
+    unleased = store.resolution.resolve([lw.SNAP], as_of=3)  # resolved before expiry, read after: #6978's reader
     expire_snapshots(store, lw.SNAP, 2)
-    assert store.expired_barriers(lw.SNAP) == [1, 2, 3]
+    assert store.expiry.expired_barriers(lw.SNAP) == [1, 2, 3]
     with pytest.raises(ExpiredVersionError) as info:
-        store.resolve([lw.SNAP], as_of=1)
+        store.resolution.resolve([lw.SNAP], as_of=1)
     err = info.value
     assert isinstance(err, TsbError) and err.table == lw.SNAP and err.barrier == 1 and err.keep_barriers == 2
     assert "barrier 1" in str(err) and "keep_barriers=2" in str(err) and "oldest barrier still readable" in str(err)
     with pytest.raises(ExpiredVersionError, match="keep_barriers=2"):
-        store.resolve([lw.SNAP], as_of=2, lease_seconds=30)
+        store.resolution.resolve([lw.SNAP], as_of=2, lease_seconds=30)
     with pytest.raises(ExpiredVersionError, match=r"barrier 1 \(Delta version 0\)"):
-        store.create_lease({lw.SNAP: 0}, 30)
+        store.leases.create_lease({lw.SNAP: 0}, 30)
     with pytest.raises(ExpiredVersionError):
-        store.create_lease({lw.SNAP: (0, 4)}, 30)  # a job's input range that reaches an expired version
+        store.leases.create_lease({lw.SNAP: (0, 4)}, 30)  # a job's input range that reaches an expired version
     # through the REST API: 410 Gone naming the barrier and the retention
     answer = TestClient(create_metaservice_app(store, prefix="/tsb/api/v1")).post(
         "/tsb/api/v1/versions", json={"tables": [lw.SNAP], "as_of": 1})
@@ -81,14 +82,14 @@ def test_expired_barrier_is_marked_and_refused(store: MetaStore, tmp_path) -> No
     assert answer.json()["error"] == "ExpiredVersionError" and "keep_barriers=2" in answer.json()["detail"]
     # the read of an answer resolved before expiry: the tsb error, not delta-rs's FileNotFoundError
     with pytest.raises(ExpiredVersionError, match="snapshot expiry"):
-        unleased.to_arrow()
+        to_arrow(unleased)
     # REPEATABLE_READ and READ_COMMITTED answer a kept barrier; AS OF a kept one works
-    assert store.resolve([lw.SNAP], "repeatable-read").barrier == 5
-    assert store.resolve([lw.SNAP], "read-committed").barrier == 5
-    assert lw.check_snap(store.resolve([lw.SNAP], as_of=4).to_arrow()[lw.SNAP], 4)
+    assert store.resolution.resolve([lw.SNAP], "repeatable-read").barrier == 5
+    assert store.resolution.resolve([lw.SNAP], "read-committed").barrier == 5
+    assert lw.check_snap(to_arrow(store.resolution.resolve([lw.SNAP], as_of=4))[lw.SNAP], 4)
     # dry run: nothing more marked
     dry = expire_snapshots(store, lw.SNAP, 1, dry_run=True)
-    assert dry["dry_run"] and store.expired_barriers(lw.SNAP) == [1, 2, 3]
+    assert dry["dry_run"] and store.expiry.expired_barriers(lw.SNAP) == [1, 2, 3]
 
 
 def test_repeatable_read_never_answers_an_expired_version(store: MetaStore, tmp_path) -> None:
@@ -97,18 +98,18 @@ def test_repeatable_read_never_answers_an_expired_version(store: MetaStore, tmp_
     locations = _world(store, tmp_path, 1, consumer=True)
     lw.write_deltalake(locations[lw.SUMMARY], lw.pa.table({"b": [1], "n": [20]}), mode="append",
                        commit_properties=lw._tags(1, "sum_job"))
-    store.record_written(lw.SUMMARY, 1, 0, "sum_job")
+    store.table_states.record_written(lw.SUMMARY, 1, 0, "sum_job")
     for _ in range(4):
         lw.write_barrier(store, locations)
     # registered consumer sum_job is at barrier 1: expiry keeps everything it has still to read
     expire_snapshots(store, lw.SNAP, 1)
-    assert store.expired_barriers(lw.SNAP) == []
-    assert store.resolve([lw.SNAP, lw.SUMMARY], "repeatable-read").barrier == 1
+    assert store.expiry.expired_barriers(lw.SNAP) == []
+    assert store.resolution.resolve([lw.SNAP, lw.SUMMARY], "repeatable-read").barrier == 1
     # without consumer protection the lagging pair's common barrier is expired: refused, not answered
     expire_snapshots(store, lw.SNAP, 1, consumers=False)
     for level in ("repeatable-read", "read-committed"):
         with pytest.raises(ExpiredVersionError, match=f"barrier 1 .* of table '{lw.SNAP}'"):
-            store.resolve([lw.SNAP, lw.SUMMARY], level)
+            store.resolution.resolve([lw.SNAP, lw.SUMMARY], level)
 
 
 def test_race_writer_expiry_readers(store: MetaStore, metastore_url: str, tmp_path) -> None:
@@ -121,7 +122,7 @@ def test_race_writer_expiry_readers(store: MetaStore, metastore_url: str, tmp_pa
     assert counts["barriers"] == 8 and counts["leases"] > 3 and counts["expiry_cycles"] > 4, counts
     assert counts["lost"] == 0 and counts["failed"] == 0 and counts["stale_versions"] == 0, counts
     assert counts["wrong"] == 0 and counts["raw_errors"] == 0, counts
-    assert counts["refused"] + store.expired_barriers(lw.SNAP).__len__() > 0, counts  # expiry did expire
+    assert counts["refused"] + store.expiry.expired_barriers(lw.SNAP).__len__() > 0, counts  # expiry did expire
 
 
 def test_paimon_5819_registered_consumer_keeps_what_it_reads(store: MetaStore, metastore_url: str, tmp_path) -> None:
@@ -140,9 +141,9 @@ def test_paimon_6978_reader_starting_during_expiration(store: MetaStore, metasto
     its marks and its deletes. Here it is refused with the tsb error (it never sees a snapshot
     whose files are going); a reader that resolved just before gets the tsb error on read."""
     locations = _world(store, tmp_path, 4)
-    early = store.resolve([lw.SNAP], as_of=1)
+    early = store.resolution.resolve([lw.SNAP], as_of=1)
     out = lw.forced_order(metastore_url, locations, str(tmp_path), unsafe=False, barrier=1)
     assert not out["granted"] and "has expired" in out["refused"], out
     with pytest.raises(ExpiredVersionError):
-        early.to_arrow()
+        to_arrow(early)
     assert os.path.exists(locations[lw.SNAP])

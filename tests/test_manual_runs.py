@@ -13,6 +13,7 @@ import pytest
 
 from airflow_provider_tsb.consistency import ReadOptions
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.read.resolutions import to_arrow
 from tests.support.e2e import spark_connection
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +73,8 @@ def test_a_topology_by_hand_from_root_append_to_a_consistent_read(spark_remote: 
         assert run["barriers"] == [1]
 
     store = MetaStore(url)
-    tables = store.resolve(["tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"], ReadOptions()).to_arrow()
+    tables = to_arrow(store.resolution.resolve(["tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"],
+                                      ReadOptions()))
     counts = dict(zip(*tables["tsb.wordcount.word_count"].select(["word", "cnt"]).to_pydict().values(), strict=True))
     assert counts == {"to": 2, "be": 2, "or": 1, "not": 1}
     assert sum(tables["tsb.wordcount.count_of_counts"].column("cnt2").to_pylist()) == len(counts)

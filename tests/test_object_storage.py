@@ -17,6 +17,7 @@ import pytest
 
 from airflow_provider_tsb.delta import storage
 from airflow_provider_tsb.delta.storage import storage_options_from_connection
+from airflow_provider_tsb.read.resolutions import to_arrow
 
 pytestmark = pytest.mark.slow
 
@@ -76,15 +77,16 @@ def test_a_barrier_round_trip_on_s3(s3: dict[str, str], tmp_path: Path) -> None:
     assert root.startswith("s3://tsb-test/")
     store = MetaStore(f"sqlite:///{tmp_path / 'tsb.db'}")
     store.migrate()
-    store.register_topology(topo)
+    store.registry.register_topology(topo)
     job = topo.jobs["counts"]
-    store.register_job(topo.name, job, {n: topo.tables[n] for n in (*job.sources, *job.sinks)}, warehouse=warehouse)
+    store.registry.register_job(topo.name, job, {n: topo.tables[n] for n in (*job.sources, *job.sinks)},
+                                warehouse=warehouse)
 
     schema = DeltaSchema.from_arrow(pa.schema([("word", pa.string()), ("cnt", pa.int64())]))
     expected = {}
     for barrier, words in ((1, ["to", "be", "or"]), (2, ["not", "to", "be"])):
         assert append_to_root(root, pa.table({"word": words}), run_key=f"d{barrier}").appended
-        info = store.create_barrier(topo.name, read_root_versions(topo))
+        info = store.barriers.create_barrier(topo.name, read_root_versions(topo))
         assert info.barrier == barrier and info.root_versions == {"tsb.raw.words": barrier - 1}
         seen = [w for b in range(1, barrier + 1) for w in ((["to", "be", "or"], ["not", "to", "be"])[b - 1])]
         counts = pa.table({"word": sorted(set(seen)), "cnt": [seen.count(w) for w in sorted(set(seen))]})
@@ -92,7 +94,7 @@ def test_a_barrier_round_trip_on_s3(s3: dict[str, str], tmp_path: Path) -> None:
         outcome = commit_barrier_files(sink, [staged], tag=BarrierTag(barrier, "counts", {"tsb.raw.words": 0}),
                                        mode="overwrite", schema=schema)
         assert outcome.committed and outcome.version == barrier - 1
-        store.record_written("tsb.wc.counts", barrier, outcome.version, "counts")
+        store.table_states.record_written("tsb.wc.counts", barrier, outcome.version, "counts")
         expected[barrier] = dict(zip(counts.column("word").to_pylist(), counts.column("cnt").to_pylist(),
                                      strict=True))
     # the replay of a committed barrier is discarded (txn in the S3 log)
@@ -101,7 +103,7 @@ def test_a_barrier_round_trip_on_s3(s3: dict[str, str], tmp_path: Path) -> None:
     assert version_of_barrier(sink, 1) == 0 and version_of_barrier(sink, 2) == 1
 
     for barrier in (1, 2):
-        tables = store.resolve(["tsb.wc.counts", "tsb.raw.words"], ReadOptions(as_of=barrier)).to_arrow()
+        tables = to_arrow(store.resolution.resolve(["tsb.wc.counts", "tsb.raw.words"], ReadOptions(as_of=barrier)))
         counts = tables["tsb.wc.counts"]
         assert dict(zip(counts.column("word").to_pylist(), counts.column("cnt").to_pylist(), strict=True)) \
             == expected[barrier]

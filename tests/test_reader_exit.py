@@ -15,7 +15,8 @@ from airflow_provider_tsb.root_tables import append_to_root
 READER = """
 import sys
 from airflow_provider_tsb.metastore.records import TableVersion
-table = TableVersion("tsb.raw.t", sys.argv[1], 1, 1, "WRITTEN").to_arrow()
+from airflow_provider_tsb.read.version_reads import read_table_arrow
+table = read_table_arrow(TableVersion("tsb.raw.t", sys.argv[1], 1, 1, "WRITTEN"))
 print(table.num_rows)
 """
 

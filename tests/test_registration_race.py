@@ -24,7 +24,7 @@ def _register(url: str, job_id: str, sink: str, start: mp.synchronize.Barrier, o
     start.wait(timeout=60)
     try:
         job = Job(job_id, "app.py", ("tsb.raw.src",), (sink,))
-        store.register_job("race", job, {sink: Table(sink, "intermediate")})
+        store.registry.register_job("race", job, {sink: Table(sink, "intermediate")})
         out.put((job_id, "won", ""))
     except Exception as exc:  # report any failure kind to the parent
         out.put((job_id, type(exc).__name__, str(exc)))
@@ -33,7 +33,7 @@ def _register(url: str, job_id: str, sink: str, start: mp.synchronize.Barrier, o
 def test_exactly_one_writer_wins(store: MetaStore, tmp_path) -> None:
     topo = Topology("race", warehouse=str(tmp_path))
     topo.root_table("tsb.raw.src")
-    store.register_topology(topo)
+    store.registry.register_topology(topo)
     ctx = mp.get_context("spawn")
     for round_no in range(ROUNDS):
         sink = f"tsb.mart.contested_{round_no}"
@@ -53,11 +53,11 @@ def test_exactly_one_writer_wins(store: MetaStore, tmp_path) -> None:
         losers = [r for r in results if r[1] != "won"]
         assert len(winners) == 1, results
         winner = winners[0][0]
-        assert store.writer_of(sink) == winner
+        assert store.registry.writer_of(sink) == winner
         for job_id, kind, message in losers:
             assert kind == "DoubleWriterError", (job_id, kind, message)
             assert f"table {sink!r} has two writer jobs" in message
             assert repr(winner) in message and repr(job_id) in message
-        registered = {j.id for j in store.jobs("race")}
+        registered = {j.id for j in store.registry.jobs("race")}
         assert winner in registered
         assert not registered & {r[0] for r in losers}

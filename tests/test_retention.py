@@ -18,6 +18,7 @@ from airflow_provider_tsb.exceptions import ExpiredVersionError
 from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.maintenance.retention import DAY_MS, HOUR_MS, RetentionPolicy
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.read.resolutions import to_arrow
 from tests.support import lease_world as lw
 
 T0 = 1_700_006_400_000  # 2023-11-15 00:00 UTC
@@ -54,14 +55,14 @@ def test_tiers_on_real_tables_as_of_every_kept_barrier(store: MetaStore, tmp_pat
     kept = {11, 14, 8}
     assert result["expired_barriers"] == sorted(set(range(1, 15)) - kept) and result["retention"] == policy.to_dict()
     for barrier in sorted(kept):  # AS OF works on every kept barrier, with the right rows
-        assert lw.check_snap(store.resolve([lw.SNAP], as_of=barrier).to_arrow()[lw.SNAP], barrier)
+        assert lw.check_snap(to_arrow(store.resolution.resolve([lw.SNAP], as_of=barrier))[lw.SNAP], barrier)
     with pytest.raises(ExpiredVersionError, match=r"one per hour for 2 h, one per day for 2 d"):
-        store.resolve([lw.SNAP], as_of=10)
+        store.resolution.resolve([lw.SNAP], as_of=10)
     # a new barrier the next day: day 1 and the old hours age out, day 2's newest stays
     lw.write_barrier(store, locations, ts_ms=T0 + 3 * DAY_MS + HOUR_MS)
     result = expire_snapshots(store, lw.SNAP, policy)
-    assert result["expired_barriers"] == [8, 11] and store.expired_barriers(lw.SNAP) == list(range(1, 14))
-    assert lw.check_snap(store.resolve([lw.SNAP], as_of=14).to_arrow()[lw.SNAP], 14)
+    assert result["expired_barriers"] == [8, 11] and store.expiry.expired_barriers(lw.SNAP) == list(range(1, 14))
+    assert lw.check_snap(to_arrow(store.resolution.resolve([lw.SNAP], as_of=14))[lw.SNAP], 14)
 
 
 @pytest.mark.slow
@@ -69,7 +70,7 @@ def test_tsb_expire_dry_run_shows_what_would_go(store: MetaStore, metastore_url:
     locations = lw.build(store, str(tmp_path / "wh"))
     for _ in range(5):
         lw.write_barrier(store, locations)
-    leased = store.resolve([lw.SNAP], as_of=2, lease_seconds=120)
+    leased = store.resolution.resolve([lw.SNAP], as_of=2, lease_seconds=120)
     cmd = [sys.executable, "-m", "airflow_provider_tsb", "expire", "--topology", lw.TOPOLOGY, "--keep-last", "2",
            "--url", metastore_url]
     env = dict(os.environ, PYTHONPATH=lw.REPO)
@@ -78,11 +79,11 @@ def test_tsb_expire_dry_run_shows_what_would_go(store: MetaStore, metastore_url:
     by_table = {r["table"]: r for r in json.loads(dry.stdout)}
     assert by_table[lw.SNAP]["dry_run"] and by_table[lw.SNAP]["expired_barriers"] == [1, 3]  # 2 is leased
     assert by_table[lw.SNAP]["removed_files"] > 0
-    assert store.expired_barriers(lw.SNAP) == []  # nothing marked
-    assert lw.check_snap(store.resolve([lw.SNAP], as_of=1).to_arrow()[lw.SNAP], 1)  # nothing deleted
+    assert store.expiry.expired_barriers(lw.SNAP) == []  # nothing marked
+    assert lw.check_snap(to_arrow(store.resolution.resolve([lw.SNAP], as_of=1))[lw.SNAP], 1)  # nothing deleted
     real = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=lw.REPO, timeout=120)
     assert real.returncode == 0, real.stderr
-    assert store.expired_barriers(lw.SNAP) == [1, 3]
-    assert lw.check_snap(leased.to_arrow()[lw.SNAP], 2)
+    assert store.expiry.expired_barriers(lw.SNAP) == [1, 3]
+    assert lw.check_snap(to_arrow(leased)[lw.SNAP], 2)
     bad = subprocess.run([*cmd[:-2], "--keep-last", "0"], capture_output=True, text=True, env=env, cwd=lw.REPO)
     assert bad.returncode == 2 and "--keep-last" in bad.stderr

@@ -35,14 +35,14 @@ JOBS = {WC: "wordcount_words", CC: "wordcount_counts"}
 def three_barriers(store, tmp_path: Path):
     """The wordcount topology with barriers 1..3 WRITTEN in both sinks (one row per barrier)."""
     topo = wordcount_topology(str(tmp_path / "warehouse"))
-    store.register_topology(topo)
+    store.registry.register_topology(topo)
     for b in (1, 2, 3):
-        store.create_barrier("wordcount", {WORDS: append_words(topo.location("raw.words"), [f"w{b}"])})
+        store.barriers.create_barrier("wordcount", {WORDS: append_words(topo.location("raw.words"), [f"w{b}"])})
         for table, job in JOBS.items():
             location = topo.location(table)
             write_deltalake(location, pa.table({"b": [b]}), mode="append",
                             commit_properties=barrier_commit_properties(BarrierTag(b, job), epoch=0))
-            store.record_written(table, b, DeltaTable(location).version(), job)
+            store.table_states.record_written(table, b, DeltaTable(location).version(), job)
     for job in JOBS.values():
         Path(checkpoint_location(topo, job), "offsets").mkdir(parents=True)
     return topo
@@ -51,19 +51,20 @@ def three_barriers(store, tmp_path: Path):
 def test_plan_first_then_resume_after_a_crash(store, tmp_path: Path) -> None:
     topo = three_barriers(store, tmp_path)
     assert revision_tables(topo, "wordcount.word_count") == [WC, CC]
-    assert store.resolve([WC, CC]).barrier == 3
+    assert store.resolution.resolve([WC, CC]).barrier == 3
 
     plan = plan_revision(store, topo, "wordcount.word_count", 1)  # and the process dies here
     assert plan.pending and [(t.table, t.status, t.job_id) for t in plan.tables] == [
         (WC, "pending", "wordcount_words"), (CC, "pending", "wordcount_counts")]
-    assert [t.target_version for t in plan.tables] == [store.version_at(WC, 1), store.version_at(CC, 1)]
+    assert [t.target_version for t in plan.tables] == [store.table_states.version_at(WC, 1),
+                                                       store.table_states.version_at(CC, 1)]
     # one transaction: every table of the plan already answers barrier 1, no table was touched yet
-    assert store.resolve([WC, CC]).barrier == 1 and store.resolve([CC]).barrier == 1
+    assert store.resolution.resolve([WC, CC]).barrier == 1 and store.resolution.resolve([CC]).barrier == 1
     assert [latest_written_barrier(topo.location(t))[0] for t in (WC, CC)] == [3, 3]
     for job in JOBS.values():
         with pytest.raises(RevisionPendingError, match=f"job '{job}' cannot run: revision {plan.id} "):
-            store.check_no_pending_revision(job)
-    store.check_no_pending_revision("some_other_job")
+            store.revisions.check_no_pending_revision(job)
+    store.revisions.check_no_pending_revision("some_other_job")
     # a retry of the same revision gets the same plan; another revision over these tables is refused
     assert plan_revision(store, topo, "wordcount.word_count", 1).id == plan.id
     with pytest.raises(RevisionPendingError, match="is pending over some of the same tables"):
@@ -74,14 +75,14 @@ def test_plan_first_then_resume_after_a_crash(store, tmp_path: Path) -> None:
     assert result.tables == {WC: plan.tables[0].target_version, CC: plan.tables[1].target_version}
     assert sorted(result.checkpoints) == sorted(checkpoint_location(topo, j) for j in JOBS.values())
     assert not any(Path(c).exists() for c in result.checkpoints)
-    done = store.revision(plan.id)
+    done = store.revisions.revision(plan.id)
     assert done.status == "done" and done.finished_at_ms and {t.status for t in done.tables} == {"done"}
     for table in (WC, CC):
         location = topo.location(table)
         assert latest_written_barrier(location)[0] == 1
         assert DeltaTable(location).to_pyarrow_table().column("b").to_pylist() == [1]
         assert table_epoch(location).epoch == 1
-    store.check_no_pending_revision("wordcount_words")
+    store.revisions.check_no_pending_revision("wordcount_words")
     with pytest.raises(RevisionPendingError, match="no pending revision of topology 'wordcount'"):
         resume_revision(store, topo)
     # running it again is harmless: nothing above barrier 1 to forget, the tables already hold it
@@ -95,15 +96,15 @@ def test_reprocess_and_refusals(store, tmp_path: Path) -> None:
         revise(store, topo, "raw.words", 1)
     with pytest.raises(BarrierNotInTableError, match="table tsb.wordcount.word_count .* holds no version of it"):
         revise(store, topo, "wordcount.word_count", 7)
-    assert store.pending_revision("wordcount") is None and store.resolve([WC, CC]).barrier == 3
+    assert store.revisions.pending_revision("wordcount") is None and store.resolution.resolve([WC, CC]).barrier == 3
 
     result = revise(store, topo, "wordcount.count_of_counts", 0, reprocess=True)
     assert list(result.tables) == [CC] and result.barrier == 0
-    assert store.newest_written(CC) is None and store.newest_written(WC).barrier == 3
+    assert store.table_states.newest_written(CC) is None and store.table_states.newest_written(WC).barrier == 3
     assert DeltaTable(topo.location(CC)).to_pyarrow_table().num_rows == 0
     assert latest_written_barrier(topo.location(CC)) is None
     assert latest_written_barrier(topo.location(WC))[0] == 3
-    assert store.revisions("wordcount")[0].reprocess is True
+    assert store.revisions.revisions("wordcount")[0].reprocess is True
 
 
 def test_error_at_a_downstream_table_is_recorded_and_the_retry_finishes(store, tmp_path: Path) -> None:
@@ -116,16 +117,16 @@ def test_error_at_a_downstream_table_is_recorded_and_the_retry_finishes(store, t
     location.rename(location.with_name("moved"))
     with pytest.raises(Exception, match="count_of_counts"):
         revise(store, topo, "wordcount.word_count", 2)
-    pending = store.pending_revision("wordcount")
+    pending = store.revisions.pending_revision("wordcount")
     assert pending is not None and pending.id == plan.id
     assert [t.status for t in pending.tables] == ["done", "pending"]
     assert pending.error and "count_of_counts" in pending.error
     assert latest_written_barrier(topo.location(WC))[0] == 2
-    assert store.resolve([WC, CC]).barrier == 2  # consistent while pending
+    assert store.resolution.resolve([WC, CC]).barrier == 2  # consistent while pending
     location.with_name("moved").rename(location)
     result = revise(store, topo, "wordcount.word_count", 2)
     assert result.revision == plan.id and result.resumed is True
-    done = store.revision(plan.id)
+    done = store.revisions.revision(plan.id)
     assert done.status == "done" and done.error is None
     assert [latest_written_barrier(topo.location(t))[0] for t in (WC, CC)] == [2, 2]
 

@@ -175,13 +175,13 @@ def wait_for_commit(store: Any, topology: str, tables: Sequence[str], *, timeout
     since = int(time.time() * 1000)
     deadline = time.monotonic() + timeout_s
     while True:
-        latest = store.latest_barrier(topology)
+        latest = store.barriers.latest_barrier(topology)
         if latest is not None and latest.created_at_ms >= since:
-            heads = {t: store.newest_written(t) for t in tables}
+            heads = {t: store.table_states.newest_written(t) for t in tables}
             if all(h is not None and h.barrier >= latest.barrier for h in heads.values()):
                 return latest.barrier
         if time.monotonic() > deadline:
-            got = {t: (h.barrier if (h := store.newest_written(t)) else None) for t in tables}
+            got = {t: (h.barrier if (h := store.table_states.newest_written(t)) else None) for t in tables}
             raise TimeoutError(
                 f"no barrier of topology {topology!r} generated after {since} ms reached COMMIT in "
                 f"{list(tables)} within {timeout_s:g} s; newest WRITTEN barrier per table: {got}. "

@@ -56,12 +56,12 @@ class AirflowTopologyAccess(TopologyAccess):
         wanted = None if names is None else [n for n in dict.fromkeys(names) if n not in self._loaded]
         if wanted is None or len(wanted) > 3:
             self._tables = {}
-            for t in self.store.tables():
+            for t in self.store.registry.tables():
                 self._tables.setdefault(t.topology, []).append(t.name)
             self._all_loaded = True
         else:
             for name in wanted:
-                self._tables[name] = [t.name for t in self.store.tables(name)]
+                self._tables[name] = [t.name for t in self.store.registry.tables(name)]
                 self._loaded.add(name)
         return self._tables
 

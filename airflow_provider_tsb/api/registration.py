@@ -55,7 +55,7 @@ def _check_new_table(
             f"the REST API does not create root tables ({name!r}): declare it with "
             "Topology.root_table() in the DAG file; the barrier task registers it"
         )
-    if store.latest_barrier(topology) is not None:
+    if store.barriers.latest_barrier(topology) is not None:
         raise TopologyError(
             f"topology {topology!r} has barriers already; a new root table {name!r} would make its "
             "barrier generation fail (every root table's version is recorded at each barrier)"
@@ -75,9 +75,9 @@ def register(
     body = body or RegisterBody()
     if body.topology is not None:
         validate_job_id(body.topology)
-    table = store.table(name, required=False)
+    table = store.registry.table(name, required=False)
     try:
-        job: JobInfo | None = store.job(job_id)
+        job: JobInfo | None = store.registry.job(job_id)
     except UnknownJobError:
         job = None
     topology = job.topology if job is not None else (body.topology or (table.topology if table else None))
@@ -105,17 +105,17 @@ def register(
         _check_new_table(store, access, kind, topology, name, body)
     created = False
     if job is None:
-        job = store.create_job(topology, job_id, body.application or "")
+        job = store.registry.create_job(topology, job_id, body.application or "")
         created = True
     try:
         if kind == "source":
             if table is None and body.root:
-                store.register_table(job.topology, Table(name, "root", body.location))
-            info = store.register_source(job_id, name)
+                store.registry.register_table(job.topology, Table(name, "root", body.location))
+            info = store.registry.register_source(job_id, name)
         else:
-            info = store.register_sink(job_id, name, location=body.location)
+            info = store.registry.register_sink(job_id, name, location=body.location)
     except Exception:
         if created:
-            store.unregister_job(job_id)
+            store.registry.unregister_job(job_id)
         raise
     return job_out(info)

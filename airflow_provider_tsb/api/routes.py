@@ -129,12 +129,12 @@ def _pick_topology(store: MetaStore, access: TopologyAccess, name: str | None) -
     if name is not None:
         validate_job_id(name)
         access.require(READ, [name])
-        if name not in store.topologies():
+        if name not in store.registry.topologies():
             raise UnknownTopologyError(
-                f"topology {name!r} is not registered; known: {access.visible(store.topologies())}"
+                f"topology {name!r} is not registered; known: {access.visible(store.registry.topologies())}"
             )
         return name
-    names = access.visible(store.topologies())
+    names = access.visible(store.registry.topologies())
     if len(names) == 1:
         return names[0]
     if not names:
@@ -147,7 +147,7 @@ def _require_tables(store: MetaStore, access: TopologyAccess, method: Literal["G
     "all DAGs" permission (so a 404 tells a restricted user nothing)."""
     topologies: list[str | None] = []
     for name in names:
-        info = store.table(name, required=False)
+        info = store.registry.table(name, required=False)
         if info is None:
             access.require_all_dags(method)
         else:
@@ -194,12 +194,12 @@ def unregister(store: StoreDep, access: AccessDep, job_id: JobIdPath) -> Unregis
     Needs edit access to the job's topology's DAGs (403); 404 if unknown."""
     validate_job_id(job_id)
     try:
-        info = store.job(job_id)
+        info = store.registry.job(job_id)
     except UnknownJobError:
         access.require_all_dags(EDIT)
         raise UnknownJobError(f"job {job_id!r} is not registered; nothing to unregister") from None
     access.require(EDIT, [info.topology])
-    if not store.unregister_job(job_id):
+    if not store.registry.unregister_job(job_id):
         raise UnknownJobError(f"job {job_id!r} is not registered; nothing to unregister")
     return UnregisterOut(job_id=job_id, unregistered=True)
 
@@ -224,7 +224,7 @@ def get_version(
         level = ConsistencyLevel.parse(consistency_type)
         name = _table_name(catalog, database, table)
         _require_tables(store, access, READ, [name])
-        res = store.resolve([name], ReadOptions(level, as_of=as_of, min_barrier=min_barrier))
+        res = store.resolution.resolve([name], ReadOptions(level, as_of=as_of, min_barrier=min_barrier))
     tv = res.tables[name]
     return SingleVersionOut(
         table=name, level=level.value, version=tv.version, barrier=tv.barrier, state=tv.state,
@@ -252,7 +252,7 @@ def post_versions(store: StoreDep, access: AccessDep, request: VersionsRequest) 
                 f"lease_seconds={request.lease_seconds:g} is longer than the longest lease, {limit} s "
                 "([tsb] max_lease_seconds); take a shorter lease and renew it"
             )
-        res = store.resolve(request.tables, request.to_options())
+        res = store.resolution.resolve(request.tables, request.to_options())
     return res.to_dict()
 
 
@@ -262,8 +262,8 @@ def get_topologies(store: StoreDep, access: AccessDep) -> list[TopologySummary]:
     """The topologies the user may read (read access to every DAG of each), by name, with the
     DAGs that run them and their newest barrier."""
     out = []
-    for name in access.visible(store.topologies()):
-        newest = store.latest_barrier(name)
+    for name in access.visible(store.registry.topologies()):
+        newest = store.barriers.latest_barrier(name)
         out.append(TopologySummary(
             name=name, dags=sorted(access.dags_of(name)), newest_barrier=newest.barrier if newest else None,
             newest_barrier_ts_ms=newest.ts_ms if newest else None,
@@ -282,12 +282,12 @@ def get_topology(
     barrier, version and lag (barriers behind the topology's newest), per job status and a
     ``stale`` flag (running, no heartbeat for ``stale_after_s`` seconds)."""
     topology = _pick_topology(store, access, name)
-    tables = store.tables(topology)
-    io = store.job_io(topology)
-    jobs = {j.id: j for j in store.jobs(topology)}
-    newest = store.latest_barrier(topology)
-    written = store.newest_written_by_table(topology)
-    fresh = store.freshness(topology).tables
+    tables = store.registry.tables(topology)
+    io = store.registry.job_io(topology)
+    jobs = {j.id: j for j in store.registry.jobs(topology)}
+    newest = store.barriers.latest_barrier(topology)
+    written = store.table_states.newest_written_by_table(topology)
+    fresh = store.freshness.freshness(topology).tables
     nodes: list[TopologyNode] = []
     edges: list[TopologyEdge] = []
     out_tables: dict[str, TopologyTable] = {}
@@ -331,7 +331,7 @@ def get_barriers(
 ) -> BarrierPage:
     """Barriers of a topology, newest first, ``limit`` per page; ``before`` pages backwards."""
     name = _pick_topology(store, access, topology)
-    items = store.barriers(name, limit=limit, before=before)
+    items = store.barriers.barriers(name, limit=limit, before=before)
     return BarrierPage(
         topology=name,
         items=[
@@ -356,12 +356,12 @@ def get_table_barriers(
     with client_errors():
         name = _table_name(catalog, database, table)
         _require_tables(store, access, READ, [name])
-        info = store.table(name)
-        history = store.table_history(name, limit=limit, before=before)
+        info = store.registry.table(name)
+        history = store.table_states.table_history(name, limit=limit, before=before)
     consistent: dict[str, LevelVersion] = {}
     for level in ConsistencyLevel:
         try:
-            res = store.resolve([name], level)
+            res = store.resolution.resolve([name], level)
         except TsbError as exc:
             consistent[level.value] = LevelVersion(error=str(exc))
             continue
@@ -394,7 +394,7 @@ def get_delays(
     input WRITTEN) and the bottleneck job. Cost is bounded by ``limit`` x tables, independent
     of the barrier history length."""
     name = _pick_topology(store, access, topology)
-    items, next_before = store.delays(name, limit=limit, before=before)
+    items, next_before = store.delays.delays(name, limit=limit, before=before)
     return DelaysOut(
         topology=name, barriers=[BarrierDelay.model_validate(d, from_attributes=True) for d in items],
         next_before=next_before,
@@ -407,7 +407,7 @@ def get_freshness(store: StoreDep, access: AccessDep, topology: TopologyQuery = 
     target, whether it misses it and the upstream job furthest behind; every job's own lag
     (:mod:`airflow_provider_tsb.metastore.freshness`). Needs read access to the topology's DAGs."""
     name = _pick_topology(store, access, topology)
-    report = store.freshness(name)
+    report = store.freshness.freshness(name)
     return FreshnessOut.model_validate(
         {**report.__dict__, "missed": report.missed,
          "tables": {k: v.__dict__ for k, v in report.tables.items()},

@@ -41,7 +41,7 @@ def cmd_expire(args: argparse.Namespace) -> int:
     store = store_of(args)
     tables = list(args.tables)
     if args.topology:
-        tables += [t.name for t in store.tables(args.topology) if t.kind in ("root", "intermediate")]
+        tables += [t.name for t in store.registry.tables(args.topology) if t.kind in ("root", "intermediate")]
         if not tables:
             raise ValueError(f"topology {args.topology!r} has no registered tables; register it first")
     policy = RetentionPolicy(keep_last=args.keep_last, hourly_hours=args.hourly, daily_days=args.daily)

@@ -24,9 +24,9 @@ def cmd_freshness(args: argparse.Namespace) -> int:
     from airflow_provider_tsb.cli.common import store_of
 
     store = store_of(args)
-    if args.topology not in store.topologies():
-        raise TsbError(f"topology {args.topology!r} is not registered; known: {store.topologies()}")
-    report = store.freshness(args.topology)
+    if args.topology not in store.registry.topologies():
+        raise TsbError(f"topology {args.topology!r} is not registered; known: {store.registry.topologies()}")
+    report = store.freshness.freshness(args.topology)
     if args.format == "json":
         print(json.dumps({**dataclasses.asdict(report), "missed": report.missed}, indent=2, sort_keys=True))
         return 1 if report.missed else 0

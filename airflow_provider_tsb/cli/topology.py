@@ -64,8 +64,8 @@ def cmd_topology_show(args: argparse.Namespace) -> int:
             graph = build_graph(tables.values(), jobs.values())
     else:
         store = store_of(args)
-        if args.name in store.topologies():
-            graph = store.graph(args.name)
+        if args.name in store.registry.topologies():
+            graph = store.registry.graph(args.name)
     if graph is None:
         where = ", ".join(args.dags) if args.dags else "the metastore"
         print(f"topology {args.name!r} is not declared in {where}", file=sys.stderr)

@@ -72,7 +72,7 @@ def read_domain_root_versions(store: MetaStore, topology: Topology, versions: di
     """
     from airflow_provider_tsb.delta.barriers import root_version
 
-    domain = store.barrier_domain(topology.name)
+    domain = store.domains.barrier_domain(topology.name)
     out = dict(versions)
     for name, location in domain.root_tables.items():
         if name in out:
@@ -138,7 +138,7 @@ class TsbBarrierHook(BaseHook):
                 barrier log hold (run ``tsb db rebuild``).
         """
         store = self.get_conn()
-        store.register_topology(self.topology)
+        store.registry.register_topology(self.topology)
         versions = read_domain_root_versions(store, self.topology, read_root_versions(self.topology))
         ts_ms = None
         if self.ts_kind == TsKind.EVENT:
@@ -147,7 +147,8 @@ class TsbBarrierHook(BaseHook):
                 raise RootTableError(
                     f"topology {self.topology.name!r}: no event-time watermark yet (root tables are empty)"
                 )
-        info = store.create_barrier(self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key,
+        info = store.barriers.create_barrier(self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind,
+                                             run_key=run_key,
                                     barrier_log=barrier_log_of(self.topology))
         self.log.info(
             "%s barrier %s of topology %s at %s (%s time); root versions %s",
@@ -178,7 +179,7 @@ class TsbBarrierHook(BaseHook):
         if max_in_flight is None or last is None:
             return True
         sinks = [t.name for t in self.topology.tables.values() if t.kind == "intermediate"]
-        heads = [store.newest_written(t) for t in sinks]
+        heads = [store.table_states.newest_written(t) for t in sinks]
         committed = min((h.barrier if h is not None else 0) for h in heads) if heads else last.barrier
         return last.barrier - committed < max_in_flight
 
@@ -193,11 +194,11 @@ class TsbBarrierHook(BaseHook):
             ts_ms = self.watermark(versions)
             if ts_ms is None:
                 return None
-            last = store.latest_barrier(self.topology.name)
+            last = store.barriers.latest_barrier(self.topology.name)
             if last is not None and last.ts_kind == TsKind.EVENT:
                 ts_ms = max(ts_ms, last.ts_ms)
         versions = read_domain_root_versions(store, self.topology, versions)
-        return store.create_barrier(
+        return store.barriers.create_barrier(
             self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final,
             barrier_log=barrier_log_of(self.topology),
         )
@@ -233,7 +234,7 @@ class TsbBarrierHook(BaseHook):
             Exception: whatever ``watch`` raises, unchanged.
         """
         store = self.get_conn()
-        store.register_topology(self.topology)
+        store.registry.register_topology(self.topology)
         emitted: list[int] = []
         deadline = time.monotonic() + duration_s
         seq = 0
@@ -256,7 +257,7 @@ class TsbBarrierHook(BaseHook):
             if out_of_time:
                 self.log.warning("stopping without a final barrier: root tables %s not readable", versions)
                 break
-            last = store.latest_barrier(self.topology.name)
+            last = store.barriers.latest_barrier(self.topology.name)
             changed = versions is not None and (last is None or versions != last.root_versions)
             if changed and self.has_room(store, last, max_in_flight):
                 info = self.generate_at(store, versions, f"{run_prefix}#{seq}")

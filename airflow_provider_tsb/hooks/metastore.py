@@ -89,7 +89,7 @@ class TsbMetastoreHook(BaseHook):
             UnknownTableError: a table is not registered.
         """
         store = self.get_conn()
-        states = [store.table_state(table, barrier) for table in tables]
+        states = [store.table_states.table_state(table, barrier) for table in tables]
         return not states or CommitState.of(s.state if s is not None else None for s in states) is CommitState.COMMIT
 
     def lag_report(self, tables: list[str], barrier: int) -> str:
@@ -101,15 +101,15 @@ class TsbMetastoreHook(BaseHook):
         store = self.get_conn()
         lines = []
         for table in tables:
-            info = store.table(table)
-            newest = store.newest_written(table)
+            info = store.registry.table(table)
+            newest = store.table_states.newest_written(table)
             reached = newest.barrier if newest else 0
             if reached >= barrier:
                 lines.append(f"{info.name}: at barrier {reached}, WRITTEN (not lagging)")
                 continue
             missing = reached + 1
             try:
-                since = store.barrier(info.topology, missing).created_at_ms
+                since = store.barriers.barrier(info.topology, missing).created_at_ms
                 lag_s = max(0.0, (now_ms() - since) / 1000)
                 lag = f"lagging {lag_s:.1f} s"
             except TsbError:

@@ -278,11 +278,11 @@ class TsbSparkJobHook(BaseHook):
         vector: dict[str, int] = {}
         problems = []
         for source in self.job.sources:
-            state = store.table_state(source, barrier)
+            state = store.table_states.table_state(source, barrier)
             if state is not None and state.state == BarrierState.WRITTEN and state.version is not None:
                 vector[source] = state.version
                 continue
-            newest = store.newest_written(source)
+            newest = store.table_states.newest_written(source)
             at = f"barrier {newest.barrier}" if newest else "no barrier yet"
             extra = " (PROCESSED, not committed)" if state is not None else ""
             problems.append(f"input {source!r} is at {at}{extra}")
@@ -369,12 +369,12 @@ class TsbSparkJobHook(BaseHook):
             from airflow_provider_tsb.delta.storage import configure
 
             configure(self.storage_options())  # this process reads the sinks' logs (reconcile)
-        store.register_job(self.topology.name, self.job, self.job_tables(), warehouse=self.topology.warehouse)
-        store.check_no_pending_revision(self.job_id)
+        store.registry.register_job(self.topology.name, self.job, self.job_tables(), warehouse=self.topology.warehouse)
+        store.revisions.check_no_pending_revision(self.job_id)
         self.lineage = {"inputs": {}, "outputs": {}}
         vector = self.check_inputs(store, barrier) if barrier is not None else None
         self.lineage["inputs"] = dict(vector or {})
-        before = {sink: store.newest_written(sink) for sink in self.job.sinks}
+        before = {sink: store.table_states.newest_written(sink) for sink in self.job.sinks}
         already = barrier is not None and all(
             (b := before[s]) is not None and b.barrier >= barrier for s in self.job.sinks
         )
@@ -389,14 +389,14 @@ class TsbSparkJobHook(BaseHook):
         committed = self._reconcile(store, barrier, heads, already=already)
         barriers = sorted({b for found in committed.values() for b in found} | ({barrier} if barrier else set()))
         # the app recorded each barrier's timing itself; only barriers it could not record are added
-        recorded = store.job_barrier_statuses(self.job_id, barriers)
+        recorded = store.job_runs.job_barrier_statuses(self.job_id, barriers)
         finished = now_ms()
         for b in barriers:
             if recorded.get(b) != JobStatus.SUCCEEDED:
-                store.record_job_barrier(self.job_id, b, status=JobStatus.SUCCEEDED, finished_at_ms=finished)
+                store.job_runs.record_job_barrier(self.job_id, b, status=JobStatus.SUCCEEDED, finished_at_ms=finished)
         last = barriers[-1] if barriers else None
-        store.heartbeat(self.job_id, status=JobStatus.SUCCEEDED, barrier=last)
-        outputs = {s: store.version_at(s, last) for s in self.job.sinks} if last else {}
+        store.job_runs.heartbeat(self.job_id, status=JobStatus.SUCCEEDED, barrier=last)
+        outputs = {s: store.table_states.version_at(s, last) for s in self.job.sinks} if last else {}
         self.lineage["outputs"] = dict(outputs)
         return JobRun(barrier=barrier, inputs=dict(vector or {}), committed=committed, barriers=barriers,
                       outputs=outputs)
@@ -417,20 +417,20 @@ class TsbSparkJobHook(BaseHook):
         committed: dict[str, dict[int, int]] = {}
         for sink in self.job.sinks:
             if already and barrier is not None:
-                version = store.version_at(sink, barrier)
+                version = store.table_states.version_at(sink, barrier)
                 committed[sink] = {barrier: version} if version is not None else {}
                 continue
             location = self.topology.location(sink)
             found = versions_of_barriers(location, heads[sink])
             if barrier is not None:
                 found = {b: v for b, v in found.items() if b <= barrier}
-                if barrier not in found and store.version_at(sink, barrier) is None:
+                if barrier not in found and store.table_states.version_at(sink, barrier) is None:
                     raise CommitMissingError(
                         f"job {self.job_id!r} exited successfully but table {sink!r} at {location!r} has no "
                         f"Delta commit tagged with barrier {barrier}; check the application's sink declaration"
                     )
             for b, v in sorted(found.items()):
-                store.record_written(sink, b, v, self.job_id)
+                store.table_states.record_written(sink, b, v, self.job_id)
             committed[sink] = found
         return committed
 
@@ -454,17 +454,18 @@ class TsbSparkJobHook(BaseHook):
     def _submit_with_heartbeats(self, store: MetaStore, barrier: int | None, submit: Callable[[], None]) -> None:
         """Call ``submit`` with the job marked running and heartbeating; a failure is recorded."""
         if barrier is not None:
-            store.record_job_barrier(self.job_id, barrier, status=JobStatus.RUNNING, started_at_ms=now_ms())
-        store.heartbeat(self.job_id, status=JobStatus.RUNNING, barrier=barrier)
+            store.job_runs.record_job_barrier(self.job_id, barrier, status=JobStatus.RUNNING, started_at_ms=now_ms())
+        store.job_runs.heartbeat(self.job_id, status=JobStatus.RUNNING, barrier=barrier)
         stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat_loop, args=(store, barrier, stop), daemon=True)
         beat.start()
         try:
             submit()
         except BaseException as exc:
-            store.heartbeat(self.job_id, status=JobStatus.FAILED, barrier=barrier, message=str(exc)[:2000])
+            store.job_runs.heartbeat(self.job_id, status=JobStatus.FAILED, barrier=barrier, message=str(exc)[:2000])
             if barrier is not None:
-                store.record_job_barrier(self.job_id, barrier, status=JobStatus.FAILED, finished_at_ms=now_ms())
+                store.job_runs.record_job_barrier(self.job_id, barrier, status=JobStatus.FAILED,
+                                                  finished_at_ms=now_ms())
             raise
         finally:
             stop.set()
@@ -473,6 +474,6 @@ class TsbSparkJobHook(BaseHook):
     def _heartbeat_loop(self, store: MetaStore, barrier: int | None, stop: threading.Event) -> None:
         while not stop.wait(self.options.heartbeat_interval_s):
             try:
-                store.heartbeat(self.job_id, status=JobStatus.RUNNING, barrier=barrier)
+                store.job_runs.heartbeat(self.job_id, status=JobStatus.RUNNING, barrier=barrier)
             except Exception as exc:  # a missed heartbeat must not kill the job
                 self.log.warning("job %s: heartbeat failed: %s", self.job_id, exc)

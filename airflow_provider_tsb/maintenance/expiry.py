@@ -6,7 +6,7 @@ consumers is the model (and its races, apache/paimon#6978 and #5819, the tests).
 
 1. loads the Delta table's newest version ``latest`` (delta-rs);
 2. marks in the metastore, in one transaction under the table's lock, every version below
-   ``latest`` that is not kept as expired (:meth:`MetaStore.mark_expired
+   ``latest`` that is not kept as expired (:meth:`store.expiry.mark_expired
    <airflow_provider_tsb.metastore.expiry.ExpiryManager.mark_expired>`). Kept are the versions
    of the newest ``keep_barriers`` WRITTEN barriers, every version a live lease pins, and
    every version from the oldest one a registered reader job has still to read. From this
@@ -131,8 +131,8 @@ def expire_snapshots(
     if max_retries < 0:
         raise ValueError(f"max_retries must be >= 0, got {max_retries}")
     if not dry_run:
-        store.expire_leases()
-    info = store.table(table)
+        store.leases.expire_leases()
+    info = store.registry.table(table)
     location = normalize_location(info.location)
     if not table_exists(location):
         return ExpiryResult(info.name, policy.keep_last, policy.to_dict(), [], None, None, 0, [], 0, 0,
@@ -141,7 +141,7 @@ def expire_snapshots(
 
     dt = DeltaTable(location)
     latest = dt.version()
-    plan = store.mark_expired(info.name, policy, latest, consumers=consumers, dry_run=dry_run)
+    plan = store.expiry.mark_expired(info.name, policy, latest, consumers=consumers, dry_run=dry_run)
     if before_vacuum is not None:
         before_vacuum(plan)
     removed, attempts, kept = _vacuum(dt, plan, dry_run=dry_run, max_retries=max_retries, backoff_s=backoff_s)

@@ -63,19 +63,19 @@ def rebuild_metastore(
         if all(topo is not p for p in parts.get(topo.name, [])):
             parts.setdefault(topo.name, []).append(topo)
     names = sorted(parts)
-    busy = topologies_with_barriers(store, names)
+    busy = topologies_with_barriers(store.core, names)
     if busy and not force:
         held = ", ".join(f"{name!r} (newest barrier {newest})" for name, newest in sorted(busy.items()))
         raise RebuildRefusedError(
-            f"the metastore at {store._shown_url()} already holds barriers of topology {held}: rebuild restores "
+            f"the metastore at {store.core.shown_url()} already holds barriers of topology {held}: rebuild restores "
             "into a metastore without them. Point it at an empty database, or pass --force (force=True) to "
             "replace what the metastore holds for these topologies with what the Delta logs hold"
         )
     for name in names:
         for part in parts[name]:
-            store.register_topology(part)
+            store.registry.register_topology(part)
     return [
-        restore_history(store, name, barrier_log_location(parts[name][0].warehouse, name), replace=force)
+        restore_history(store.core, name, barrier_log_location(parts[name][0].warehouse, name), replace=force)
         for name in names
     ]
 

@@ -149,12 +149,12 @@ def plan_revision(
     tables = revision_tables(topology, table)
     if not reprocess and barrier < 1:
         raise ValueError(f"barrier must be >= 1, got {barrier}; to rebuild from the start use reprocess")
-    pending = store.pending_revision(topology.name, table)
+    pending = store.revisions.pending_revision(topology.name, table)
     if pending is not None and (pending.table, pending.barrier, pending.reprocess) == (
         normalize_table_name(table), 0 if reprocess else barrier, reprocess
     ):
         return pending
-    store.register_topology(topology)
+    store.registry.register_topology(topology)
     planned = []
     for name in tables:
         target = None
@@ -170,7 +170,7 @@ def plan_revision(
                 )
         writer = topology.writer_of(name)
         planned.append(PlannedTable(name, target, writer, checkpoint_location(topology, writer)))
-    return store.plan_revision(topology.name, table, barrier, planned, reprocess=reprocess)
+    return store.revisions.plan_revision(topology.name, table, barrier, planned, reprocess=reprocess)
 
 
 def run_revision(store: MetaStore, topology: Topology, plan: RevisionPlan) -> RevisionResult:
@@ -189,7 +189,7 @@ def run_revision(store: MetaStore, topology: Topology, plan: RevisionPlan) -> Re
         return truncate_table(location) if plan.reprocess else restore_to_barrier(location, plan.barrier)
 
     try:
-        locations = {step.table: store.table(step.table).location for step in plan.tables}
+        locations = {step.table: store.registry.table(step.table).location for step in plan.tables}
         for step in plan.tables:
             if step.status == DONE:
                 continue
@@ -198,14 +198,14 @@ def run_revision(store: MetaStore, topology: Topology, plan: RevisionPlan) -> Re
             if step.checkpoint and os.path.exists(step.checkpoint):
                 shutil.rmtree(step.checkpoint)
                 checkpoints.append(step.checkpoint)
-            store.mark_revision_table(plan.id, step.table, result.latest_version)
+            store.revisions.mark_revision_table(plan.id, step.table, result.latest_version)
             log.info("%s: %s at barrier %s (%s)", plan.describe(), step.table, plan.barrier, result)
         # finish: every head holds the barrier (a commit a job slipped in is undone again)
         for step in plan.tables:
             restored[step.table] = step_of(locations[step.table]).target_version
-        done = store.finish_revision(plan.id)
+        done = store.revisions.finish_revision(plan.id)
     except Exception as exc:
-        store.fail_revision(plan.id, f"{type(exc).__name__}: {exc}")
+        store.revisions.fail_revision(plan.id, f"{type(exc).__name__}: {exc}")
         raise
     log.info("%s", done.describe())
     return RevisionResult(plan.id, plan.barrier, restored, checkpoints, resumed)
@@ -236,7 +236,7 @@ def resume_revision(store: MetaStore, topology: Topology, table: str | None = No
     Raises:
         RevisionPendingError: there is no pending revision to finish (the message says so).
     """
-    plan = store.pending_revision(topology.name, table)
+    plan = store.revisions.pending_revision(topology.name, table)
     if plan is None:
         over = f" over {normalize_table_name(table)}" if table else ""
         raise RevisionPendingError(f"no pending revision of topology {topology.name!r}{over} to resume")

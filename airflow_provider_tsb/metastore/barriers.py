@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
@@ -14,8 +15,9 @@ from airflow_provider_tsb.exceptions import (
     UnknownTableError,
 )
 from airflow_provider_tsb.metastore.barrier_history import check_tables, log_barrier
-from airflow_provider_tsb.metastore.base import checked_int
-from airflow_provider_tsb.metastore.domains import DomainManager, domain_roots, lock_domain
+from airflow_provider_tsb.metastore.base import MetastoreCore, checked_int
+from airflow_provider_tsb.metastore.compat import call_namesake
+from airflow_provider_tsb.metastore.domains import domain_roots, lock_domain
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
     TableBarrierRow,
@@ -54,9 +56,36 @@ def _member_logs(s: Session, topology: str, barrier_log: str, members: list[str]
     return dict(sorted(logs.items()))
 
 
-class BarrierManager(DomainManager):
+def barrier_info(s: Session, row: BarrierRow, created: bool = True) -> BarrierInfo:
+    """The :class:`BarrierInfo` of barrier row ``row`` with the root versions its topology reads."""
+    read = select(TopologyRootRow.table_id).where(TopologyRootRow.topology == row.topology)
+    versions = dict(
+        s.execute(
+            select(TableRow.name, TableBarrierRow.version)
+            .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
+            .where(
+                TableRow.id.in_(read),
+                TableRow.kind == "root",
+                TableBarrierRow.barrier_id == row.barrier_id,
+            )
+        ).all()
+    )
+    return BarrierInfo(
+        row.topology, row.barrier_id, row.ts_ms, row.ts_kind, row.created_at_ms, row.run_key,
+        {k: int(v) for k, v in versions.items()}, created, bool(row.final),
+    )
+
+
+class BarrierManager:
     """Barriers of a topology: strictly increasing ids, the root versions recorded at each; the
     same ids across the topologies of a barrier domain (:mod:`.domains`)."""
+
+    def __init__(self, core: MetastoreCore) -> None:
+        self._core = core
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Deprecated: the flat ``store.barriers(...)`` of before the managers (:mod:`.compat`)."""
+        return call_namesake(self, "barriers", args, kwargs)
 
     def create_barrier(
         self,
@@ -81,7 +110,7 @@ class BarrierManager(DomainManager):
             topology: topology name (registered).
             root_versions: {root table: Delta version} read just before the call; must name
                 every registered root table of the topology's barrier domain
-                (:meth:`barrier_domain` lists them; a topology alone is its own domain).
+                (``store.domains.barrier_domain`` lists them; a topology alone is its own domain).
             ts_ms: barrier timestamp, epoch ms; system time when omitted.
             ts_kind: ``system`` or ``event`` (``ts_ms`` is then the event-time watermark).
             run_key: idempotency key, e.g. the Airflow DAG run id.
@@ -115,7 +144,7 @@ class BarrierManager(DomainManager):
         }
         if ts_ms is not None:
             ts_ms = checked_int(ts_ms, "ts_ms (the barrier timestamp, epoch ms)")
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             locked = lock_domain(s, topology)
             created_at = now_ms()  # under the domain's locks: timestamps rise with barrier ids
             if locked is None:
@@ -129,7 +158,7 @@ class BarrierManager(DomainManager):
                     select(BarrierRow).where(BarrierRow.topology == topology, BarrierRow.run_key == run_key)
                 )
                 if found is not None:
-                    return self._barrier_info(s, found, created=False)
+                    return barrier_info(s, found, created=False)
             roots = domain_roots(s, domain_topologies)
             of_domain = "" if domain_topologies == [topology] else f" (barrier domain {domain!r}: {domain_topologies})"
             missing = sorted(set(roots) - set(versions))
@@ -215,31 +244,13 @@ class BarrierManager(DomainManager):
             own = {n: versions[n] for n in sorted(read_by.get(topology, ()))}
             return BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, own, final=bool(final))
 
-    def _barrier_info(self, s: Session, row: BarrierRow, created: bool = True) -> BarrierInfo:
-        read = select(TopologyRootRow.table_id).where(TopologyRootRow.topology == row.topology)
-        versions = dict(
-            s.execute(
-                select(TableRow.name, TableBarrierRow.version)
-                .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
-                .where(
-                    TableRow.id.in_(read),
-                    TableRow.kind == "root",
-                    TableBarrierRow.barrier_id == row.barrier_id,
-                )
-            ).all()
-        )
-        return BarrierInfo(
-            row.topology, row.barrier_id, row.ts_ms, row.ts_kind, row.created_at_ms, row.run_key,
-            {k: int(v) for k, v in versions.items()}, created, bool(row.final),
-        )
-
     def barrier(self, topology: str, barrier: int) -> BarrierInfo:
         """Barrier ``barrier`` of ``topology`` with its root versions.
 
         Raises:
             UnknownBarrierError: no such barrier (names the newest one).
         """
-        with self._tx() as s:
+        with self._core.transaction() as s:
             row = s.get(BarrierRow, (topology, barrier))
             if row is None:
                 newest = s.scalar(select(func.max(BarrierRow.barrier_id)).where(BarrierRow.topology == topology))
@@ -247,26 +258,26 @@ class BarrierManager(DomainManager):
                     f"barrier {barrier} does not exist in topology {topology!r} "
                     f"(newest barrier: {newest})"
                 )
-            return self._barrier_info(s, row)
+            return barrier_info(s, row)
 
     def latest_barrier(self, topology: str) -> BarrierInfo | None:
         """The newest barrier of ``topology`` (``None`` before the first)."""
-        with self._tx() as s:
+        with self._core.transaction() as s:
             row = s.scalar(
                 select(BarrierRow).where(BarrierRow.topology == topology)
                 .order_by(BarrierRow.barrier_id.desc()).limit(1)
             )
-            return self._barrier_info(s, row) if row is not None else None
+            return barrier_info(s, row) if row is not None else None
 
     def latest_final_barrier(self, topology: str, since_ms: int | None = None) -> BarrierInfo | None:
         """The newest final barrier (FLIP-147 end of input) of ``topology`` generated at or after
         ``since_ms`` (epoch ms; any time if ``None``), or ``None``."""
-        with self._tx() as s:
+        with self._core.transaction() as s:
             query = select(BarrierRow).where(BarrierRow.topology == topology, BarrierRow.final.is_(True))
             if since_ms is not None:
                 query = query.where(BarrierRow.created_at_ms >= since_ms)
             row = s.scalar(query.order_by(BarrierRow.barrier_id.desc()).limit(1))
-            return self._barrier_info(s, row) if row is not None else None
+            return barrier_info(s, row) if row is not None else None
 
     def barriers(
         self, topology: str, *, limit: int = 100, before: int | None = None, after: int | None = None,
@@ -276,7 +287,7 @@ class BarrierManager(DomainManager):
 
         ``before`` / ``after`` bound the barrier ids (exclusive) for paging.
         """
-        with self._tx() as s:
+        with self._core.transaction() as s:
             query = select(BarrierRow).where(BarrierRow.topology == topology)
             if before is not None:
                 query = query.where(BarrierRow.barrier_id < before)
@@ -284,4 +295,4 @@ class BarrierManager(DomainManager):
                 query = query.where(BarrierRow.barrier_id > after)
             order = BarrierRow.barrier_id.asc() if ascending else BarrierRow.barrier_id.desc()
             query = query.order_by(order).limit(limit)
-            return [self._barrier_info(s, row) for row in s.scalars(query)]
+            return [barrier_info(s, row) for row in s.scalars(query)]

@@ -1,8 +1,9 @@
-"""The transaction and lookup helpers every part of the metastore API shares."""
+"""The core every metastore manager shares (:class:`MetastoreCore`) and lookups taking a session."""
 
 from __future__ import annotations
 
 import operator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from sqlalchemy import Engine, select
@@ -16,33 +17,58 @@ from airflow_provider_tsb.metastore.records import TableState
 from airflow_provider_tsb.names import normalize_table_name
 
 
-class StoreBase:
-    """An engine and its guarded transactions; the parts of :class:`MetaStore` extend it.
+class MetastoreCore:
+    """What every manager of the metastore shares: the engine and its guarded transactions.
+
+    Built once per :class:`~airflow_provider_tsb.metastore.store.MetaStore` and passed to each
+    manager's constructor (docs/design.md "Metastore"). Holds no state of its own beyond the
+    engine: managers built on one core see the same database.
+
+    Args:
+        engine: the SQLAlchemy engine of the metastore.
 
     Attributes:
         engine: the SQLAlchemy engine of the metastore.
     """
 
-    engine: Engine
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
-    def _tx(self, write: bool = False):  # noqa: ANN202 - context manager
+    def transaction(self, write: bool = False) -> AbstractContextManager[Session]:
+        """A session in one transaction, committed on exit (rolled back on an error).
+
+        Args:
+            write: take the write lock up front (SQLite ``BEGIN IMMEDIATE``; on PostgreSQL a
+                plain transaction).
+
+        Raises:
+            MetastoreError: the schema is missing (run ``tsb db migrate``) or the database failed.
+            OutOfRangeError: a number does not fit a ``BIGINT`` column.
+        """
         return _GuardedTransaction(self.engine, write)
 
-    def _table_id(self, s: Session, table: str) -> int:
-        canonical = normalize_table_name(table)
-        table_id = s.scalar(select(TableRow.id).where(TableRow.name == canonical))
-        if table_id is None:
-            raise UnknownTableError(
-                f"table {canonical!r} is not registered in the tsb metastore; check the name or "
-                "register the topology that declares it"
-            )
-        return table_id
-
-    def _shown_url(self) -> str:
+    def shown_url(self) -> str:
+        """The metastore URL with its password hidden (for messages)."""
         return self.engine.url.render_as_string(hide_password=True)
 
 
-class _GuardedTransaction:
+def table_id_of(s: Session, table: str) -> int:
+    """Id of registered table ``table`` (any spelling :func:`normalize_table_name` accepts).
+
+    Raises:
+        UnknownTableError: the table is not registered.
+    """
+    canonical = normalize_table_name(table)
+    found = s.scalar(select(TableRow.id).where(TableRow.name == canonical))
+    if found is None:
+        raise UnknownTableError(
+            f"table {canonical!r} is not registered in the tsb metastore; check the name or "
+            "register the topology that declares it"
+        )
+    return found
+
+
+class _GuardedTransaction(AbstractContextManager[Session]):
     """:func:`transaction` that turns a missing schema into an actionable MetastoreError."""
 
     def __init__(self, engine: Engine, write: bool) -> None:

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 
+from airflow_provider_tsb.metastore.base import MetastoreCore
+from airflow_provider_tsb.metastore.compat import call_namesake
 from airflow_provider_tsb.metastore.models import BarrierRow, TableBarrierRow, TableRow
 from airflow_provider_tsb.metastore.records import BarrierDelays, BarrierState, JobDelay, TableDelay
 from airflow_provider_tsb.metastore.registry import RegistryManager
@@ -36,8 +39,21 @@ class _Reached:
     written_at_ms: int | None
 
 
-class DelayManager(RegistryManager):
-    """The delay view over the newest barriers of a topology (uses the registry's job io)."""
+class DelayManager:
+    """The delay view over the newest barriers of a topology.
+
+    Args:
+        core: the metastore's engine and transactions.
+        registry: where the jobs' sources and sinks come from (:meth:`RegistryManager.job_io`).
+    """
+
+    def __init__(self, core: MetastoreCore, registry: RegistryManager) -> None:
+        self._core = core
+        self._registry = registry
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Deprecated: the flat ``store.delays(...)`` of before the managers (:mod:`.compat`)."""
+        return call_namesake(self, "delays", args, kwargs)
 
     def delays(
         self, topology: str, *, limit: int = 20, before: int | None = None
@@ -50,7 +66,7 @@ class DelayManager(RegistryManager):
             barriers plus one primary-key seek per (table, barrier), bounded by ``limit`` and
             independent of the barrier history length.
         """
-        with self._tx() as s:
+        with self._core.transaction() as s:
             query = select(BarrierRow.barrier_id, BarrierRow.ts_ms, BarrierRow.created_at_ms).where(
                 BarrierRow.topology == topology
             )
@@ -68,7 +84,7 @@ class DelayManager(RegistryManager):
                 ).all()
                 for name, kind, barrier, state, written in rows:
                     reached[int(barrier)][name] = _Reached(kind == "root", state, written)
-        io = self.job_io(topology)
+        io = self._registry.job_io(topology)
         items = [
             barrier_delays(int(b), int(ts), int(created), reached.get(int(b), {}), io)
             for b, ts, created in barriers

@@ -30,7 +30,7 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import BarrierDomainError, TopologyError
-from airflow_provider_tsb.metastore.base import StoreBase
+from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.models import BarrierRow, TableRow, TopologyRootRow, TopologyRow
 
 
@@ -174,8 +174,11 @@ def assign_domain(s: Session, topology: str, declared: str) -> None:
     _move(s, names, declared)
 
 
-class DomainManager(StoreBase):
+class DomainManager:
     """Barrier domains (read side; registration and barrier generation maintain them)."""
+
+    def __init__(self, core: MetastoreCore) -> None:
+        self._core = core
 
     def barrier_domain(self, topology: str) -> BarrierDomain:
         """The barrier domain of ``topology``: its name, topologies and root tables.
@@ -183,7 +186,7 @@ class DomainManager(StoreBase):
         Raises:
             TopologyError: ``topology`` is not registered.
         """
-        with self._tx() as s:
+        with self._core.transaction() as s:
             domain = domain_name(s, topology)
             if domain is None:
                 raise TopologyError(f"topology {topology!r} is not registered in the tsb metastore")

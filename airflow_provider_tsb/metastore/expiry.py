@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import ExpiredVersionError, UnknownTableError
 from airflow_provider_tsb.maintenance.retention import RetentionPolicy
-from airflow_provider_tsb.metastore.base import StoreBase
+from airflow_provider_tsb.metastore.base import MetastoreCore, table_id_of
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
     JobSinkRow,
@@ -60,81 +60,89 @@ def _expiry_of(name: str, row: TableExpiryRow) -> TableExpiry:
     )
 
 
-class ExpiryManager(StoreBase):
+def lock_tables(s: Session, table_ids: Iterable[int], *, exclusive: bool = False) -> None:
+    """Lock the ``tsb_table`` rows: share mode for leases, exclusive for expiry.
+
+    In id order, so two lease transactions never deadlock. On SQLite a write transaction
+    already holds the database's write lock (``BEGIN IMMEDIATE``) and this is a no-op read.
+    """
+    ids = sorted(set(table_ids))
+    if ids:
+        s.execute(
+            select(TableRow.id).where(TableRow.id.in_(ids)).order_by(TableRow.id)
+            .with_for_update(read=not exclusive)
+        ).all()
+
+
+def expiries(s: Session, table_ids: Sequence[int]) -> dict[int, TableExpiry]:
+    """``{table id: expiry marks}`` of those of ``table_ids`` that snapshot expiry marked (one query)."""
+    rows = s.execute(
+        select(TableExpiryRow, TableRow.name)
+        .join(TableRow, TableRow.id == TableExpiryRow.table_id)
+        .where(TableExpiryRow.table_id.in_(list(table_ids)))
+    ).all()
+    return {row.table_id: _expiry_of(name, row) for row, name in rows}
+
+
+def check_not_expired(
+    s: Session, table_id: int, expiry: TableExpiry | None, lo: int, hi: int | None = None,
+    *, what: str = "version",
+) -> None:
+    """Raise :class:`ExpiredVersionError` if a version of ``[lo, hi]`` is expired."""
+    if expiry is None:
+        return
+    bad = expiry.first_expired(lo, hi)
+    if bad is not None:
+        raise expired_error(s, table_id, expiry, bad, what=what)
+
+
+def expired_error(
+    s: Session, table_id: int, expiry: TableExpiry, version: int, *, what: str = "version",
+    barrier: int | None = None,
+) -> ExpiredVersionError:
+    if barrier is None:
+        barrier = s.scalar(
+            select(func.max(TableBarrierRow.barrier_id)).where(
+                TableBarrierRow.table_id == table_id, TableBarrierRow.version == version,
+                TableBarrierRow.state == BarrierState.WRITTEN,
+            )
+        )
+    oldest = oldest_readable_barrier(s, table_id, expiry)
+    at = f"barrier {barrier} (Delta version {version})" if barrier is not None else f"Delta version {version}"
+    policy = RetentionPolicy.of(expiry.retention or expiry.keep_barriers)
+    return ExpiredVersionError(
+        f"{at} of table {expiry.table!r} has expired: snapshot expiry keeps {policy.describe()} of "
+        f"each table (keep_barriers={expiry.keep_barriers}"
+        + (f", retention {policy.to_dict()}" if policy.window_ms else "")
+        + "), the versions live leases pin and those registered jobs have still to read, and "
+        f"vacuum deletes the files of the rest; the oldest barrier still readable in "
+        f"{expiry.table!r} is {oldest}. Read a newer barrier; to read old ones, raise "
+        f"keep_barriers or take a lease (lease_seconds) while the {what} is still kept",
+        table=expiry.table, version=version, barrier=barrier, keep_barriers=expiry.keep_barriers,
+    )
+
+
+def oldest_readable_barrier(s: Session, table_id: int, expiry: TableExpiry) -> int | None:
+    """The oldest WRITTEN barrier whose version is not expired (one seek per kept range)."""
+    candidates = []
+    for lo, hi in [*expiry.kept, (expiry.horizon, None)]:
+        query = select(func.min(TableBarrierRow.barrier_id)).where(
+            TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN,
+            TableBarrierRow.version >= lo,
+        )
+        if hi is not None:
+            query = query.where(TableBarrierRow.version <= hi)
+        found = s.scalar(query)
+        if found is not None:
+            candidates.append(int(found))
+    return min(candidates, default=None)
+
+
+class ExpiryManager:
     """Expiry marks per table and the lock that ties them to lease creation (see module doc)."""
 
-    # ------------------------------------------------------------------ the lock
-    def _lock_tables(self, s: Session, table_ids: Iterable[int], *, exclusive: bool = False) -> None:
-        """Lock the ``tsb_table`` rows: share mode for leases, exclusive for expiry.
-
-        In id order, so two lease transactions never deadlock. On SQLite a write transaction
-        already holds the database's write lock (``BEGIN IMMEDIATE``) and this is a no-op read.
-        """
-        ids = sorted(set(table_ids))
-        if ids:
-            s.execute(
-                select(TableRow.id).where(TableRow.id.in_(ids)).order_by(TableRow.id)
-                .with_for_update(read=not exclusive)
-            ).all()
-
-    def _expiries(self, s: Session, table_ids: Sequence[int]) -> dict[int, TableExpiry]:
-        rows = s.execute(
-            select(TableExpiryRow, TableRow.name)
-            .join(TableRow, TableRow.id == TableExpiryRow.table_id)
-            .where(TableExpiryRow.table_id.in_(list(table_ids)))
-        ).all()
-        return {row.table_id: _expiry_of(name, row) for row, name in rows}
-
-    def _check_not_expired(
-        self, s: Session, table_id: int, expiry: TableExpiry | None, lo: int, hi: int | None = None,
-        *, what: str = "version",
-    ) -> None:
-        """Raise :class:`ExpiredVersionError` if a version of ``[lo, hi]`` is expired."""
-        if expiry is None:
-            return
-        bad = expiry.first_expired(lo, hi)
-        if bad is not None:
-            raise self._expired_error(s, table_id, expiry, bad, what=what)
-
-    def _expired_error(
-        self, s: Session, table_id: int, expiry: TableExpiry, version: int, *, what: str = "version",
-        barrier: int | None = None,
-    ) -> ExpiredVersionError:
-        if barrier is None:
-            barrier = s.scalar(
-                select(func.max(TableBarrierRow.barrier_id)).where(
-                    TableBarrierRow.table_id == table_id, TableBarrierRow.version == version,
-                    TableBarrierRow.state == BarrierState.WRITTEN,
-                )
-            )
-        oldest = self._oldest_readable_barrier(s, table_id, expiry)
-        at = f"barrier {barrier} (Delta version {version})" if barrier is not None else f"Delta version {version}"
-        policy = RetentionPolicy.of(expiry.retention or expiry.keep_barriers)
-        return ExpiredVersionError(
-            f"{at} of table {expiry.table!r} has expired: snapshot expiry keeps {policy.describe()} of "
-            f"each table (keep_barriers={expiry.keep_barriers}"
-            + (f", retention {policy.to_dict()}" if policy.window_ms else "")
-            + "), the versions live leases pin and those registered jobs have still to read, and "
-            f"vacuum deletes the files of the rest; the oldest barrier still readable in "
-            f"{expiry.table!r} is {oldest}. Read a newer barrier; to read old ones, raise "
-            f"keep_barriers or take a lease (lease_seconds) while the {what} is still kept",
-            table=expiry.table, version=version, barrier=barrier, keep_barriers=expiry.keep_barriers,
-        )
-
-    def _oldest_readable_barrier(self, s: Session, table_id: int, expiry: TableExpiry) -> int | None:
-        """The oldest WRITTEN barrier whose version is not expired (one seek per kept range)."""
-        candidates = []
-        for lo, hi in [*expiry.kept, (expiry.horizon, None)]:
-            query = select(func.min(TableBarrierRow.barrier_id)).where(
-                TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN,
-                TableBarrierRow.version >= lo,
-            )
-            if hi is not None:
-                query = query.where(TableBarrierRow.version <= hi)
-            found = s.scalar(query)
-            if found is not None:
-                candidates.append(int(found))
-        return min(candidates, default=None)
+    def __init__(self, core: MetastoreCore) -> None:
+        self._core = core
 
     # ------------------------------------------------------------------ reads
     def table_expiry(self, table: str) -> TableExpiry | None:
@@ -143,15 +151,15 @@ class ExpiryManager(StoreBase):
         Raises:
             UnknownTableError: the table is not registered.
         """
-        with self._tx() as s:
-            table_id = self._table_id(s, table)
-            return self._expiries(s, [table_id]).get(table_id)
+        with self._core.transaction() as s:
+            table_id = table_id_of(s, table)
+            return expiries(s, [table_id]).get(table_id)
 
     def expired_barriers(self, table: str) -> list[int]:
         """The WRITTEN barriers of ``table`` whose Delta version is expired, oldest first."""
-        with self._tx() as s:
-            table_id = self._table_id(s, table)
-            expiry = self._expiries(s, [table_id]).get(table_id)
+        with self._core.transaction() as s:
+            table_id = table_id_of(s, table)
+            expiry = expiries(s, [table_id]).get(table_id)
             if expiry is None:
                 return []
             rows = s.execute(
@@ -193,7 +201,7 @@ class ExpiryManager(StoreBase):
         if latest_version < 0:
             raise ValueError(f"latest_version must be >= 0, got {latest_version}")
         canonical = normalize_table_name(table)
-        with self._tx(write=not dry_run) as s:
+        with self._core.transaction(write=not dry_run) as s:
             query = select(TableRow.id, TableRow.location).where(TableRow.name == canonical)
             trow = s.execute(query if dry_run else query.with_for_update()).first()
             if trow is None:

@@ -30,13 +30,16 @@ barrier and per (job input), independent of the barrier history length.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from airflow_provider_tsb.metastore.delays import DelayManager
+from airflow_provider_tsb.metastore.base import MetastoreCore
+from airflow_provider_tsb.metastore.compat import call_namesake
 from airflow_provider_tsb.metastore.models import BarrierRow, JobRow, TableBarrierRow, TableRow
 from airflow_provider_tsb.metastore.records import BarrierState, now_ms
+from airflow_provider_tsb.metastore.registry import RegistryManager
 
 
 @dataclass(frozen=True)
@@ -116,18 +119,31 @@ class FreshnessReport:
         )
 
 
-class FreshnessManager(DelayManager):
-    """Freshness of a topology's tables against their targets (see module docstring)."""
+class FreshnessManager:
+    """Freshness of a topology's tables against their targets (see module docstring).
+
+    Args:
+        core: the metastore's engine and transactions.
+        registry: where the jobs' sources and sinks come from (:meth:`RegistryManager.job_io`).
+    """
+
+    def __init__(self, core: MetastoreCore, registry: RegistryManager) -> None:
+        self._core = core
+        self._registry = registry
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Deprecated: the flat ``store.freshness(...)`` of before the managers (:mod:`.compat`)."""
+        return call_namesake(self, "freshness", args, kwargs)
 
     def freshness(self, topology: str, *, now: int | None = None) -> FreshnessReport:
         """The :class:`FreshnessReport` of ``topology`` at ``now`` (epoch ms, default: the clock).
 
         An unregistered topology has no tables: an empty report (callers that must refuse
-        unknown names check :meth:`topologies` first, as the REST API does).
+        unknown names check :meth:`RegistryManager.topologies` first, as the REST API does).
         """
         now = now_ms() if now is None else now
-        io = self.job_io(topology)
-        with self._tx() as s:
+        io = self._registry.job_io(topology)
+        with self._core.transaction() as s:
             tables = s.execute(
                 select(TableRow.id, TableRow.name, TableRow.kind, TableRow.freshness_ms)
                 .where(TableRow.topology == topology).order_by(TableRow.name)

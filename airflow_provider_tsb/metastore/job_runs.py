@@ -19,7 +19,7 @@ from airflow_provider_tsb.exceptions import (
     FencedError,
     UnknownJobError,
 )
-from airflow_provider_tsb.metastore.base import StoreBase
+from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.models import (
     JobBarrierRow,
     JobRow,
@@ -64,8 +64,11 @@ def check_fencing_token(s: Session, job_id: str, token: int, barrier: int | None
         )
 
 
-class JobRunManager(StoreBase):
+class JobRunManager:
     """Liveness of registered jobs, the timing of each job's run of each barrier, fencing tokens."""
+
+    def __init__(self, core: MetastoreCore) -> None:
+        self._core = core
 
     def begin_attempt(self, job_id: str) -> int:
         """Start a new attempt of ``job_id``: bump and return its fencing token (1, 2, ...).
@@ -85,7 +88,7 @@ class JobRunManager(StoreBase):
         Raises:
             UnknownJobError: the job is not registered.
         """
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             previous = s.execute(
                 select(JobRow.fencing_token, JobRow.spark_session).where(JobRow.id == job_id).with_for_update()
             ).first()
@@ -102,7 +105,7 @@ class JobRunManager(StoreBase):
         Raises:
             UnknownJobError: the job is not registered.
         """
-        with self._tx() as s:
+        with self._core.transaction() as s:
             token = s.scalar(select(JobRow.fencing_token).where(JobRow.id == job_id))
             if token is None:
                 raise UnknownJobError(f"job {job_id!r} is not registered")
@@ -114,7 +117,7 @@ class JobRunManager(StoreBase):
         The Delta commit path calls it right before committing (the Delta txn is the last
         guard against a double commit; this one keeps a zombie from committing at all).
         """
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             check_fencing_token(s, job_id, token, barrier, "commit")
 
     def heartbeat(
@@ -129,7 +132,7 @@ class JobRunManager(StoreBase):
         Raises:
             UnknownJobError: the job is not registered.
         """
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             values: dict[str, Any] = {"last_heartbeat_ms": now_ms()}
             if status is not None:
                 values["status"] = status
@@ -148,7 +151,7 @@ class JobRunManager(StoreBase):
         started_at_ms: int | None = None, finished_at_ms: int | None = None,
     ) -> None:
         """Record the timing of ``job_id`` for ``barrier`` (running/succeeded/failed)."""
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             row = s.get(JobBarrierRow, (job_id, barrier))
             if row is None:
                 s.add(
@@ -170,7 +173,7 @@ class JobRunManager(StoreBase):
         """Recorded timings of ``job_ids`` at ``barriers`` (one query), ordered by job and barrier."""
         if not job_ids or not barriers:
             return []
-        with self._tx() as s:
+        with self._core.transaction() as s:
             rows = s.scalars(
                 select(JobBarrierRow)
                 .where(JobBarrierRow.job_id.in_(list(job_ids)), JobBarrierRow.barrier_id.in_(list(barriers)))

@@ -17,7 +17,8 @@ from sqlalchemy import and_, delete, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.consistency import check_lease_seconds
-from airflow_provider_tsb.metastore.expiry import ExpiryManager
+from airflow_provider_tsb.metastore.base import MetastoreCore, table_id_of
+from airflow_provider_tsb.metastore.expiry import check_not_expired, expiries, lock_tables
 from airflow_provider_tsb.metastore.models import (
     LeaseRow,
     LeaseVersionRow,
@@ -47,33 +48,44 @@ def _check_seconds(seconds: float) -> None:
     check_lease_seconds(seconds)
 
 
-class LeaseManager(ExpiryManager):
-    """Create, renew, release, expire and list leases."""
+def lease_versions(
+    s: Session, versions: Mapping[int, Pinned | None], seconds: float, holder: str | None
+) -> tuple[str, int]:
+    """Lease ``{table id: Delta version or (from, to)}`` in the caller's write transaction ``s``.
 
-    def _create_lease(
-        self, s: Session, versions: Mapping[int, Pinned | None], seconds: float, holder: str | None
-    ) -> tuple[str, int]:
-        """Lease ``{table id: version or (from, to)}`` in transaction ``s`` (see module doc).
+    Locks the tables' rows in share mode and refuses an expired version under that lock (see
+    module doc); ``None`` versions are skipped. Used by :meth:`LeaseManager.create_lease` and by
+    resolution, which leases what it answers in the same transaction.
 
-        Raises:
-            ExpiredVersionError: a version is already marked expired.
-            ValueError: ``seconds`` is not positive and finite, or a range is invalid.
-        """
-        _check_seconds(seconds)
-        ranges = {table_id: _range(v) for table_id, v in versions.items() if v is not None}
-        self._lock_tables(s, ranges)
-        expiries = self._expiries(s, list(ranges))
-        for table_id, (lo, hi) in sorted(ranges.items()):
-            self._check_not_expired(s, table_id, expiries.get(table_id), lo, hi, what="lease's version")
-        lease_id = str(uuid.uuid4())
-        created = now_ms()
-        expires = created + int(seconds * 1000)
-        s.add(LeaseRow(id=lease_id, holder=holder, created_at_ms=created, expires_at_ms=expires))
-        s.flush()
-        for table_id, (lo, hi) in ranges.items():
-            s.add(LeaseVersionRow(lease_id=lease_id, table_id=table_id, version=hi,
-                                  from_version=lo if lo != hi else None))
-        return lease_id, expires
+    Returns:
+        ``(lease id, expiry epoch ms)``.
+
+    Raises:
+        ExpiredVersionError: a version is already marked expired.
+        ValueError: ``seconds`` is not positive and finite, or a range is invalid.
+    """
+    _check_seconds(seconds)
+    ranges = {table_id: _range(v) for table_id, v in versions.items() if v is not None}
+    lock_tables(s, ranges)
+    found = expiries(s, list(ranges))
+    for table_id, (lo, hi) in sorted(ranges.items()):
+        check_not_expired(s, table_id, found.get(table_id), lo, hi, what="lease's version")
+    lease_id = str(uuid.uuid4())
+    created = now_ms()
+    expires = created + int(seconds * 1000)
+    s.add(LeaseRow(id=lease_id, holder=holder, created_at_ms=created, expires_at_ms=expires))
+    s.flush()
+    for table_id, (lo, hi) in ranges.items():
+        s.add(LeaseVersionRow(lease_id=lease_id, table_id=table_id, version=hi,
+                              from_version=lo if lo != hi else None))
+    return lease_id, expires
+
+
+class LeaseManager:
+    """Create, renew, release, expire and list leases (FLIP-276 "MetaService": snapshots in use)."""
+
+    def __init__(self, core: MetastoreCore) -> None:
+        self._core = core
 
     def create_lease(
         self, versions: Mapping[str, Pinned], seconds: float, holder: str | None = None
@@ -89,9 +101,9 @@ class LeaseManager(ExpiryManager):
             UnknownTableError: a table is not registered.
             ValueError: ``seconds`` is not positive and finite, or a range is invalid.
         """
-        with self._tx(write=True) as s:
-            ids = {self._table_id(s, name): v for name, v in versions.items()}
-            return self._create_lease(s, ids, seconds, holder)
+        with self._core.transaction(write=True) as s:
+            ids = {table_id_of(s, name): v for name, v in versions.items()}
+            return lease_versions(s, ids, seconds, holder)
 
     def renew_lease(self, lease_id: str, seconds: float) -> int | None:
         """Extend a live lease to end ``seconds`` from now; returns the new expiry (epoch ms).
@@ -102,7 +114,7 @@ class LeaseManager(ExpiryManager):
         _check_seconds(seconds)
         at = now_ms()
         expires = at + int(seconds * 1000)
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             done = s.execute(
                 update(LeaseRow).where(LeaseRow.id == lease_id, LeaseRow.expires_at_ms > at)
                 .values(expires_at_ms=expires)
@@ -111,14 +123,14 @@ class LeaseManager(ExpiryManager):
 
     def release_lease(self, lease_id: str) -> bool:
         """End a lease early. Returns True if it existed."""
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             s.execute(delete(LeaseVersionRow).where(LeaseVersionRow.lease_id == lease_id))
             return bool(s.execute(delete(LeaseRow).where(LeaseRow.id == lease_id)).rowcount)
 
     def expire_leases(self, now: int | None = None) -> int:
         """Delete leases whose expiry has passed. Returns how many were removed."""
         cutoff = now if now is not None else now_ms()
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             expired = s.scalars(select(LeaseRow.id).where(LeaseRow.expires_at_ms <= cutoff)).all()
             if expired:
                 s.execute(delete(LeaseVersionRow).where(LeaseVersionRow.lease_id.in_(expired)))
@@ -128,8 +140,8 @@ class LeaseManager(ExpiryManager):
     def leased_ranges(self, table: str, now: int | None = None) -> list[VersionRange]:
         """Version ranges of ``table`` pinned by live leases: sorted, disjoint, closed."""
         cutoff = now if now is not None else now_ms()
-        with self._tx() as s:
-            table_id = self._table_id(s, table)
+        with self._core.transaction() as s:
+            table_id = table_id_of(s, table)
             rows = s.execute(
                 select(LeaseVersionRow.from_version, LeaseVersionRow.version)
                 .join(LeaseRow, LeaseRow.id == LeaseVersionRow.lease_id)

@@ -32,7 +32,7 @@ from airflow_provider_tsb.delta.conventions import parse_tag
 from airflow_provider_tsb.delta.errors import DeltaLogError
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none
 from airflow_provider_tsb.exceptions import TopologyError
-from airflow_provider_tsb.metastore.base import StoreBase
+from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
     JobBarrierRow,
@@ -81,9 +81,9 @@ class _Tagged:
     committed_at_ms: int | None
 
 
-def topologies_with_barriers(store: StoreBase, topologies: list[str]) -> dict[str, int]:
+def topologies_with_barriers(core: MetastoreCore, topologies: list[str]) -> dict[str, int]:
     """``{topology: newest barrier}`` for those of ``topologies`` whose metastore holds barriers."""
-    with store._tx() as s:
+    with core.transaction() as s:
         rows = s.execute(
             select(BarrierRow.topology, func.max(BarrierRow.barrier_id))
             .where(BarrierRow.topology.in_(topologies)).group_by(BarrierRow.topology)
@@ -117,11 +117,11 @@ def _clear(s: Session, topology: str, table_ids: list[int], jobs: list[str]) -> 
     s.execute(delete(BarrierRow).where(BarrierRow.topology == topology))
 
 
-def restore_history(store: StoreBase, topology: str, barrier_log: str, *, replace: bool = False) -> TopologyRebuild:
+def restore_history(core: MetastoreCore, topology: str, barrier_log: str, *, replace: bool = False) -> TopologyRebuild:
     """Restore the barriers and WRITTEN states of registered ``topology`` from Delta.
 
     Args:
-        store: the metastore (its tables and jobs registered already).
+        core: the metastore's core (its tables and jobs registered already).
         topology: the topology name.
         barrier_log: location of its barrier log.
         replace: drop the barriers, table states and job timings the metastore holds for the
@@ -132,7 +132,7 @@ def restore_history(store: StoreBase, topology: str, barrier_log: str, *, replac
         DeltaLogError: the barrier log cannot be read.
     """
     warnings: list[str] = []
-    with store._tx(write=True) as s:
+    with core.transaction(write=True) as s:
         locked = s.execute(update(TopologyRow).where(TopologyRow.name == topology)
                            .values(lock_version=TopologyRow.lock_version + 1, barrier_log=barrier_log))
         if not locked.rowcount:

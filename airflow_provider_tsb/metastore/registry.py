@@ -19,6 +19,8 @@ from airflow_provider_tsb.exceptions import (
     UnknownTableError,
 )
 from airflow_provider_tsb.lineage import Job, Table, cycle_error, double_writer_error
+from airflow_provider_tsb.metastore import registry_reads as reads
+from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.domains import assign_domain, join_domain
 from airflow_provider_tsb.metastore.models import (
     JobBarrierRow,
@@ -37,16 +39,73 @@ from airflow_provider_tsb.metastore.records import (
     TableInfo,
     now_ms,
 )
-from airflow_provider_tsb.metastore.registry_reads import RegistryReads
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
 
 if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
     import networkx as nx
 
 
-class RegistryManager(RegistryReads):
-    """Topologies, tables, jobs and their sources and sinks."""
+class RegistryManager:
+    """Topologies, tables, jobs and their sources and sinks: registration (FLIP-276
+    "MetaService" ``/register/*``, ``/unregister``) and its reads (:mod:`.registry_reads`)."""
 
+    def __init__(self, core: MetastoreCore) -> None:
+        self._core = core
+
+    # ------------------------------------------------------------------ reads
+    def job(self, job_id: str) -> JobInfo:
+        """The registered job ``job_id`` with its sources and sinks.
+
+        Raises:
+            UnknownJobError: the job is not registered.
+        """
+        with self._core.transaction() as s:
+            return reads.job(s, job_id, self._core.shown_url())
+
+    def jobs(self, topology: str | None = None) -> list[JobInfo]:
+        """All registered jobs (of one topology), ordered by id. Three queries, whatever the count."""
+        with self._core.transaction() as s:
+            return reads.jobs(s, topology)
+
+    def table(self, name: str, *, required: bool = True) -> TableInfo | None:
+        """The registered table ``name`` (``None`` when missing and not ``required``).
+
+        Raises:
+            UnknownTableError: the table is not registered and ``required``.
+        """
+        with self._core.transaction() as s:
+            return reads.table(s, name, required=required)
+
+    def tables(self, topology: str | None = None) -> list[TableInfo]:
+        """All registered tables (of one topology; shared root tables included), ordered by name."""
+        with self._core.transaction() as s:
+            return reads.tables(s, topology)
+
+    def writer_of(self, table: str) -> str | None:
+        """Id of the job registered as the writer of ``table`` (``None`` if none)."""
+        with self._core.transaction() as s:
+            return reads.writer_of(s, table)
+
+    def topologies(self) -> list[str]:
+        """Names of all registered topologies."""
+        with self._core.transaction() as s:
+            return reads.topologies(s)
+
+    def graph(self, topology: str | None = None) -> nx.DiGraph:
+        """The registered tables and jobs as a DiGraph (same node scheme as ``Topology.graph``)."""
+        with self._core.transaction() as s:
+            return reads.graph_of(reads.tables(s, topology), reads.jobs(s, topology))
+
+    def job_io(self, topology: str | None = None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """Sources and sinks of every registered job (of one topology) in two queries.
+
+        Returns:
+            {job id: (source table names, sink table names)}, names sorted.
+        """
+        with self._core.transaction() as s:
+            return reads.job_io(s, topology)
+
+    # ------------------------------------------------------------------ writes
     def register_topology(self, topology: DeclaredTopology) -> None:
         """Register every table and job of a (validated) topology; see :meth:`register_job`.
 
@@ -72,7 +131,7 @@ class RegistryManager(RegistryReads):
             InvalidNameError: ``domain`` is not an identifier.
         """
         validate_job_id(domain)
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             self._lock_registry(s)
             self._ensure_topology(s, topology)
             assign_domain(s, topology, domain)
@@ -84,11 +143,11 @@ class RegistryManager(RegistryReads):
             TopologyError: the table is registered already with another topology, kind or
                 location (names the table and both definitions).
         """
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             self._lock_registry(s)
             self._ensure_topology(s, topology)
             row = self._upsert_table(s, topology, table, warehouse)
-            return self._table_info(s, row)
+            return reads.table_info(s, row)
 
     def register_job(
         self,
@@ -125,7 +184,7 @@ class RegistryManager(RegistryReads):
         validate_job_id(job.id)
         tables = dict(tables or {})
         try:
-            with self._tx(write=True) as s:
+            with self._core.transaction(write=True) as s:
                 self._lock_registry(s)
                 self._ensure_topology(s, topology)
                 existing = s.get(JobRow, job.id)
@@ -248,7 +307,7 @@ class RegistryManager(RegistryReads):
     def create_job(self, topology: str, job_id: str, application: str = "") -> JobInfo:
         """Register a job with no tables yet (the REST API's first ``/register/*`` call)."""
         validate_job_id(job_id)
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             self._lock_registry(s)
             self._ensure_topology(s, topology)
             if s.get(JobRow, job_id) is None:
@@ -269,7 +328,7 @@ class RegistryManager(RegistryReads):
         Returns:
             True if the job was registered.
         """
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             self._lock_registry(s)
             s.execute(delete(JobSourceRow).where(JobSourceRow.job_id == job_id))
             s.execute(delete(JobSinkRow).where(JobSinkRow.job_id == job_id))

@@ -1,7 +1,9 @@
 """Reads of the registry: registered jobs, tables, topologies and their graph.
 
-The writes (registration, FLIP-276 "MetaService" ``/register/*``) are in
-:mod:`airflow_provider_tsb.metastore.registry`.
+Functions taking a session, so a manager can read the registry inside its own transaction;
+:class:`~airflow_provider_tsb.metastore.registry.RegistryManager` exposes them, each in a
+transaction of its own, next to the writes (registration, FLIP-276 "MetaService"
+``/register/*``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import UnknownJobError, UnknownTableError
 from airflow_provider_tsb.lineage import Job, Table, build_graph
-from airflow_provider_tsb.metastore.base import StoreBase
 from airflow_provider_tsb.metastore.models import (
     JobRow,
     JobSinkRow,
@@ -29,170 +30,159 @@ if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that buil
     import networkx as nx
 
 
-class RegistryReads(StoreBase):
-    """Registered topologies, tables, jobs, their sources and sinks (read side)."""
+def job(s: Session, job_id: str, shown_url: str = "") -> JobInfo:
+    """The registered job ``job_id``.
 
-    def job(self, job_id: str) -> JobInfo:
-        """The registered job ``job_id``.
-
-        Raises:
-            UnknownJobError: the job is not registered.
-        """
-        with self._tx() as s:
-            row = s.get(JobRow, job_id)
-            if row is None:
-                raise UnknownJobError(
-                    f"job {job_id!r} is not registered in the tsb metastore ({self._shown_url()}); "
-                    "register it (the job operator does) before using it"
-                )
-            return self._job_info(s, row)
-
-    def jobs(self, topology: str | None = None) -> list[JobInfo]:
-        """All registered jobs (of one topology), ordered by id. Three queries, whatever the count."""
-        with self._tx() as s:
-            query = select(JobRow).order_by(JobRow.id)
-            if topology:
-                query = query.where(JobRow.topology == topology)
-            rows = list(s.scalars(query))
-            ids = [r.id for r in rows]
-            sources: dict[str, list[str]] = {i: [] for i in ids}
-            sinks: dict[str, list[str]] = {i: [] for i in ids}
-            for link, out in ((JobSourceRow, sources), (JobSinkRow, sinks)):
-                pairs = s.execute(
-                    select(link.job_id, TableRow.name).join(TableRow, TableRow.id == link.table_id)
-                    .where(link.job_id.in_(ids)).order_by(TableRow.name)
-                )
-                for job_id, name in pairs:
-                    out[job_id].append(name)
-            return [self._job_info(s, r, tuple(sources[r.id]), tuple(sinks[r.id])) for r in rows]
-
-    def _job_info(
-        self, s: Session, row: JobRow, sources: tuple[str, ...] | None = None, sinks: tuple[str, ...] | None = None
-    ) -> JobInfo:
-        if sources is not None and sinks is not None:
-            return self._job_info_of(row, sources, sinks)
-        sources = s.scalars(
-            select(TableRow.name).join(JobSourceRow, JobSourceRow.table_id == TableRow.id)
-            .where(JobSourceRow.job_id == row.id).order_by(TableRow.name)
-        ).all()
-        sinks = s.scalars(
-            select(TableRow.name).join(JobSinkRow, JobSinkRow.table_id == TableRow.id)
-            .where(JobSinkRow.job_id == row.id).order_by(TableRow.name)
-        ).all()
-        return self._job_info_of(row, tuple(sources), tuple(sinks))
-
-    @staticmethod
-    def _job_info_of(row: JobRow, sources: tuple[str, ...], sinks: tuple[str, ...]) -> JobInfo:
-        return JobInfo(
-            id=row.id, topology=row.topology, application=row.application, status=row.status,
-            registered_at_ms=row.registered_at_ms, last_heartbeat_ms=row.last_heartbeat_ms,
-            current_barrier=row.current_barrier, sources=sources, sinks=sinks, message=row.message,
+    Raises:
+        UnknownJobError: the job is not registered (the message shows ``shown_url``).
+    """
+    row = s.get(JobRow, job_id)
+    if row is None:
+        raise UnknownJobError(
+            f"job {job_id!r} is not registered in the tsb metastore ({shown_url}); "
+            "register it (the job operator does) before using it"
         )
+    return job_info(s, row)
 
-    def table(self, name: str, *, required: bool = True) -> TableInfo | None:
-        """The registered table ``name`` (``None`` when missing and not ``required``).
 
-        Raises:
-            UnknownTableError: the table is not registered and ``required``.
-        """
-        canonical = normalize_table_name(name)
-        with self._tx() as s:
-            row = s.scalar(select(TableRow).where(TableRow.name == canonical))
-            if row is None:
-                if required:
-                    raise UnknownTableError(
-                        f"table {canonical!r} is not registered in the tsb metastore; "
-                        "check the name or register the topology that declares it"
-                    )
-                return None
-            return self._table_info(s, row)
-
-    def tables(self, topology: str | None = None) -> list[TableInfo]:
-        """All registered tables (of one topology), ordered by name. Three queries, whatever the count."""
-        with self._tx() as s:
-            query = select(TableRow).order_by(TableRow.name)
-            if topology:  # its own tables and the root tables it shares (metastore/domains.py)
-                shared = select(TopologyRootRow.table_id).where(TopologyRootRow.topology == topology)
-                query = query.where(or_(TableRow.topology == topology, TableRow.id.in_(shared)))
-            rows = list(s.scalars(query))
-            ids = [r.id for r in rows]
-            writers = dict(
-                s.execute(
-                    select(JobSinkRow.table_id, JobSinkRow.job_id).where(JobSinkRow.table_id.in_(ids))
-                ).all()
-            )
-            readers: dict[int, list[str]] = {i: [] for i in ids}
-            for table_id, job_id in s.execute(
-                select(JobSourceRow.table_id, JobSourceRow.job_id)
-                .where(JobSourceRow.table_id.in_(ids)).order_by(JobSourceRow.job_id)
-            ):
-                readers[table_id].append(job_id)
-            return [
-                TableInfo(r.id, r.name, r.topology, r.kind, r.location, r.event_time_column,
-                          writers.get(r.id), tuple(readers[r.id]), _seconds(r.freshness_ms))
-                for r in rows
-            ]
-
-    def _table_info(self, s: Session, row: TableRow) -> TableInfo:
-        writer = s.scalar(select(JobSinkRow.job_id).where(JobSinkRow.table_id == row.id))
-        readers = s.scalars(
-            select(JobSourceRow.job_id).where(JobSourceRow.table_id == row.id).order_by(JobSourceRow.job_id)
-        ).all()
-        return TableInfo(
-            id=row.id,
-            name=row.name,
-            topology=row.topology,
-            kind=row.kind,
-            location=row.location,
-            event_time_column=row.event_time_column,
-            writer=writer,
-            readers=tuple(readers),
-            freshness_s=_seconds(row.freshness_ms),
+def jobs(s: Session, topology: str | None = None) -> list[JobInfo]:
+    """All registered jobs (of one topology), ordered by id. Three queries, whatever the count."""
+    query = select(JobRow).order_by(JobRow.id)
+    if topology:
+        query = query.where(JobRow.topology == topology)
+    rows = list(s.scalars(query))
+    ids = [r.id for r in rows]
+    sources: dict[str, list[str]] = {i: [] for i in ids}
+    sinks: dict[str, list[str]] = {i: [] for i in ids}
+    for link, out in ((JobSourceRow, sources), (JobSinkRow, sinks)):
+        pairs = s.execute(
+            select(link.job_id, TableRow.name).join(TableRow, TableRow.id == link.table_id)
+            .where(link.job_id.in_(ids)).order_by(TableRow.name)
         )
+        for job_id, name in pairs:
+            out[job_id].append(name)
+    return [_job_info_of(r, tuple(sources[r.id]), tuple(sinks[r.id])) for r in rows]
 
-    def writer_of(self, table: str) -> str | None:
-        """Id of the job registered as the writer of ``table`` (``None`` if none)."""
-        canonical = normalize_table_name(table)
-        with self._tx() as s:
-            return s.scalar(
-                select(JobSinkRow.job_id)
-                .join(TableRow, TableRow.id == JobSinkRow.table_id)
-                .where(TableRow.name == canonical)
+
+def job_info(s: Session, row: JobRow) -> JobInfo:
+    """The :class:`JobInfo` of job row ``row`` with its sources and sinks (two queries)."""
+    sources = s.scalars(
+        select(TableRow.name).join(JobSourceRow, JobSourceRow.table_id == TableRow.id)
+        .where(JobSourceRow.job_id == row.id).order_by(TableRow.name)
+    ).all()
+    sinks = s.scalars(
+        select(TableRow.name).join(JobSinkRow, JobSinkRow.table_id == TableRow.id)
+        .where(JobSinkRow.job_id == row.id).order_by(TableRow.name)
+    ).all()
+    return _job_info_of(row, tuple(sources), tuple(sinks))
+
+
+def _job_info_of(row: JobRow, sources: tuple[str, ...], sinks: tuple[str, ...]) -> JobInfo:
+    return JobInfo(
+        id=row.id, topology=row.topology, application=row.application, status=row.status,
+        registered_at_ms=row.registered_at_ms, last_heartbeat_ms=row.last_heartbeat_ms,
+        current_barrier=row.current_barrier, sources=sources, sinks=sinks, message=row.message,
+    )
+
+
+def table(s: Session, name: str, *, required: bool = True) -> TableInfo | None:
+    """The registered table ``name`` (``None`` when missing and not ``required``).
+
+    Raises:
+        UnknownTableError: the table is not registered and ``required``.
+    """
+    canonical = normalize_table_name(name)
+    row = s.scalar(select(TableRow).where(TableRow.name == canonical))
+    if row is None:
+        if required:
+            raise UnknownTableError(
+                f"table {canonical!r} is not registered in the tsb metastore; "
+                "check the name or register the topology that declares it"
             )
+        return None
+    return table_info(s, row)
 
-    def topologies(self) -> list[str]:
-        """Names of all registered topologies."""
-        with self._tx() as s:
-            return list(s.scalars(select(TopologyRow.name).order_by(TopologyRow.name)))
 
-    def graph(self, topology: str | None = None) -> nx.DiGraph:
-        """The registered tables and jobs as a DiGraph (same node scheme as ``Topology.graph``)."""
-        tables = [
-            Table(t.name, "root" if t.kind == "root" else "intermediate", t.location)
-            for t in self.tables(topology)
-        ]
-        jobs = [Job(j.id, j.application, j.sources, j.sinks) for j in self.jobs(topology)]
-        return build_graph(tables, jobs)
+def tables(s: Session, topology: str | None = None) -> list[TableInfo]:
+    """All registered tables (of one topology), ordered by name. Three queries, whatever the count."""
+    query = select(TableRow).order_by(TableRow.name)
+    if topology:  # its own tables and the root tables it shares (metastore/domains.py)
+        shared = select(TopologyRootRow.table_id).where(TopologyRootRow.topology == topology)
+        query = query.where(or_(TableRow.topology == topology, TableRow.id.in_(shared)))
+    rows = list(s.scalars(query))
+    ids = [r.id for r in rows]
+    writers = dict(
+        s.execute(select(JobSinkRow.table_id, JobSinkRow.job_id).where(JobSinkRow.table_id.in_(ids))).all()
+    )
+    readers: dict[int, list[str]] = {i: [] for i in ids}
+    for table_id, job_id in s.execute(
+        select(JobSourceRow.table_id, JobSourceRow.job_id)
+        .where(JobSourceRow.table_id.in_(ids)).order_by(JobSourceRow.job_id)
+    ):
+        readers[table_id].append(job_id)
+    return [
+        TableInfo(r.id, r.name, r.topology, r.kind, r.location, r.event_time_column,
+                  writers.get(r.id), tuple(readers[r.id]), _seconds(r.freshness_ms))
+        for r in rows
+    ]
 
-    def job_io(self, topology: str | None = None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-        """Sources and sinks of every registered job (of one topology) in two queries.
 
-        Returns:
-            {job id: (source table names, sink table names)}, names sorted.
-        """
-        with self._tx() as s:
-            jobs = select(JobRow.id)
-            if topology:
-                jobs = jobs.where(JobRow.topology == topology)
-            out: dict[str, tuple[list[str], list[str]]] = {j: ([], []) for j in s.scalars(jobs)}
-            for link, slot in ((JobSourceRow, 0), (JobSinkRow, 1)):
-                rows = s.execute(
-                    select(link.job_id, TableRow.name).join(TableRow, TableRow.id == link.table_id)
-                    .where(link.job_id.in_(list(out)))
-                ).all()
-                for job_id, name in rows:
-                    out[job_id][slot].append(name)
-            return {j: (tuple(sorted(a)), tuple(sorted(b))) for j, (a, b) in out.items()}
+def table_info(s: Session, row: TableRow) -> TableInfo:
+    """The :class:`TableInfo` of table row ``row`` with its writer and readers (two queries)."""
+    writer = s.scalar(select(JobSinkRow.job_id).where(JobSinkRow.table_id == row.id))
+    readers = s.scalars(
+        select(JobSourceRow.job_id).where(JobSourceRow.table_id == row.id).order_by(JobSourceRow.job_id)
+    ).all()
+    return TableInfo(
+        id=row.id,
+        name=row.name,
+        topology=row.topology,
+        kind=row.kind,
+        location=row.location,
+        event_time_column=row.event_time_column,
+        writer=writer,
+        readers=tuple(readers),
+        freshness_s=_seconds(row.freshness_ms),
+    )
+
+
+def writer_of(s: Session, table: str) -> str | None:
+    """Id of the job registered as the writer of ``table`` (``None`` if none)."""
+    canonical = normalize_table_name(table)
+    return s.scalar(
+        select(JobSinkRow.job_id).join(TableRow, TableRow.id == JobSinkRow.table_id).where(TableRow.name == canonical)
+    )
+
+
+def topologies(s: Session) -> list[str]:
+    """Names of all registered topologies."""
+    return list(s.scalars(select(TopologyRow.name).order_by(TopologyRow.name)))
+
+
+def graph_of(table_infos: list[TableInfo], job_infos: list[JobInfo]) -> nx.DiGraph:
+    """The tables and jobs as a DiGraph (same node scheme as ``Topology.graph``)."""
+    nodes = [Table(t.name, "root" if t.kind == "root" else "intermediate", t.location) for t in table_infos]
+    return build_graph(nodes, [Job(j.id, j.application, j.sources, j.sinks) for j in job_infos])
+
+
+def job_io(s: Session, topology: str | None = None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Sources and sinks of every registered job (of one topology) in two queries.
+
+    Returns:
+        {job id: (source table names, sink table names)}, names sorted.
+    """
+    query = select(JobRow.id)
+    if topology:
+        query = query.where(JobRow.topology == topology)
+    out: dict[str, tuple[list[str], list[str]]] = {j: ([], []) for j in s.scalars(query)}
+    for link, slot in ((JobSourceRow, 0), (JobSinkRow, 1)):
+        rows = s.execute(
+            select(link.job_id, TableRow.name).join(TableRow, TableRow.id == link.table_id)
+            .where(link.job_id.in_(list(out)))
+        ).all()
+        for job_id, name in rows:
+            out[job_id][slot].append(name)
+    return {j: (tuple(sorted(a)), tuple(sorted(b))) for j, (a, b) in out.items()}
 
 
 def _seconds(ms: int | None) -> float | None:

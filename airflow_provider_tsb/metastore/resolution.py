@@ -1,11 +1,31 @@
-"""Version resolution at the four levels of FLIP-276 "Data Consistency Type", in one place."""
+"""Version resolution at the four levels of FLIP-276 "Data Consistency Type", in one place.
+
+:meth:`ResolutionManager.resolve` is a sequence of named steps, each a function taking the
+session of the read's one transaction (so a step's SQL is visible and the whole read stays one
+transaction, one round trip per step):
+
+1. :func:`registered`: the tables of Q as registered (one query), in one barrier domain;
+2. (with a lease) :func:`~.expiry.lock_tables`, then :func:`~.expiry.expiries`: the expiry marks;
+3. the barrier: :func:`pinned_barrier` for AS OF, else :func:`candidate_barrier` (one index seek
+   per table and state) and :func:`confirm` (one primary-key lookup per table; a fallback scan
+   only when a table skipped barriers);
+4. :func:`check_monotonic`: ``min_barrier`` (monotonic reads);
+5. :func:`table_versions`: the Delta version of each table (a PROCESSED table: its previous
+   WRITTEN version plus the staged manifest), never an expired one;
+6. :func:`with_lease`: pin the answer (:func:`~.leases.lease_versions`) in the same transaction.
+
+READ_UNCOMMITTED reads each table's latest version from its Delta log instead
+(:meth:`ResolutionManager.latest_versions`). Bounded staleness wraps a resolver
+(:class:`~.staleness.StalenessResolver`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from sqlalchemy import func, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
@@ -15,8 +35,10 @@ from airflow_provider_tsb.exceptions import (
     UnknownTableError,
 )
 from airflow_provider_tsb.metastore.barrier_history import unknown_barrier_error
+from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.domains import domain_name
-from airflow_provider_tsb.metastore.leases import LeaseManager
+from airflow_provider_tsb.metastore.expiry import check_not_expired, expired_error, expiries, lock_tables
+from airflow_provider_tsb.metastore.leases import LeaseManager, lease_versions
 from airflow_provider_tsb.metastore.models import (
     TableBarrierRow,
     TableRow,
@@ -26,6 +48,8 @@ from airflow_provider_tsb.metastore.records import (
     BarrierState,
     CommitState,
     Resolution,
+    TableExpiry,
+    TableInfo,
     TableVersion,
 )
 from airflow_provider_tsb.metastore.registry import RegistryManager
@@ -33,9 +57,284 @@ from airflow_provider_tsb.metastore.table_states import TableStateManager
 from airflow_provider_tsb.names import normalize_table_name
 
 
-class ResolutionManager(RegistryManager, TableStateManager, LeaseManager):
+class Resolver(Protocol):
+    """Anything that resolves tables Q at a level: :class:`ResolutionManager`, or a wrapper of one
+    (:class:`~.staleness.StalenessResolver`)."""
+
+    def resolve(
+        self, tables: Iterable[str], level: ReadOptions | ConsistencyLevel | str | None = None, **options: Any
+    ) -> Resolution: ...
+
+
+@dataclass(frozen=True)
+class ReadSet:
+    """The tables of Q as registered (:func:`registered`).
+
+    Attributes:
+        names: canonical names of Q, in the caller's order, without duplicates.
+        rows: {name: row with ``id``, ``name``, ``location``, ``topology``}.
+        topology: the topology of the first row the database returned (for error messages).
+        ids: table ids of Q, in the order of ``names``.
+    """
+
+    names: list[str]
+    rows: dict[str, Row[Any]]
+    topology: str
+    ids: list[int]
+
+
+def canonical_names(tables: Iterable[str]) -> list[str]:
+    """Canonical names of Q without duplicates, in order.
+
+    Raises:
+        ValueError: Q is empty.
+    """
+    names = list(dict.fromkeys(normalize_table_name(t) for t in tables))
+    if not names:
+        raise ValueError("resolve() needs at least one table")
+    return names
+
+
+def states_read(level: ConsistencyLevel) -> tuple[str, ...]:
+    """The table states a barrier may be in to be read at ``level``: WRITTEN, and at
+    READ_COMMITTED also PROCESSED (PRECOMMIT over Q)."""
+    if level is ConsistencyLevel.READ_COMMITTED:
+        return (BarrierState.PROCESSED, BarrierState.WRITTEN)
+    return (BarrierState.WRITTEN,)
+
+
+def registered(s: Session, names: list[str]) -> ReadSet:
+    """Step 1: the tables of Q as registered (one query), all in one barrier domain.
+
+    Raises:
+        UnknownTableError: a table is not registered.
+        TopologyError: the tables belong to topologies of different barrier domains.
+    """
+    rows = s.execute(
+        select(TableRow.id, TableRow.name, TableRow.location, TableRow.topology).where(TableRow.name.in_(names))
+    ).all()
+    by_name = {r.name: r for r in rows}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise UnknownTableError(f"table(s) {missing} are not registered in the tsb metastore; check the names")
+    topologies = sorted({r.topology for r in rows})
+    if len(topologies) > 1:
+        domains = {t: domain_name(s, t) for t in topologies}
+        if len(set(domains.values())) > 1:
+            raise TopologyError(
+                f"tables {names} belong to topologies {topologies} of different barrier domains "
+                f"{dict(sorted(domains.items()))}; barrier ids mean the same root versions only "
+                "within one domain, so resolve each domain's tables separately (topologies that "
+                "share a root table, or declare one barrier_domain, share barriers)"
+            )
+    return ReadSet(names, by_name, rows[0].topology, [by_name[n].id for n in names])
+
+
+def newest_barriers(s: Session, ids: Sequence[int], states: Sequence[str]) -> dict[int, int | None]:
+    """``{table id: newest barrier in one of ``states``}`` (``None``: none), in one round trip:
+    one index seek per (table, state), a max over a B-tree prefix."""
+    columns = []
+    for table_id in ids:
+        columns.extend(
+            select(func.max(TableBarrierRow.barrier_id))
+            .where(TableBarrierRow.table_id == table_id, TableBarrierRow.state == st)
+            .scalar_subquery()
+            for st in states
+        )
+    values = s.execute(select(*columns)).one()
+    out: dict[int, int | None] = {}
+    k = len(states)
+    for i, table_id in enumerate(ids):
+        found = [v for v in values[i * k : (i + 1) * k] if v is not None]
+        out[table_id] = max(found) if found else None
+    return out
+
+
+def rows_at(s: Session, ids: Sequence[int], barrier: int) -> dict[int, TableBarrierRow]:
+    """``{table id: state row}`` of the tables that have ``barrier`` (one primary-key lookup each)."""
+    rows = s.scalars(
+        select(TableBarrierRow).where(TableBarrierRow.barrier_id == barrier, TableBarrierRow.table_id.in_(list(ids)))
+    ).all()
+    return {row.table_id: row for row in rows}
+
+
+def newest_common(s: Session, ids: Sequence[int], states: Sequence[str], at_most: int) -> int | None:
+    """The newest barrier at most ``at_most`` in one of ``states`` in every table (the fallback scan)."""
+    return s.scalar(
+        select(TableBarrierRow.barrier_id)
+        .where(
+            TableBarrierRow.table_id.in_(list(ids)),
+            TableBarrierRow.state.in_(list(states)),
+            TableBarrierRow.barrier_id <= at_most,
+        )
+        .group_by(TableBarrierRow.barrier_id)
+        .having(func.count() == len(ids))
+        .order_by(TableBarrierRow.barrier_id.desc())
+        .limit(1)
+    )
+
+
+def pinned_barrier(s: Session, q: ReadSet, as_of: int) -> tuple[int, dict[int, TableBarrierRow]]:
+    """Step 3, AS OF: barrier ``as_of`` and its rows, which must be COMMIT over Q.
+
+    Raises:
+        UnknownBarrierError: ``as_of`` was never generated in the tables' topology.
+        InconsistentReadError: ``as_of`` is not WRITTEN in every table (names them and what they have).
+    """
+    written = BarrierState.WRITTEN
+    found = rows_at(s, q.ids, as_of)
+    lacking = [n for n in q.names if q.rows[n].id not in found or found[q.rows[n].id].state != written]
+    if lacking:
+        unknown = unknown_barrier_error(s, q.topology, as_of)
+        if unknown is not None:
+            raise unknown
+        newest = newest_barriers(s, [q.rows[n].id for n in lacking], (written,))
+        detail = ", ".join(f"{n} has barrier {newest.get(q.rows[n].id)}" for n in lacking)
+        raise InconsistentReadError(
+            f"barrier {as_of} is not COMMIT over {q.names}: not WRITTEN in {lacking} (newest WRITTEN: {detail})"
+        )
+    return as_of, found
+
+
+def candidate_barrier(s: Session, q: ReadSet, level: ConsistencyLevel) -> int:
+    """Step 3: the candidate barrier: the oldest of the tables' newest barriers readable at
+    ``level`` (:func:`states_read`); one index seek per (table, state).
+
+    Raises:
+        InconsistentReadError: a table has no such barrier yet.
+    """
+    newest = newest_barriers(s, q.ids, states_read(level))
+    empty = [n for n in q.names if newest.get(q.rows[n].id) is None]
+    if empty:
+        committed = level is not ConsistencyLevel.READ_COMMITTED
+        wanted = CommitState.COMMIT if committed else CommitState.PRECOMMIT
+        what = BarrierState.WRITTEN if committed else f"{BarrierState.PROCESSED} or {BarrierState.WRITTEN}"
+        raise InconsistentReadError(
+            f"no barrier is {wanted} over {q.names}: table(s) {empty} have no {what} barrier yet; wait for the "
+            "first barrier to be committed"
+        )
+    return min(v for v in newest.values() if v is not None)
+
+
+def confirm(
+    s: Session, q: ReadSet, candidate: int, level: ConsistencyLevel
+) -> tuple[int, dict[int, TableBarrierRow]]:
+    """Step 3: the candidate's rows when every table has it at ``level``; else (a table skipped
+    barriers) the newest barrier below it that every table has, by one grouped scan.
+
+    Raises:
+        InconsistentReadError: the tables' barrier histories do not overlap.
+    """
+    states = states_read(level)
+    found = rows_at(s, q.ids, candidate)
+    if all(i in found and found[i].state in states for i in q.ids):
+        return candidate, found
+    barrier = newest_common(s, q.ids, states, candidate)
+    if barrier is None:
+        raise InconsistentReadError(
+            f"no barrier is WRITTEN in all of {q.names} (their barrier histories do not overlap)"
+        )
+    return barrier, rows_at(s, q.ids, barrier)
+
+
+def check_monotonic(q: ReadSet, level: ConsistencyLevel, barrier: int, min_barrier: int | None) -> None:
+    """Step 4: monotonic reads: refuse ``barrier`` when it is below ``min_barrier``.
+
+    Raises:
+        InconsistentReadError: the answer would go backwards (after a rollback).
+    """
+    if min_barrier is not None and barrier < min_barrier:
+        raise InconsistentReadError(
+            f"the newest barrier consistent over {q.names} at {level.value} is {barrier}, "
+            f"older than the last seen barrier {min_barrier}: a job failed and rolled back; "
+            "monotonic reads refuse to go backwards, retry once it has recovered"
+        )
+
+
+def table_versions(
+    s: Session, q: ReadSet, barrier: int, found: Mapping[int, TableBarrierRow], marks: Mapping[int, TableExpiry]
+) -> dict[str, TableVersion]:
+    """Step 5: what to read of each table at ``barrier``: a WRITTEN table's version; a PROCESSED
+    table's previous WRITTEN version (one seek) plus its staged manifest.
+
+    Raises:
+        ExpiredVersionError: a version to read is expired (names the table, barrier, retention).
+    """
+    result: dict[str, TableVersion] = {}
+    for name in q.names:
+        r, row = q.rows[name], found[q.rows[name].id]
+        if row.state == BarrierState.WRITTEN:
+            mark = marks.get(r.id)
+            if row.version is not None and mark is not None and mark.is_expired(row.version):
+                raise expired_error(s, r.id, mark, row.version, barrier=barrier)
+            result[name] = TableVersion(name, r.location, row.version, barrier, BarrierState.WRITTEN)
+            continue
+        base = s.scalar(
+            select(TableBarrierRow.version)
+            .where(
+                TableBarrierRow.table_id == r.id,
+                TableBarrierRow.state == BarrierState.WRITTEN,
+                TableBarrierRow.barrier_id < barrier,
+            )
+            .order_by(TableBarrierRow.barrier_id.desc()).limit(1)
+        )
+        if base is not None:
+            check_not_expired(s, r.id, marks.get(r.id), base)
+        result[name] = TableVersion(
+            name, r.location, base, barrier, BarrierState.PROCESSED, staged=dict(row.manifest or {})
+        )
+    return result
+
+
+def with_lease(
+    s: Session, q: ReadSet, result: Mapping[str, TableVersion], opts: ReadOptions
+) -> tuple[str | None, int | None]:
+    """Step 6: lease the answer's versions for ``opts.lease_seconds`` (nothing when ``None``).
+
+    Returns:
+        ``(lease id, expiry epoch ms)``, or ``(None, None)``.
+    """
+    if opts.lease_seconds is None:
+        return None, None
+    versions = {q.rows[n].id: tv.version for n, tv in result.items()}
+    return lease_versions(s, versions, opts.lease_seconds, opts.lease_holder)
+
+
+def resolve_in(s: Session, names: list[str], opts: ReadOptions) -> Resolution:
+    """Steps 1-6 in transaction ``s`` (a write transaction when ``opts.lease_seconds`` is set);
+    READ_COMMITTED, REPEATABLE_READ and AS OF. Raises as :meth:`ResolutionManager.resolve`."""
+    q = registered(s, names)
+    if opts.lease_seconds is not None:
+        lock_tables(s, q.ids)  # the lock snapshot expiry marks under (metastore/expiry.py)
+    marks = expiries(s, q.ids)
+    if opts.as_of is not None:
+        barrier, found = pinned_barrier(s, q, opts.as_of)
+    else:
+        barrier, found = confirm(s, q, candidate_barrier(s, q, opts.level), opts.level)
+    check_monotonic(q, opts.level, barrier, opts.min_barrier)
+    result = table_versions(s, q, barrier, found, marks)
+    lease_id, expires = with_lease(s, q, result, opts)
+    return Resolution(opts.level, barrier, result, lease_id, expires, opts.as_of)
+
+
+class ResolutionManager:
     """Which Delta version of each table of Q to read: READ_UNCOMMITTED, READ_COMMITTED,
-    REPEATABLE_READ or AS OF a barrier (uses the registry, table states and leases)."""
+    REPEATABLE_READ or AS OF a barrier (see module doc for the steps).
+
+    Args:
+        core: the metastore's engine and transactions.
+        registry: the tables' locations (READ_UNCOMMITTED).
+        table_states: the barriers at the latest versions (READ_UNCOMMITTED).
+        leases: the lease of a READ_UNCOMMITTED answer.
+    """
+
+    def __init__(
+        self, core: MetastoreCore, registry: RegistryManager, table_states: TableStateManager, leases: LeaseManager
+    ) -> None:
+        self._core = core
+        self._registry = registry
+        self._table_states = table_states
+        self._leases = leases
 
     def resolve(
         self,
@@ -88,122 +387,30 @@ class ResolutionManager(RegistryManager, TableStateManager, LeaseManager):
             DeltaLogError: READ_UNCOMMITTED could not read a table's Delta log.
         """
         opts = ReadOptions.of(level, **options)
-        names = list(dict.fromkeys(normalize_table_name(t) for t in tables))
-        if not names:
-            raise ValueError("resolve() needs at least one table")
+        names = canonical_names(tables)
         if opts.level is ConsistencyLevel.READ_UNCOMMITTED:
-            return self._resolve_latest(names, opts)
-        level, as_of, min_barrier = opts.level, opts.as_of, opts.min_barrier
-        lease_seconds, lease_holder = opts.lease_seconds, opts.lease_holder
-        written, processed = BarrierState.WRITTEN, BarrierState.PROCESSED
-        states = (written,) if level is not ConsistencyLevel.READ_COMMITTED else (processed, written)
-        with self._tx(write=lease_seconds is not None) as s:
-            rows = s.execute(
-                select(TableRow.id, TableRow.name, TableRow.location, TableRow.topology).where(
-                    TableRow.name.in_(names)
-                )
-            ).all()
-            by_name = {r.name: r for r in rows}
-            missing = [n for n in names if n not in by_name]
-            if missing:
-                raise UnknownTableError(
-                    f"table(s) {missing} are not registered in the tsb metastore; check the names"
-                )
-            topologies = sorted({r.topology for r in rows})
-            if len(topologies) > 1:
-                domains = {t: domain_name(s, t) for t in topologies}
-                if len(set(domains.values())) > 1:
-                    raise TopologyError(
-                        f"tables {names} belong to topologies {topologies} of different barrier domains "
-                        f"{dict(sorted(domains.items()))}; barrier ids mean the same root versions only "
-                        "within one domain, so resolve each domain's tables separately (topologies that "
-                        "share a root table, or declare one barrier_domain, share barriers)"
-                    )
-            ids = [by_name[n].id for n in names]
-            if lease_seconds is not None:
-                self._lock_tables(s, ids)  # the lock snapshot expiry marks under (metastore/expiry.py)
-            expiries = self._expiries(s, ids)
-            if as_of is not None:
-                barrier = as_of
-                found = self._rows_at(s, ids, barrier)
-                lacking = [n for n in names if by_name[n].id not in found or found[by_name[n].id].state != written]
-                if lacking:
-                    unknown = unknown_barrier_error(s, rows[0].topology, as_of)
-                    if unknown is not None:
-                        raise unknown
-                    newest = self._newest(s, [by_name[n].id for n in lacking], (written,))
-                    detail = ", ".join(
-                        f"{n} has barrier {newest.get(by_name[n].id)}" for n in lacking
-                    )
-                    raise InconsistentReadError(
-                        f"barrier {as_of} is not COMMIT over {names}: not WRITTEN in {lacking} "
-                        f"(newest WRITTEN: {detail})"
-                    )
-            else:
-                newest = self._newest(s, ids, states)
-                empty = [n for n in names if newest.get(by_name[n].id) is None]
-                if empty:
-                    wanted = CommitState.PRECOMMIT if level is ConsistencyLevel.READ_COMMITTED else CommitState.COMMIT
-                    raise InconsistentReadError(
-                        f"no barrier is {wanted} "
-                        f"over {names}: table(s) {empty} have no "
-                        f"{f'{processed} or {written}' if level is ConsistencyLevel.READ_COMMITTED else written} "
-                        "barrier yet; wait for the first barrier to be committed"
-                    )
-                barrier = min(v for v in newest.values() if v is not None)
-                found = self._rows_at(s, ids, barrier)
-                if any(i not in found or found[i].state not in states for i in ids):
-                    barrier = self._newest_common(s, ids, states, barrier)
-                    if barrier is None:
-                        raise InconsistentReadError(
-                            f"no barrier is WRITTEN in all of {names} (their barrier histories "
-                            "do not overlap)"
-                        )
-                    found = self._rows_at(s, ids, barrier)
-            if min_barrier is not None and barrier < min_barrier:
-                raise InconsistentReadError(
-                    f"the newest barrier consistent over {names} at {level.value} is {barrier}, "
-                    f"older than the last seen barrier {min_barrier}: a job failed and rolled back; "
-                    "monotonic reads refuse to go backwards, retry once it has recovered"
-                )
-            result: dict[str, TableVersion] = {}
-            for name in names:
-                r = by_name[name]
-                row = found[r.id]
-                if row.state == BarrierState.WRITTEN:
-                    if row.version is not None and r.id in expiries and expiries[r.id].is_expired(row.version):
-                        raise self._expired_error(s, r.id, expiries[r.id], row.version, barrier=barrier)
-                    result[name] = TableVersion(name, r.location, row.version, barrier, BarrierState.WRITTEN)
-                else:
-                    base = s.scalar(
-                        select(TableBarrierRow.version)
-                        .where(
-                            TableBarrierRow.table_id == r.id,
-                            TableBarrierRow.state == BarrierState.WRITTEN,
-                            TableBarrierRow.barrier_id < barrier,
-                        )
-                        .order_by(TableBarrierRow.barrier_id.desc()).limit(1)
-                    )
-                    if base is not None:
-                        self._check_not_expired(s, r.id, expiries.get(r.id), base)
-                    result[name] = TableVersion(
-                        name, r.location, base, barrier, BarrierState.PROCESSED, staged=dict(row.manifest or {})
-                    )
-            lease_id = expires = None
-            if lease_seconds is not None:
-                lease_id, expires = self._create_lease(
-                    s, {by_name[n].id: tv.version for n, tv in result.items()}, lease_seconds, lease_holder
-                )
-            return Resolution(level, barrier, result, lease_id, expires, as_of)
+            return self.latest_versions(names, opts)
+        with self._core.transaction(write=opts.lease_seconds is not None) as s:
+            return resolve_in(s, names, opts)
 
-    def _resolve_latest(self, names: list[str], opts: ReadOptions) -> Resolution:
-        """READ_UNCOMMITTED: each table's latest Delta version, tagged with its barrier if any."""
+    def latest_versions(self, names: list[str], opts: ReadOptions) -> Resolution:
+        """READ_UNCOMMITTED: each table's latest Delta version (one delta-rs log read per table),
+        tagged with the barrier the metastore records at it; leased when ``opts.lease_seconds``.
+
+        Raises:
+            UnknownTableError: a table is not registered.
+            DeltaLogError: a table's Delta log could not be read.
+        """
         from airflow_provider_tsb.delta.log import latest_version, normalize_location, table_exists
 
-        infos = {name: self.table(name) for name in names}
+        infos: dict[str, TableInfo] = {}
+        for name in names:
+            info = self._registry.table(name)  # required: raises instead of answering None
+            assert info is not None
+            infos[name] = info
         locations = {name: normalize_location(info.location) for name, info in infos.items()}
         versions = {name: latest_version(loc) if table_exists(loc) else None for name, loc in locations.items()}
-        barriers = self.barriers_at_versions(versions)
+        barriers = self._table_states.barriers_at_versions(versions)
         result = {
             name: TableVersion(name, infos[name].location, versions[name], barriers.get(name), LATEST)
             for name in names
@@ -211,48 +418,5 @@ class ResolutionManager(RegistryManager, TableStateManager, LeaseManager):
         lease_id = expires = None
         pinned = {name: v for name, v in versions.items() if v is not None}
         if opts.lease_seconds is not None and pinned:
-            lease_id, expires = self.create_lease(pinned, opts.lease_seconds, opts.lease_holder)
+            lease_id, expires = self._leases.create_lease(pinned, opts.lease_seconds, opts.lease_holder)
         return Resolution(opts.level, None, result, lease_id, expires, None)
-
-    def _newest(self, s: Session, ids: Sequence[int], states: Sequence[str]) -> dict[int, int | None]:
-        # one round trip, one index seek per (table, state): max over a B-tree prefix
-        columns = []
-        for table_id in ids:
-            per_state = [
-                select(func.max(TableBarrierRow.barrier_id))
-                .where(TableBarrierRow.table_id == table_id, TableBarrierRow.state == st)
-                .scalar_subquery()
-                for st in states
-            ]
-            columns.extend(per_state)
-        values = s.execute(select(*columns)).one()
-        out: dict[int, int | None] = {}
-        k = len(states)
-        for i, table_id in enumerate(ids):
-            found = [v for v in values[i * k : (i + 1) * k] if v is not None]
-            out[table_id] = max(found) if found else None
-        return out
-
-    def _rows_at(self, s: Session, ids: Sequence[int], barrier: int) -> dict[int, TableBarrierRow]:
-        rows = s.scalars(
-            select(TableBarrierRow).where(
-                TableBarrierRow.barrier_id == barrier, TableBarrierRow.table_id.in_(list(ids))
-            )
-        ).all()
-        return {row.table_id: row for row in rows}
-
-    def _newest_common(
-        self, s: Session, ids: Sequence[int], states: Sequence[str], at_most: int
-    ) -> int | None:
-        return s.scalar(
-            select(TableBarrierRow.barrier_id)
-            .where(
-                TableBarrierRow.table_id.in_(list(ids)),
-                TableBarrierRow.state.in_(list(states)),
-                TableBarrierRow.barrier_id <= at_most,
-            )
-            .group_by(TableBarrierRow.barrier_id)
-            .having(func.count() == len(ids))
-            .order_by(TableBarrierRow.barrier_id.desc())
-            .limit(1)
-        )

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import TopologyError, TsbError
-from airflow_provider_tsb.metastore.base import StoreBase
+from airflow_provider_tsb.metastore.base import MetastoreCore, table_id_of
+from airflow_provider_tsb.metastore.compat import call_namesake
 from airflow_provider_tsb.metastore.models import (
     RevisionRow,
     RevisionTableRow,
@@ -120,8 +121,15 @@ class RevisionPlan:
         return f"revision {self.id} ({what} {self.table} {target}; {state})"
 
 
-class RevisionManager(StoreBase):
+class RevisionManager:
     """Revision plans (see module doc)."""
+
+    def __init__(self, core: MetastoreCore) -> None:
+        self._core = core
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Deprecated: the flat ``store.revisions(...)`` of before the managers (:mod:`.compat`)."""
+        return call_namesake(self, "revisions", args, kwargs)
 
     def plan_revision(
         self,
@@ -155,12 +163,12 @@ class RevisionManager(StoreBase):
         elif barrier < 1:
             raise ValueError(f"a revision goes back to a barrier >= 1, got {barrier} (use reprocess to start over)")
         name = normalize_table_name(table)
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             locked = s.execute(update(TopologyRow).where(TopologyRow.name == topology)
                                .values(lock_version=TopologyRow.lock_version + 1))
             if not locked.rowcount:
                 raise TopologyError(f"topology {topology!r} is not registered in the tsb metastore")
-            ids = {normalize_table_name(p.table): self._table_id(s, p.table) for p in tables}
+            ids = {normalize_table_name(p.table): table_id_of(s, p.table) for p in tables}
             for plan in self._pending(s, topology):
                 if not {t.table for t in plan.tables} & set(ids):
                     continue
@@ -201,7 +209,7 @@ class RevisionManager(StoreBase):
         Raises:
             TopologyError: no such revision.
         """
-        with self._tx() as s:
+        with self._core.transaction() as s:
             row = s.get(RevisionRow, revision_id)
             if row is None:
                 raise TopologyError(f"no revision {revision_id} in the tsb metastore")
@@ -209,14 +217,14 @@ class RevisionManager(StoreBase):
 
     def revisions(self, topology: str, *, limit: int = 20) -> list[RevisionPlan]:
         """The newest ``limit`` revisions of ``topology``, newest first."""
-        with self._tx() as s:
+        with self._core.transaction() as s:
             rows = s.scalars(select(RevisionRow).where(RevisionRow.topology == topology)
                              .order_by(RevisionRow.id.desc()).limit(limit))
             return [self._plan(s, row) for row in rows]
 
     def pending_revision(self, topology: str, table: str | None = None) -> RevisionPlan | None:
         """The pending revision of ``topology`` (over ``table`` when given), or ``None``."""
-        with self._tx() as s:
+        with self._core.transaction() as s:
             for plan in self._pending(s, topology):
                 if table is None or normalize_table_name(table) in {t.table for t in plan.tables}:
                     return plan
@@ -230,7 +238,7 @@ class RevisionManager(StoreBase):
         Raises:
             RevisionPendingError: names the revision, the job and how to finish the revision.
         """
-        with self._tx() as s:
+        with self._core.transaction() as s:
             revision_id = s.scalar(
                 select(RevisionRow.id).join(RevisionTableRow, RevisionTableRow.revision_id == RevisionRow.id)
                 .where(RevisionRow.status == PENDING, RevisionTableRow.job_id == job_id).limit(1)
@@ -245,15 +253,15 @@ class RevisionManager(StoreBase):
 
     def mark_revision_table(self, revision_id: int, table: str, restored_version: int) -> None:
         """Mark ``table``'s step of the revision done at Delta ``restored_version``."""
-        with self._tx(write=True) as s:
-            table_id = self._table_id(s, table)
+        with self._core.transaction(write=True) as s:
+            table_id = table_id_of(s, table)
             s.execute(update(RevisionTableRow)
                       .where(RevisionTableRow.revision_id == revision_id, RevisionTableRow.table_id == table_id)
                       .values(status=DONE, restored_version=restored_version))
 
     def fail_revision(self, revision_id: int, error: str) -> None:
         """Keep the revision pending with the error of the run that stopped (at most 2,000 characters)."""
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             s.execute(update(RevisionRow).where(RevisionRow.id == revision_id).values(error=error[:2000]))
 
     def finish_revision(self, revision_id: int) -> RevisionPlan:
@@ -263,7 +271,7 @@ class RevisionManager(StoreBase):
         Raises:
             RevisionPendingError: a table of the plan is not done yet.
         """
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             row = s.get(RevisionRow, revision_id)
             if row is None:
                 raise TopologyError(f"no revision {revision_id} in the tsb metastore")

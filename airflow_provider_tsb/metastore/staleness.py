@@ -1,4 +1,5 @@
-"""Bounded staleness reads (Materialize ``BOUNDED STALENESS``) over :meth:`ResolutionManager.resolve`.
+"""Bounded staleness reads (Materialize ``BOUNDED STALENESS``): a wrapper of a resolver
+(:class:`StalenessResolver` around :class:`~.resolution.ResolutionManager`).
 
 A read with ``max_staleness_s`` (a :class:`~airflow_provider_tsb.consistency.ReadOptions`
 field) takes the newest COMMIT barrier over its tables Q -- the REPEATABLE_READ answer -- if
@@ -32,9 +33,10 @@ from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import InconsistentReadError, StaleReadError
+from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.models import BarrierRow, JobRow, JobSinkRow, TableRow
 from airflow_provider_tsb.metastore.records import BarrierState, Resolution, TsKind, now_ms
-from airflow_provider_tsb.metastore.resolution import ResolutionManager
+from airflow_provider_tsb.metastore.resolution import Resolver, newest_barriers
 from airflow_provider_tsb.names import normalize_table_name
 
 
@@ -43,11 +45,23 @@ def barrier_age_ms(ts_ms: int, ts_kind: str, created_at_ms: int, now: int) -> in
     return now - (created_at_ms if ts_kind == TsKind.EVENT else ts_ms)
 
 
-class StalenessManager(ResolutionManager):
-    """:meth:`resolve` with bounded staleness (``max_staleness_s``, ``wait_s``)."""
+class StalenessResolver:
+    """A resolver with bounded staleness (``max_staleness_s``, ``wait_s``): wraps another one.
 
-    #: seconds between two checks while waiting for a fresh enough barrier
-    staleness_poll_s: float = 0.5
+    Args:
+        core: the metastore's engine and transactions (barrier ages, the stale error's details).
+        resolver: the resolver wrapped (a :class:`~.resolution.ResolutionManager`); reads
+            without ``max_staleness_s`` go to it unchanged.
+
+    Attributes:
+        resolver: the resolver wrapped.
+        staleness_poll_s: seconds between two checks while waiting for a fresh enough barrier.
+    """
+
+    def __init__(self, core: MetastoreCore, resolver: Resolver, *, staleness_poll_s: float = 0.5) -> None:
+        self._core = core
+        self.resolver = resolver
+        self.staleness_poll_s = staleness_poll_s
 
     def resolve(
         self,
@@ -72,7 +86,7 @@ class StalenessManager(ResolutionManager):
         """
         opts = ReadOptions.of(level, **options)
         if opts.max_staleness_s is None:
-            return super().resolve(tables, opts)
+            return self.resolver.resolve(tables, opts)
         names = list(dict.fromkeys(normalize_table_name(t) for t in tables))
         bound_ms = int(opts.max_staleness_s * 1000)
         plain = dataclasses.replace(opts, max_staleness_s=None, wait_s=None)
@@ -86,16 +100,16 @@ class StalenessManager(ResolutionManager):
             time.sleep(max(0.0, min(self.staleness_poll_s, deadline - time.monotonic())))
 
     def _resolve_fresh(self, names: list[str], plain: ReadOptions, bound_ms: int, bound_s: float) -> Resolution:
-        probe = super().resolve(names, dataclasses.replace(plain, lease_seconds=None, lease_holder=None))
+        probe = self.resolver.resolve(names, dataclasses.replace(plain, lease_seconds=None, lease_holder=None))
         now = now_ms()
-        with self._tx() as s:
+        with self._core.transaction() as s:
             topology = s.scalar(select(TableRow.topology).where(TableRow.name == names[0]))
             age = self._age_ms(s, topology, probe.barrier, now)  # type: ignore[arg-type]
             if age is not None and age <= bound_ms:
                 if plain.lease_seconds is None:
                     return probe
                 fresh = max(plain.min_barrier or 0, probe.barrier or 0)
-                return super().resolve(names, dataclasses.replace(plain, min_barrier=fresh))
+                return self.resolver.resolve(names, dataclasses.replace(plain, min_barrier=fresh))
             raise self._stale_error(s, names, topology, probe.barrier, age, bound_ms, bound_s, now)  # type: ignore[arg-type]
 
     def _age_ms(self, s: Session, topology: str, barrier: int, now: int) -> int | None:
@@ -112,7 +126,7 @@ class StalenessManager(ResolutionManager):
             .outerjoin(JobRow, JobRow.id == JobSinkRow.job_id)
             .where(TableRow.name.in_(names))
         ).all()
-        newest = self._newest(s, [r[0] for r in rows], (BarrierState.WRITTEN,))
+        newest = newest_barriers(s, [r[0] for r in rows], (BarrierState.WRITTEN,))
         generated = s.scalar(
             select(BarrierRow).where(BarrierRow.topology == topology).order_by(BarrierRow.barrier_id.desc()).limit(1)
         )

@@ -2,36 +2,52 @@
 
 :class:`MetaStore` is the one entry point through which the provider's operators, hooks,
 sensors, triggers, REST API and the Spark apps' catalog read and write the metastore. It is a
-facade over one module per FLIP-276 concept:
+plain class composing one standalone manager per FLIP-276 concept, all built on one
+:class:`~.base.MetastoreCore` (the engine and its guarded transactions), each taking the
+managers it uses in its constructor (Apache Paimon's ``TagManager(fileIO, path)`` pattern;
+no manager inherits another):
 
-* :mod:`.registry`: registration (FLIP-276 "MetaService": ``/register/source``,
-  ``/register/sink``, ``/unregister``), atomic across processes: the union of registered jobs
-  stays acyclic and single-writer;
-* :mod:`.barriers`: barrier generation (FLIP-276 "Timestamp Barrier"): strictly increasing ids
-  per topology, recording the Delta version of every root table in the same transaction,
-  idempotent per run key; final barriers (FLIP-147 end of input);
-* :mod:`.table_states`: per (table, barrier) states PROCESSED / WRITTEN (docs/design.md
-  "Vocabulary");
-* :mod:`.resolution`: version resolution at the four levels of FLIP-276 "Data Consistency
-  Type" with monotonic reads and leases; :mod:`.staleness`: bounded staleness reads over it;
-* :mod:`.leases`: Delta versions pinned for readers;
-* :mod:`.job_runs`: job heartbeats and per-barrier timings;
-* :mod:`.delays`: the delay view; :mod:`.freshness`: lag of each table against its freshness
-  target and the bottleneck job;
-* :mod:`.revisions`: revision plans (rollbacks recorded before any table is touched).
+* ``store.registry`` (:mod:`.registry`, :mod:`.registry_reads`): registration (FLIP-276
+  "MetaService": ``/register/source``, ``/register/sink``, ``/unregister``), atomic across
+  processes: the union of registered jobs stays acyclic and single-writer;
+* ``store.domains`` (:mod:`.domains`): barrier domains, topologies sharing root tables;
+* ``store.barriers`` (:mod:`.barriers`): barrier generation (FLIP-276 "Timestamp Barrier"):
+  strictly increasing ids per topology, recording the Delta version of every root table in the
+  same transaction, idempotent per run key; final barriers (FLIP-147 end of input);
+* ``store.table_states`` (:mod:`.table_states`): per (table, barrier) states PROCESSED / WRITTEN
+  (docs/design.md "Vocabulary");
+* ``store.resolution`` (:mod:`.resolution`, :mod:`.staleness`): version resolution at the four
+  levels of FLIP-276 "Data Consistency Type" with monotonic reads, leases and bounded staleness;
+* ``store.leases`` (:mod:`.leases`): Delta versions pinned for readers;
+  ``store.expiry`` (:mod:`.expiry`): the marks snapshot expiry writes before it vacuums;
+* ``store.job_runs`` (:mod:`.job_runs`): job heartbeats, per-barrier timings, fencing tokens;
+* ``store.delays`` (:mod:`.delays`): the delay view; ``store.freshness`` (:mod:`.freshness`):
+  lag of each table against its freshness target and the bottleneck job;
+* ``store.revisions`` (:mod:`.revisions`): revision plans (rollbacks recorded before any table
+  is touched).
 
-Records and enums are in :mod:`.records`. All times are epoch milliseconds (UTC); versions are
-Delta table versions; barrier ids are integers strictly increasing per topology.
+The flat methods of before (``store.resolve(...)``, ``store.create_barrier(...)``, ...) still
+work for one release and warn (:mod:`.compat`). Records and enums are in :mod:`.records`. All
+times are epoch milliseconds (UTC); versions are Delta table versions; barrier ids are integers
+strictly increasing per topology.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Engine
 
 from airflow_provider_tsb.metastore.barriers import BarrierManager
+from airflow_provider_tsb.metastore.base import MetastoreCore
+from airflow_provider_tsb.metastore.compat import FLAT_METHODS, warn_flat
+from airflow_provider_tsb.metastore.delays import DelayManager
+from airflow_provider_tsb.metastore.domains import DomainManager
 from airflow_provider_tsb.metastore.engine import create_metastore_engine
+from airflow_provider_tsb.metastore.expiry import ExpiryManager
 from airflow_provider_tsb.metastore.freshness import FreshnessManager
 from airflow_provider_tsb.metastore.job_runs import JobRunManager
+from airflow_provider_tsb.metastore.leases import LeaseManager
 from airflow_provider_tsb.metastore.records import (
     LATEST,
     BarrierDelays,
@@ -50,8 +66,11 @@ from airflow_provider_tsb.metastore.records import (
     TsKind,
     now_ms,
 )
+from airflow_provider_tsb.metastore.registry import RegistryManager
+from airflow_provider_tsb.metastore.resolution import ResolutionManager
 from airflow_provider_tsb.metastore.revisions import RevisionManager
-from airflow_provider_tsb.metastore.staleness import StalenessManager
+from airflow_provider_tsb.metastore.staleness import StalenessResolver
+from airflow_provider_tsb.metastore.table_states import TableStateManager
 
 __all__ = [
     "LATEST", "BarrierDelays", "BarrierInfo", "BarrierState", "CommitState", "JobBarrierTiming", "JobDelay",
@@ -60,28 +79,70 @@ __all__ = [
 ]
 
 
-class MetaStore(StalenessManager, BarrierManager, JobRunManager, FreshnessManager, RevisionManager):
-    """The metastore API (see module docstring).
+class MetaStore:
+    """The metastore API (see module docstring): one manager per concept, on one core.
 
     Args:
         url: SQLAlchemy URL of the metastore, or an existing :class:`~sqlalchemy.Engine`.
 
-    Every method runs in its own transaction. Methods raise :class:`MetastoreError` when the
-    schema is missing (run ``tsb db migrate``) and the ``Unknown*Error`` family when a name
-    is not registered.
+    Attributes:
+        engine: the SQLAlchemy engine.
+        url: the engine's URL (password included).
+        core: the :class:`~.base.MetastoreCore` every manager shares.
+        registry: registration and its reads (:class:`~.registry.RegistryManager`).
+        domains: barrier domains (:class:`~.domains.DomainManager`).
+        barriers: barrier generation and lookup (:class:`~.barriers.BarrierManager`).
+        table_states: PROCESSED / WRITTEN per (table, barrier) (:class:`~.table_states.TableStateManager`).
+        resolution: version resolution with bounded staleness (:class:`~.staleness.StalenessResolver`
+            around :class:`~.resolution.ResolutionManager`).
+        leases: pinned Delta versions (:class:`~.leases.LeaseManager`).
+        expiry: snapshot expiry marks (:class:`~.expiry.ExpiryManager`).
+        job_runs: fencing tokens, heartbeats, timings (:class:`~.job_runs.JobRunManager`).
+        delays: the delay view (:class:`~.delays.DelayManager`).
+        freshness: lag against freshness targets (:class:`~.freshness.FreshnessManager`).
+        revisions: revision plans (:class:`~.revisions.RevisionManager`).
+
+    Every manager method runs in its own transaction. Methods raise :class:`MetastoreError`
+    when the schema is missing (run ``tsb db migrate``) and the ``Unknown*Error`` family when
+    a name is not registered.
 
     Example::
 
         store = MetaStore("sqlite:////tmp/tsb.db")
         store.migrate()
-        store.register_topology(topology)
-        barrier = store.create_barrier("flights", {"tsb.raw.flights": 3})
-        store.resolve(["tsb.flights.daily_delays"], "read-committed").versions
+        store.registry.register_topology(topology)
+        barrier = store.barriers.create_barrier("flights", {"tsb.raw.flights": 3})
+        store.resolution.resolve(["tsb.flights.daily_delays"], "read-committed").versions
     """
+
+    registry: RegistryManager
+    domains: DomainManager
+    barriers: BarrierManager
+    table_states: TableStateManager
+    resolution: StalenessResolver
+    leases: LeaseManager
+    expiry: ExpiryManager
+    job_runs: JobRunManager
+    delays: DelayManager
+    freshness: FreshnessManager
+    revisions: RevisionManager
 
     def __init__(self, url: str | Engine) -> None:
         self.engine: Engine = url if isinstance(url, Engine) else create_metastore_engine(url)
         self.url = self.engine.url.render_as_string(hide_password=False)
+        self.core = core = MetastoreCore(self.engine)
+        self.registry = RegistryManager(core)
+        self.domains = DomainManager(core)
+        self.barriers = BarrierManager(core)
+        self.table_states = TableStateManager(core)
+        self.leases = LeaseManager(core)
+        self.expiry = ExpiryManager(core)
+        self.job_runs = JobRunManager(core)
+        resolver = ResolutionManager(core, self.registry, self.table_states, self.leases)
+        self.resolution = StalenessResolver(core, resolver)
+        self.delays = DelayManager(core, self.registry)
+        self.freshness = FreshnessManager(core, self.registry)
+        self.revisions = RevisionManager(core)
 
     # ------------------------------------------------------------------ schema
     def migrate(self) -> str:
@@ -100,3 +161,21 @@ class MetaStore(StalenessManager, BarrierManager, JobRunManager, FreshnessManage
         """Close pooled connections."""
         self.engine.dispose()
 
+    # ------------------------------------------------------------------ deprecated flat methods
+    def __getattr__(self, name: str) -> Any:
+        """Deprecated flat methods (``store.resolve`` ...): warn, then the manager's method.
+
+        :data:`~.compat.FLAT_METHODS` maps each name to its manager (``store.resolve`` ->
+        ``store.resolution.resolve``). Removed in the next release.
+
+        Raises:
+            AttributeError: ``name`` is neither an attribute nor a deprecated flat method.
+        """
+        owner = self.__dict__.get(FLAT_METHODS.get(name, ""))  # not before __init__ built the managers
+        if owner is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        warn_flat(name)
+        return getattr(owner, name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(FLAT_METHODS))

@@ -24,7 +24,7 @@ from airflow_provider_tsb.exceptions import (
     UnknownBarrierError,
 )
 from airflow_provider_tsb.metastore.barrier_history import check_version_in_log
-from airflow_provider_tsb.metastore.base import StoreBase, table_state_of
+from airflow_provider_tsb.metastore.base import MetastoreCore, table_id_of, table_state_of
 from airflow_provider_tsb.metastore.job_runs import check_fencing_token
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
@@ -73,8 +73,11 @@ def _withdraw(
             )
 
 
-class TableStateManager(StoreBase):
+class TableStateManager:
     """What each table holds of each barrier: PROCESSED (staged files) or WRITTEN (a Delta version)."""
+
+    def __init__(self, core: MetastoreCore) -> None:
+        self._core = core
 
     def record_processed(
         self,
@@ -92,17 +95,17 @@ class TableStateManager(StoreBase):
         replacing another withdraws the older one (its files stay for the staging grace period).
 
         Args:
-            fencing_token: the reporting attempt's token (:meth:`begin_attempt`); ``None``
+            fencing_token: the reporting attempt's token (``store.job_runs.begin_attempt``); ``None``
                 skips the fencing check (callers outside a job run).
 
         Raises:
             FencedError: a newer attempt of ``job_id`` started (checked under the same lock).
         """
         ts = now_ms()
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             if fencing_token is not None:
                 check_fencing_token(s, job_id, fencing_token, barrier, f"report {table} PROCESSED")
-            table_id = self._table_id(s, table)
+            table_id = table_id_of(s, table)
             row = s.get(TableBarrierRow, (table_id, barrier))
             if row is None:
                 s.add(
@@ -155,10 +158,10 @@ class TableStateManager(StoreBase):
                 f"table {table!r}, barrier {barrier}: a Delta version is an integer >= 0, got {version!r}"
             )
         ts = written_at_ms or now_ms()
-        with self._tx(write=True) as s:
+        with self._core.transaction(write=True) as s:
             if fencing_token is not None and job_id is not None:
                 check_fencing_token(s, job_id, fencing_token, barrier, f"report {table} WRITTEN")
-            table_id = self._table_id(s, table)
+            table_id = table_id_of(s, table)
             topology = s.scalar(select(TableRow.topology).where(TableRow.id == table_id))
             generated = s.scalar(
                 select(BarrierRow.barrier_id).where(
@@ -204,8 +207,8 @@ class TableStateManager(StoreBase):
         Returns:
             Number of rows removed.
         """
-        with self._tx(write=True) as s:
-            table_id = self._table_id(s, table)
+        with self._core.transaction(write=True) as s:
+            table_id = table_id_of(s, table)
             query = select(TableBarrierRow).where(
                 TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.PROCESSED
             )
@@ -224,8 +227,8 @@ class TableStateManager(StoreBase):
         Returns:
             Number of rows removed.
         """
-        with self._tx(write=True) as s:
-            table_id = self._table_id(s, table)
+        with self._core.transaction(write=True) as s:
+            table_id = table_id_of(s, table)
             ts = now_ms()
             for row in s.scalars(
                 select(TableBarrierRow).where(
@@ -248,8 +251,8 @@ class TableStateManager(StoreBase):
         seconds ago or pinned by a lease taken before their withdrawal (paths relative to the
         table root). Every other attempt directory of the barrier is an orphan no reader holds.
         """
-        with self._tx() as s:
-            table_id = self._table_id(s, table)
+        with self._core.transaction() as s:
+            table_id = table_id_of(s, table)
             row = s.get(TableBarrierRow, (table_id, barrier))
             held = manifest_dirs(row.manifest) if row is not None and row.state == BarrierState.PROCESSED else set()
             withdrawn = s.scalars(
@@ -270,8 +273,8 @@ class TableStateManager(StoreBase):
         Returns:
             [(path relative to the table root, barrier id)], oldest withdrawal first.
         """
-        with self._tx() as s:
-            table_id = self._table_id(s, table)
+        with self._core.transaction() as s:
+            table_id = table_id_of(s, table)
             return [(r.path, int(r.barrier_id)) for r in self._due(s, table_id, grace_s, limit)]
 
     def _due(self, s: Session, table_id: int, grace_s: float, limit: int | None) -> list[WithdrawnStagingRow]:
@@ -297,8 +300,8 @@ class TableStateManager(StoreBase):
         """Drop the records of withdrawn directories once deleted (or kept as committed)."""
         if not paths:
             return 0
-        with self._tx(write=True) as s:
-            table_id = self._table_id(s, table)
+        with self._core.transaction(write=True) as s:
+            table_id = table_id_of(s, table)
             return s.execute(
                 delete(WithdrawnStagingRow).where(
                     WithdrawnStagingRow.table_id == table_id, WithdrawnStagingRow.path.in_(list(paths))
@@ -307,8 +310,8 @@ class TableStateManager(StoreBase):
 
     def table_state(self, table: str, barrier: int) -> TableState | None:
         """State of ``barrier`` in ``table``, or ``None`` if neither PROCESSED nor WRITTEN."""
-        with self._tx() as s:
-            table_id = self._table_id(s, table)
+        with self._core.transaction() as s:
+            table_id = table_id_of(s, table)
             row = s.get(TableBarrierRow, (table_id, barrier))
             return table_state_of(normalize_table_name(table), row) if row is not None else None
 
@@ -319,8 +322,8 @@ class TableStateManager(StoreBase):
 
     def newest_written(self, table: str) -> TableState | None:
         """The newest WRITTEN barrier of ``table`` (``None`` if none). One index seek."""
-        with self._tx() as s:
-            table_id = self._table_id(s, table)
+        with self._core.transaction() as s:
+            table_id = table_id_of(s, table)
             row = s.scalar(
                 select(TableBarrierRow)
                 .where(TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN)
@@ -332,8 +335,8 @@ class TableStateManager(StoreBase):
         self, table: str, *, limit: int = 100, before: int | None = None
     ) -> list[TableState]:
         """Barrier states of ``table``, newest first, at most ``limit`` (paged by ``before``)."""
-        with self._tx() as s:
-            table_id = self._table_id(s, table)
+        with self._core.transaction() as s:
+            table_id = table_id_of(s, table)
             query = select(TableBarrierRow).where(TableBarrierRow.table_id == table_id)
             if before is not None:
                 query = query.where(TableBarrierRow.barrier_id < before)
@@ -360,7 +363,7 @@ class TableStateManager(StoreBase):
         names = [normalize_table_name(t) for t in tables]
         if not names or not barriers:
             return {}
-        with self._tx() as s:
+        with self._core.transaction() as s:
             rows = s.execute(
                 select(
                     TableRow.name, TableBarrierRow.barrier_id, TableBarrierRow.version, TableBarrierRow.written_at_ms
@@ -378,7 +381,7 @@ class TableStateManager(StoreBase):
         """Every table state of ``topology`` at the given barriers (for delay views)."""
         if not barriers:
             return []
-        with self._tx() as s:
+        with self._core.transaction() as s:
             rows = s.execute(
                 select(TableRow.name, TableBarrierRow)
                 .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
@@ -403,9 +406,9 @@ class TableStateManager(StoreBase):
         """
         names = {normalize_table_name(k): v for k, v in versions.items()}
         out: dict[str, int | None] = {}
-        with self._tx() as s:
+        with self._core.transaction() as s:
             for name, version in names.items():
-                table_id = self._table_id(s, name)
+                table_id = table_id_of(s, name)
                 if version is None:
                     out[name] = None
                     continue
@@ -429,7 +432,7 @@ class TableStateManager(StoreBase):
         from sqlalchemy.orm import aliased
 
         inner = aliased(TableBarrierRow)
-        with self._tx() as s:
+        with self._core.transaction() as s:
             newest = (
                 select(func.max(inner.barrier_id))
                 .where(inner.table_id == TableRow.id, inner.state == BarrierState.WRITTEN)

@@ -222,7 +222,7 @@ class TsbBarrierEmitterOperator(TsbBarrierOperator):
         parts = []
         for task_id, job_id in by_task.items():
             try:
-                message = store.job(job_id).message if job_id in self.topology.jobs else None
+                message = store.registry.job(job_id).message if job_id in self.topology.jobs else None
             except Exception:  # the failure report must not fail itself
                 message = None
             parts.append(f"job {job_id!r} (task {task_id} {states[task_id]}): {message or 'see the task log'}")

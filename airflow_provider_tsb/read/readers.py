@@ -4,7 +4,7 @@ FLIP-276 "Data Consistency Type" from the reader's side, in two steps:
 
 1. resolve: :func:`resolve_for_read` turns tables Q and :class:`~airflow_provider_tsb.consistency.ReadOptions`
    into a :class:`~airflow_provider_tsb.metastore.records.Resolution`, from the metastore
-   (:meth:`MetaStore.resolve <airflow_provider_tsb.metastore.store.MetaStore.resolve>`) or
+   (:meth:`store.resolution.resolve <airflow_provider_tsb.metastore.resolution.ResolutionManager.resolve>`) or
    through the REST API (``api_url``), or takes the one passed in;
 2. read: :meth:`Resolution.to_spark`, :meth:`~Resolution.to_arrow` or
    :meth:`~Resolution.to_pandas` (see :mod:`airflow_provider_tsb.read.version_reads`).
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import StagedFilesGoneError
 from airflow_provider_tsb.metastore.records import Resolution
+from airflow_provider_tsb.read.resolutions import to_arrow, to_pandas, to_spark
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,7 +80,7 @@ def resolve_for_read(
             ``lease_holder``, ``max_staleness_s``, ``wait_s``) overriding those of ``level``.
 
     Raises:
-        The errors of :class:`ReadOptions` and of :meth:`MetaStore.resolve`.
+        The errors of :class:`ReadOptions` and of ``store.resolution.resolve``.
     """
     if resolution is not None:
         return resolution
@@ -93,7 +94,7 @@ def resolve_for_read(
         from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 
         store = TsbMetastoreHook().get_conn()
-    return store.resolve(names, opts)
+    return store.resolution.resolve(names, opts)
 
 
 def read_tables(spark: SparkSession, tables: Iterable[str], level: Level = None, **kwargs: Any) -> dict[str, DataFrame]:
@@ -114,17 +115,17 @@ def read_tables(spark: SparkSession, tables: Iterable[str], level: Level = None,
         frames = read_tables(spark, ["tsb.flights.daily_delays", "tsb.flights.carrier_ranking"],
                              "repeatable-read", lease_seconds=600)
     """
-    return _read(lambda r: r.to_spark(spark), tables, level, kwargs)
+    return _read(lambda r: to_spark(r, spark), tables, level, kwargs)
 
 
 def read_tables_arrow(tables: Iterable[str], level: Level = None, **kwargs: Any) -> dict[str, pa.Table]:
     """Like :func:`read_tables` without Spark: ``{canonical name: pyarrow.Table}`` (in memory)."""
-    return _read(lambda r: r.to_arrow(), tables, level, kwargs)
+    return _read(to_arrow, tables, level, kwargs)
 
 
 def read_tables_pandas(tables: Iterable[str], level: Level = None, **kwargs: Any) -> dict[str, pd.DataFrame]:
     """Like :func:`read_tables_arrow`, as pandas DataFrames."""
-    return _read(lambda r: r.to_pandas(), tables, level, kwargs)
+    return _read(to_pandas, tables, level, kwargs)
 
 
 __all__ = ["read_tables", "read_tables_arrow", "read_tables_pandas", "resolve_for_read"]

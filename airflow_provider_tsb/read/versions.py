@@ -3,7 +3,7 @@
 :func:`resolve_versions` resolves tables Q with :class:`~airflow_provider_tsb.consistency.ReadOptions`
 at one of the four levels of FLIP-276 "Data Consistency Type", through the REST API when an
 ``api_url`` is given (see :class:`~airflow_provider_tsb.client.TsbClient`) or from the
-metastore (:meth:`MetaStore.resolve <airflow_provider_tsb.metastore.store.MetaStore.resolve>`)
+metastore (:meth:`store.resolution.resolve <airflow_provider_tsb.metastore.resolution.ResolutionManager.resolve>`)
 otherwise, and returns :meth:`Resolution.to_dict
 <airflow_provider_tsb.metastore.records.Resolution.to_dict>`.
 """
@@ -61,7 +61,7 @@ def resolve_versions(
         TsbAuthError: no token and no user, a refused login, or a 401 answer.
         TsbPermissionError: the user's role may not read these tables (403).
         TsbApiError: no tsb API at ``api_url`` (names the URL and what was expected).
-        The errors of :meth:`MetaStore.resolve` (rebuilt from the server's answer when going
+        The errors of ``store.resolution.resolve`` (rebuilt from the server's answer when going
         through the API).
     """
     opts = ReadOptions.of(level, **options)
@@ -79,7 +79,7 @@ def resolve_versions(
         from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 
         store = TsbMetastoreHook().get_conn()
-    return store.resolve(names, opts).to_dict()
+    return store.resolution.resolve(names, opts).to_dict()
 
 
 __all__ = ["API_PASSWORD_ENV", "API_TOKEN_ENV", "API_USER_ENV", "resolve_versions"]

@@ -111,7 +111,7 @@ class TsbBarrierCommittedSensor(BaseSensorOperator):
         """Bounded staleness: is the newest COMMIT barrier over the tables fresh enough?"""
         store = TsbMetastoreHook(self.tsb_conn_id).get_conn()
         try:
-            res = store.resolve(self._table_names(), max_staleness_s=self.max_staleness_s,
+            res = store.resolution.resolve(self._table_names(), max_staleness_s=self.max_staleness_s,
                                 min_barrier=self._min_barrier())
         except InconsistentReadError as exc:  # StaleReadError, or no COMMIT barrier yet
             self._stale = str(exc)

@@ -41,10 +41,10 @@ def check_app_registration(app: TsbApp, store: MetaStore) -> None:
             The message names the app's table as declared, the job's registered sources (or
             sinks) and the topology.
     """
-    registered = {job.id: job for job in store.jobs()}
+    registered = {job.id: job for job in store.registry.jobs()}
     job = registered.get(app.job_id)
     if job is None:
-        writers = {sink: store.writer_of(sink) for sink in sorted(app.sinks)}
+        writers = {sink: store.registry.writer_of(sink) for sink in sorted(app.sinks)}
         owners = sorted({w for w in writers.values() if w is not None})
         topologies = sorted({registered[w].topology for w in owners if w in registered})
         listed = [j for j in registered.values() if not topologies or j.topology in topologies]

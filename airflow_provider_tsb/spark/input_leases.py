@@ -67,17 +67,17 @@ def lease_seconds() -> float:
 class _Renewer:
     """A daemon thread renewing one lease every ``seconds / 3`` until stopped."""
 
-    def __init__(self, store: Any, lease_id: str, seconds: float, holder: str) -> None:
+    def __init__(self, leaser: Any, lease_id: str, seconds: float, holder: str) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=self._run, args=(store, lease_id, seconds, holder), name="tsb-input-lease", daemon=True
+            target=self._run, args=(leaser, lease_id, seconds, holder), name="tsb-input-lease", daemon=True
         )
         self._thread.start()
 
-    def _run(self, store: Any, lease_id: str, seconds: float, holder: str) -> None:
+    def _run(self, leaser: Any, lease_id: str, seconds: float, holder: str) -> None:
         while not self._stop.wait(seconds / 3):
             try:
-                if store.renew_lease(lease_id, seconds) is None:
+                if leaser.renew_lease(lease_id, seconds) is None:
                     log.warning("%s: input lease %s lapsed before renewal; expiry may remove its versions",
                                 holder, lease_id)
                     return
@@ -105,16 +105,16 @@ def input_lease(catalog: object, job_id: str, plan: BarrierPlan, *, seconds: flo
     if not hasattr(catalog, "create_lease") or not ranges:
         yield None
         return
-    store: Any = catalog
+    leaser: Any = catalog  # the barrier catalog (MetastoreCatalog leases through the metastore)
     ttl = seconds if seconds is not None else lease_seconds()
     holder = f"job {job_id} barrier {plan.barrier}"
-    lease_id = store.create_lease(ranges, ttl, holder)
-    renewer = _Renewer(store, lease_id, ttl, holder)
+    lease_id = leaser.create_lease(ranges, ttl, holder)
+    renewer = _Renewer(leaser, lease_id, ttl, holder)
     try:
         yield lease_id
     finally:
         renewer.stop()
         try:
-            store.release_lease(lease_id)
+            leaser.release_lease(lease_id)
         except Exception as exc:  # the lease lapses by itself
             log.warning("%s: releasing input lease %s failed (%s); it lapses in %.0f s", holder, lease_id, exc, ttl)

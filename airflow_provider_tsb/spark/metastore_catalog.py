@@ -78,11 +78,12 @@ class MetastoreCatalog:
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
         """``fn()`` against the metastore, riding out an outage (module doc)."""
         with phase("metastore"):
-            return call_with_retry(fn, what, self.store._shown_url())
+            return call_with_retry(fn, what, self.store.core.shown_url())
 
     def _topology_of(self, job_id: str) -> str:
         if job_id not in self._topologies:
-            self._topologies[job_id] = self._retry(f"look up job {job_id}", lambda: self.store.job(job_id).topology)
+            self._topologies[job_id] = self._retry(f"look up job {job_id}",
+                                                   lambda: self.store.registry.job(job_id).topology)
         return self._topologies[job_id]
 
     def spec(self) -> dict[str, str]:
@@ -91,7 +92,7 @@ class MetastoreCatalog:
 
     def tables(self) -> dict[str, str]:
         """{table name: location} of every registered table (locations for the app)."""
-        return {t.name: t.location for t in self.store.tables()}
+        return {t.name: t.location for t in self.store.registry.tables()}
 
     def begin_attempt(self, job_id: str, spark_session: str | None = None, *, for_next_run: bool = False) -> int:
         """Take a new fencing token for this process's run of ``job_id`` (fences older runs).
@@ -104,7 +105,7 @@ class MetastoreCatalog:
                 (:meth:`claim_attempt`) instead of fencing it.
         """
         start = self._retry(f"start an attempt of job {job_id}",
-                            lambda: self.store.start_attempt(job_id, spark_session))
+                            lambda: self.store.job_runs.start_attempt(job_id, spark_session))
         self._tokens[job_id] = start.token
         self._previous_sessions[job_id] = start.previous_spark_session
         if for_next_run:
@@ -129,21 +130,22 @@ class MetastoreCatalog:
         token = self._tokens.get(job_id)
         if token is not None:
             self._retry(f"check the fencing token of job {job_id}",
-                        lambda: self.store.check_fencing_token(job_id, token, barrier))
+                        lambda: self.store.job_runs.check_fencing_token(job_id, token, barrier))
 
     def held_staging(self, table: str, barrier: int, grace_s: float) -> set[str]:
-        """See :meth:`MetaStore.held_staging`."""
+        """See ``store.table_states.held_staging``."""
         return self._retry(f"read the staging held in {table}",
-                           lambda: self.store.held_staging(table, barrier, grace_s))
+                           lambda: self.store.table_states.held_staging(table, barrier, grace_s))
 
     def due_withdrawn_staging(self, table: str, grace_s: float) -> list[tuple[str, int]]:
-        """See :meth:`MetaStore.due_withdrawn_staging`."""
+        """See ``store.table_states.due_withdrawn_staging``."""
         return self._retry(f"read the withdrawn staging of {table}",
-                           lambda: self.store.due_withdrawn_staging(table, grace_s))
+                           lambda: self.store.table_states.due_withdrawn_staging(table, grace_s))
 
     def forget_withdrawn_staging(self, table: str, paths: Sequence[str]) -> None:
-        """See :meth:`MetaStore.forget_withdrawn_staging`."""
-        self._retry(f"forget withdrawn staging of {table}", lambda: self.store.forget_withdrawn_staging(table, paths))
+        """See ``store.table_states.forget_withdrawn_staging``."""
+        self._retry(f"forget withdrawn staging of {table}",
+                    lambda: self.store.table_states.forget_withdrawn_staging(table, paths))
 
     def record_job_end(self, job_id: str, status: str, message: str | None = None) -> None:
         """The job's status when the app ends: ``succeeded`` (clears a previous failure's message)
@@ -152,9 +154,9 @@ class MetastoreCatalog:
         token = self._tokens.get(job_id)
 
         def end() -> None:
-            if token is not None and self.store.fencing_token(job_id) != token:
+            if token is not None and self.store.job_runs.fencing_token(job_id) != token:
                 return
-            self.store.heartbeat(job_id, status=status, message=message[:2000] if message else None)
+            self.store.job_runs.heartbeat(job_id, status=status, message=message[:2000] if message else None)
 
         self._retry(f"record the end of job {job_id}", end)
 
@@ -172,14 +174,15 @@ class MetastoreCatalog:
             RevisionPendingError: a revision over the job's sinks is pending (finish it first).
         """
         topology = self._topology_of(job_id)
-        self._retry(f"check for revisions of job {job_id}", lambda: self.store.check_no_pending_revision(job_id))
+        self._retry(f"check for revisions of job {job_id}",
+                    lambda: self.store.revisions.check_no_pending_revision(job_id))
         names = {name: normalize_table_name(name) for name in sources}
         page = min(limit, PLAN_PAGE) if limit is not None else PLAN_PAGE
         barriers = self._retry(f"read the barriers of topology {topology}",
-                               lambda: self.store.barriers(topology, after=after, limit=page, ascending=True))
+                               lambda: self.store.barriers.barriers(topology, after=after, limit=page, ascending=True))
         wanted = [b.barrier for b in barriers] + ([after] if after is not None else [])
         entries = self._retry(f"read the WRITTEN versions of {sorted(names.values())}",
-                              lambda: self.store.written_entries(list(names.values()), wanted))
+                              lambda: self.store.table_states.written_entries(list(names.values()), wanted))
 
         def vector(barrier: int) -> dict[str, int] | None:
             out: dict[str, int] = {}
@@ -220,26 +223,26 @@ class MetastoreCatalog:
             modes = {f.pop("sink_mode", None) for f in files} - {None}
             payload = {"mode": modes.pop() if len(modes) == 1 else "append", "files": files}
         self._retry(f"record PROCESSED of {table} at barrier {barrier}",
-                    lambda: self.store.record_processed(table, barrier, job_id, payload,
+                    lambda: self.store.table_states.record_processed(table, barrier, job_id, payload,
                                                         fencing_token=self._tokens.get(job_id)))
 
     def record_written(
         self, table: str, barrier: int, version: int, job_id: str, attempt: str | None = None
     ) -> None:
         """WRITTEN at Delta ``version`` (idempotent); ``attempt``: the committed attempt id."""
-        self._retry(f"record WRITTEN of {table} at barrier {barrier}", lambda: self.store.record_written(
+        self._retry(f"record WRITTEN of {table} at barrier {barrier}", lambda: self.store.table_states.record_written(
             table, barrier, version, job_id, attempt=attempt, fencing_token=self._tokens.get(job_id)
         ))
 
     def heartbeat(self, job_id: str) -> None:
         """Job liveness for the stale-job view."""
-        self._retry(f"heartbeat job {job_id}", lambda: self.store.heartbeat(job_id, status=JobStatus.RUNNING))
+        self._retry(f"heartbeat job {job_id}", lambda: self.store.job_runs.heartbeat(job_id, status=JobStatus.RUNNING))
 
     def final_barrier(self, job_id: str, since_ms: int | None = None) -> int | None:
         """See :meth:`BarrierCatalog.final_barrier`."""
         topology = self._topology_of(job_id)
         info = self._retry(f"read the final barrier of topology {topology}",
-                           lambda: self.store.latest_final_barrier(topology, since_ms))
+                           lambda: self.store.barriers.latest_final_barrier(topology, since_ms))
         return info.barrier if info is not None else None
 
     def record_job_barrier(
@@ -248,27 +251,27 @@ class MetastoreCatalog:
     ) -> None:
         """Job timing for the delay view; also the job's heartbeat and current barrier."""
         def record() -> None:
-            self.store.record_job_barrier(
+            self.store.job_runs.record_job_barrier(
                 job_id, barrier, status=status, started_at_ms=started_at_ms, finished_at_ms=finished_at_ms
             )
-            self.store.heartbeat(job_id, status=JobStatus.RUNNING, barrier=barrier)
+            self.store.job_runs.heartbeat(job_id, status=JobStatus.RUNNING, barrier=barrier)
 
         self._retry(f"record the timing of job {job_id} at barrier {barrier}", record)
 
     def create_lease(self, ranges: Mapping[str, tuple[int, int]], seconds: float, holder: str) -> str:
         """Lease ``{table: (from_version, to_version)}`` for ``seconds``; returns the lease id
-        (:meth:`MetaStore.create_lease`; the expiry time is not needed by a job)."""
+        (``store.leases.create_lease``; the expiry time is not needed by a job)."""
         lease_id, _expires = self._retry(f"lease the inputs of {holder}",
-                                         lambda: self.store.create_lease(ranges, seconds, holder=holder))
+                                         lambda: self.store.leases.create_lease(ranges, seconds, holder=holder))
         return lease_id
 
     def renew_lease(self, lease_id: str, seconds: float) -> Any:
-        """See :meth:`MetaStore.renew_lease` (``None`` when the lease lapsed)."""
-        return self._retry(f"renew lease {lease_id}", lambda: self.store.renew_lease(lease_id, seconds))
+        """See ``store.leases.renew_lease`` (``None`` when the lease lapsed)."""
+        return self._retry(f"renew lease {lease_id}", lambda: self.store.leases.renew_lease(lease_id, seconds))
 
     def release_lease(self, lease_id: str) -> None:
-        """See :meth:`MetaStore.release_lease`."""
-        self._retry(f"release lease {lease_id}", lambda: self.store.release_lease(lease_id))
+        """See ``store.leases.release_lease``."""
+        self._retry(f"release lease {lease_id}", lambda: self.store.leases.release_lease(lease_id))
 
 
 def _factory(spec: Mapping[str, str]) -> MetastoreCatalog:

@@ -106,7 +106,7 @@ class TsbBarrierCommittedTrigger(BaseTrigger):
         from airflow_provider_tsb.exceptions import InconsistentReadError
 
         try:
-            res = hook.get_conn().resolve(self.tables, max_staleness_s=self.max_staleness_s,
+            res = hook.get_conn().resolution.resolve(self.tables, max_staleness_s=self.max_staleness_s,
                                           min_barrier=self.barrier)
         except InconsistentReadError as exc:
             return None, str(exc)

@@ -68,7 +68,7 @@ def _choose(
     if store is None:
         return topology, [], "The TSB metastore is not reachable (check TSB_METASTORE_URL / tsb_default)."
     try:
-        names = sorted(store.topologies())
+        names = sorted(store.registry.topologies())
         if access is not None:
             names = access.visible(names)
     except Exception as exc:  # noqa: BLE001 - show the problem on the page

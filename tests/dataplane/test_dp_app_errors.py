@@ -42,7 +42,7 @@ def registered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[MetaSto
     url = f"sqlite:///{tmp_path / 'tsb.db'}"
     store = MetaStore(url)
     store.migrate()
-    store.register_topology(penguins(str(tmp_path / "warehouse")))
+    store.registry.register_topology(penguins(str(tmp_path / "warehouse")))
 
     def no_spark(*args: object, **kwargs: object) -> None:
         raise AssertionError("Spark must not start")
@@ -131,10 +131,10 @@ def test_an_app_run_by_hand_sets_its_status_when_it_ends(
     """Outside Airflow nobody else sets the job's status: the app does, and success clears the
     message of a previous failure; with no pending barrier it warns that it processed nothing."""
     store, argv = registered
-    store.heartbeat("clean", status=JobStatus.FAILED, message="KeyError: a previous run")
+    store.job_runs.heartbeat("clean", status=JobStatus.FAILED, message="KeyError: a previous run")
     with caplog.at_level(logging.WARNING, logger="airflow_provider_tsb.spark"):
         assert run_app(app(), argv, spark=object()) == 0
-    job = store.job("clean")
+    job = store.registry.job("clean")
     assert (job.status, job.message) == (JobStatus.SUCCEEDED, None)
     assert any(
         "job clean: no barrier was pending for it, so nothing was processed" in r.getMessage()
@@ -145,18 +145,18 @@ def test_an_app_run_by_hand_sets_its_status_when_it_ends(
 
 def test_an_app_that_fails_records_failed_with_its_error(registered: tuple[MetaStore, list[str]]) -> None:
     store, argv = registered
-    store.create_barrier("penguins", {ROOT: 0})  # pending for clean; the root table does not exist
+    store.barriers.create_barrier("penguins", {ROOT: 0})  # pending for clean; the root table does not exist
     with pytest.raises(Exception) as err:
         run_app(app(), argv, spark=object())
-    job = store.job("clean")
+    job = store.registry.job("clean")
     assert job.status == JobStatus.FAILED
     assert job.message is not None and str(err.value)[:50] in job.message
 
 
 def test_success_clears_the_message_of_a_previous_failure(registered: tuple[MetaStore, list[str]]) -> None:
     store, _ = registered
-    store.heartbeat("clean", status=JobStatus.FAILED, barrier=3, message="spark-submit exited 1")
-    store.heartbeat("clean", status=JobStatus.RUNNING, barrier=4)
-    assert store.job("clean").message == "spark-submit exited 1"  # still the last failure while it runs
-    store.heartbeat("clean", status=JobStatus.SUCCEEDED, barrier=4)
-    assert (store.job("clean").status, store.job("clean").message) == (JobStatus.SUCCEEDED, None)
+    store.job_runs.heartbeat("clean", status=JobStatus.FAILED, barrier=3, message="spark-submit exited 1")
+    store.job_runs.heartbeat("clean", status=JobStatus.RUNNING, barrier=4)
+    assert store.registry.job("clean").message == "spark-submit exited 1"  # still the last failure while it runs
+    store.job_runs.heartbeat("clean", status=JobStatus.SUCCEEDED, barrier=4)
+    assert (store.registry.job("clean").status, store.registry.job("clean").message) == (JobStatus.SUCCEEDED, None)

@@ -75,17 +75,18 @@ def test_two_teams_on_one_root_table_read_together_with_an_invariant_across_both
         ingest_next_words(team_a.location("raw.words"), run_key=f"ingest/{n}", lines=15)
         generated.append(TsbBarrierHook(team).generate(f"{team.name}/{n}").barrier)
     assert generated == [1, 2, 3]  # one barrier sequence across the two DAGs
-    domain = store.barrier_domain("word_lengths")
+    domain = store.domains.barrier_domain("word_lengths")
     assert (domain.name, domain.topologies, list(domain.root_tables)) == (
         "wordcount", ("word_lengths", "wordcount"), [WORDS])
-    assert [b.barrier for b in store.barriers("word_lengths", ascending=True)] == [2, 3]
+    assert [b.barrier for b in store.barriers.barriers("word_lengths", ascending=True)] == [2, 3]
     for b in (2, 3):
-        assert store.barrier("wordcount", b).root_versions == store.barrier("word_lengths", b).root_versions
+        assert store.barriers.barrier("wordcount", b).root_versions == store.barriers.barrier("word_lengths",
+                                                                                              b).root_versions
 
     assert _run(team_a, "wordcount_words", 3) == [1, 2, 3]
     assert _run(team_b, "word_lengths", 3) == [2, 3]  # its first epoch starts at the table's creation
 
-    resolved = store.resolve([*Q, WORDS], "REPEATABLE_READ")
+    resolved = store.resolution.resolve([*Q, WORDS], "REPEATABLE_READ")
     assert resolved.barrier == 3
     counts = _sums(read_tables_arrow([*Q, WORDS], store=store))
     assert counts[0] == counts[1] == counts[2] > 0
@@ -94,7 +95,7 @@ def test_two_teams_on_one_root_table_read_together_with_an_invariant_across_both
         assert a == b == words > 0
     assert _sums(read_tables_arrow([*Q, WORDS], store=store, as_of=2))[2] < counts[2]
     with pytest.raises(InconsistentReadError, match=r"barrier 1 is not COMMIT over .*length_count"):
-        store.resolve(Q, "REPEATABLE_READ", as_of=1)  # team B joined at barrier 2
+        store.resolution.resolve(Q, "REPEATABLE_READ", as_of=1)  # team B joined at barrier 2
 
     client = TsbClient("/tsb/api/v1", http=TestClient(create_metaservice_app(store, prefix="/tsb/api/v1")))
     answer = client.versions(Q)

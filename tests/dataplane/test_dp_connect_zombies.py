@@ -74,14 +74,14 @@ def test_the_retry_releases_the_killed_attempts_session(spark_remote: str, tmp_p
                             timeout=300, cwd=tmp_path)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     first = _spark_session(dep, JOB)
-    assert first and dep.store.fencing_token(JOB) == 1
+    assert first and dep.store.job_runs.fencing_token(JOB) == 1
     assert not _session_closed(spark_remote, first)  # the dead client's session lives on the server
 
     retry = subprocess.run(job_command(dep, JOB, 1, spark_remote), env=job_env(dep.url, spark_remote),
                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert retry.returncode == 0, retry.stderr[-3000:]
     second = _spark_session(dep, JOB)
-    assert second and second != first and dep.store.fencing_token(JOB) == 2
+    assert second and second != first and dep.store.job_runs.fencing_token(JOB) == 2
     assert _session_closed(spark_remote, first)
     dep.store.dispose()
 

@@ -32,7 +32,7 @@ def test_running_job_keeps_its_input_versions_under_expiry(spark, tmp_path) -> N
 
     def process(ctx):  # noqa: ANN001, ANN202 - the app's process function
         snap = ctx.snapshot(lw.SNAP)  # lazy: files listed, not read yet
-        leased = store.leased_ranges(lw.SNAP)
+        leased = store.leases.leased_ranges(lw.SNAP)
         expired = []
         if ctx.barrier == 3:
             expired = expire_snapshots(store, lw.SNAP, 1, consumers=False)["expired_barriers"]
@@ -50,5 +50,5 @@ def test_running_job_keeps_its_input_versions_under_expiry(spark, tmp_path) -> N
     summary = DeltaTable(locations[lw.SUMMARY]).to_pyarrow_dataset().to_table(use_threads=False)
     rows = sorted(zip(*(summary.column(c).to_pylist() for c in ("b", "n", "lo", "hi")), strict=True))
     assert rows == [(b, lw.ROWS, b, b) for b in (1, 2, 3)]  # barrier 3 read its version whole
-    assert store.leased_ranges(lw.SNAP) == []  # released after each barrier
+    assert store.leases.leased_ranges(lw.SNAP) == []  # released after each barrier
     store.dispose()

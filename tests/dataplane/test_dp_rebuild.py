@@ -29,6 +29,7 @@ import sqlalchemy as sa
 
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.read.resolutions import to_arrow
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -113,7 +114,7 @@ def _in_parallel(*calls: Any) -> None:
 
 def _answer(store: Any, tables: list[str], options: ReadOptions) -> Any:
     try:
-        res = store.resolve(tables, options)
+        res = store.resolution.resolve(tables, options)
     except TsbError as exc:
         return f"{type(exc).__name__}: {exc}"
     return res.barrier, {n: (tv.version, tv.barrier, tv.state) for n, tv in res.tables.items()}
@@ -123,11 +124,12 @@ def answers(store: Any, topology: Any) -> dict[str, Any]:
     """Everything a reader can ask of ``topology``'s barriers (READ_UNCOMMITTED aside)."""
     tables = sorted(topology.tables)
     sinks = sorted(t for t in tables if topology.tables[t].kind != "root")
-    barriers = store.barriers(topology.name, limit=1000, ascending=True)
+    barriers = store.barriers.barriers(topology.name, limit=1000, ascending=True)
     out: dict[str, Any] = {
         "barriers": [(b.barrier, b.ts_ms, b.ts_kind, b.created_at_ms, b.run_key, b.root_versions, b.final)
                      for b in barriers],
-        "history": {t: [(h.barrier, h.state, h.version, h.job_id) for h in store.table_history(t, limit=1000)]
+        "history": {t: [(h.barrier, h.state, h.version, h.job_id) for h in store.table_states.table_history(t,
+                                                                                                            limit=1000)]
                     for t in tables},
     }
     for q in [tables, sinks, *[[t] for t in tables]]:
@@ -147,9 +149,9 @@ def _differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 def _check_wordcount(store: Any) -> int:
     """count(words) == sum(cnt) and count(word_count) == sum(cnt2) at every COMMIT barrier."""
-    newest = store.resolve([WORDS, WORD_COUNT, COUNTS], ReadOptions()).barrier
+    newest = store.resolution.resolve([WORDS, WORD_COUNT, COUNTS], ReadOptions()).barrier
     for b in range(1, newest + 1):
-        t = store.resolve([WORDS, WORD_COUNT, COUNTS], ReadOptions(as_of=b)).to_arrow()
+        t = to_arrow(store.resolution.resolve([WORDS, WORD_COUNT, COUNTS], ReadOptions(as_of=b)))
         assert t[WORDS].num_rows == pc.sum(t[WORD_COUNT]["cnt"]).as_py(), f"barrier {b}"
         assert t[WORD_COUNT].num_rows == pc.sum(t[COUNTS]["cnt2"]).as_py(), f"barrier {b}"
     return newest
@@ -157,9 +159,9 @@ def _check_wordcount(store: Any) -> int:
 
 def _check_flights(store: Any) -> int:
     """Every raw flight of the barrier is enriched and counted once in the daily delays and the ranking."""
-    newest = store.resolve([FLIGHTS, ENRICHED, DAILY, RANKING], ReadOptions()).barrier
+    newest = store.resolution.resolve([FLIGHTS, ENRICHED, DAILY, RANKING], ReadOptions()).barrier
     for b in range(1, newest + 1):
-        t = store.resolve([FLIGHTS, ENRICHED, DAILY, RANKING], ReadOptions(as_of=b)).to_arrow()
+        t = to_arrow(store.resolution.resolve([FLIGHTS, ENRICHED, DAILY, RANKING], ReadOptions(as_of=b)))
         n = t[FLIGHTS].num_rows
         assert n > 0 and t[ENRICHED].num_rows == n, f"barrier {b}"
         assert pc.sum(t[DAILY]["flights"]).as_py() == n, f"barrier {b}"

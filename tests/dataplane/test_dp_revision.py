@@ -53,7 +53,7 @@ def read(location: str, version: int):
 
 def assert_invariants(store: MetaStore) -> int:
     """REPEATABLE_READ over the three tables holds FLIP-276's invariants; returns its barrier."""
-    res = store.resolve([WORDS, WC, CC])
+    res = store.resolution.resolve([WORDS, WC, CC])
     t = {name: read(tv.location, tv.version) for name, tv in res.tables.items()}
     assert pc.sum(t[WC].column("cnt")).as_py() == t[WORDS].num_rows, res
     assert pc.sum(t[CC].column("cnt2")).as_py() == t[WC].num_rows, res
@@ -87,10 +87,10 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     dag_file.parent.mkdir()
     dag_file.write_text("from tests.support.orchestration import wordcount_topology\n"
                         f"topology = wordcount_topology({str(tmp_path / 'warehouse')!r})\n")
-    store.register_topology(topo)
+    store.registry.register_topology(topo)
     for b in range(1, 5):
         version = append_words(topo.location("raw.words"), words_for(b))
-        assert store.create_barrier("wordcount", {WORDS: version}).barrier == b
+        assert store.barriers.create_barrier("wordcount", {WORDS: version}).barrier == b
     catalog = MetastoreCatalog(url)
     locations = {name: topo.location(name) for name in (WORDS, WC, CC)}
 
@@ -106,20 +106,20 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     assert run_counts(until=3) == [1, 2, 3]
     checkpoint = Path(locations[CC]) / "_tsb_checkpoints" / "wordcount_counts"
     assert (checkpoint / "offsets").is_dir() == (engine.kind == "submit")  # a Connect job's checkpoint: Delta
-    old = {b: (store.version_at(WC, b), store.version_at(CC, b)) for b in (2, 3)}
+    old = {b: (store.table_states.version_at(WC, b), store.table_states.version_at(CC, b)) for b in (2, 3)}
 
     # the rollback process dies after restoring word_count, before count_of_counts
     killed = tsb("rollback", "wordcount.word_count", "--to-barrier", "1", "--dags", str(dag_file.parent),
                  "--url", url, env={"TSB_KILL_AT": f"revision:{CC}"})
     assert killed.returncode == -9, killed.stderr
-    plan = store.pending_revision("wordcount")
+    plan = store.revisions.pending_revision("wordcount")
     assert plan is not None and plan.barrier == 1 and [t.table for t in plan.tables] == [WC, CC]
     assert [t.status for t in plan.tables] == ["done", "pending"]
     assert latest_written_barrier(locations[WC])[0] == 1  # restored
     assert latest_written_barrier(locations[CC])[0] == 3  # not yet
     # readers: REPEATABLE_READ already answers barrier 1 for every table, and it is consistent
     assert assert_invariants(store) == 1
-    assert store.resolve([CC]).barrier == 1
+    assert store.resolution.resolve([CC]).barrier == 1
     # the jobs of the plan are refused, naming the revision and how to finish it
     with pytest.raises(RevisionPendingError, match=r"job 'wordcount_counts' cannot run: revision \d+ .*--resume"):
         run_batch(spark, counts_app, catalog, counts_app.resolve_locations(locations))
@@ -134,8 +134,8 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     assert result["resumed"] is True and result["barrier"] == 1 and sorted(result["tables"]) == [CC, WC]
     assert result["checkpoints"] == ([str(checkpoint)] if engine.kind == "submit" else [])
     assert not checkpoint.exists()
-    assert store.pending_revision("wordcount") is None
-    assert store.revision(plan.id).status == "done"
+    assert store.revisions.pending_revision("wordcount") is None
+    assert store.revisions.revision(plan.id).status == "done"
     assert [latest_written_barrier(locations[t])[0] for t in (WC, CC)] == [1, 1]
     assert assert_invariants(store) == 1
 
@@ -147,9 +147,9 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
         assert rows_at_barrier(spark, locations[WC], b) == clean_wordcount["wordcount.word_count"][b], b
         assert rows_at_barrier(spark, locations[CC], b) == clean_wordcount["wordcount.count_of_counts"][b], b
     for b, (wc_version, cc_version) in old.items():
-        assert store.version_at(WC, b) > wc_version and store.version_at(CC, b) > cc_version
+        assert store.table_states.version_at(WC, b) > wc_version and store.table_states.version_at(CC, b) > cc_version
         assert sorted(read(locations[WC], wc_version).to_pylist(), key=str) == sorted(
-            read(locations[WC], store.version_at(WC, b)).to_pylist(), key=str)
+            read(locations[WC], store.table_states.version_at(WC, b)).to_pylist(), key=str)
     assert assert_invariants(store) == 4
 
     # full reprocess: both tables emptied, states forgotten, every barrier processed again
@@ -158,7 +158,7 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     assert json.loads(rebuilt.stdout)["barrier"] == 0
     assert [latest_written_barrier(locations[t]) for t in (WC, CC)] == [None, None]
     assert DeltaTable(locations[WC]).to_pyarrow_table().num_rows == 0
-    assert store.newest_written(WC) is None and store.newest_written(CC) is None
+    assert store.table_states.newest_written(WC) is None and store.table_states.newest_written(CC) is None
     assert run_words() == [1, 2, 3, 4]
     assert run_batch(spark, counts_app, catalog, counts_app.resolve_locations(locations)) == [1, 2, 3, 4]
     for b in range(1, 5):

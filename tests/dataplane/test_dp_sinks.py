@@ -74,7 +74,7 @@ def deploy(root: Path, url: str) -> Deployment:
     topo = Topology("sinks", warehouse=str(root / "warehouse"))
     topo.root_table(CDC)
     topo.job(JOB, str(REPO / "spark_apps" / "sinks" / "cdc_sinks.py"), sources=[CDC], sinks=[EVENTS, CURRENT])
-    store.register_topology(topo)
+    store.registry.register_topology(topo)
     from airflow_provider_tsb.hooks.barrier import read_root_versions
 
     for b in range(1, BARRIERS + 1):
@@ -83,7 +83,7 @@ def deploy(root: Path, url: str) -> Deployment:
             fields.append(("note", pa.string()))
         data = pa.Table.from_pylist(feed(b), schema=pa.schema(fields))
         write_deltalake(topo.location(CDC), data, mode="append", schema_mode="merge" if b == EVOLVED else None)
-        store.create_barrier(topo.name, read_root_versions(topo), run_key=f"sinks/{b}")
+        store.barriers.create_barrier(topo.name, read_root_versions(topo), run_key=f"sinks/{b}")
     return Deployment(url, store, topo, root)
 
 
@@ -96,7 +96,7 @@ def run_with_crash(dep: Deployment) -> dict[str, Any]:
     from airflow_provider_tsb.read.readers import read_tables_arrow
 
     staged = read_tables_arrow([CURRENT], "read-committed", store=dep.store)[CURRENT]
-    state = dep.store.resolve([CURRENT], _level("read-committed")).tables[CURRENT]
+    state = dep.store.resolution.resolve([CURRENT], _level("read-committed")).tables[CURRENT]
     started = time.monotonic()
     resumed = run_job(dep, JOB, BARRIERS)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -67,8 +67,8 @@ def check_freshness_missed(store: Any, client: Any, url: str, capsys: pytest.Cap
     from airflow_provider_tsb.cli import main
     from airflow_provider_tsb.sensors.freshness import TsbFreshnessSensor
 
-    b2 = store.barrier("wordcount", 2)
-    report = store.freshness("wordcount")
+    b2 = store.barriers.barrier("wordcount", 2)
+    report = store.freshness.freshness("wordcount")
     lag = (report.measured_at_ms - b2.created_at_ms) / 1000
     assert lag > 1  # two Spark runs since barrier 2 was generated
     got = {t: (f.lag_s, f.missed, f.committed_barrier, f.bottleneck) for t, f in report.tables.items()}
@@ -116,11 +116,11 @@ def test_bounded_staleness_names_the_held_back_job_then_reads_fresh(
     store, topo = dep.store, dep.topology
     for sink in Q:  # freshness targets, registered with the topology
         topo.table(sink, freshness=1)
-    store.register_topology(topo)
+    store.registry.register_topology(topo)
     ingest_next_words(topo.location("raw.words"), "t/0", lines=20)
-    store.create_barrier(topo.name, read_root_versions(topo), run_key="t/0", ts_ms=now_ms() - HOUR_MS)
+    store.barriers.create_barrier(topo.name, read_root_versions(topo), run_key="t/0", ts_ms=now_ms() - HOUR_MS)
     ingest_next_words(topo.location("raw.words"), "t/1", lines=20)
-    store.create_barrier(topo.name, read_root_versions(topo), run_key="t/1")
+    store.barriers.create_barrier(topo.name, read_root_versions(topo), run_key="t/1")
     catalog = MetastoreCatalog(url)
     locations = {name: topo.location(name) for name in (WORDS, *Q)}
     words_app, counts_app = wordcount_apps
@@ -128,9 +128,9 @@ def test_bounded_staleness_names_the_held_back_job_then_reads_fresh(
     # held back: wordcount_counts is not run for barrier 2
     assert run_batch(spark, counts_app, catalog, counts_app.resolve_locations(locations), until_barrier=1) == [1]
 
-    assert store.resolve(Q).barrier == 1  # no bound: the hour-old barrier 1
+    assert store.resolution.resolve(Q).barrier == 1  # no bound: the hour-old barrier 1
     with pytest.raises(StaleReadError) as err:
-        store.resolve(Q, max_staleness_s=BOUND_S)
+        store.resolution.resolve(Q, max_staleness_s=BOUND_S)
     message = str(err.value)
     assert "the newest COMMIT barrier over ['tsb.wordcount.word_count', 'tsb.wordcount.count_of_counts'] is " \
         "barrier 1, 36" in message
@@ -161,7 +161,7 @@ def test_bounded_staleness_names_the_held_back_job_then_reads_fresh(
         fired = pool.submit(first_event, trigger)
         met = pool.submit(fresh_sensor.execute, {})
         start = time.monotonic()
-        fresh = store.resolve(Q, max_staleness_s=BOUND_S, wait_s=240)
+        fresh = store.resolution.resolve(Q, max_staleness_s=BOUND_S, wait_s=240)
         waited = time.monotonic() - start
         event = fired.result(timeout=240)
         assert met.result(timeout=240) == {WORD_COUNT: 0.0, COUNT_OF_COUNTS: 0.0}  # waited, then met
@@ -174,7 +174,7 @@ def test_bounded_staleness_names_the_held_back_job_then_reads_fresh(
     capsys.readouterr()  # the sensor's log lines
     assert main(["versions", "--url", url, "--max-staleness", str(BOUND_S), *Q]) == 0
     assert json.loads(capsys.readouterr().out)["barrier"] == 2
-    report = store.freshness("wordcount")
+    report = store.freshness.freshness("wordcount")
     assert report.missed == [] and {t: (f.lag_s, f.committed_barrier, f.bottleneck) for t, f in report.tables.items()} \
         == {WORD_COUNT: (0.0, 2, None), COUNT_OF_COUNTS: (0.0, 2, None)}
     assert client.freshness("wordcount")["missed"] == []

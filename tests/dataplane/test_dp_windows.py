@@ -124,7 +124,7 @@ def test_hourly_windows_emit_at_the_watermark_and_drop_late_rows(
     store = MetaStore(metastore_url)
     store.migrate()
     topology = _flights_topology(tmp_path / "warehouse")
-    store.register_topology(topology)
+    store.registry.register_topology(topology)
     flights, weather = topology.location(FLIGHTS), topology.location(WEATHER)
     hook = TsbBarrierHook(topology, ts_kind="event")
     arrivals: dict[int, pa.Table] = {}
@@ -132,7 +132,8 @@ def test_hourly_windows_emit_at_the_watermark_and_drop_late_rows(
 
     def barrier(rows: list[pa.Table]) -> None:
         versions = read_root_versions(topology)
-        info = store.create_barrier(topology.name, versions, ts_ms=hook.watermark(versions), ts_kind=TsKind.EVENT)
+        info = store.barriers.create_barrier(topology.name, versions, ts_ms=hook.watermark(versions),
+                                             ts_kind=TsKind.EVENT)
         arrivals[info.barrier] = pa.concat_tables(rows)
         marks[info.barrier] = info.ts_ms
 
@@ -171,7 +172,7 @@ def test_hourly_windows_emit_at_the_watermark_and_drop_late_rows(
         spark = request.getfixturevalue("spark")
         assert run_app(app, argv, spark=spark) == 0
         # a system-time barrier has no watermark: the job fails naming it, before reading anything
-        store.create_barrier(topology.name, read_root_versions(topology), ts_kind=TsKind.SYSTEM)
+        store.barriers.create_barrier(topology.name, read_root_versions(topology), ts_kind=TsKind.SYSTEM)
         with pytest.raises(ValueError, match="barrier 4 has no event-time watermark; .* ts_kind='event'"):
             run_app(app, [*argv[:2], *argv[4:]], spark=spark)
     else:  # the operator's spark-submit command line

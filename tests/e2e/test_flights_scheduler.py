@@ -51,14 +51,14 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
         af.run_dag("flights_topology", expect="success", timeout=600)
 
     # barriers 1..3, each WRITTEN in every table, each version tagged with its barrier in the Delta log
-    assert [b.barrier for b in store.barriers("flights")] == [3, 2, 1]
+    assert [b.barrier for b in store.barriers.barriers("flights")] == [3, 2, 1]
     for barrier in range(1, BARRIERS + 1):
-        info = store.barrier("flights", barrier)
+        info = store.barriers.barrier("flights", barrier)
         assert info.ts_kind == "event"
         for table in TABLES[2:]:
-            state = store.table_state(table, barrier)
+            state = store.table_states.table_state(table, barrier)
             assert state is not None and state.state == "WRITTEN", (table, barrier, state)
-            assert barrier_of_version(store.table(table).location, state.version) == barrier
+            assert barrier_of_version(store.registry.table(table).location, state.version) == barrier
         # event-time barrier: the watermark is the newest time_hour ingested (min over the root tables)
         day = dt.date(2013, 1, barrier)
         newest = min(
@@ -71,7 +71,7 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
     ingested = 0
     for barrier in range(1, BARRIERS + 1):
         ingested += flights_of_day(dt.date(2013, 1, barrier)).num_rows
-        res = store.resolve(TABLES, as_of=barrier)
+        res = store.resolution.resolve(TABLES, as_of=barrier)
         read = {t: DeltaTable(tv.location, version=tv.version).to_pyarrow_table() for t, tv in res.tables.items()}
         assert read["tsb.raw.flights"].num_rows == ingested
         assert read["tsb.flights.flights_enriched"].num_rows == ingested
@@ -79,7 +79,7 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
         daily = read["tsb.flights.carrier_daily_delay"]
         days = set(zip(daily.column("month").to_pylist(), daily.column("day").to_pylist(), strict=True))
         assert days == {(1, d) for d in range(1, barrier + 1)}
-    latest = store.resolve(TABLES)
+    latest = store.resolution.resolve(TABLES)
     assert latest.barrier == BARRIERS
 
     # the reporting DAG, gated by the deferrable sensor, ran after the committed barriers
@@ -105,7 +105,7 @@ def test_ui_views_on_the_real_flights_run(deployment) -> None:
     from tests.support.browser import chromium, login, new_page, screenshot
 
     af, store, root = deployment
-    barriers = [b.barrier for b in store.barriers("flights")]
+    barriers = [b.barrier for b in store.barriers.barriers("flights")]
     assert len(barriers) >= BARRIERS, "run after test_flights_topology_under_real_scheduler"
     jobs = ["enrich_flights", "carrier_daily_delay", "carrier_ranking"]
     out = REPO / "test-output" / "screenshots" / "e2e"
@@ -118,7 +118,7 @@ def test_ui_views_on_the_real_flights_run(deployment) -> None:
             node = page.locator(f'[data-node="table:{table}"]')
             assert node.count() == 1, table
             assert node.get_attribute("data-barrier") == str(max(barriers))
-            assert node.get_attribute("data-version") == str(store.version_at(table, max(barriers)))
+            assert node.get_attribute("data-version") == str(store.table_states.version_at(table, max(barriers)))
         for job in jobs:
             assert page.locator(f'[data-node="job:{job}"]').get_attribute("data-state") == "succeeded"
         assert page.locator("[data-kind=job]").count() == len(jobs)
@@ -147,32 +147,34 @@ def test_rollback_operator_then_more_barriers_under_real_scheduler(deployment) -
     run processes barrier 4 and the undone barriers 2 and 3 again, which then equal, row for row,
     what the run without the rollback had committed (the undone versions, read by time travel)."""
     af, store, root = deployment
-    newest = store.latest_barrier("flights").barrier
+    newest = store.barriers.latest_barrier("flights").barrier
     assert newest >= BARRIERS, "run after test_flights_topology_under_real_scheduler"
     daily, ranking = TABLES[3], TABLES[4]
 
     def rows(table: str, version: int) -> list[dict]:
-        return sorted(DeltaTable(store.table(table).location, version=version).to_pyarrow_table().to_pylist(),
+        return sorted(DeltaTable(store.registry.table(table).location, version=version).to_pyarrow_table().to_pylist(),
                       key=lambda r: sorted((k, str(v)) for k, v in r.items()))
 
-    before = {(t, b): rows(t, store.version_at(t, b)) for t in (daily, ranking) for b in range(2, newest + 1)}
+    before = {(t, b): rows(t, store.table_states.version_at(t, b)) for t in (daily, ranking) for b in range(2,
+                                                                                                            newest + 1)}
     af.wait_for_dag("flights_revision", timeout=180)
     run = af.run_dag("flights_revision", conf={"table": "flights.carrier_daily_delay", "barrier": 1}, timeout=300)
     xcom = af.api("GET", f"/dags/flights_revision/dagRuns/{run['dag_run_id']}/taskInstances/rollback/xcomEntries/"
                   "return_value")["value"]
     assert xcom["barrier"] == 1 and sorted(xcom["tables"]) == sorted([daily, ranking]), xcom
-    revision = store.revisions("flights")[0]
+    revision = store.revisions.revisions("flights")[0]
     assert revision.id == xcom["revision"] and revision.status == "done"
-    assert store.resolve(TABLES).barrier == 1
-    assert store.newest_written(TABLES[2]).barrier == newest  # upstream of the rolled-back table: untouched
-    assert store.newest_written(daily).barrier == 1 and store.newest_written(ranking).barrier == 1
+    assert store.resolution.resolve(TABLES).barrier == 1
+    newest_written = store.table_states.newest_written
+    assert newest_written(TABLES[2]).barrier == newest  # upstream of the rolled-back table: untouched
+    assert newest_written(daily).barrier == 1 and newest_written(ranking).barrier == 1
 
     af.run_dag("flights_topology", expect="success", timeout=600)
-    last = store.latest_barrier("flights").barrier
+    last = store.barriers.latest_barrier("flights").barrier
     assert last == newest + 1
     for (table, barrier), expected in before.items():
-        assert rows(table, store.version_at(table, barrier)) == expected, (table, barrier)
-    res = store.resolve(TABLES)
+        assert rows(table, store.table_states.version_at(table, barrier)) == expected, (table, barrier)
+    res = store.resolution.resolve(TABLES)
     assert res.barrier == last
     read = {t: DeltaTable(tv.location, version=tv.version).to_pyarrow_table() for t, tv in res.tables.items()}
     ingested = read["tsb.raw.flights"].num_rows

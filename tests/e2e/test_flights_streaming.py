@@ -67,7 +67,7 @@ def _rows(location: str, version: int) -> list[tuple]:
 def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming_run) -> None:
     af, store, root, run = streaming_run
     assert run["state"] == "success"
-    barriers = store.barriers("flights", limit=1000, ascending=True)
+    barriers = store.barriers.barriers("flights", limit=1000, ascending=True)
     ids = [b.barrier for b in barriers]
     assert ids == list(range(1, len(ids) + 1)) and len(ids) >= 3
     assert barriers[-1].final and not any(b.final for b in barriers[:-1])
@@ -81,22 +81,23 @@ def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming
     # every barrier WRITTEN in every table, at a version tagged with it
     for b in ids:
         for table in SINKS:
-            state = store.table_state(table, b)
+            state = store.table_states.table_state(table, b)
             assert state is not None and state.state == "WRITTEN", (table, b, state)
-            assert barrier_of_version(store.table(table).location, state.version) == b
+            assert barrier_of_version(store.registry.table(table).location, state.version) == b
     ingest = af.api("GET", f"/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}/taskInstances/ingest_arriving_days/"
                     "xcomEntries/return_value")["value"]
     assert len(ingest["days"]) == DAYS and ingest["end_of_input"] is True
-    final = store.resolve(ROOTS + SINKS, as_of=ids[-1])
-    assert final.tables["tsb.raw.flights"].version == DeltaTable(store.table("tsb.raw.flights").location).version()
+    final = store.resolution.resolve(ROOTS + SINKS, as_of=ids[-1])
+    raw = store.registry.table("tsb.raw.flights")
+    assert final.tables["tsb.raw.flights"].version == DeltaTable(raw.location).version()
 
 
 def test_invariants_at_every_barrier_and_pipelining(streaming_run) -> None:
     af, store, root, run = streaming_run
-    ids = [b.barrier for b in store.barriers("flights", limit=1000, ascending=True)]
+    ids = [b.barrier for b in store.barriers.barriers("flights", limit=1000, ascending=True)]
     flights_seen = []
     for b in ids:
-        res = store.resolve(ROOTS + SINKS, as_of=b)
+        res = store.resolution.resolve(ROOTS + SINKS, as_of=b)
         read = {t: DeltaTable(tv.location, version=tv.version).to_pyarrow_table() for t, tv in res.tables.items()}
         n = read["tsb.raw.flights"].num_rows
         assert read["tsb.flights.flights_enriched"].num_rows == n, b
@@ -105,7 +106,7 @@ def test_invariants_at_every_barrier_and_pipelining(streaming_run) -> None:
         flights_seen.append(n)
     assert flights_seen == sorted(flights_seen) and flights_seen[-1] > 0
     # pipelining: some barrier n of a downstream job ran while its upstream job worked on n+1
-    spans = {(t.job_id, t.barrier): (t.started_at_ms, t.finished_at_ms) for t in store.job_barriers(JOBS, ids)}
+    spans = {(t.job_id, t.barrier): (t.started_at_ms, t.finished_at_ms) for t in store.job_runs.job_barriers(JOBS, ids)}
     overlaps = [
         (up, down, b)
         for up, down in (("enrich_flights", "carrier_daily_delay"), ("carrier_daily_delay", "carrier_ranking"))
@@ -122,9 +123,9 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
     from tests.support.dataplane import load_app_module
 
     af, store, root, run = streaming_run
-    barriers = store.barriers("flights", limit=1000, ascending=True)
+    barriers = store.barriers.barriers("flights", limit=1000, ascending=True)
     short = {t: t.removeprefix("tsb.") for t in ROOTS + SINKS}  # the apps' table names
-    tables = {t: store.table(t).location for t in ROOTS}
+    tables = {t: store.registry.table(t).location for t in ROOTS}
     tables.update({t: str(tmp_path / t) for t in SINKS})
     plan = PlanFile(str(tmp_path / "plan.json"))
     plan.set_tables({short[t]: loc for t, loc in tables.items()})
@@ -141,11 +142,12 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
         assert run_batch(spark, app, catalog, app.resolve_locations(catalog.tables())) == [b.barrier for b in barriers]
     for b in barriers:
         for table in SINKS:
-            streamed = store.version_at(table, b.barrier)
+            streamed = store.table_states.version_at(table, b.barrier)
             batch = next(v for v in range(0, 10_000) if barrier_of_version(tables[table], v) == b.barrier)
-            assert _rows(store.table(table).location, streamed) == _rows(tables[table], batch), (table, b.barrier)
+            assert _rows(store.registry.table(table).location, streamed) == _rows(tables[table], batch), (table,
+                                                                                                          b.barrier)
     # the dead attempt's staged files were withdrawn, then removed by the retry (grace period 0)
-    staging = Path(store.table("tsb.flights.carrier_daily_delay").location) / "tsb_staging" / KILLED_JOB
+    staging = Path(store.registry.table("tsb.flights.carrier_daily_delay").location) / "tsb_staging" / KILLED_JOB
     attempts = list((staging / "0" / str(KILLED_BARRIER)).iterdir())
     assert len(attempts) == 1, attempts
 
@@ -156,7 +158,7 @@ def test_ui_views_on_the_streaming_run(streaming_run) -> None:
     from tests.support.browser import chromium, login, new_page, screenshot
 
     af, store, root, run = streaming_run
-    ids = [b.barrier for b in store.barriers("flights", limit=1000)]
+    ids = [b.barrier for b in store.barriers.barriers("flights", limit=1000)]
     out = REPO / "test-output" / "screenshots" / "streaming"
     with chromium() as browser:
         page = new_page(browser)
@@ -235,9 +237,9 @@ def test_a_streaming_job_that_fails_for_good_stops_the_emitter_naming_it(streami
         log = af.task_log("wordcount_failing_stream", run["dag_run_id"], emitter)
         assert "StreamingJobFailedError" in log, log[-3000:]
         assert "job 'wordcount_counts' (task wordcount.wordcount_counts failed)" in log, log[-3000:]
-        assert store.job("wordcount_counts").status == "failed"
+        assert store.registry.job("wordcount_counts").status == "failed"
         # the barrier the dead job held back was never COMMIT
-        assert store.table_state("wordcount.count_of_counts", 1) is None or \
-            store.table_state("wordcount.count_of_counts", 1).state != "WRITTEN"
+        assert store.table_states.table_state("wordcount.count_of_counts", 1) is None or \
+            store.table_states.table_state("wordcount.count_of_counts", 1).state != "WRITTEN"
     finally:  # what make demo does: fail the run, its streaming tasks stop
         af.api("PATCH", f"/dags/wordcount_failing_stream/dagRuns/{run['dag_run_id']}", json={"state": "failed"})

@@ -13,6 +13,7 @@ import pytest
 
 from airflow_provider_tsb.consistency import ReadOptions
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.read.resolutions import to_arrow
 from tests.support.airflow_harness import start_airflow
 from tests.support.guide import stop_guide_spark
 
@@ -51,9 +52,9 @@ def _run_under_airflow(tmp_path: Path) -> None:
         af.stop()
     store = MetaStore(url)
     q = ["tsb.iot.clean_readings", "tsb.iot.sensor_stats"]
-    res = store.resolve(q, ReadOptions())
+    res = store.resolution.resolve(q, ReadOptions())
     assert res.barrier == 3  # two barriers by hand, the third from the DAG run
-    tables = res.to_arrow()
+    tables = to_arrow(res)
     stats = dict(zip(*tables["tsb.iot.sensor_stats"].select(["sensor", "readings"]).to_pydict().values(),
                      strict=True))
     assert stats == {"s1": 2, "s2": 3, "s3": 1, "s4": 1}

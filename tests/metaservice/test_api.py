@@ -34,7 +34,7 @@ def test_flip276_registration_endpoints(http: TestClient, store: MetaStore, tmp_
                   json={"topology": "flow", "root": True, "location": str(tmp_path / "events")})
     assert r.status_code == 200, r.text
     assert r.json()["sources"] == ["c.raw.events"] and r.json()["topology"] == "flow"
-    assert store.table("c.raw.events").kind == "root"
+    assert store.registry.table("c.raw.events").kind == "root"
     r = http.post(f"{PREFIX}/register/sink/ingest_reader/c/mart/agg")
     assert r.status_code == 200 and r.json()["sinks"] == ["c.mart.agg"]
     # a new job joins the topology of its (registered) source table without a body
@@ -48,7 +48,7 @@ def test_flip276_registration_endpoints(http: TestClient, store: MetaStore, tmp_
     assert r.json()["error"] == "DoubleWriterError" and r.json()["jobs"] == ["ingest_reader", "intruder"]
     assert "'c.mart.agg' has two writer jobs, 'ingest_reader' and 'intruder'" in r.json()["detail"]
     with pytest.raises(UnknownJobError):
-        store.job("intruder")  # the failed first registration left no job behind
+        store.registry.job("intruder")  # the failed first registration left no job behind
 
     r = http.post(f"{PREFIX}/register/source/ingest_reader/c/mart/agg2")
     assert r.status_code == 409 and r.json()["error"] == "CycleError"
@@ -71,7 +71,7 @@ def test_flip276_registration_endpoints(http: TestClient, store: MetaStore, tmp_
     assert http.post(f"{PREFIX}/unregister/second").json() == {"job_id": "second", "unregistered": True}
     r = http.post(f"{PREFIX}/unregister/second")
     assert r.status_code == 404 and "job 'second' is not registered" in r.json()["detail"]
-    assert store.writer_of("c.mart.agg2") is None
+    assert store.registry.writer_of("c.mart.agg2") is None
 
 
 def test_versions_endpoints_and_errors(http: TestClient, store: MetaStore, tmp_path) -> None:
@@ -90,7 +90,7 @@ def test_versions_endpoints_and_errors(http: TestClient, store: MetaStore, tmp_p
         PRICE: (1, 2), AMOUNT: (0, 1)}
     body = http.post(f"{PREFIX}/versions", json={"tables": [ORDERS, PRICE], "as_of": 1, "lease_seconds": 30}).json()
     assert body["as_of"] == 1 and body["tables"][ORDERS]["version"] == 0 and body["lease"]["id"]
-    assert store.leased_versions(PRICE) == {0}
+    assert store.leases.leased_versions(PRICE) == {0}
 
     r = http.get(f"{PREFIX}/version/read-committed/tsb/shop/user_item_amount")
     assert r.status_code == 200 and r.json()["state"] == "PROCESSED" and r.json()["barrier"] == 2
@@ -126,12 +126,12 @@ def test_monotonic_reads_through_the_api(http: TestClient, store: MetaStore, tmp
     r = http.post(f"{PREFIX}/versions", json={"tables": q, "min_barrier": 3})
     assert r.status_code == 409 and "older than the last seen barrier 3" in r.json()["detail"]
     # price_job fails and rolls back barrier 2: the newest consistent barrier goes back to 1
-    store.rollback_table(PRICE, 1)
+    store.table_states.rollback_table(PRICE, 1)
     with pytest.raises(InconsistentReadError, match="older than the last seen barrier 2"):
         client.versions(q)
     # a fresh (non-monotonic) reader gets barrier 1; the monotonic one recovers with the job
     assert TsbClient(PREFIX, http=http).versions(q)["barrier"] == 1
-    store.record_written(PRICE, 2, 1, "price_job")
+    store.table_states.record_written(PRICE, 2, 1, "price_job")
     assert client.versions(q)["barrier"] == 2
     # other client calls and error classes
     assert client.version(AMOUNT, "read-committed")["state"] == "PROCESSED"
@@ -158,7 +158,7 @@ def test_monotonic_reads_through_the_api(http: TestClient, store: MetaStore, tmp
 
 def test_topology_barriers_delays_views(http: TestClient, store: MetaStore, tmp_path) -> None:
     build_shop(store, str(tmp_path))
-    store.heartbeat("price_job", status="running", barrier=2)
+    store.job_runs.heartbeat("price_job", status="running", barrier=2)
     time.sleep(0.02)
     topo = http.get(f"{PREFIX}/topology", params={"stale_after_s": 0.001}).json()
     assert topo["name"] == "shop" and topo["newest_barrier"] == 2
@@ -189,13 +189,13 @@ def test_topology_barriers_delays_views(http: TestClient, store: MetaStore, tmp_
     assert http.get(f"{PREFIX}/tables/tsb/shop/nope/barriers").status_code == 404
 
     # delays: set WRITTEN times relative to barrier 3's generation
-    b3 = store.create_barrier("shop", {ORDERS: 1})
+    b3 = store.barriers.create_barrier("shop", {ORDERS: 1})
     t0 = b3.created_at_ms
     for table in (PRICE, AMOUNT, TOTAL):  # the versions recorded below exist in the Delta logs
-        DeltaTable(store.table(table).location).alter.set_table_properties({"delta.appendOnly": "false"})
-    store.record_written(PRICE, 3, 2, "price_job", written_at_ms=t0 + 100)
-    store.record_written(AMOUNT, 3, 1, "amount_job", written_at_ms=t0 + 400)
-    store.record_written(TOTAL, 3, 1, "total_job", written_at_ms=t0 + 450)
+        DeltaTable(store.registry.table(table).location).alter.set_table_properties({"delta.appendOnly": "false"})
+    store.table_states.record_written(PRICE, 3, 2, "price_job", written_at_ms=t0 + 100)
+    store.table_states.record_written(AMOUNT, 3, 1, "amount_job", written_at_ms=t0 + 400)
+    store.table_states.record_written(TOTAL, 3, 1, "total_job", written_at_ms=t0 + 450)
     delays = http.get(f"{PREFIX}/delays", params={"limit": 2}).json()
     assert [b["barrier"] for b in delays["barriers"]] == [3, 2] and delays["next_before"] == 2
     d3 = delays["barriers"][0]

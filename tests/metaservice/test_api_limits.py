@@ -103,12 +103,12 @@ def test_standalone_app_rules(shop_http: TestClient, sqlite_store: MetaStore, tm
     assert r.status_code == 200, r.text
     r = shop_http.post(f"{PREFIX}/register/source/other_job/{PRICE.replace('.', '/')}")
     assert r.status_code == 409 and "belongs to topology 'shop'" in r.json()["detail"]
-    assert sqlite_store.job("other_job").sources == ("c.raw.x",)
+    assert sqlite_store.registry.job("other_job").sources == ("c.raw.x",)
     # a root table added to a topology with barriers would break its barrier generation
     r = shop_http.post(f"{PREFIX}/register/source/price_job/c/raw/late",
                        json={"root": True, "location": str(tmp_path / "wh" / "late")})
     assert r.status_code == 409 and "has barriers already" in r.json()["detail"]
-    assert sqlite_store.table("c.raw.late", required=False) is None
+    assert sqlite_store.registry.table("c.raw.late", required=False) is None
     r = shop_http.post(f"{PREFIX}/versions", json={"tables": [PRICE], "lease_seconds": 366 * 86400})
     assert r.status_code == 422 and "max_lease_seconds" in r.text
 
@@ -122,7 +122,8 @@ def test_metastore_refuses_a_reader_of_another_topology(sqlite_store: MetaStore,
     other = Topology("other", warehouse=str(tmp_path / "wh"))
     other.root_table("c.raw.y")
     other.job("y_job", "y.py", sources=["c.raw.y"], sinks=["c.other.out"])
-    sqlite_store.register_topology(other)
+    sqlite_store.registry.register_topology(other)
     with pytest.raises(TopologyError, match="'tsb.shop.user_item_price' belongs to topology 'shop', not 'other'"):
-        sqlite_store.register_job("other", Job("y_job", "y.py", ("c.raw.y", PRICE), ("c.other.out",)))
-    assert sqlite_store.job("y_job").sources == ("c.raw.y",) and sqlite_store.table(PRICE).readers == ("total_job",)
+        sqlite_store.registry.register_job("other", Job("y_job", "y.py", ("c.raw.y", PRICE), ("c.other.out",)))
+    registry = sqlite_store.registry
+    assert registry.job("y_job").sources == ("c.raw.y",) and registry.table(PRICE).readers == ("total_job",)

@@ -75,15 +75,15 @@ def populate(url: str, warehouse: Path) -> None:
     store = MetaStore(url)
     store.migrate()
     for name in ("sales", "payroll"):
-        store.register_topology(topology(name, warehouse))
+        store.registry.register_topology(topology(name, warehouse))
         root, sink = f"tsb.raw_{name}.events", f"tsb.{name}.out"
-        write(store.table(root).location, SCHEMA, [(1,), (2,)], "append", None, None)
-        store.create_barrier(name, {root: 0}, run_key="r1")
-        write(store.table(sink).location, SCHEMA, [(2,)], "overwrite", 1, f"{name}_job")
-        store.record_written(sink, 1, 0, f"{name}_job")
+        write(store.registry.table(root).location, SCHEMA, [(1,), (2,)], "append", None, None)
+        store.barriers.create_barrier(name, {root: 0}, run_key="r1")
+        write(store.registry.table(sink).location, SCHEMA, [(2,)], "overwrite", 1, f"{name}_job")
+        store.table_states.record_written(sink, 1, 0, f"{name}_job")
     for user in (*USERS, "anonymous"):
-        store.create_job("sales", f"{user}_victim")
-    store.create_job("payroll", "payroll_victim")
+        store.registry.create_job("sales", f"{user}_victim")
+    store.registry.create_job("payroll", "payroll_victim")
     store.dispose()
 
 
@@ -196,7 +196,7 @@ def test_changes(dep: Deployment, endpoint: str, user: str | None) -> None:
 
 def _job(dep: Deployment, job_id: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     try:
-        info = dep.store.job(job_id)
+        info = dep.store.registry.job(job_id)
     except UnknownJobError:
         return None
     return info.sources, info.sinks
@@ -277,14 +277,14 @@ def test_restricted_reader_lists_only_its_topology(dep: Deployment) -> None:
     ],
 )
 def test_restricted_editor_changes_only_its_topology(dep: Deployment, path: str, body: Any) -> None:
-    before = dep.store.jobs()
+    before = dep.store.registry.jobs()
     r = dep.call("bob", "POST", path, body)
     if path == "/versions" and body["tables"] == ["tsb.sales.out"]:
         assert r.status_code == 200 and r.json()["lease"]["id"]
         return
     assert r.status_code == 403 and r.json() == {"detail": EDIT_DENIED, "error": "AccessDeniedError"}
     _no_payroll(r)
-    assert dep.store.jobs() == before
+    assert dep.store.registry.jobs() == before
     r = dep.call("alice", "POST", path, body)
     assert r.status_code == 403
 
@@ -301,20 +301,20 @@ def test_a_job_cannot_read_or_write_another_topologys_tables(dep: Deployment) ->
     assert r.status_code == 409 and "belongs to topology 'payroll'" in r.json()["detail"]
     r = dep.call("admin", "POST", "/register/sink/sales_job/tsb/payroll/out")
     assert r.status_code == 409
-    assert dep.store.job("sales_job").sources == ("tsb.raw_sales.events",)
-    assert dep.store.table("tsb.payroll.out").readers == ()
+    assert dep.store.registry.job("sales_job").sources == ("tsb.raw_sales.events",)
+    assert dep.store.registry.table("tsb.payroll.out").readers == ()
     # a table another topology's DAG declares (not registered yet) is that DAG's to register
     r = dep.call("admin", "POST", "/register/sink/squatter/tsb/payroll/later", {"topology": "sales"})
     assert r.status_code == 409 and "declared by a DAG file that does not run topology 'sales'" in r.text
-    assert dep.store.table("tsb.payroll.later", required=False) is None
+    assert dep.store.registry.table("tsb.payroll.later", required=False) is None
 
 
 def test_no_root_table_through_the_api(dep: Deployment) -> None:
     r = dep.call("admin", "POST", "/register/source/sales_job/tsb/raw_sales/extra",
                  {"root": True, "location": str(dep.warehouse / "extra")})
     assert r.status_code == 409 and "does not create root tables" in r.json()["detail"]
-    assert dep.store.table("tsb.raw_sales.extra", required=False) is None
-    assert dep.store.create_barrier("sales", {"tsb.raw_sales.events": 0}, run_key="after").barrier == 2
+    assert dep.store.registry.table("tsb.raw_sales.extra", required=False) is None
+    assert dep.store.barriers.create_barrier("sales", {"tsb.raw_sales.events": 0}, run_key="after").barrier == 2
 
 
 @pytest.mark.parametrize("location", ["/etc", "/etc/tsb_evil", "{wh}/../../etc", "relative/x", "file:///etc"])
@@ -323,7 +323,7 @@ def test_sink_locations_outside_the_warehouse(dep: Deployment, location: str) ->
                  {"topology": "sales", "location": location.format(wh=dep.warehouse)})
     assert r.status_code == 422 and r.json()["error"] == "LocationNotAllowedError", r.text
     assert "allowed_location_roots" in r.json()["detail"]
-    assert dep.store.table("tsb.sales.loc_out", required=False) is None
+    assert dep.store.registry.table("tsb.sales.loc_out", required=False) is None
 
 
 def test_lease_duration_is_bounded(dep: Deployment) -> None:
@@ -416,9 +416,9 @@ def test_freshness_on_the_running_server(dep: Deployment) -> None:
     from airflow_provider_tsb.lineage import Table
 
     sink = "tsb.sales.out"
-    dep.store.register_table("sales", Table(sink, "intermediate", freshness_s=0.5))
-    newest = dep.store.create_barrier("sales", {"tsb.raw_sales.events": 0}, run_key="freshness").barrier
-    committed = dep.store.newest_written(sink).barrier
+    dep.store.registry.register_table("sales", Table(sink, "intermediate", freshness_s=0.5))
+    newest = dep.store.barriers.create_barrier("sales", {"tsb.raw_sales.events": 0}, run_key="freshness").barrier
+    committed = dep.store.table_states.newest_written(sink).barrier
     time.sleep(0.6)
     client = TsbClient(str(dep.af.client.base_url) + API, token=dep.tokens["alice"])
     answer = client.freshness("sales")
@@ -431,10 +431,10 @@ def test_freshness_on_the_running_server(dep: Deployment) -> None:
     r = dep.call("alice", "GET", "/freshness?topology=payroll")
     assert r.status_code == 403
     _no_payroll(r)
-    location = dep.store.table(sink).location
+    location = dep.store.registry.table(sink).location
     for barrier in range(committed + 1, newest + 1):  # sales_job catches up
         write(location, SCHEMA, [(barrier,)], "overwrite", barrier, "sales_job")
-        dep.store.record_written(sink, barrier, DeltaTable(location).version(), "sales_job")
+        dep.store.table_states.record_written(sink, barrier, DeltaTable(location).version(), "sales_job")
     answer = client.freshness("sales")
     assert answer["missed"] == [] and answer["tables"][sink]["lag_s"] == 0.0
     assert answer["tables"][sink]["bottleneck"] is None and answer["tables"][sink]["committed_barrier"] == newest

@@ -23,6 +23,7 @@ from airflow_provider_tsb.exceptions import StagedFilesGoneError
 from airflow_provider_tsb.metastore.records import BarrierState, Resolution, TableVersion
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.readers import read_tables_arrow
+from airflow_provider_tsb.read.resolutions import to_arrow
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 from airflow_provider_tsb.spark.outputs import collect_withdrawn
 
@@ -82,20 +83,20 @@ def _withdrawn_attempt_outlives_the_retry_then_goes(workdir: Path) -> None:
     its manifest gets StagedFilesGoneError (the readers resolve again), never FileNotFoundError."""
     url = f"sqlite:///{workdir / 'tsb.db'}"
     store = MetaStore(url)
-    location = Path(store.table(WORD_COUNT).location)
-    withdrawn = store.due_withdrawn_staging(WORD_COUNT, grace_s=0)
+    location = Path(store.registry.table(WORD_COUNT).location)
+    withdrawn = store.table_states.due_withdrawn_staging(WORD_COUNT, grace_s=0)
     assert [barrier for _, barrier in withdrawn] == [1], withdrawn
-    assert store.due_withdrawn_staging(WORD_COUNT, grace_s=600) == []
+    assert store.table_states.due_withdrawn_staging(WORD_COUNT, grace_s=600) == []
     dead = location / withdrawn[0][0]
     files = [{"path": f"{withdrawn[0][0]}/{p.name}"} for p in sorted(dead.glob("*.parquet"))]
     assert files, f"the killed attempt's files are gone already: {dead}"
     held = Resolution(ConsistencyLevel.READ_COMMITTED, 1, {WORD_COUNT: TableVersion(
         WORD_COUNT, str(location), None, 1, BarrierState.PROCESSED, staged={"mode": "overwrite", "files": files})})
-    assert held.to_arrow()[WORD_COUNT].num_rows > 0  # the old answer still reads
+    assert to_arrow(held)[WORD_COUNT].num_rows > 0  # the old answer still reads
     assert collect_withdrawn(str(location), WORD_COUNT, MetastoreCatalog(url), grace_s=0) == 1
-    assert not dead.exists() and store.due_withdrawn_staging(WORD_COUNT, grace_s=0) == []
+    assert not dead.exists() and store.table_states.due_withdrawn_staging(WORD_COUNT, grace_s=0) == []
     with pytest.raises(StagedFilesGoneError, match=r"barrier 1 .*staged file .* is gone.*Resolve again"):
-        held.to_arrow()
+        to_arrow(held)
     with pytest.raises(StagedFilesGoneError):
         read_tables_arrow([WORD_COUNT], resolution=held)
     fresh = read_tables_arrow([WORDS, WORD_COUNT], ConsistencyLevel.READ_COMMITTED, store=store)

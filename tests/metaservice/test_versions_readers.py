@@ -16,6 +16,7 @@ from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import InconsistentReadError, OutOfRangeError, UnknownTableError
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.readers import read_tables, read_tables_arrow, read_tables_pandas
+from airflow_provider_tsb.read.resolutions import to_arrow
 from airflow_provider_tsb.read.versions import resolve_versions
 from airflow_provider_tsb.topology import Topology
 from tests.support.metaservice import (
@@ -37,7 +38,7 @@ RU, RC, RR = ConsistencyLevel.READ_UNCOMMITTED, ConsistencyLevel.READ_COMMITTED,
 
 def test_resolver_levels_on_real_delta_tables(store: MetaStore, tmp_path) -> None:
     shop = build_shop(store, str(tmp_path))
-    resolver = store  # every level, READ_UNCOMMITTED included, resolves in the MetaStore
+    resolver = store.resolution  # every level, READ_UNCOMMITTED included, resolves in the MetaStore
     q = [ORDERS, PRICE, AMOUNT, TOTAL]
 
     ru = resolver.resolve(q, RU)
@@ -68,7 +69,8 @@ def test_resolver_levels_on_real_delta_tables(store: MetaStore, tmp_path) -> Non
 
     # leases at READ_UNCOMMITTED pin the latest versions
     leased = resolver.resolve([PRICE, AMOUNT], RU, lease_seconds=60)
-    assert leased.lease_id and store.leased_versions(PRICE) == {2} and store.leased_versions(AMOUNT) == {0}
+    leases = store.leases
+    assert leased.lease_id and leases.leased_versions(PRICE) == {2} and leases.leased_versions(AMOUNT) == {0}
 
     as_dict = resolve_versions([PRICE, AMOUNT], level="read-committed", store=store)
     assert as_dict["level"] == "READ_COMMITTED" and as_dict["barrier"] == 2
@@ -79,9 +81,9 @@ def test_resolver_levels_on_real_delta_tables(store: MetaStore, tmp_path) -> Non
     assert as_dict["lease"] is None
     # the options object gives the same answer as the keywords, and the result reads itself
     opts = ReadOptions("read-committed")
-    assert store.resolve([PRICE, AMOUNT], opts).to_dict() == as_dict
+    assert store.resolution.resolve([PRICE, AMOUNT], opts).to_dict() == as_dict
     assert resolve_versions([PRICE, AMOUNT], opts, store=store) == as_dict
-    frames = store.resolve([PRICE, AMOUNT], opts).to_arrow()
+    frames = to_arrow(store.resolution.resolve([PRICE, AMOUNT], opts))
     assert frames[AMOUNT].num_rows == read_tables_arrow([PRICE, AMOUNT], opts, store=store)[AMOUNT].num_rows
 
 
@@ -106,8 +108,8 @@ def test_read_uncommitted_table_without_delta_log(sqlite_store: MetaStore, tmp_p
     topo = Topology("t", warehouse=str(tmp_path / "wh"))
     topo.root_table("a.b.root")
     topo.job("j", "j.py", sources=["a.b.root"], sinks=["a.b.sink"])
-    sqlite_store.register_topology(topo)
-    res = sqlite_store.resolve(["a.b.root", "a.b.sink"], RU)
+    sqlite_store.registry.register_topology(topo)
+    res = sqlite_store.resolution.resolve(["a.b.root", "a.b.sink"], RU)
     assert res.versions == {"a.b.root": None, "a.b.sink": None}
     with pytest.raises(Exception, match="has no Delta version to read"):
         read_tables_arrow(["a.b.sink"], RU, store=sqlite_store)
@@ -140,17 +142,18 @@ def test_read_committed_append_manifest_arrow(sqlite_store: MetaStore, tmp_path)
     topo = Topology("app", warehouse=str(tmp_path / "wh"))
     topo.root_table("a.b.src")
     topo.job("j", "j.py", sources=["a.b.src"], sinks=["a.b.log"])
-    sqlite_store.register_topology(topo)
-    loc = sqlite_store.table("a.b.log").location
-    sqlite_store.create_barrier("app", {"a.b.src": 0})
+    sqlite_store.registry.register_topology(topo)
+    loc = sqlite_store.registry.table("a.b.log").location
+    sqlite_store.barriers.create_barrier("app", {"a.b.src": 0})
     write(loc, AMOUNT_SCHEMA, [("u1", "i1", 1)], "append", 1, "j")
-    sqlite_store.record_written("a.b.log", 1, 0, "j")
-    sqlite_store.create_barrier("app", {"a.b.src": 0})
+    sqlite_store.table_states.record_written("a.b.log", 1, 0, "j")
+    sqlite_store.barriers.create_barrier("app", {"a.b.src": 0})
     rel = "tsb_staging/j/0/2/a/part-0.parquet"
     os.makedirs(os.path.join(loc, os.path.dirname(rel)))
     pq.write_table(pa.Table.from_pylist([{"user": "u2", "item": "i2", "total_amount": 2}], schema=AMOUNT_SCHEMA),
                    os.path.join(loc, rel))
-    sqlite_store.record_processed("a.b.log", 2, "j", {"mode": "append", "files": [{"path": rel, "size": 1}]})
+    sqlite_store.table_states.record_processed("a.b.log", 2, "j", {"mode": "append", "files": [{"path": rel,
+                                                                                                "size": 1}]})
     rc = read_tables_arrow(["a.b.log"], RC, store=sqlite_store)["a.b.log"]
     assert sorted(rc.column("user").to_pylist()) == ["u1", "u2"]
     assert read_tables_arrow(["a.b.log"], RR, store=sqlite_store)["a.b.log"].column("user").to_pylist() == ["u1"]
@@ -182,18 +185,18 @@ def test_spark_empty_table_and_append_manifest(spark, sqlite_store: MetaStore, t
     topo = Topology("app", warehouse=str(tmp_path / "wh"))
     topo.root_table("a.b.src")
     topo.job("j", "j.py", sources=["a.b.src"], sinks=["a.b.log"])
-    sqlite_store.register_topology(topo)
-    loc = sqlite_store.table("a.b.log").location
-    sqlite_store.create_barrier("app", {"a.b.src": 0})
+    sqlite_store.registry.register_topology(topo)
+    loc = sqlite_store.registry.table("a.b.log").location
+    sqlite_store.barriers.create_barrier("app", {"a.b.src": 0})
     write(loc, AMOUNT_SCHEMA, [], "append", 1, "j")  # an empty first barrier
-    sqlite_store.record_written("a.b.log", 1, 0, "j")
+    sqlite_store.table_states.record_written("a.b.log", 1, 0, "j")
     empty = read_tables(spark, ["a.b.log"], store=sqlite_store)["a.b.log"]
     assert empty.count() == 0 and empty.schema.names == ["user", "item", "total_amount"]
-    sqlite_store.create_barrier("app", {"a.b.src": 0})
+    sqlite_store.barriers.create_barrier("app", {"a.b.src": 0})
     rel = "tsb_staging/j/0/2/a/part-0.parquet"
     os.makedirs(os.path.join(loc, os.path.dirname(rel)))
     pq.write_table(pa.Table.from_pylist([{"user": "u2", "item": "i2", "total_amount": 2}], schema=AMOUNT_SCHEMA),
                    os.path.join(loc, rel))
-    sqlite_store.record_processed("a.b.log", 2, "j", {"mode": "append", "files": [rel]})
+    sqlite_store.table_states.record_processed("a.b.log", 2, "j", {"mode": "append", "files": [rel]})
     rc = read_tables(spark, ["a.b.log"], RC, store=sqlite_store)["a.b.log"]
     assert [tuple(r) for r in rc.collect()] == [("u2", "i2", 2)]

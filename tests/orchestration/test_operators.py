@@ -37,9 +37,9 @@ def test_barrier_generation_is_idempotent_per_run(tsb_env) -> None:
     ingest_next_words(topo.location("raw.words"), run_key="r2", lines=20)
     second = op.execute(run_context("run-2"))
     assert (first, retry, second) == (1, 1, 2)
-    assert [b.barrier for b in tsb_env.store.barriers("wordcount")] == [2, 1]
-    assert tsb_env.store.barrier("wordcount", 1).root_versions == {"tsb.raw.words": 0}
-    assert tsb_env.store.barrier("wordcount", 2).root_versions == {"tsb.raw.words": 1}
+    assert [b.barrier for b in tsb_env.store.barriers.barriers("wordcount")] == [2, 1]
+    assert tsb_env.store.barriers.barrier("wordcount", 1).root_versions == {"tsb.raw.words": 0}
+    assert tsb_env.store.barriers.barrier("wordcount", 2).root_versions == {"tsb.raw.words": 1}
 
 
 def test_barrier_generation_names_missing_root_table(tsb_env) -> None:
@@ -48,7 +48,7 @@ def test_barrier_generation_names_missing_root_table(tsb_env) -> None:
     with pytest.raises(RootTableError) as err:
         op.execute(run_context("run-1"))
     assert "'tsb.raw.words'" in str(err.value) and topo.location("raw.words") in str(err.value)
-    assert tsb_env.store.latest_barrier("wordcount") is None
+    assert tsb_env.store.barriers.latest_barrier("wordcount") is None
 
 
 def test_job_refuses_input_not_written_at_barrier(tsb_env) -> None:
@@ -56,7 +56,7 @@ def test_job_refuses_input_not_written_at_barrier(tsb_env) -> None:
     ingest_next_words(topo.location("raw.words"), run_key="r1", lines=20)
     TsbBarrierOperator(task_id="b", topology=topo).execute(run_context("run-1"))
     op = TsbSparkJobOperator(task_id="wordcount_counts", topology=topo, job_id="wordcount_counts", barrier="1")
-    tsb_env.store.register_topology(topo)
+    tsb_env.store.registry.register_topology(topo)
     with pytest.raises(BarrierNotReadyError) as err:
         op.job_hook.check_inputs(tsb_env.store, 1)
     assert "job 'wordcount_counts' cannot process barrier 1" in str(err.value)
@@ -93,7 +93,7 @@ def test_sensor_timeout_lists_tables_and_lag(tsb_env) -> None:
     topo = wordcount_topology(tsb_env.warehouse)
     ingest_next_words(topo.location("raw.words"), run_key="r1", lines=20)
     TsbBarrierOperator(task_id="b", topology=topo).execute(run_context("run-1"))
-    tsb_env.store.record_written("wordcount.word_count", 1, 0, "wordcount_words")
+    tsb_env.store.table_states.record_written("wordcount.word_count", 1, 0, "wordcount_words")
     sensor = TsbBarrierCommittedSensor(task_id="wait", tables=["raw.words", "wordcount.word_count",
                                     "wordcount.count_of_counts"], barrier=1, poke_interval=0.2, timeout=1,
                                     mode="poke")
@@ -151,12 +151,12 @@ def test_job_operator_runs_spark_and_emits_asset_events(tsb_env) -> None:
         results[job] = op.execute(ctx)
         for sink in topo.jobs[job].sinks:
             extra = ctx["outlet_events"][table_asset(topo, sink)].extra
-            assert extra["barrier"] == 2 and extra["version"] == tsb_env.store.version_at(sink, 2)
+            assert extra["barrier"] == 2 and extra["version"] == tsb_env.store.table_states.version_at(sink, 2)
             assert set(extra["barriers"]) == {"1", "2"}
     assert results["wordcount_words"]["barriers"] == [1, 2]
     store = tsb_env.store
     for b in (1, 2):
-        res = store.resolve(["raw.words", "wordcount.word_count", "wordcount.count_of_counts"], as_of=b)
+        res = store.resolution.resolve(["raw.words", "wordcount.word_count", "wordcount.count_of_counts"], as_of=b)
         from deltalake import DeltaTable
 
         words = DeltaTable(res.tables["tsb.raw.words"].location,
@@ -168,7 +168,7 @@ def test_job_operator_runs_spark_and_emits_asset_events(tsb_env) -> None:
         assert words.num_rows > 0
         assert sum(wc.column("cnt").to_pylist()) == words.num_rows
         assert sum(cc.column("cnt2").to_pylist()) == wc.num_rows
-    assert store.job("wordcount_counts").status == "succeeded"
+    assert store.registry.job("wordcount_counts").status == "succeeded"
     # a retry of a finished barrier runs nothing and reports the same versions
     again = TsbSparkJobOperator(task_id="x", topology=topo, job_id="wordcount_words", barrier="2",
                                 conn_id="spark_local").execute(run_context("run-2"))
@@ -204,9 +204,9 @@ def test_emitter_generates_a_final_barrier_at_end_of_input(tsb_env) -> None:
     began = time.monotonic()
     assert emitter.execute(run_context("run-1")) == [1]  # the input had ended: one final barrier
     assert time.monotonic() - began < 30
-    info = tsb_env.store.barrier("wordcount", 1)
+    info = tsb_env.store.barriers.barrier("wordcount", 1)
     assert info.final and info.root_versions == {"tsb.raw.words": 2}
-    assert tsb_env.store.latest_final_barrier("wordcount").barrier == 1
+    assert tsb_env.store.barriers.latest_final_barrier("wordcount").barrier == 1
     # a retry of the same run gets its final barrier back, nothing new
     assert emitter.execute(run_context("run-1")) == [1]
     # new data reopens the input; the next stretch emits barriers and, on its duration, a final one
@@ -214,7 +214,7 @@ def test_emitter_generates_a_final_barrier_at_end_of_input(tsb_env) -> None:
     assert not input_ended(words)
     short = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=1)
     assert short.execute(run_context("run-2")) == [2, 3]
-    assert [tsb_env.store.barrier("wordcount", b).final for b in (2, 3)] == [False, True]
+    assert [tsb_env.store.barriers.barrier("wordcount", b).final for b in (2, 3)] == [False, True]
 
 
 def test_final_barrier_includes_an_end_marker_committed_while_the_emitter_reads(tsb_env) -> None:
@@ -242,7 +242,7 @@ def test_final_barrier_includes_an_end_marker_committed_while_the_emitter_reads(
     emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=60)
     emitter._hook = MarkerLandsMidway(topo)
     emitted = emitter.execute(run_context("run-1"))
-    final = tsb_env.store.barrier("wordcount", emitted[-1])
+    final = tsb_env.store.barriers.barrier("wordcount", emitted[-1])
     assert final.final
     assert final.root_versions == {"tsb.raw.words": DeltaTable(words).version()}, (emitted, final.root_versions)
 
@@ -282,9 +282,9 @@ def test_emitter_ignores_the_end_of_input_mark_an_earlier_run_left(tsb_env) -> N
         emitted = emitter.execute(context)
     finally:
         feeder.join()
-    final = tsb_env.store.barrier("wordcount", emitted[-1])
+    final = tsb_env.store.barriers.barrier("wordcount", emitted[-1])
     assert final.final and len(emitted) >= 2, emitted  # the new data's barrier, then the final one
-    assert not tsb_env.store.barrier("wordcount", emitted[0]).final
+    assert not tsb_env.store.barriers.barrier("wordcount", emitted[0]).final
     assert final.root_versions == {"tsb.raw.words": DeltaTable(words).version()}
 
 
@@ -300,7 +300,7 @@ def test_emitter_waits_for_root_tables_and_checks_its_interval(tsb_env) -> None:
         templated.execute(run_context("run-1"))
     waiting = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.2, duration_s=1)
     assert waiting.execute(run_context("run-1")) == []  # no root table yet: nothing to generate
-    assert tsb_env.store.latest_barrier("wordcount") is None
+    assert tsb_env.store.barriers.latest_barrier("wordcount") is None
 
 
 def test_emitter_backpressure_keeps_at_most_max_in_flight_uncommitted(tsb_env) -> None:
@@ -328,8 +328,8 @@ def test_emitter_backpressure_keeps_at_most_max_in_flight_uncommitted(tsb_env) -
         stop.set()
         feeder.join()
     assert emitted == [1, 2], emitted  # two in flight, then nothing until a COMMIT
-    tsb_env.store.record_written("wordcount.word_count", 1, 0, "wordcount_words")
-    tsb_env.store.record_written("wordcount.count_of_counts", 1, 0, "wordcount_counts")
+    tsb_env.store.table_states.record_written("wordcount.word_count", 1, 0, "wordcount_words")
+    tsb_env.store.table_states.record_written("wordcount.count_of_counts", 1, 0, "wordcount_counts")
     ingest_next_words(words, run_key="more", lines=5)
     again = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=0.5,
                                       max_in_flight=2, final_on_stop=False)

@@ -92,7 +92,7 @@ def _run_all(topo, store, context: dict) -> tuple[dict[str, dict], list[int]]:
             errors.append(exc)
 
     emitter = TsbBarrierEmitterOperator(task_id="generate_barriers", topology=topo, interval_s=0.7, duration_s=600)
-    store.register_topology(topo)
+    store.registry.register_topology(topo)
     threads = [threading.Thread(target=run, args=(j,)) for j in jobs]
     for t in threads:
         t.start()
@@ -116,7 +116,7 @@ def test_streaming_jobs_through_the_operator_on_the_metastore_catalog(streaming_
     results, emitted = _run_all(topo, store, _context("run-1", start))
 
     # the emitter generated barriers while data arrived, the last one final (end of input)
-    barriers = store.barriers("wordcount", limit=1000, ascending=True)
+    barriers = store.barriers.barriers("wordcount", limit=1000, ascending=True)
     assert [b.barrier for b in barriers] == emitted and len(emitted) >= 2
     assert barriers[-1].final and not any(b.final for b in barriers[:-1])
     assert input_ended(topo.location("raw.words"))
@@ -124,13 +124,13 @@ def test_streaming_jobs_through_the_operator_on_the_metastore_catalog(streaming_
     # both jobs stopped on their own after committing the final barrier, every barrier in order
     for job_id in ("wordcount_words", "wordcount_counts"):
         assert results[job_id]["barriers"] == emitted, (job_id, results[job_id])
-        timings = store.job_barrier_statuses(job_id, emitted)
+        timings = store.job_runs.job_barrier_statuses(job_id, emitted)
         assert timings == {b: "succeeded" for b in emitted}
 
     # barrier by barrier, each sink version is tagged with its barrier and the FLIP-276 invariants hold
     for info in barriers:
         b = info.barrier
-        res = store.resolve([WORDS, COUNTS, CC], as_of=b)
+        res = store.resolution.resolve([WORDS, COUNTS, CC], as_of=b)
         for table in (COUNTS, CC):
             assert barrier_of_version(res.tables[table].location, res.tables[table].version) == b
         read = {t: DeltaTable(tv.location, version=tv.version).to_pyarrow_table() for t, tv in res.tables.items()}
@@ -138,7 +138,7 @@ def test_streaming_jobs_through_the_operator_on_the_metastore_catalog(streaming_
                                                   ).to_pyarrow_table().num_rows
         assert pc.sum(read[COUNTS].column("cnt")).as_py() == read[WORDS].num_rows, b
         assert pc.sum(read[CC].column("cnt2")).as_py() == read[COUNTS].num_rows, b
-    assert store.resolve([WORDS, COUNTS, CC]).barrier == emitted[-1]
+    assert store.resolution.resolve([WORDS, COUNTS, CC]).barrier == emitted[-1]
 
 
 def test_retried_streaming_job_after_end_of_input_ends_at_once(streaming_env, engine) -> None:
@@ -156,7 +156,7 @@ def test_retried_streaming_job_after_end_of_input_ends_at_once(streaming_env, en
     began = time.monotonic()
     out = retry.execute(context)
     assert out["barriers"] == [] and time.monotonic() - began < 120
-    assert streaming_env.store.newest_written(COUNTS).barrier == emitted[-1]
+    assert streaming_env.store.table_states.newest_written(COUNTS).barrier == emitted[-1]
 
 
 def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_store) -> None:
@@ -170,11 +170,11 @@ def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_
 
     topo = wordcount_topology(streaming_store.warehouse)
     store = streaming_store.store
-    store.register_topology(topo)
+    store.registry.register_topology(topo)
     job = topo.jobs["wordcount_words"]
-    store.register_job(topo.name, job, {n: topo.tables[n] for n in (*job.sources, *job.sinks)})
+    store.registry.register_job(topo.name, job, {n: topo.tables[n] for n in (*job.sources, *job.sinks)})
     ingest_next_words(topo.location("raw.words"), run_key="w0", lines=5)
-    first = store.create_barrier(topo.name, read_root_versions(topo)).barrier
+    first = store.barriers.create_barrier(topo.name, read_root_versions(topo)).barrier
     reader = TsbStreamReader({
         "catalog": json.dumps({"kind": "metastore", "url": streaming_store.url, "report": ""}),
         "job_id": "wordcount_words",
@@ -186,7 +186,7 @@ def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_
     def generate_later() -> None:
         time.sleep(1.0)
         ingest_next_words(topo.location("raw.words"), run_key="w1", lines=5)
-        store.create_barrier(topo.name, read_root_versions(topo))
+        store.barriers.create_barrier(topo.name, read_root_versions(topo))
 
     later = threading.Thread(target=generate_later)
     began = time.monotonic()

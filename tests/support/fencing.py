@@ -24,6 +24,7 @@ from airflow_provider_tsb.consistency import ConsistencyLevel
 from airflow_provider_tsb.delta.barriers import version_of_barrier
 from airflow_provider_tsb.delta.conventions import parse_tag
 from airflow_provider_tsb.delta.log import commit_info, latest_version
+from airflow_provider_tsb.read.resolutions import to_arrow
 from tests.support.job_processes import (
     WORD_COUNT,
     WORDS,
@@ -68,13 +69,13 @@ def visible_orphans(dep: Deployment, barrier: int) -> list[str]:
     import pyarrow.compute as pc
 
     problems = []
-    state = dep.store.table_state(WORD_COUNT, barrier)
+    state = dep.store.table_states.table_state(WORD_COUNT, barrier)
     if state is None or state.state != "WRITTEN" or state.manifest:
         shown = (state.state, state.manifest) if state is not None else None
         problems.append(f"barrier {barrier}: word_count (state, manifest) is {shown}")
     for level in (ConsistencyLevel.READ_COMMITTED, ConsistencyLevel.REPEATABLE_READ):
         as_of = barrier if level is ConsistencyLevel.REPEATABLE_READ else None
-        read = dep.store.resolve([WORDS, WORD_COUNT], level, as_of=as_of).to_arrow()
+        read = to_arrow(dep.store.resolution.resolve([WORDS, WORD_COUNT], level, as_of=as_of))
         cnt = int(pc.sum(read[WORD_COUNT].column("cnt")).as_py() or 0)
         if cnt != read[WORDS].num_rows:
             problems.append(f"barrier {barrier} at {level.value}: sum(cnt)={cnt} count(words)={read[WORDS].num_rows}")
@@ -82,7 +83,7 @@ def visible_orphans(dep: Deployment, barrier: int) -> list[str]:
     version = version_of_barrier(location, barrier)
     committed = parse_tag(commit_info(location, version)).attempt if version is not None else None
     base = Path(location) / "tsb_staging" / JOB / "0" / str(barrier)
-    tracked = {p for p in dep.store.held_staging(WORD_COUNT, barrier, grace_s=1e9)}
+    tracked = {p for p in dep.store.table_states.held_staging(WORD_COUNT, barrier, grace_s=1e9)}
     for attempt in sorted(base.iterdir()) if base.is_dir() else []:
         rel = f"tsb_staging/{JOB}/0/{barrier}/{attempt.name}"
         if attempt.name != committed and rel not in tracked and any(attempt.iterdir()):

@@ -46,10 +46,10 @@ def wordcount_deployment(root: Path, url: str, barriers: int, lines: int = 20) -
     store = MetaStore(url)
     store.migrate()
     topo = wordcount_topology(str(root / "warehouse"))
-    store.register_topology(topo)
+    store.registry.register_topology(topo)
     for n in range(barriers):
         ingest_next_words(topo.location("raw.words"), f"t/{n}", lines=lines)
-        store.create_barrier(topo.name, read_root_versions(topo), run_key=f"t/{n}")
+        store.barriers.create_barrier(topo.name, read_root_versions(topo), run_key=f"t/{n}")
     return Deployment(url, store, topo, root)
 
 

@@ -42,6 +42,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from airflow_provider_tsb.delta.barriers import version_of_barrier
 from airflow_provider_tsb.exceptions import ExpiredVersionError, InconsistentReadError
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.read.resolutions import to_arrow
 from airflow_provider_tsb.topology import Topology
 
 TOPOLOGY = "leases"
@@ -57,8 +58,8 @@ def build(store: MetaStore, warehouse: str, *, consumer: bool = False) -> dict[s
     topo.job("snap_job", "snap.py", sources=[EVENTS], sinks=[SNAP])
     if consumer:
         topo.job("sum_job", "sum.py", sources=[SNAP], sinks=[SUMMARY])
-    store.register_topology(topo)
-    return {t.name: t.location for t in store.tables(TOPOLOGY)}
+    store.registry.register_topology(topo)
+    return {t.name: t.location for t in store.registry.tables(TOPOLOGY)}
 
 
 def _tags(barrier: int, job: str) -> CommitProperties:
@@ -68,12 +69,12 @@ def _tags(barrier: int, job: str) -> CommitProperties:
 def write_barrier(store: MetaStore, loc: dict[str, str], ts_ms: int | None = None) -> int:
     """One barrier end to end (the writer's step, barrier timestamp ``ts_ms``); returns its id."""
     write_deltalake(loc[EVENTS], pa.table({"e": pa.array([random.random() for _ in range(5)])}), mode="append")
-    barrier = store.create_barrier(TOPOLOGY, {EVENTS: DeltaTable(loc[EVENTS]).version()}, ts_ms=ts_ms).barrier
+    barrier = store.barriers.create_barrier(TOPOLOGY, {EVENTS: DeltaTable(loc[EVENTS]).version()}, ts_ms=ts_ms).barrier
     rows = pa.table({"b": pa.array([barrier] * ROWS, pa.int64()), "k": pa.array(range(ROWS), pa.int64())})
     write_deltalake(loc[SNAP], rows, mode="overwrite", commit_properties=_tags(barrier, "snap_job"))
     version = version_of_barrier(loc[SNAP], barrier)
     assert version is not None, f"snap has no version tagged with barrier {barrier}"
-    store.record_written(SNAP, barrier, version, "snap_job")
+    store.table_states.record_written(SNAP, barrier, version, "snap_job")
     return barrier
 
 
@@ -85,11 +86,11 @@ def check_snap(table: pa.Table, barrier: int) -> bool:
 def unsafe_expire(store: MetaStore, table: str, keep_barriers: int, pause: Any = None) -> dict[str, Any]:
     """Snapshot expiry as it was before issue 12 (hooks/maintenance.py at 80313a0): read the
     live leases, then vacuum; nothing marked, no retry. ``pause()`` runs in between."""
-    store.expire_leases()
-    info = store.table(table)
-    history = [s for s in store.table_history(info.name, limit=keep_barriers * 4) if s.state == "WRITTEN"]
+    store.leases.expire_leases()
+    info = store.registry.table(table)
+    history = [s for s in store.table_states.table_history(info.name, limit=keep_barriers * 4) if s.state == "WRITTEN"]
     keep = {s.version for s in history[:keep_barriers] if s.version is not None}
-    keep |= store.leased_versions(info.name)
+    keep |= store.leases.leased_versions(info.name)
     dt = DeltaTable(info.location)
     keep.add(dt.version())
     if pause is not None:
@@ -148,7 +149,7 @@ def role_reader(cfg: dict[str, Any]) -> dict[str, Any]:
            "expired_reads": 0}
     with_lease = cfg.get("lease", True)
     while not _stopped(cfg, deadline):
-        newest = store.latest_barrier(TOPOLOGY)
+        newest = store.barriers.latest_barrier(TOPOLOGY)
         if newest is None:
             time.sleep(0.02)
             continue
@@ -156,9 +157,10 @@ def role_reader(cfg: dict[str, Any]) -> dict[str, Any]:
         barrier = rng.randint(max(1, newest.barrier - window), newest.barrier)
         try:
             if with_lease:
-                res = store.resolve([SNAP], as_of=barrier, lease_seconds=30, lease_holder="lease_world reader")
+                res = store.resolution.resolve([SNAP], as_of=barrier, lease_seconds=30,
+                                               lease_holder="lease_world reader")
             else:
-                res = store.resolve([SNAP], as_of=barrier)
+                res = store.resolution.resolve([SNAP], as_of=barrier)
         except ExpiredVersionError:
             out["refused"] += 1
             continue
@@ -167,12 +169,12 @@ def role_reader(cfg: dict[str, Any]) -> dict[str, Any]:
         version = res.tables[SNAP].version
         if with_lease:
             out["leases"] += 1
-            expiry = store.table_expiry(SNAP)
+            expiry = store.expiry.table_expiry(SNAP)
             if expiry is not None and version is not None and expiry.is_expired(version):
                 out["stale_versions"] += 1
         time.sleep(rng.uniform(0, cfg.get("hold", 0.05)))
         try:
-            table = res.to_arrow()[SNAP]
+            table = to_arrow(res)[SNAP]
             out["reads"] += 1
             if not check_snap(table, barrier):
                 out["wrong"] += 1
@@ -182,7 +184,7 @@ def role_reader(cfg: dict[str, Any]) -> dict[str, Any]:
             out["raw_errors"] += 1
             out["lost" if with_lease else "expired_reads"] += 1
         if res.lease_id:
-            store.release_lease(res.lease_id)
+            store.leases.release_lease(res.lease_id)
         time.sleep(cfg.get("pace", 0.02))
     return out
 
@@ -197,7 +199,7 @@ def role_consumer(cfg: dict[str, Any]) -> dict[str, Any]:
     catalog = MetastoreCatalog(cfg["url"])
     deadline = time.monotonic() + cfg.get("seconds", 60)
     out = {"consumed": 0, "consumer_lost": 0, "consumer_wrong": 0}
-    head = store.newest_written(SUMMARY)
+    head = store.table_states.newest_written(SUMMARY)
     after = head.barrier if head is not None else None
     idle_since = time.monotonic()
     while time.monotonic() < deadline:
@@ -219,7 +221,7 @@ def role_consumer(cfg: dict[str, Any]) -> dict[str, Any]:
                 row = pa.table({"b": pa.array([plan.barrier], pa.int64()), "n": pa.array([table.num_rows], pa.int64())})
                 write_deltalake(loc[SUMMARY], row, mode="append", commit_properties=_tags(plan.barrier, "sum_job"))
             version = version_of_barrier(loc[SUMMARY], plan.barrier)
-            store.record_written(SUMMARY, plan.barrier, version, "sum_job")
+            store.table_states.record_written(SUMMARY, plan.barrier, version, "sum_job")
             out["consumed"] += 1
             after = plan.barrier
         except (ExpiredVersionError, OSError):
@@ -300,7 +302,7 @@ def forced_order(url: str, locations: dict[str, str], workdir: str, *, unsafe: b
         store = MetaStore(url)
         out: dict[str, Any] = {"granted": False, "lost": 0, "read_ok": False, "refused": None}
         try:
-            res = store.resolve([SNAP], as_of=barrier, lease_seconds=60, lease_holder="forced-order reader")
+            res = store.resolution.resolve([SNAP], as_of=barrier, lease_seconds=60, lease_holder="forced-order reader")
             out["granted"] = True
         except ExpiredVersionError as exc:
             out["refused"] = str(exc)
@@ -310,10 +312,10 @@ def forced_order(url: str, locations: dict[str, str], workdir: str, *, unsafe: b
     out["expiry"] = result_of(proc)
     if out["granted"]:
         try:
-            out["read_ok"] = check_snap(res.to_arrow()[SNAP], barrier)
+            out["read_ok"] = check_snap(to_arrow(res)[SNAP], barrier)
         except (ExpiredVersionError, OSError):
             out["lost"] = 1
-        store.release_lease(res.lease_id)
+        store.leases.release_lease(res.lease_id)
     return out
 
 

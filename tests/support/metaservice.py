@@ -74,31 +74,31 @@ def build_shop(store: MetaStore, root: str) -> Shop:
     topo.job("price_job", "price.py", sources=[ORDERS], sinks=[PRICE])
     topo.job("amount_job", "amount.py", sources=[ORDERS], sinks=[AMOUNT])
     topo.job("total_job", "total.py", sources=[PRICE, AMOUNT], sinks=[TOTAL])
-    store.register_topology(topo)
-    loc = {t: store.table(t).location for t in (ORDERS, PRICE, AMOUNT, TOTAL)}
+    store.registry.register_topology(topo)
+    loc = {t: store.registry.table(t).location for t in (ORDERS, PRICE, AMOUNT, TOTAL)}
 
     # barrier 1
     orders = [("user1", "item1", 100, 20.0), ("user2", "item1", 10, 5.0)]
     write(loc[ORDERS], ORDERS_SCHEMA, orders, "append", None, None)
-    store.create_barrier("shop", {ORDERS: 0})
+    store.barriers.create_barrier("shop", {ORDERS: 0})
     write(loc[PRICE], PRICE_SCHEMA, [("user1", "item1", 2000.0), ("user2", "item1", 50.0)], "overwrite", 1, "price_job")
-    store.record_written(PRICE, 1, 0, "price_job")
+    store.table_states.record_written(PRICE, 1, 0, "price_job")
     write(loc[AMOUNT], AMOUNT_SCHEMA, [("user1", "item1", 100), ("user2", "item1", 10)], "overwrite", 1, "amount_job")
-    store.record_written(AMOUNT, 1, 0, "amount_job")
+    store.table_states.record_written(AMOUNT, 1, 0, "amount_job")
     write(loc[TOTAL], TOTAL_SCHEMA, [("user1", "item1", 2000.0, 100, 20.0), ("user2", "item1", 50.0, 10, 5.0)],
           "overwrite", 1, "total_job")
-    store.record_written(TOTAL, 1, 0, "total_job")
+    store.table_states.record_written(TOTAL, 1, 0, "total_job")
 
     # barrier 2
     write(loc[ORDERS], ORDERS_SCHEMA, [("user1", "item1", 25, 20.0)], "append", None, None)
-    store.create_barrier("shop", {ORDERS: 1})
+    store.barriers.create_barrier("shop", {ORDERS: 1})
     write(loc[PRICE], PRICE_SCHEMA, [("user1", "item1", 2500.0), ("user2", "item1", 50.0)], "overwrite", 2, "price_job")
-    store.record_written(PRICE, 2, 1, "price_job")
+    store.table_states.record_written(PRICE, 2, 1, "price_job")
     rel = "tsb_staging/amount_job/0/2/attempt1/part-00000.parquet"
     staged = os.path.join(loc[AMOUNT], rel)
     os.makedirs(os.path.dirname(staged), exist_ok=True)
     pq.write_table(_rows(AMOUNT_SCHEMA, [("user1", "item1", 125), ("user2", "item1", 10)]), staged)
-    store.record_processed(AMOUNT, 2, "amount_job", {"mode": "overwrite", "files": [rel]})
+    store.table_states.record_processed(AMOUNT, 2, "amount_job", {"mode": "overwrite", "files": [rel]})
     return Shop(store, loc, staged)
 
 

@@ -50,9 +50,10 @@ def populate(url: str, warehouse: Path) -> MetaStore:
     topo.table("tsb.flights.carrier_ranking", freshness=1)  # misses it: barrier 6 is not WRITTEN there
     for job_id, (sources, sink) in JOBS.items():
         topo.job(job_id, f"{job_id}.py", sources=sources, sinks=[sink])
-    store.register_topology(topo)
+    store.registry.register_topology(topo)
     for n in range(1, N_BARRIERS + 1):
-        barrier = store.create_barrier("flights", {ROOTS[0]: n, ROOTS[1]: n}, ts_kind="event", run_key=f"run-{n}")
+        barrier = store.barriers.create_barrier("flights", {ROOTS[0]: n, ROOTS[1]: n}, ts_kind="event",
+                                                run_key=f"run-{n}")
         t = barrier.created_at_ms
         # per-job processing delays (ms); the bottleneck moves between jobs
         delays = {"enrich_flights": 4000 + 900 * (n % 3), "carrier_daily_delay": 2500 + 1500 * (n % 2),
@@ -60,14 +61,15 @@ def populate(url: str, warehouse: Path) -> MetaStore:
         for job_id, (_, sink) in JOBS.items():
             t += delays[job_id]
             if n == N_BARRIERS and job_id == "carrier_ranking":
-                store.record_processed(sink, n, job_id, {"mode": "overwrite", "files": [f"part-{n}.parquet"]})
-                store.record_job_barrier(job_id, n, status="running", started_at_ms=t - delays[job_id])
+                store.table_states.record_processed(sink, n, job_id, {"mode": "overwrite",
+                                                                      "files": [f"part-{n}.parquet"]})
+                store.job_runs.record_job_barrier(job_id, n, status="running", started_at_ms=t - delays[job_id])
                 continue
-            store.record_written(sink, n, n, job_id, written_at_ms=t)
-            store.record_job_barrier(job_id, n, status="succeeded", finished_at_ms=t)
-    store.heartbeat("enrich_flights", status="succeeded", barrier=N_BARRIERS)
-    store.heartbeat("carrier_daily_delay", status="failed", barrier=N_BARRIERS - 1)
-    store.heartbeat("carrier_ranking", status="running", barrier=N_BARRIERS)
+            store.table_states.record_written(sink, n, n, job_id, written_at_ms=t)
+            store.job_runs.record_job_barrier(job_id, n, status="succeeded", finished_at_ms=t)
+    store.job_runs.heartbeat("enrich_flights", status="succeeded", barrier=N_BARRIERS)
+    store.job_runs.heartbeat("carrier_daily_delay", status="failed", barrier=N_BARRIERS - 1)
+    store.job_runs.heartbeat("carrier_ranking", status="running", barrier=N_BARRIERS)
     return store
 
 

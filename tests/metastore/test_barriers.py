@@ -1,0 +1,43 @@
+"""BarrierManager on its own core (FLIP-276 "Timestamp Barrier"; FLIP-147 final barriers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_tsb.exceptions import TopologyError, UnknownBarrierError, UnknownTableError
+from airflow_provider_tsb.metastore.barriers import BarrierManager
+from airflow_provider_tsb.metastore.base import MetastoreCore
+from airflow_provider_tsb.metastore.registry import RegistryManager
+from tests.metastore.conftest import TOPOLOGY, WORDS
+
+
+def test_ids_increase_record_root_versions_and_are_idempotent_per_run_key(
+    core: MetastoreCore, registry: RegistryManager
+) -> None:
+    barriers = BarrierManager(core)
+    first = barriers.create_barrier(TOPOLOGY, {WORDS: 3}, ts_ms=1_000, run_key="run-1")
+    again = barriers.create_barrier(TOPOLOGY, {WORDS: 9}, run_key="run-1")
+    second = barriers.create_barrier(TOPOLOGY, {WORDS: 5}, ts_ms=2_000, final=True)
+    assert (first.barrier, first.root_versions, first.ts_ms, first.created) == (1, {WORDS: 3}, 1_000, True)
+    assert (again.barrier, again.root_versions, again.created) == (1, {WORDS: 3}, False)
+    assert (second.barrier, second.final) == (2, True)
+    assert barriers.barrier(TOPOLOGY, 1).root_versions == {WORDS: 3}
+    assert barriers.latest_barrier(TOPOLOGY).barrier == 2
+    assert barriers.latest_final_barrier(TOPOLOGY).barrier == 2
+    assert barriers.latest_final_barrier(TOPOLOGY, since_ms=second.created_at_ms + 60_000) is None
+    assert [b.barrier for b in barriers.barriers(TOPOLOGY)] == [2, 1]
+    assert [b.barrier for b in barriers.barriers(TOPOLOGY, after=1, ascending=True)] == [2]
+
+
+def test_generation_refuses_what_would_break_the_epochs(core: MetastoreCore, registry: RegistryManager) -> None:
+    barriers = BarrierManager(core)
+    barriers.create_barrier(TOPOLOGY, {WORDS: 4})
+    with pytest.raises(TopologyError, match="below version 4"):
+        barriers.create_barrier(TOPOLOGY, {WORDS: 2})
+    with pytest.raises(UnknownTableError, match="lacks the Delta version"):
+        barriers.create_barrier(TOPOLOGY, {})
+    with pytest.raises(TopologyError, match="not registered"):
+        barriers.create_barrier("nobody", {WORDS: 4})
+    with pytest.raises(UnknownBarrierError, match="newest barrier: 1"):
+        barriers.barrier(TOPOLOGY, 7)
+    assert barriers.latest_barrier("nobody") is None

@@ -1,0 +1,52 @@
+"""RegistryManager on its own core (FLIP-276 "MetaService" ``/register/*``, ``/unregister``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError, UnknownJobError, UnknownTableError
+from airflow_provider_tsb.lineage import Job
+from airflow_provider_tsb.metastore.registry import RegistryManager
+from tests.metastore.conftest import CC, COUNTS, TOPOLOGY, WORDS
+
+
+def test_reads_return_what_was_registered(registry: RegistryManager) -> None:
+    assert registry.topologies() == [TOPOLOGY]
+    job = registry.job("count_words")
+    assert (job.topology, job.sources, job.sinks) == (TOPOLOGY, (WORDS,), (COUNTS,))
+    assert [j.id for j in registry.jobs(TOPOLOGY)] == ["count_counts", "count_words"]
+    assert [(t.name, t.kind, t.writer, t.readers) for t in registry.tables(TOPOLOGY)] == [
+        (WORDS, "root", None, ("count_words",)),
+        (CC, "intermediate", "count_counts", ()),
+        (COUNTS, "intermediate", "count_words", ("count_counts",)),
+    ]
+    assert registry.writer_of(COUNTS) == "count_words" and registry.writer_of(WORDS) is None
+    assert registry.job_io(TOPOLOGY) == {"count_words": ((WORDS,), (COUNTS,)), "count_counts": ((COUNTS,), (CC,))}
+    assert set(registry.graph(TOPOLOGY).edges) == {
+        (f"table:{WORDS}", "job:count_words"), ("job:count_words", f"table:{COUNTS}"),
+        (f"table:{COUNTS}", "job:count_counts"), ("job:count_counts", f"table:{CC}"),
+    }
+
+
+def test_registration_refuses_double_writers_and_cycles(registry: RegistryManager) -> None:
+    with pytest.raises(DoubleWriterError, match="count_words"):
+        registry.register_job(TOPOLOGY, Job("rogue", "apps/rogue.py", (WORDS,), (COUNTS,)))
+    registry.register_job(TOPOLOGY, Job("back", "apps/back.py", (CC,), ("tsb.wc.loop",)))
+    with pytest.raises(CycleError):
+        registry.register_source("count_words", "tsb.wc.loop")
+    assert registry.job("count_words").sources == (WORDS,)
+    assert registry.table("tsb.wc.nothing", required=False) is None
+    with pytest.raises(UnknownTableError):
+        registry.table("tsb.wc.nothing")
+
+
+def test_register_source_and_sink_then_unregister(registry: RegistryManager) -> None:
+    registry.create_job(TOPOLOGY, "audit", "apps/audit.py")
+    registry.register_source("audit", CC)
+    info = registry.register_sink("audit", "tsb.wc.audit")
+    assert (info.sources, info.sinks) == ((CC,), ("tsb.wc.audit",))
+    assert registry.table("tsb.wc.audit").writer == "audit"
+    assert registry.unregister_job("audit") is True and registry.unregister_job("audit") is False
+    with pytest.raises(UnknownJobError):
+        registry.job("audit")
+    assert registry.table("tsb.wc.audit").writer is None  # the table stays, without a writer
