@@ -89,11 +89,15 @@ def test_generation_behind_and_event_time_barriers(store: MetaStore, tmp_path) -
         store.resolution.resolve([WC, CC], max_staleness_s=0.1)
     assert "no barrier was generated in topology 'wordcount' within 0.1 s (newest: barrier 2" in str(err.value)
     assert "barrier generation is behind" in str(err.value) and err.value.lagging == {}
-    # an event-time barrier's age counts from its generation, not from its (old) watermark
-    store.barriers.create_barrier("wordcount", {WORDS: 2}, ts_ms=1_000, ts_kind="event")
-    store.table_states.record_written(WC, 3, 2, "count_words")
-    store.table_states.record_written(CC, 3, 2, "count_counts")
-    assert store.resolution.resolve([WC, CC], max_staleness_s=60).barrier == 3
+    # an event-time barrier's age counts from its generation, not from its (old) watermark: a
+    # topology of event-time barriers (one topology has one barrier time kind)
+    events = Topology("events", warehouse=str(tmp_path / "wh"))
+    events.root_table("tsb.raw.events")
+    events.job("count_events", "c.py", sources=["tsb.raw.events"], sinks=["tsb.mart.event_count"])
+    store.registry.register_topology(events)
+    store.barriers.create_barrier("events", {"tsb.raw.events": 2}, ts_ms=1_000, ts_kind="event")
+    store.table_states.record_written("tsb.mart.event_count", 1, 0, "count_events")
+    assert store.resolution.resolve(["tsb.mart.event_count"], max_staleness_s=60).barrier == 1
 
 
 def test_read_options_refuse_meaningless_bounds() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -197,3 +198,28 @@ def test_commands_import_only_what_they_use(tmp_path: Path) -> None:
     assert "airflow" not in modules.split() and "sqlalchemy" in modules.split(), modules
     modules, _ = loaded("versions", "tsb.raw.words", env={"TSB_METASTORE_URL": url})
     assert "airflow" not in modules.split(), modules
+
+
+def test_barrier_create_takes_the_topologys_time_kind(tmp_path: Path) -> None:
+    """Issue 23 item 2: ``tsb barrier create`` without ``--ts-kind`` generates the kind of the
+    topology's barriers so far; the other kind is refused, naming both, and nothing is generated."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    write(dags / "sensors.py", f"""
+        from airflow_provider_tsb.topology import Topology
+        topo = Topology("sensors", warehouse={str(tmp_path / 'wh')!r})
+        topo.root_table("tsb.raw.readings", event_time_column="ts")
+        topo.job("clean", "a.py", sources=["tsb.raw.readings"], sinks=["tsb.mart.clean"])
+    """)
+    (tmp_path / "day1.csv").write_text("sensor,ts\ns1,2005-06-01T10:00:00\n")
+    env = {"TSB_METASTORE_URL": f"sqlite:///{tmp_path / 'tsb.db'}"}
+    assert tsb("db", "migrate", env=env).returncode == 0
+    appended = tsb("root", "append", "raw.readings", str(tmp_path / "day1.csv"), "--dags", str(dags), env=env)
+    assert appended.returncode == 0, appended.stderr
+    kinds = []
+    for args in (["--ts-kind", "event"], [], ["--ts-kind", "system"]):
+        proc = tsb("barrier", "create", "sensors", "--dags", str(dags), *args, env=env)
+        kinds.append((proc.returncode, json.loads(proc.stdout)["ts_kind"] if proc.returncode == 0 else proc.stderr))
+    assert kinds[:2] == [(0, "event"), (0, "event")]
+    assert kinds[2][0] == 1 and "has event-time barriers (barrier 2 is event-time): a system-time barrier is " \
+        "refused" in kinds[2][1] and "Traceback" not in kinds[2][1]

@@ -95,13 +95,21 @@ def cmd_root_append(args: argparse.Namespace) -> int:
     return 0
 
 
+def _topology_ts_kind(store: Any, topology: str) -> str:
+    """The barrier time kind of ``topology``: its newest barrier's, ``system`` before the first."""
+    last = store.barriers.latest_barrier(topology)
+    return str(last.ts_kind) if last is not None else "system"
+
+
 def cmd_barrier_create(args: argparse.Namespace) -> int:
     from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
 
     _use_metastore(args)
     topology = find_topology(args.dags, name=args.topology)
     with contextlib.redirect_stdout(sys.stderr):  # Airflow logs to stdout; stdout is the JSON answer
-        info = TsbBarrierHook(topology, ts_kind=args.ts_kind, tsb_conn_id=args.conn_id).generate(args.run_key)
+        hook = TsbBarrierHook(topology, tsb_conn_id=args.conn_id)
+        hook.ts_kind = args.ts_kind or _topology_ts_kind(hook.get_conn(), topology.name)
+        info = hook.generate(args.run_key)
     print(json.dumps({"topology": info.topology, "barrier": info.barrier, "ts_ms": info.ts_ms,
                       "ts_kind": str(info.ts_kind), "root_versions": info.root_versions,
                       "created": info.created}, sort_keys=True))
@@ -185,8 +193,9 @@ def register(sub: Any) -> None:
     p.add_argument("topology", help="topology name")
     dags(p)
     p.add_argument("--run-key", help="idempotency key: the same key gives the same barrier back")
-    p.add_argument("--ts-kind", choices=("system", "event"), default="system",
-                   help="barrier timestamp: system time (default) or the root tables' event-time watermark")
+    p.add_argument("--ts-kind", choices=("system", "event"),
+                   help="barrier timestamp: system time or the root tables' event-time watermark (default: the "
+                   "kind of the topology's barriers so far, system for its first; the other kind is refused)")
     store(p)
     p.set_defaults(func=cmd_barrier_create)
 

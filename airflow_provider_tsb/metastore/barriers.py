@@ -129,8 +129,10 @@ class BarrierManager:
 
         Raises:
             UnknownTableError: a root table is missing from ``root_versions`` or unregistered.
-            TopologyError: the topology is unknown, a version goes backwards, or an event-time
-                timestamp is below the previous barrier's.
+            TopologyError: the topology is unknown, a version goes backwards, an event-time
+                timestamp is below the previous barrier's, or ``ts_kind`` is not the kind of the
+                topology's (barrier domain's) barriers so far: a topology has one barrier time
+                kind, so its barrier timestamps stay comparable (the message names both kinds).
             BarrierHistoryError: the new id is already tagged in a table or held by the barrier
                 log (the metastore lost barriers: run ``tsb db rebuild``).
             DeltaLogError: the barrier log commit failed (no barrier is generated).
@@ -176,6 +178,8 @@ class BarrierManager:
                 select(BarrierRow).where(BarrierRow.topology.in_(domain_topologies))
                 .order_by(BarrierRow.barrier_id.desc()).limit(1)
             )
+            if last is not None and last.ts_kind != ts_kind:
+                raise TopologyError(_other_kind_message(topology, of_domain, last, str(ts_kind)))
             ts = int(ts_ms if ts_ms is not None else created_at)
             if last is not None and ts_ms is None and ts_kind == TsKind.SYSTEM and last.ts_kind == TsKind.SYSTEM:
                 ts = max(ts, last.ts_ms)  # a clock step back never orders a barrier before its predecessor
@@ -296,3 +300,14 @@ class BarrierManager:
             order = BarrierRow.barrier_id.asc() if ascending else BarrierRow.barrier_id.desc()
             query = query.order_by(order).limit(limit)
             return [barrier_info(s, row) for row in s.scalars(query)]
+
+
+def _other_kind_message(topology: str, of_domain: str, last: BarrierRow, ts_kind: str) -> str:
+    article = "an" if ts_kind == TsKind.EVENT else "a"
+    return (
+        f"topology {topology!r}{of_domain} has {last.ts_kind}-time barriers (barrier {last.barrier_id} is "
+        f"{last.ts_kind}-time): {article} {ts_kind}-time barrier is refused, since a topology has one barrier time "
+        f"kind and its barrier timestamps must stay comparable; generate it with ts_kind={last.ts_kind!r} "
+        f"(`tsb barrier create` takes the topology's kind by default; the DAG's TsbTopologyTaskGroup or "
+        f"TsbBarrierOperator must say ts_kind={last.ts_kind!r})"
+    )

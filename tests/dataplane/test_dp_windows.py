@@ -32,6 +32,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.delta.roots import append_rows
+from airflow_provider_tsb.exceptions import TopologyError
 from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.metastore.store import MetaStore
 from tests.support.job_processes import Deployment, run_job
@@ -171,10 +172,9 @@ def test_hourly_windows_emit_at_the_watermark_and_drop_late_rows(
                 *(f"--table={name}={topology.location(name)}" for name in (FLIGHTS, WINDOWS, OPEN, LATE))]
         spark = request.getfixturevalue("spark")
         assert run_app(app, argv, spark=spark) == 0
-        # a system-time barrier has no watermark: the job fails naming it, before reading anything
-        store.barriers.create_barrier(topology.name, read_root_versions(topology), ts_kind=TsKind.SYSTEM)
-        with pytest.raises(ValueError, match="barrier 4 has no event-time watermark; .* ts_kind='event'"):
-            run_app(app, [*argv[:2], *argv[4:]], spark=spark)
+        # a system-time barrier in an event-time topology is refused, naming both kinds
+        with pytest.raises(TopologyError, match="has event-time barriers .*a system-time barrier is refused"):
+            store.barriers.create_barrier(topology.name, read_root_versions(topology), ts_kind=TsKind.SYSTEM)
     else:  # the operator's spark-submit command line
         proc = run_job(Deployment(metastore_url, store, topology, tmp_path), "origin_hourly_delay", 3)
         assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])

@@ -41,3 +41,17 @@ def test_generation_refuses_what_would_break_the_epochs(core: MetastoreCore, reg
     with pytest.raises(UnknownBarrierError, match="newest barrier: 1"):
         barriers.barrier(TOPOLOGY, 7)
     assert barriers.latest_barrier("nobody") is None
+
+
+def test_a_topology_has_one_barrier_time_kind(core: MetastoreCore, registry: RegistryManager) -> None:
+    """Issue 23 item 2: barrier 1 by system time, then an event-time barrier (a watermark of 2005
+    after a wall clock of 2026) is refused naming both kinds; the run key's retry still answers."""
+    barriers = BarrierManager(core)
+    first = barriers.create_barrier(TOPOLOGY, {WORDS: 1}, run_key="by-hand")
+    with pytest.raises(TopologyError, match="has system-time barriers \\(barrier 1 is system-time\\): "
+                       "an event-time barrier is refused.*ts_kind='system'"):
+        barriers.create_barrier(TOPOLOGY, {WORDS: 2}, ts_ms=1_117_584_000_000, ts_kind="event")
+    assert barriers.latest_barrier(TOPOLOGY).barrier == 1  # nothing generated
+    again = barriers.create_barrier(TOPOLOGY, {WORDS: 1}, run_key="by-hand", ts_kind="event")
+    assert (again.barrier, again.ts_kind, again.created) == (first.barrier, "system", False)
+    assert barriers.create_barrier(TOPOLOGY, {WORDS: 2}).barrier == 2
