@@ -222,7 +222,7 @@ def test_a_lost_metastore_is_rebuilt_from_delta_and_the_topologies_go_on(
         _generate(wordcount, "tsb_pg", "w4")
     assert "'tsb.wordcount.count_of_counts'" in str(refused.value) and "barrier 3" in str(refused.value)
     assert "would generate barrier 1" in str(refused.value) and "tsb db rebuild --dags" in str(refused.value)
-    assert pg.latest_barrier("wordcount") is None
+    assert pg.barriers.latest_barrier("wordcount") is None
 
     # tsb db rebuild (PostgreSQL, the command line) and the Python API (SQLite), from the same Delta logs
     env = {**os.environ, "TSB_METASTORE_URL": pg_url}
