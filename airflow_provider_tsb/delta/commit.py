@@ -44,6 +44,8 @@ class StagedFile:
         num_records: rows in the file.
         stats: Delta stats JSON (``numRecords``, ``minValues``, ``maxValues``, ``nullCount``).
         partition_values: partition column -> value as string (``{}`` if unpartitioned).
+        data_change: ``False`` for a file that only rearranges rows already in the table (a
+            compaction's output; Delta protocol "Add File and Remove File": change readers skip it).
     """
 
     path: str
@@ -52,14 +54,17 @@ class StagedFile:
     num_records: int
     stats: str
     partition_values: Mapping[str, str | None] = field(default_factory=dict)
+    data_change: bool = True
 
     def to_add_action(self) -> AddAction:
-        """Return the delta-rs ``AddAction`` (``dataChange=True``)."""
-        return AddAction(self.path, self.size, dict(self.partition_values), self.modification_time, True, self.stats)
+        """Return the delta-rs ``AddAction`` (``dataChange`` from :attr:`data_change`)."""
+        return AddAction(
+            self.path, self.size, dict(self.partition_values), self.modification_time, self.data_change, self.stats
+        )
 
     def to_json(self) -> dict[str, object]:
-        """Manifest entry (JSON-safe dict) reported with PROCESSED."""
-        return {
+        """Manifest entry (JSON-safe dict) reported with PROCESSED (``data_change`` only when false)."""
+        entry: dict[str, object] = {
             "path": self.path,
             "size": self.size,
             "modification_time": self.modification_time,
@@ -67,6 +72,9 @@ class StagedFile:
             "stats": self.stats,
             "partition_values": dict(self.partition_values),
         }
+        if not self.data_change:
+            entry["data_change"] = False
+        return entry
 
 
 @dataclass(frozen=True)
@@ -77,16 +85,18 @@ class RemovedFile:
         path: path relative to the table root, as in the file's ``add`` action.
         size: bytes.
         partition_values: partition column -> value as string (``{}`` if unpartitioned).
+        data_change: ``False`` when the file's rows stay in the table (a compaction).
     """
 
     path: str
     size: int
     partition_values: Mapping[str, str | None] = field(default_factory=dict)
+    data_change: bool = True
 
     def to_remove_action(self, deletion_ms: int) -> RemoveAction:
-        """Return the delta-rs ``RemoveAction`` (``dataChange=True``; the file stays on storage
-        for time travel until ``vacuum``)."""
-        return RemoveAction(self.path, True, deletion_ms, self.size, dict(self.partition_values))
+        """Return the delta-rs ``RemoveAction`` (the file stays on storage for time travel until
+        ``vacuum``)."""
+        return RemoveAction(self.path, self.data_change, deletion_ms, self.size, dict(self.partition_values))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from airflow_provider_tsb.delta.log import table_exists
 from airflow_provider_tsb.spark.catalog import BarrierPlan
 from airflow_provider_tsb.spark.inputs import Ranges, change_ranges, read_changes, read_snapshot
 from airflow_provider_tsb.spark.outputs import SinkMode
+from airflow_provider_tsb.spark.outputs_compaction import Compaction
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class Sink:
             ``"op = 'D'"``); a row where it is true deletes its key from the table and is not
             written, the others upsert (null counts as false). CDC-style: the output carries
             inserts, updates and deletes of the epoch, at most one row per key.
+        compaction: auto compaction of the table's small files in the barrier's own commit
+            (:class:`~airflow_provider_tsb.spark.outputs_compaction.Compaction`): ``None`` (the
+            default) compacts ``merge`` sinks with ``Compaction()`` and nothing else, ``False``
+            never, ``True`` or a ``Compaction`` also ``append`` sinks (``overwrite`` sinks
+            never need it). See :attr:`compaction_options`.
 
     Raises:
         ValueError: ``merge`` without keys, ``delete_when`` without ``merge``, a column named
@@ -60,6 +66,18 @@ class Sink:
     location: str | None = None
     partition_by: tuple[str, ...] = ()
     delete_when: str | None = None
+    compaction: Compaction | bool | None = None
+
+    @property
+    def compaction_options(self) -> Compaction | None:
+        """The compaction this sink's barriers run (``None``: none), from :attr:`compaction`."""
+        if self.mode == "overwrite" or self.compaction is False:
+            return None
+        if isinstance(self.compaction, Compaction):
+            return self.compaction
+        if self.compaction is True or self.mode == "merge":
+            return Compaction()
+        return None
 
     def __post_init__(self) -> None:
         if isinstance(self.partition_by, str):

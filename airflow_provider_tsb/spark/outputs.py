@@ -57,10 +57,16 @@ from airflow_provider_tsb.delta.barriers import committed_barrier, table_epoch, 
 from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile, commit_barrier_files
 from airflow_provider_tsb.delta.conventions import BarrierTag
 from airflow_provider_tsb.delta.log import filesystem, normalize_location
-from airflow_provider_tsb.delta.snapshots import latest_table_or_none
+from airflow_provider_tsb.delta.snapshots import latest_table_or_none, snapshot_at
 from airflow_provider_tsb.exceptions import FencedError
 from airflow_provider_tsb.spark.inputs import spark_schema
 from airflow_provider_tsb.spark.killpoints import crash_point, crash_point_during
+from airflow_provider_tsb.spark.outputs_compaction import (
+    Compaction,
+    compacted_rows,
+    plan_compaction,
+    rearranged,
+)
 from airflow_provider_tsb.spark.outputs_merge import (
     DELETE_FLAG,
     DuplicateKeyError,
@@ -144,6 +150,7 @@ def write_barrier(
     partition_by: Sequence[str] = (),
     delete_when: str | None = None,
     declared_schema: str | None = None,
+    compaction: Compaction | None = None,
 ) -> WriteResult:
     """Commit ``df`` as barrier ``barrier`` of ``job_id`` into the sink ``table`` at ``location``.
 
@@ -167,6 +174,8 @@ def write_barrier(
         delete_when: ``merge`` only: SQL condition on the output's rows that deletes their key.
         declared_schema: the sink's declared Spark DDL (``Sink.schema``), for ``NOT NULL`` of
             new columns.
+        compaction: rewrite the table's small files in the same commit (``append`` and
+            ``merge``; :mod:`airflow_provider_tsb.spark.outputs_compaction`); ``None``: never.
 
     Raises:
         ValueError: bad mode/keys, or ``$TSB_STAGING_GRACE_SECONDS`` is not a number of
@@ -225,7 +234,7 @@ def write_barrier(
         staged = _stage(
             spark, df, loc=loc, rel_dir=rel_dir, dt=dt, mode=mode, keys=keys, max_files=max_files,
             table=table, job_id=job_id, barrier=barrier, partition_by=partition_by, delete_when=delete_when,
-            declared_schema=declared_schema,
+            declared_schema=declared_schema, compaction=compaction,
         )
         files, table_schema, removes = staged.files, staged.schema, staged.removed
         rows = sum(f.num_records for f in files)
@@ -300,6 +309,7 @@ def _stage(
     spark: SparkSession, df: DataFrame, *, loc: str, rel_dir: str, dt: DeltaTable | None, mode: SinkMode,
     keys: Sequence[str], max_files: int | None, table: str, job_id: str, barrier: int,
     partition_by: Sequence[str], delete_when: str | None, declared_schema: str | None,
+    compaction: Compaction | None = None,
 ) -> _Staged:
     """Steps c and d: the executors write the attempt's files, the driver reads their footers."""
     if mode == "merge" and not keys:
@@ -354,7 +364,36 @@ def _stage(
         if cached is not None:
             cached.unpersist()
     with phase("footers"):
-        return _Staged(_staged_files(loc, rel_dir, partition_by), table_schema, removed)
+        files = _staged_files(loc, rel_dir, partition_by)
+    if dt is not None and mode != "overwrite" and compaction is not None:
+        adds, gone = _compact(spark, loc, rel_dir, dt.version(), table_schema, partition_by, compaction,
+                              removed, files)
+        files, removed = files + adds, removed + gone
+    return _Staged(files, table_schema, removed)
+
+
+def _compact(
+    spark: SparkSession, loc: str, rel_dir: str, version: int, schema: StructType, partition_by: Sequence[str],
+    options: Compaction, removed: Sequence[RemovedFile], staged: Sequence[StagedFile],
+) -> tuple[list[StagedFile], list[RemovedFile]]:
+    """Auto compaction (:mod:`airflow_provider_tsb.spark.outputs_compaction`): the executors
+    rewrite the table's small files into the attempt directory (appended next to the barrier's
+    own files); returns their ``dataChange = false`` adds and removes, or nothing."""
+    with phase("delta_log"):
+        snapshot = snapshot_at(loc, version)
+        plan = plan_compaction(snapshot, options, exclude={r.path for r in removed})
+    if not plan.files:
+        return [], []
+    writer = compacted_rows(spark, loc, snapshot, plan, schema, options).write.mode("append")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    with phase("spark"):
+        writer.option("compression", "snappy").parquet(f"{loc}/{rel_dir}")
+    known = {f.path for f in staged}
+    with phase("footers"):
+        written = [f for f in _staged_files(loc, rel_dir, partition_by) if f.path not in known]
+    log.info("compacted %d small files (%d bytes) of %s into %d", len(plan.files), plan.bytes, loc, len(written))
+    return rearranged(written, plan)
 
 
 def _flag_deletes(df: DataFrame, delete_when: str | None, table: str, barrier: int) -> DataFrame:

@@ -222,6 +222,7 @@ def _run_barrier(
                     partition_by=spec.partition_by,
                     delete_when=spec.delete_when,
                     declared_schema=spec.schema,
+                    compaction=spec.compaction_options,
                 )
             )
     log.info("job %s: barrier %s done: %s", app.job_id, plan.barrier, results)
