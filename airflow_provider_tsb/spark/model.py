@@ -10,6 +10,7 @@ Reads are lazy DataFrames over Delta tables at exact versions.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,13 +18,12 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_provider_tsb.delta.barriers import latest_written_barrier, version_of_barrier
 from airflow_provider_tsb.delta.errors import MisalignedInputError
-from airflow_provider_tsb.delta.log import table_exists
+from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.spark.catalog import BarrierPlan
 from airflow_provider_tsb.spark.inputs import Ranges, change_ranges, read_changes, read_snapshot
-from airflow_provider_tsb.spark.outputs import SinkMode
 from airflow_provider_tsb.spark.outputs_compaction import Compaction
+from airflow_provider_tsb.spark.write_options import SinkMode, WriteOptions
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,14 @@ class Sink:
     partition_by: tuple[str, ...] = ()
     delete_when: str | None = None
     compaction: Compaction | bool | None = None
+
+    @functools.cached_property
+    def options(self) -> WriteOptions:
+        """How the sink's barriers are written (:class:`WriteOptions`; made once per sink)."""
+        return WriteOptions(
+            mode=self.mode, keys=self.keys, partition_by=self.partition_by, max_files=self.max_files,
+            delete_when=self.delete_when, schema=self.schema, compaction=self.compaction_options,
+        )
 
     @property
     def compaction_options(self) -> Compaction | None:
@@ -171,11 +179,14 @@ class BarrierContext:
         app: TsbApp,
         plan: BarrierPlan,
         locations: Mapping[str, str],
+        sink_logs: Mapping[str, SinkLog] | None = None,
     ) -> None:
         self.spark = spark
         self.app = app
         self.plan = plan
         self.locations = dict(locations)
+        #: each sink's log as the barrier started (read here when not given)
+        self.sink_logs = dict(sink_logs or {})
 
     @property
     def barrier(self) -> int:
@@ -241,10 +252,11 @@ class BarrierContext:
         if sink not in self.app.sinks:
             raise KeyError(f"job {self.app.job_id}: {sink!r} is not a sink (sinks: {sorted(self.app.sinks)})")
         location = self.locations[sink]
+        log = self.sink_logs.get(sink) or SinkLog.read(location, self.app.job_id)
         prev = self.plan.previous_barrier
-        version = version_of_barrier(location, prev) if prev is not None else None
+        version = log.version_of(prev) if prev is not None else None
         if version is None:
-            if prev is not None and table_exists(location) and latest_written_barrier(location) is not None:
+            if prev is not None and log.head() is not None:
                 raise MisalignedInputError(
                     f"job {self.app.job_id}: sink {sink} has no version for previous barrier {prev} "
                     f"while processing barrier {self.barrier}"

@@ -17,8 +17,8 @@ from deltalake import DeltaTable
 from airflow_provider_tsb.delta.barriers import version_of_barrier
 from airflow_provider_tsb.delta.log import read_commit_actions
 from airflow_provider_tsb.spark.inputs import read_changes
-from airflow_provider_tsb.spark.outputs import write_barrier
 from airflow_provider_tsb.spark.outputs_compaction import Compaction
+from tests.support.dataplane import write_sink
 
 pytestmark = [pytest.mark.spark]
 
@@ -45,8 +45,8 @@ def test_compaction_keeps_rows_bounds_files_and_hides_from_changes(spark, tmp_pa
     keys = ("id",) if mode == "merge" else ()
     for b in range(1, BARRIERS + 1):
         for loc, compaction in ((compacted, Compaction(min_files=MIN_FILES)), (twin, None)):
-            write_barrier(spark, output(spark, b), table="t", location=loc, job_id="j", barrier=b, mode=mode,
-                          inputs={}, keys=keys, compaction=compaction)
+            write_sink(spark, output(spark, b), table="t", location=loc, job_id="j", barrier=b, mode=mode,
+                       inputs={}, keys=keys, compaction=compaction)
         version = version_of_barrier(compacted, b)
         assert rows_of(compacted, version) == rows_of(twin, version_of_barrier(twin, b)), b
         files = DeltaTable(compacted, version=version).get_add_actions(flatten=True).num_rows
