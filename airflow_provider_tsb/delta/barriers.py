@@ -12,7 +12,7 @@ Costs are given per function; "walk" means one small log-file read per commit vi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,13 +47,18 @@ class TableEpoch:
     pending: bool = False
 
 
-def iter_lineage(location: str, start: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_lineage(
+    location: str, start: int | None = None, *, read: Callable[[int], dict[str, Any] | None] | None = None,
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(version, commitInfo)`` of the current lineage, newest first.
 
     Args:
         location: table location.
         start: version to start from (default: latest, from the per-process snapshot cache of
             :mod:`airflow_provider_tsb.delta.snapshots`, advanced to the newest commit).
+        read: ``version -> commitInfo`` (``None`` when absent) to read commits with (default:
+            :func:`~airflow_provider_tsb.delta.log.commit_info`; a
+            :class:`~airflow_provider_tsb.delta.sink_log.SinkLog` passes its memo).
 
     Stops silently at version 0, or raises when a commit file is missing (log cleaned up).
 
@@ -63,7 +68,7 @@ def iter_lineage(location: str, start: int | None = None) -> Iterator[tuple[int,
     """
     version = latest_version(location) if start is None else start
     while version >= 0:
-        info = commit_info(location, version)
+        info = read(version) if read is not None else commit_info(location, version)
         if info is None:
             raise DeltaLogError(
                 f"Delta log of {normalize_location(location)!r} has no commit {version} "
@@ -166,11 +171,15 @@ def table_epoch(location: str, *, table: Any = None) -> TableEpoch:
     one log-file read.
     """
     dt = table if table is not None else latest_table(location)
-    config = dt.metadata().configuration or {}
+    return epoch_of(dt.metadata().configuration or {}, commit_info(location, dt.version()) or {})
+
+
+def epoch_of(config: Mapping[str, str], latest: Mapping[str, Any]) -> TableEpoch:
+    """The :class:`TableEpoch` of a table whose configuration is ``config`` and whose newest
+    commit's ``commitInfo`` is ``latest`` (no I/O)."""
     epoch = int(config.get(EPOCH_PROPERTY) or 0)
     base_raw = config.get(EPOCH_BASE_PROPERTY)
     base = int(base_raw) if base_raw not in (None, "") else None
-    latest = commit_info(location, dt.version()) or {}
     if (latest.get("operation") == "RESTORE" or latest.get(TRUNCATE_KEY)) and RESTORE_NEXT_EPOCH_KEY in latest:
         next_epoch = int(latest[RESTORE_NEXT_EPOCH_KEY])
         if next_epoch > epoch:

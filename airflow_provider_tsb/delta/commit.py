@@ -17,7 +17,7 @@ from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from airflow_provider_tsb.delta.barriers import committed_barrier, table_epoch, version_of_barrier
+from airflow_provider_tsb.delta.barriers import version_of_barrier
 from airflow_provider_tsb.delta.conventions import (
     JOB_KEY,
     SCHEMA_BARRIER_KEY,
@@ -27,7 +27,8 @@ from airflow_provider_tsb.delta.conventions import (
 )
 from airflow_provider_tsb.delta.log import commit_info, normalize_location
 from airflow_provider_tsb.delta.restore import finish_pending_restore
-from airflow_provider_tsb.delta.snapshots import latest_table, latest_table_or_none, latest_version
+from airflow_provider_tsb.delta.sink_log import SinkLog
+from airflow_provider_tsb.delta.snapshots import latest_table, latest_table_or_none
 from airflow_provider_tsb.delta.storage import storage_options
 
 WriteMode = Literal["append", "overwrite"]
@@ -44,6 +45,8 @@ class StagedFile:
         num_records: rows in the file.
         stats: Delta stats JSON (``numRecords``, ``minValues``, ``maxValues``, ``nullCount``).
         partition_values: partition column -> value as string (``{}`` if unpartitioned).
+        data_change: ``False`` for a file that only rearranges rows already in the table (a
+            compaction's output; Delta protocol "Add File and Remove File": change readers skip it).
     """
 
     path: str
@@ -52,14 +55,17 @@ class StagedFile:
     num_records: int
     stats: str
     partition_values: Mapping[str, str | None] = field(default_factory=dict)
+    data_change: bool = True
 
     def to_add_action(self) -> AddAction:
-        """Return the delta-rs ``AddAction`` (``dataChange=True``)."""
-        return AddAction(self.path, self.size, dict(self.partition_values), self.modification_time, True, self.stats)
+        """Return the delta-rs ``AddAction`` (``dataChange`` from :attr:`data_change`)."""
+        return AddAction(
+            self.path, self.size, dict(self.partition_values), self.modification_time, self.data_change, self.stats
+        )
 
     def to_json(self) -> dict[str, object]:
-        """Manifest entry (JSON-safe dict) reported with PROCESSED."""
-        return {
+        """Manifest entry (JSON-safe dict) reported with PROCESSED (``data_change`` only when false)."""
+        entry: dict[str, object] = {
             "path": self.path,
             "size": self.size,
             "modification_time": self.modification_time,
@@ -67,6 +73,9 @@ class StagedFile:
             "stats": self.stats,
             "partition_values": dict(self.partition_values),
         }
+        if not self.data_change:
+            entry["data_change"] = False
+        return entry
 
 
 @dataclass(frozen=True)
@@ -77,16 +86,18 @@ class RemovedFile:
         path: path relative to the table root, as in the file's ``add`` action.
         size: bytes.
         partition_values: partition column -> value as string (``{}`` if unpartitioned).
+        data_change: ``False`` when the file's rows stay in the table (a compaction).
     """
 
     path: str
     size: int
     partition_values: Mapping[str, str | None] = field(default_factory=dict)
+    data_change: bool = True
 
     def to_remove_action(self, deletion_ms: int) -> RemoveAction:
-        """Return the delta-rs ``RemoveAction`` (``dataChange=True``; the file stays on storage
-        for time travel until ``vacuum``)."""
-        return RemoveAction(self.path, True, deletion_ms, self.size, dict(self.partition_values))
+        """Return the delta-rs ``RemoveAction`` (the file stays on storage for time travel until
+        ``vacuum``)."""
+        return RemoveAction(self.path, self.data_change, deletion_ms, self.size, dict(self.partition_values))
 
 
 @dataclass(frozen=True)
@@ -104,12 +115,24 @@ class CommitOutcome:
     created: bool = False
 
 
-def _existing_version(location: str, tag: BarrierTag) -> CommitOutcome:
-    version = version_of_barrier(location, tag.barrier)
+def _existing_version(log: SinkLog, barrier: int) -> CommitOutcome:
+    version = log.version_of(barrier)
     if version is None:
         # committed, then superseded or restored-to (restore base): report the head.
-        version = latest_version(location)
+        version = int(log.version or 0)
     return CommitOutcome(version, committed=False)
+
+
+def _current_log(location: str, job_id: str, log: SinkLog | None) -> SinkLog:
+    """``log`` while the table's newest version is still its version (two ``stat`` calls), else
+    the log read again; a restore interrupted between its two commits is finished first."""
+    fresh = latest_table_or_none(location)
+    if log is None or log.table is None or fresh is None or fresh.version() != log.version:
+        log = SinkLog(location, job_id, fresh)
+    if log.epoch.pending:
+        finish_pending_restore(location)
+        log = SinkLog.read(location, job_id)
+    return log
 
 
 def commit_barrier_files(
@@ -122,6 +145,7 @@ def commit_barrier_files(
     partition_by: Sequence[str] = (),
     removes: Sequence[RemovedFile] = (),
     before_commit: Callable[[], None] | None = None,
+    log: SinkLog | None = None,
 ) -> CommitOutcome:
     """Commit ``files`` as barrier ``tag.barrier`` of ``tag.job_id``: exactly once.
 
@@ -142,9 +166,14 @@ def commit_barrier_files(
     * A concurrent commit of the same barrier (another attempt of the job, whose txn
       conflicts with ours) makes this one discarded as a replay, not an error.
 
-    Cost: the cached latest snapshot (:func:`~airflow_provider_tsb.delta.snapshots.latest_table`:
-    two ``stat`` calls, or an incremental update), one log-file read for the epoch, the commit,
-    and one log-file read to find the new version.
+    Args:
+        log: the table's log as the caller read it for this barrier
+            (:class:`~airflow_provider_tsb.delta.sink_log.SinkLog`): its epoch and txn version
+            are used as long as the table has no newer commit (default: read here).
+
+    Cost: two ``stat`` calls when ``log`` is current (else a log read: the cached latest
+    snapshot advanced and one log-file read), the commit, and one log-file read to find the
+    new version.
 
     Raises:
         deltalake.exceptions.CommitFailedError: a concurrent writer conflicted (retry the
@@ -154,60 +183,66 @@ def commit_barrier_files(
     if removes and mode != "append":
         raise ValueError(f"commit of barrier {tag.barrier} to {loc!r}: removes need mode 'append', got {mode!r}")
     adds = [f.to_add_action() for f in files]
-    dt = latest_table_or_none(loc)
-    if dt is None and removes:
-        raise ValueError(f"commit of barrier {tag.barrier}: no table at {loc!r} to remove {len(removes)} file(s) from")
-    if dt is None:
-        if before_commit is not None:
-            before_commit()
-        try:
-            create_table_with_add_actions(
-                loc,
-                schema,
-                adds,
-                mode="error",
-                partition_by=list(partition_by) or None,
-                storage_options=storage_options(loc),
-                commit_properties=barrier_commit_properties(tag, epoch=0),
-            )
+    if latest_table_or_none(loc) is None:
+        if removes:
+            raise ValueError(f"commit of barrier {tag.barrier}: no table at {loc!r} to remove {len(removes)} file(s)")
+        if _create_table(loc, adds, tag, schema, partition_by, before_commit):
             return CommitOutcome(0, committed=True, created=True)
-        except DeltaError as exc:
-            if "already exists" not in str(exc):
-                raise
-        dt = latest_table(loc)
-    state = table_epoch(loc, table=dt)
-    if state.pending:
-        finish_pending_restore(loc)
-        dt = latest_table(loc)
-        state = table_epoch(loc, table=dt)
-    done = committed_barrier(loc, tag.job_id, table=dt, epoch=state)
-    if done is not None and tag.barrier <= done:
-        return _existing_version(loc, tag)
+    log = _current_log(loc, tag.job_id, log)
+    if log.is_committed(tag.barrier):
+        return _existing_version(log, tag.barrier)
+    actions = [*adds, *(r.to_remove_action(int(time.time() * 1000)) for r in removes)]
+    return _write_transaction(log, actions, tag, mode, schema, before_commit)
+
+
+def _write_transaction(
+    log: SinkLog, actions: list[AddAction | RemoveAction], tag: BarrierTag, mode: WriteMode, schema: DeltaSchema,
+    before_commit: Callable[[], None] | None,
+) -> CommitOutcome:
+    """The barrier's commit on the table of ``log`` (its txn not yet committed there); a lost
+    race against another attempt of the barrier is discarded as a replay."""
+    loc, dt = log.location, log.table
+    assert dt is not None  # the table exists
     if mode == "append":
         dt = evolve_table_schema(loc, dt, schema, tag, before_commit)
     read_version = dt.version()
     if before_commit is not None:
         before_commit()
     try:
-        now_ms = int(time.time() * 1000)
         dt.create_write_transaction(
-            [*adds, *(r.to_remove_action(now_ms) for r in removes)],
-            mode,
-            schema,
-            partition_by=list(dt.metadata().partition_columns) or None,
-            commit_properties=barrier_commit_properties(tag, epoch=state.epoch),
+            actions, mode, schema, partition_by=list(dt.metadata().partition_columns) or None,
+            commit_properties=barrier_commit_properties(tag, epoch=log.epoch.epoch),
         )
     except CommitFailedError:
         # lost a race: discarded as a replay if the other commit holds this barrier
-        dt = latest_table(loc)
-        done = committed_barrier(loc, tag.job_id, table=dt, epoch=table_epoch(loc, table=dt))
-        if done is not None and tag.barrier <= done:
-            return _existing_version(loc, tag)
+        again = SinkLog.read(loc, tag.job_id)
+        if again.is_committed(tag.barrier):
+            return _existing_version(again, tag.barrier)
         raise
     version = _own_commit_version(loc, read_version, tag)
     if version is None:  # pragma: no cover - the commit above must be visible
         raise RuntimeError(f"barrier {tag.barrier} committed to {loc!r} but not found in its log")
     return CommitOutcome(version, committed=True)
+
+
+def _create_table(
+    loc: str, adds: list[AddAction], tag: BarrierTag, schema: DeltaSchema, partition_by: Sequence[str],
+    before_commit: Callable[[], None] | None,
+) -> bool:
+    """Create the table with the barrier's files in one commit; ``False`` when another attempt
+    created it first (the caller then takes the existing table's path)."""
+    if before_commit is not None:
+        before_commit()
+    try:
+        create_table_with_add_actions(
+            loc, schema, adds, mode="error", partition_by=list(partition_by) or None,
+            storage_options=storage_options(loc), commit_properties=barrier_commit_properties(tag, epoch=0),
+        )
+    except DeltaError as exc:
+        if "already exists" not in str(exc):
+            raise
+        return False
+    return True
 
 
 def evolve_table_schema(

@@ -8,8 +8,11 @@ read (O(actions in that commit)). Locations are local paths or URIs understood b
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -20,6 +23,30 @@ from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
 from airflow_provider_tsb.delta.storage import is_remote, pyarrow_filesystem, storage_options
 
 LOG_DIR = "_delta_log"
+
+#: commit files read in the current :func:`shared_commit_reads` block: {(location, version): actions}
+_SHARED: contextvars.ContextVar[dict[tuple[str, int], list[dict[str, Any]]] | None] = contextvars.ContextVar(
+    "tsb_shared_commit_reads", default=None
+)
+
+
+@contextmanager
+def shared_commit_reads() -> Iterator[None]:
+    """Within the block (one barrier of a job), each commit file is read at most once.
+
+    A commit file ``_delta_log/<n>.json`` is written once and never changed (Delta protocol
+    "Delta Log Entries"), so its actions are kept for the block: the alignment check, the change
+    reads of the inputs and the sinks' look-ups share them. A commit found absent is not kept
+    (it may be committed later in the block). Blocks nest; the outermost one owns the memo.
+    """
+    if _SHARED.get() is not None:
+        yield
+        return
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def normalize_location(location: str) -> str:
@@ -76,8 +103,20 @@ def open_table(location: str, version: int | None = None) -> DeltaTable:
 def read_commit_actions(location: str, version: int) -> list[dict[str, Any]] | None:
     """Return the actions of commit ``version`` (one dict per JSON line), or ``None`` if absent.
 
-    Cost: one read of ``_delta_log/<version:020d>.json``.
+    Cost: one read of ``_delta_log/<version:020d>.json``; none when it was read before in the
+    current :func:`shared_commit_reads` block.
     """
+    shared = _SHARED.get()
+    key = (normalize_location(location), int(version))
+    if shared is not None and key in shared:
+        return shared[key]
+    actions = _read_commit_file(location, version)
+    if shared is not None and actions is not None:
+        shared[key] = actions
+    return actions
+
+
+def _read_commit_file(location: str, version: int) -> list[dict[str, Any]] | None:
     fs, path = filesystem(location)
     log_file = f"{path}/{LOG_DIR}/{version:020d}.json"
     try:

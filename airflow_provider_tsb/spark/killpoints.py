@@ -1,10 +1,11 @@
 """TEST FACILITY: named crash points for the exactly-once tests. Off unless ``TSB_KILL_AT`` is set.
 
-This module is not part of the commit protocol. :mod:`airflow_provider_tsb.spark.outputs` calls
-it at three places so that tests (``tests/dataplane/test_dp_crash.py``,
-``tests/e2e/test_flights_streaming.py``) can SIGKILL a real Spark driver at the worst moments
-and check that a rerun commits every barrier exactly once. Without ``TSB_KILL_AT`` in the
-driver's environment every call returns at once and does nothing; never set it in production.
+This module is not part of the commit protocol. :mod:`airflow_provider_tsb.spark.barrier_commit`
+and :mod:`airflow_provider_tsb.spark.outputs` call it at three places so that tests
+(``tests/dataplane/test_dp_crash.py``, ``tests/e2e/test_flights_streaming.py``) can SIGKILL a
+real Spark driver at the worst moments and check that a rerun commits every barrier exactly
+once. Without ``TSB_KILL_AT`` in the driver's environment every call returns at once and does
+nothing; never set it in production.
 
 Switch: ``TSB_KILL_AT=<point>[:<job>:<barrier>]`` makes the process SIGKILL itself (no cleanup,
 no ``atexit``: like a lost machine) when it reaches ``point``, for any job and barrier or only

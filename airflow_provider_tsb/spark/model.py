@@ -10,6 +10,7 @@ Reads are lazy DataFrames over Delta tables at exact versions.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,12 +18,12 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_provider_tsb.delta.barriers import latest_written_barrier, version_of_barrier
 from airflow_provider_tsb.delta.errors import MisalignedInputError
-from airflow_provider_tsb.delta.log import table_exists
+from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.spark.catalog import BarrierPlan
 from airflow_provider_tsb.spark.inputs import Ranges, change_ranges, read_changes, read_snapshot
-from airflow_provider_tsb.spark.outputs import SinkMode
+from airflow_provider_tsb.spark.outputs_compaction import Compaction
+from airflow_provider_tsb.spark.write_options import SinkMode, WriteOptions
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class Sink:
             ``"op = 'D'"``); a row where it is true deletes its key from the table and is not
             written, the others upsert (null counts as false). CDC-style: the output carries
             inserts, updates and deletes of the epoch, at most one row per key.
+        compaction: auto compaction of the table's small files in the barrier's own commit
+            (:class:`~airflow_provider_tsb.spark.outputs_compaction.Compaction`): ``None`` (the
+            default) compacts ``merge`` sinks with ``Compaction()`` and nothing else, ``False``
+            never, ``True`` or a ``Compaction`` also ``append`` sinks (``overwrite`` sinks
+            never need it). See :attr:`compaction_options`.
 
     Raises:
         ValueError: ``merge`` without keys, ``delete_when`` without ``merge``, a column named
@@ -60,6 +66,26 @@ class Sink:
     location: str | None = None
     partition_by: tuple[str, ...] = ()
     delete_when: str | None = None
+    compaction: Compaction | bool | None = None
+
+    @functools.cached_property
+    def options(self) -> WriteOptions:
+        """How the sink's barriers are written (:class:`WriteOptions`; made once per sink)."""
+        return WriteOptions(
+            mode=self.mode, keys=self.keys, partition_by=self.partition_by, max_files=self.max_files,
+            delete_when=self.delete_when, schema=self.schema, compaction=self.compaction_options,
+        )
+
+    @property
+    def compaction_options(self) -> Compaction | None:
+        """The compaction this sink's barriers run (``None``: none), from :attr:`compaction`."""
+        if self.mode == "overwrite" or self.compaction is False:
+            return None
+        if isinstance(self.compaction, Compaction):
+            return self.compaction
+        if self.compaction is True or self.mode == "merge":
+            return Compaction()
+        return None
 
     def __post_init__(self) -> None:
         if isinstance(self.partition_by, str):
@@ -153,11 +179,14 @@ class BarrierContext:
         app: TsbApp,
         plan: BarrierPlan,
         locations: Mapping[str, str],
+        sink_logs: Mapping[str, SinkLog] | None = None,
     ) -> None:
         self.spark = spark
         self.app = app
         self.plan = plan
         self.locations = dict(locations)
+        #: each sink's log as the barrier started (read here when not given)
+        self.sink_logs = dict(sink_logs or {})
 
     @property
     def barrier(self) -> int:
@@ -223,10 +252,11 @@ class BarrierContext:
         if sink not in self.app.sinks:
             raise KeyError(f"job {self.app.job_id}: {sink!r} is not a sink (sinks: {sorted(self.app.sinks)})")
         location = self.locations[sink]
+        log = self.sink_logs.get(sink) or SinkLog.read(location, self.app.job_id)
         prev = self.plan.previous_barrier
-        version = version_of_barrier(location, prev) if prev is not None else None
+        version = log.version_of(prev) if prev is not None else None
         if version is None:
-            if prev is not None and table_exists(location) and latest_written_barrier(location) is not None:
+            if prev is not None and log.head() is not None:
                 raise MisalignedInputError(
                     f"job {self.app.job_id}: sink {sink} has no version for previous barrier {prev} "
                     f"while processing barrier {self.barrier}"

@@ -1,51 +1,25 @@
-"""Commit one barrier's output DataFrame to one sink table, exactly once.
+"""Stage one barrier's output DataFrame: the executors write its Parquet files into an attempt
+directory, the driver reads their footers (steps c and d of the commit protocol of
+:mod:`airflow_provider_tsb.spark.barrier_commit`, which calls :func:`stage_output`).
 
-Protocol of :func:`write_barrier` (one sink, one barrier):
-
-a. barrier already committed (epoch-scoped txn) -> remove orphan attempts, re-report
-   WRITTEN, return the existing version (replay discarded);
-b. remove orphan staging directories of earlier failed attempts of this (job, barrier) that
-   no reader can hold (see below);
-c. executors write Parquet files into ``<table>/tsb_staging/<job>/<epoch>/<barrier>/<attempt>/``
-   (a non-hidden directory, so that ``vacuum`` can expire the files once they are removed
-   from the table; the Delta ``add`` paths are relative to the table root);
-d. the driver reads only the footers of those files (size, row count, stats);
-e. PROCESSED is reported with the staged-file manifest (replacing, i.e. withdrawing, the
-   manifest of a dead attempt);
-f. the fencing token is checked, then one delta-rs commit with the txn and the barrier metadata;
-g. WRITTEN is reported with the new version; withdrawn attempt directories past the staging
-   grace period are deleted.
-
-Staged files are deleted only when no READ_COMMITTED reader can hold them (docs/design.md
-"Staged files: withdrawal before deletion"). With a catalog that serves manifests to readers
-(the metastore, :class:`StagingCatalog`), an attempt directory whose manifest was served is
-first *withdrawn* in the metastore (steps e and g) and deleted by a later write of the job once
-:func:`staging_grace_s` seconds have passed and no lease taken before the withdrawal pins the
-table; directories never served (a crash while writing, a fenced attempt) go at once. Deletion
-lists the directories, then checks the fencing token, then deletes: a directory created by a
-newer attempt after the check is never in the list, so a zombie cannot delete a live attempt's
-files. With a plan-file catalog (nothing is served) orphans are deleted at once.
-
-Modes: ``append`` adds the rows; ``overwrite`` replaces the table; ``merge`` upserts and
-deletes by key columns, rewriting only the files that hold an affected key (their ``remove``
-actions and the new files' ``add`` actions in the barrier's commit; see
-:mod:`airflow_provider_tsb.spark.outputs_merge`). Partitioned sinks (``partition_by``) are
-written as Hive-style ``col=value/`` directories under the attempt directory and committed with
-their partition values. A barrier's output may add nullable columns (schema evolution,
-:mod:`airflow_provider_tsb.spark.outputs_schema`). The ``crash_point`` calls are a test
+Modes (:class:`~airflow_provider_tsb.spark.write_options.WriteOptions`): ``append`` adds the
+rows; ``overwrite`` replaces the table; ``merge`` upserts and deletes by key columns, rewriting
+only the files that hold an affected key (their ``remove`` actions and the new files' ``add``
+actions in the barrier's commit; see :mod:`airflow_provider_tsb.spark.outputs_merge`).
+Partitioned sinks (``partition_by``) are written as Hive-style ``col=value/`` directories under
+the attempt directory and committed with their partition values. A barrier's output may add
+nullable columns (schema evolution, :mod:`airflow_provider_tsb.spark.outputs_schema`). With
+``compaction`` the table's small files are rewritten next to the output
+(:mod:`airflow_provider_tsb.spark.outputs_compaction`). The ``crash_point`` calls are a test
 facility, inert unless ``TSB_KILL_AT`` is set (:mod:`airflow_provider_tsb.spark.killpoints`).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
 
-from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -53,14 +27,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 from pyspark.storagelevel import StorageLevel
 
-from airflow_provider_tsb.delta.barriers import committed_barrier, table_epoch, version_of_barrier
-from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile, commit_barrier_files
-from airflow_provider_tsb.delta.conventions import BarrierTag
-from airflow_provider_tsb.delta.log import filesystem, normalize_location
-from airflow_provider_tsb.delta.snapshots import latest_table_or_none
-from airflow_provider_tsb.exceptions import FencedError
+from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile
+from airflow_provider_tsb.delta.log import filesystem
+from airflow_provider_tsb.delta.sink_log import SinkLog
+from airflow_provider_tsb.delta.snapshots import snapshot_at
 from airflow_provider_tsb.spark.inputs import spark_schema
-from airflow_provider_tsb.spark.killpoints import crash_point, crash_point_during
+from airflow_provider_tsb.spark.killpoints import crash_point_during
+from airflow_provider_tsb.spark.outputs_compaction import Compaction, compacted_rows, plan_compaction, rearranged
 from airflow_provider_tsb.spark.outputs_merge import (
     DELETE_FLAG,
     DuplicateKeyError,
@@ -79,8 +52,6 @@ from airflow_provider_tsb.spark.outputs_schema import (
 from airflow_provider_tsb.spark.outputs_staging import (
     STAGING_DIR,
     StagingCatalog,
-    _committed_attempt,
-    _drop_unserved_attempt,
     _has_any_file,
     _staged_files,
     collect_withdrawn,
@@ -89,275 +60,141 @@ from airflow_provider_tsb.spark.outputs_staging import (
     staging_grace_s,
 )
 from airflow_provider_tsb.spark.timing import phase
-
-if TYPE_CHECKING:
-    from airflow_provider_tsb.spark.catalog import BarrierCatalog
-
-SinkMode = Literal["append", "overwrite", "merge"]
+from airflow_provider_tsb.spark.write_options import SinkMode, WriteOptions, WriteTarget
 
 __all__ = [
-    "STAGING_DIR", "DuplicateKeyError", "SchemaChangeError", "SinkMode", "StagingCatalog", "WriteResult",
-    "collect_withdrawn", "merge_rows", "remove_orphan_attempts", "staging_dir", "staging_grace_s", "write_barrier",
+    "STAGING_DIR", "DuplicateKeyError", "SchemaChangeError", "SinkMode", "Staged", "StagingCatalog",
+    "collect_withdrawn", "merge_rows", "remove_orphan_attempts", "stage_output", "staging_dir", "staging_grace_s",
 ]
 
-log = logging.getLogger("airflow_provider_tsb.spark")
-
 
 @dataclass(frozen=True)
-class WriteResult:
-    """Outcome of :func:`write_barrier`.
+class Staged:
+    """An attempt's staged output, ready to commit.
 
     Attributes:
-        table: sink table name.
-        barrier: barrier id.
-        version: Delta version holding the barrier.
-        skipped: True when the barrier was already committed (nothing written).
-        files: data files committed (0 when skipped).
-        rows: rows in those files.
-        orphans_removed: staging directories of failed attempts deleted.
+        files: the data files written (a compaction's with ``data_change=False``).
+        schema: the table's Spark schema after the barrier.
+        removed: the table's files the commit removes (a merge's affected files, a compaction's
+            small files).
     """
 
-    table: str
-    barrier: int
-    version: int
-    skipped: bool
-    files: int = 0
-    rows: int = 0
-    orphans_removed: int = 0
-
-
-
-def write_barrier(
-    spark: SparkSession,
-    df: DataFrame,
-    *,
-    table: str,
-    location: str,
-    job_id: str,
-    barrier: int,
-    mode: SinkMode,
-    inputs: Mapping[str, int],
-    ts_ms: int | None = None,
-    keys: Sequence[str] = (),
-    max_files: int | None = None,
-    catalog: BarrierCatalog | None = None,
-    partition_by: Sequence[str] = (),
-    delete_when: str | None = None,
-    declared_schema: str | None = None,
-) -> WriteResult:
-    """Commit ``df`` as barrier ``barrier`` of ``job_id`` into the sink ``table`` at ``location``.
-
-    See the module docstring for the protocol. Creating the table (first barrier, schema from
-    ``df``) is exactly-once-safe too. A barrier with no rows still makes an (empty) commit.
-
-    Args:
-        spark: the session.
-        df: the barrier's output (for ``merge``: the upserted rows only).
-        table: sink table name (used in reports).
-        location: sink table location.
-        job_id: writer job id.
-        barrier: barrier id; barriers must be written in increasing order.
-        mode: ``append`` | ``overwrite`` | ``merge``.
-        inputs: ``{input table: Delta version read}``, recorded in ``tsb.inputs``.
-        ts_ms: barrier timestamp, epoch ms (``tsb.ts``).
-        keys: key columns (``merge`` only).
-        max_files: coalesce the output to at most this many files.
-        catalog: receives PROCESSED and WRITTEN reports (may be ``None``).
-        partition_by: partition columns (fixed when the table is created).
-        delete_when: ``merge`` only: SQL condition on the output's rows that deletes their key.
-        declared_schema: the sink's declared Spark DDL (``Sink.schema``), for ``NOT NULL`` of
-            new columns.
-
-    Raises:
-        ValueError: bad mode/keys, or ``$TSB_STAGING_GRACE_SECONDS`` is not a number of
-            seconds >= 0.
-        SchemaChangeError: ``df`` drops a column of the table, changes a type, adds a
-            ``NOT NULL`` column, or ``partition_by`` differs from the table's (nothing written).
-        DuplicateKeyError: a ``merge`` output has several rows for one key (nothing written;
-            names the keys).
-        FencedError: a newer attempt of the job started (this one is a zombie): nothing of this
-            attempt is committed or reported, and its unserved files are deleted.
-        deltalake.exceptions.CommitFailedError: a concurrent writer conflicted (not another
-            attempt of this barrier: that commit is taken as a replay).
-    """
-    if mode not in ("append", "overwrite", "merge"):
-        raise ValueError(f"unknown sink mode {mode!r} for {table}: use append, overwrite or merge")
-    loc = normalize_location(location)
-    staging = catalog if isinstance(catalog, StagingCatalog) else None
-    grace = staging_grace_s()
-
-    def fence() -> None:
-        if staging is not None:
-            staging.check_fencing_token(job_id, barrier)
-
-    def held() -> set[str]:
-        return staging.held_staging(table, barrier, grace) if staging is not None else set()
-
-    def report_written(version: int, attempt: str | None) -> None:
-        if staging is not None:
-            staging.record_written(table, barrier, version, job_id, attempt=attempt)
-        elif catalog is not None:
-            catalog.record_written(table, barrier, version, job_id)
-
-    with phase("delta_log"):
-        dt = latest_table_or_none(loc)  # cached, advanced to the newest commit on disk
-        state = table_epoch(loc, table=dt) if dt is not None else None
-        epoch = state.epoch if state is not None else 0
-        # (a) exactly-once on replay
-        done = committed_barrier(loc, job_id, table=dt, epoch=state) if dt is not None else None
-    if done is not None and barrier <= done:
-        with phase("delta_log"):
-            winner = _committed_attempt(loc, barrier)
-            removed = remove_orphan_attempts(loc, job_id, epoch, barrier, winner, held=held, before_delete=fence)
-            version = version_of_barrier(loc, barrier)
-            if version is None:
-                version = dt.version()  # type: ignore[union-attr]
-        report_written(version, winner)
-        return WriteResult(table, barrier, version, skipped=True, orphans_removed=removed)
-
-    # (b) orphans of failed attempts (nothing of this barrier is committed in this epoch)
-    with phase("delta_log"):
-        removed = remove_orphan_attempts(loc, job_id, epoch, barrier, keep=None, held=held, before_delete=fence)
-
-    attempt = uuid.uuid4().hex
-    rel_dir = f"{staging_dir(job_id, epoch, barrier)}/{attempt}"
-    try:
-        staged = _stage(
-            spark, df, loc=loc, rel_dir=rel_dir, dt=dt, mode=mode, keys=keys, max_files=max_files,
-            table=table, job_id=job_id, barrier=barrier, partition_by=partition_by, delete_when=delete_when,
-            declared_schema=declared_schema,
-        )
-        files, table_schema, removes = staged.files, staged.schema, staged.removed
-        rows = sum(f.num_records for f in files)
-        # (e) PROCESSED with the manifest, before the commit
-        if catalog is not None:
-            _report_processed(catalog, table, barrier, job_id, mode, files, removes)
-        crash_point("after_files", job_id, barrier)
-
-        # (f) one atomic commit, by the job's newest attempt only
-        tag = BarrierTag(barrier=barrier, job_id=job_id, inputs=dict(inputs), ts_ms=ts_ms, attempt=attempt)
-        delta_schema = DeltaSchema.from_json(json.dumps(table_schema.jsonValue()))
-        with phase("commit"):
-            outcome = commit_barrier_files(
-                loc, files, tag=tag, mode="overwrite" if mode == "overwrite" else "append", schema=delta_schema,
-                partition_by=partition_by, removes=removes, before_commit=fence,
-            )
-    except FencedError:
-        _drop_unserved_attempt(loc, rel_dir, held)
-        raise
-    except Exception as exc:
-        fenced = _fenced_now(fence)
-        if fenced is None:
-            raise
-        _drop_unserved_attempt(loc, rel_dir, held)
-        raise fenced from exc
-    crash_point("after_commit", job_id, barrier)
-    winner = attempt if outcome.committed else _committed_attempt(loc, barrier)
-    if not outcome.committed:  # another attempt won the race: ours are orphans
-        remove_orphan_attempts(loc, job_id, epoch, barrier, winner, held=held, before_delete=fence)
-
-    # (g) WRITTEN, then the withdrawn attempts no reader can hold any more
-    report_written(outcome.version, winner)
-    if staging is not None:
-        with phase("delta_log"):
-            removed += collect_withdrawn(loc, table, staging, grace)
-    return WriteResult(
-        table,
-        barrier,
-        outcome.version,
-        skipped=not outcome.committed,
-        files=len(files) if outcome.committed else 0,
-        rows=rows if outcome.committed else 0,
-        orphans_removed=removed,
-    )
-
-
-@dataclass(frozen=True)
-class _Staged:
     files: list[StagedFile]
     schema: StructType
     removed: list[RemovedFile]
 
-
-def _report_processed(
-    catalog: BarrierCatalog, table: str, barrier: int, job_id: str, mode: SinkMode,
-    files: Sequence[StagedFile], removes: Sequence[RemovedFile],
-) -> None:
-    """PROCESSED with the manifest: ``append`` (staged files added to the previous version, minus
-    a merge's ``removes``) or ``overwrite`` (staged files replace it)."""
-    staged_mode = "overwrite" if mode == "overwrite" else "append"
-    entries = [{**f.to_json(), "sink_mode": staged_mode} for f in files]
-    if removes and isinstance(catalog, StagingCatalog):
-        for entry in entries:
-            entry.pop("sink_mode")
-        manifest = {"mode": staged_mode, "files": entries, "removes": [r.path for r in removes]}
-        catalog.record_processed(table, barrier, job_id, manifest)  # type: ignore[arg-type]
-    else:
-        catalog.record_processed(table, barrier, job_id, entries)
+    @property
+    def delta_schema(self) -> DeltaSchema:
+        """:attr:`schema` as a delta-rs schema (Delta schema JSON is Spark's)."""
+        return DeltaSchema.from_json(json.dumps(self.schema.jsonValue()))
 
 
-def _stage(
-    spark: SparkSession, df: DataFrame, *, loc: str, rel_dir: str, dt: DeltaTable | None, mode: SinkMode,
-    keys: Sequence[str], max_files: int | None, table: str, job_id: str, barrier: int,
-    partition_by: Sequence[str], delete_when: str | None, declared_schema: str | None,
-) -> _Staged:
-    """Steps c and d: the executors write the attempt's files, the driver reads their footers."""
-    if mode == "merge" and not keys:
-        raise ValueError(f"merge sink {table} needs key columns")
-    if delete_when and mode != "merge":
-        raise ValueError(f"sink {table}: delete_when needs mode 'merge', not {mode!r}")
+def stage_output(
+    spark: SparkSession, df: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog, rel_dir: str,
+) -> Staged:
+    """Write ``df`` (the barrier's output) into ``<table>/<rel_dir>`` on the executors and read the
+    footers of its files on the driver.
+
+    Args:
+        log: the sink's log as the barrier started (the table's schema, partition columns and,
+            for a merge, its files at :attr:`SinkLog.version`).
+        rel_dir: the attempt directory, relative to the table root (new).
+
+    Raises:
+        SchemaChangeError: ``df`` lacks a key or partition column, drops a column of the table,
+            changes a type, adds a ``NOT NULL`` column, or the partition columns differ.
+        DuplicateKeyError: a ``merge`` output has several rows for one key (nothing written).
+        ValueError: a ``delete_when`` Spark cannot resolve on the output.
+    """
     columns = df.columns  # one schema request (a Spark Connect round trip)
-    missing = [c for c in [*keys, *partition_by] if c not in columns]
+    missing = [c for c in [*options.keys, *options.partition_by] if c not in columns]
     if missing:
         raise SchemaChangeError(
-            f"table {table}, barrier {barrier}: the output has no column(s) {missing} named in the sink's keys / "
-            f"partition_by (output columns: {columns})"
+            f"table {target.table}, barrier {target.barrier}: the output has no column(s) {missing} named in the "
+            f"sink's keys / partition_by (output columns: {columns})"
         )
-    flagged = _flag_deletes(df, delete_when, table, barrier) if mode == "merge" else None
-    removed: list[RemovedFile] = []
-    cached: DataFrame | None = None
-    if dt is not None:
-        check_partition_columns(table, loc, dt.metadata().partition_columns, partition_by)
-        declared = spark.createDataFrame([], declared_schema).schema if declared_schema else None
-        table_schema = evolve_schema(df.schema, spark_schema(dt), table=table, barrier=barrier, declared=declared)
-        if mode == "overwrite":
-            table_schema = _nullable(table_schema)
-        out = _align_to_table(df, loc, table_schema)
-        if flagged is not None:
-            # read three times (key bounds, affected files, the write): computed once
-            cached = flagged = _flag_deletes(out, delete_when, table, barrier).persist(StorageLevel.MEMORY_AND_DISK)
-            try:  # one action: the keys' uniqueness and bounds; it fills the cache the plan reads
-                summary = check_unique_keys(flagged, keys, table=table, barrier=barrier)
-            except DuplicateKeyError:
-                cached.unpersist()
-                raise
-            plan = plan_merge(spark, loc, dt.version(), flagged, keys, table_schema, summary)
-            out, removed = plan.rows, plan.removed
-    else:
-        table_schema = _nullable(df.schema)
-        out = df
-        if flagged is not None:  # a new table: the deletes delete nothing
-            check_unique_keys(flagged, keys, table=table, barrier=barrier)
-            out = flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG)
-    if max_files:
-        out = out.coalesce(max_files)
-    fs, root = filesystem(loc)
+    out, schema, removed, cached = _shape_output(spark, df, target, options, log)
+    if options.max_files:
+        out = out.coalesce(options.max_files)
+    fs, root = filesystem(log.location)
     # "error" (errorifexists): the attempt directory is new; Spark Connect knows only this spelling
     writer = out.write.mode("error").option("compression", "snappy")
-    if partition_by:
-        writer = writer.partitionBy(*partition_by)
+    if options.partition_by:
+        writer = writer.partitionBy(*options.partition_by)
     try:
-        with crash_point_during("while_writing", job_id, barrier, lambda: _has_any_file(fs, f"{root}/{rel_dir}")):
+        with crash_point_during("while_writing", target.job_id, target.barrier,
+                                lambda: _has_any_file(fs, f"{root}/{rel_dir}")):
             with phase("spark"):
-                writer.parquet(f"{loc}/{rel_dir}")
+                writer.parquet(f"{log.location}/{rel_dir}")
     finally:
         if cached is not None:
             cached.unpersist()
     with phase("footers"):
-        return _Staged(_staged_files(loc, rel_dir, partition_by), table_schema, removed)
+        files = _staged_files(log.location, rel_dir, options.partition_by)
+    if log.version is not None and options.mode != "overwrite" and options.compaction is not None:
+        adds, gone = _compact(spark, log, rel_dir, schema, options, removed, files)
+        files, removed = files + adds, removed + gone
+    return Staged(files, schema, removed)
 
 
-def _flag_deletes(df: DataFrame, delete_when: str | None, table: str, barrier: int) -> DataFrame:
+def _shape_output(
+    spark: SparkSession, df: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog,
+) -> tuple[DataFrame, StructType, list[RemovedFile], DataFrame | None]:
+    """The rows to write in the table's schema after the barrier, the files a merge removes, and
+    the persisted output to release after the write (``None``: nothing persisted)."""
+    merge = options.mode == "merge"
+    if log.table is None:
+        out = df
+        if merge:  # a new table: the deletes delete nothing
+            flagged = _flag_deletes(df, options.delete_when, target)
+            check_unique_keys(flagged, options.keys, table=target.table, barrier=target.barrier)
+            out = flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG)
+        return out, _nullable(df.schema), [], None
+    check_partition_columns(target.table, log.location, log.table.metadata().partition_columns, options.partition_by)
+    declared = spark.createDataFrame([], options.schema).schema if options.schema else None
+    schema = evolve_schema(df.schema, spark_schema(log.table), table=target.table, barrier=target.barrier,
+                           declared=declared)
+    if options.mode == "overwrite":
+        schema = _nullable(schema)
+    out = _align_to_table(df, log.location, schema)
+    if not merge:
+        return out, schema, [], None
+    # read three times (key bounds, affected files, the write): computed once
+    cached = _flag_deletes(out, options.delete_when, target).persist(StorageLevel.MEMORY_AND_DISK)
+    try:  # one action: the keys' uniqueness and bounds; it fills the cache the plan reads
+        summary = check_unique_keys(cached, options.keys, table=target.table, barrier=target.barrier)
+    except DuplicateKeyError:
+        cached.unpersist()
+        raise
+    plan = plan_merge(spark, log.location, int(log.version or 0), cached, options.keys, schema, summary)
+    return plan.rows, schema, plan.removed, cached
+
+
+def _compact(
+    spark: SparkSession, log: SinkLog, rel_dir: str, schema: StructType, options: WriteOptions,
+    removed: Sequence[RemovedFile], staged: Sequence[StagedFile],
+) -> tuple[list[StagedFile], list[RemovedFile]]:
+    """Auto compaction (:mod:`airflow_provider_tsb.spark.outputs_compaction`): the executors
+    rewrite the table's small files into the attempt directory (appended next to the barrier's
+    own files); returns their ``dataChange = false`` adds and removes, or nothing."""
+    compaction: Compaction = options.compaction  # type: ignore[assignment]
+    with phase("delta_log"):
+        snapshot = snapshot_at(log.location, int(log.version or 0))
+        plan = plan_compaction(snapshot, compaction, exclude={r.path for r in removed})
+    if not plan.files:
+        return [], []
+    writer = compacted_rows(spark, log.location, snapshot, plan, schema, compaction).write.mode("append")
+    if options.partition_by:
+        writer = writer.partitionBy(*options.partition_by)
+    with phase("spark"):
+        writer.option("compression", "snappy").parquet(f"{log.location}/{rel_dir}")
+    known = {f.path for f in staged}
+    with phase("footers"):
+        written = [f for f in _staged_files(log.location, rel_dir, options.partition_by) if f.path not in known]
+    return rearranged(written, plan)
+
+
+def _flag_deletes(df: DataFrame, delete_when: str | None, target: WriteTarget) -> DataFrame:
     """:func:`split_deletes`, with a clear error for a condition Spark cannot resolve."""
     try:
         flagged = split_deletes(df, delete_when)
@@ -366,18 +203,6 @@ def _flag_deletes(df: DataFrame, delete_when: str | None, table: str, barrier: i
         return flagged
     except AnalysisException as exc:
         raise ValueError(
-            f"table {table}, barrier {barrier}: Sink(delete_when={delete_when!r}) is not a boolean condition "
-            f"on the output's columns {df.columns}: {str(exc).splitlines()[0]}"
+            f"table {target.table}, barrier {target.barrier}: Sink(delete_when={delete_when!r}) is not a boolean "
+            f"condition on the output's columns {df.columns}: {str(exc).splitlines()[0]}"
         ) from exc
-
-
-def _fenced_now(fence: Callable[[], None]) -> FencedError | None:
-    """The :class:`FencedError` of a failure caused by a newer attempt (e.g. it deleted our
-    in-progress files), or ``None`` when this attempt is still the newest."""
-    try:
-        fence()
-    except FencedError as exc:
-        return exc
-    except Exception:  # the metastore is down: the original error is the one to show
-        return None
-    return None

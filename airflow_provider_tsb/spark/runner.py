@@ -4,13 +4,19 @@ Per barrier ``n`` (:func:`run_barrier`):
 
 1. asserts *alignment*: every input is read at the version of barrier ``n`` (an intermediate
    input's version must be tagged with ``n``; :class:`MisalignedInputError` otherwise);
-2. skips the barrier if every sink already has it committed (re-reporting WRITTEN);
-3. calls ``process`` with a :class:`~airflow_provider_tsb.spark.model.BarrierContext`;
-4. commits each sink with :func:`airflow_provider_tsb.spark.outputs.write_barrier`.
+2. reads each sink's Delta log once (:class:`~airflow_provider_tsb.delta.sink_log.SinkLog`),
+   and skips the barrier if every sink already has it committed (re-reporting WRITTEN);
+3. calls ``process`` with a :class:`~airflow_provider_tsb.spark.model.BarrierContext` (which
+   reads ``previous`` from those logs);
+4. commits each sink with :func:`airflow_provider_tsb.spark.barrier_commit.write_barrier`,
+   passing its log, a :class:`~airflow_provider_tsb.spark.write_options.WriteTarget` and the
+   sink's :class:`~airflow_provider_tsb.spark.write_options.WriteOptions`.
 
-:func:`run_batch` processes the pending barriers (optionally up to ``until_barrier``) and
-stops; streaming mode (:mod:`airflow_provider_tsb.spark.streaming`) runs the same
-:func:`run_barrier` once per micro-batch. Both produce identical tables.
+Batch and streaming mode start the same way (:func:`start_run`: the fencing token, WRITTEN
+re-reported from each sink's log, the barrier the sinks are at). :func:`run_batch` then
+processes the pending barriers (optionally up to ``until_barrier``) and stops; streaming mode
+(:mod:`airflow_provider_tsb.spark.streaming`) runs the same :func:`run_barrier` once per
+micro-batch. Both produce identical tables.
 """
 
 from __future__ import annotations
@@ -21,19 +27,17 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from airflow_provider_tsb.delta.barriers import (
-    barrier_of_version,
-    is_barrier_committed,
-    latest_written_barrier,
-    version_of_barrier,
-)
+from airflow_provider_tsb.delta.barriers import barrier_of_version
 from airflow_provider_tsb.delta.errors import MisalignedInputError
+from airflow_provider_tsb.delta.log import shared_commit_reads
+from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.metastore.records import JobStatus
+from airflow_provider_tsb.spark.barrier_commit import WriteResult, write_barrier
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.input_leases import input_lease
 from airflow_provider_tsb.spark.model import BarrierContext, TsbApp
-from airflow_provider_tsb.spark.outputs import WriteResult, write_barrier
 from airflow_provider_tsb.spark.timing import barrier_timer, phase
+from airflow_provider_tsb.spark.write_options import WriteTarget
 
 log = logging.getLogger("airflow_provider_tsb.spark")
 
@@ -93,15 +97,39 @@ def check_outputs(app: TsbApp, outputs: object) -> None:
         )
 
 
-def sinks_base_barrier(app: TsbApp, locations: Mapping[str, str]) -> int | None:
-    """The barrier all sinks have reached (min over sinks); ``None`` if any sink is empty."""
+def sinks_base_barrier(app: TsbApp, locations: Mapping[str, str],
+                       heads: Mapping[str, tuple[int, int] | None] | None = None) -> int | None:
+    """The barrier all sinks have reached (min over sinks); ``None`` if any sink is empty.
+
+    Args:
+        heads: ``{sink: (barrier, version) or None}`` already read (default: read each sink's log).
+    """
+    if heads is None:
+        heads = sink_heads(app, locations)
     barriers = []
     for name in app.sinks:
-        latest = latest_written_barrier(locations[name])
+        latest = heads[name]
         if latest is None:
             return None
         barriers.append(latest[0])
     return min(barriers) if barriers else None
+
+
+def sink_heads(app: TsbApp, locations: Mapping[str, str]) -> dict[str, tuple[int, int] | None]:
+    """``{sink: (barrier, version)}`` of each sink's newest WRITTEN barrier (``None``: none), one
+    log read per sink."""
+    return {name: SinkLog.read(locations[name], app.job_id).head() for name in sorted(app.sinks)}
+
+
+def start_run(app: TsbApp, catalog: BarrierCatalog, locations: Mapping[str, str]) -> int | None:
+    """The prologue of a batch or streaming run: take the run's fencing token
+    (:func:`begin_attempt`), read each sink's log once to re-report its newest barrier WRITTEN
+    (:func:`report_written_heads`), and return the barrier all sinks are at (``None``: a sink
+    is empty), after which the run's barriers come."""
+    begin_attempt(app, catalog)
+    heads = sink_heads(app, locations)
+    report_written_heads(app, locations, catalog, heads)
+    return sinks_base_barrier(app, locations, heads)
 
 
 def begin_attempt(app: TsbApp, catalog: BarrierCatalog | None) -> int | None:
@@ -119,14 +147,18 @@ def begin_attempt(app: TsbApp, catalog: BarrierCatalog | None) -> int | None:
     return begin(app.job_id) if begin is not None else None
 
 
-def report_written_heads(app: TsbApp, locations: Mapping[str, str], catalog: BarrierCatalog) -> None:
+def report_written_heads(app: TsbApp, locations: Mapping[str, str], catalog: BarrierCatalog,
+                         heads: Mapping[str, tuple[int, int] | None] | None = None) -> None:
     """Re-report WRITTEN for each sink's newest barrier (idempotent).
 
     Repairs a run killed after its Delta commit but before its WRITTEN report: the Delta log
-    is the truth, the catalog only indexes it. Cost: one short log walk per sink.
+    is the truth, the catalog only indexes it. Cost: one short log walk per sink (none for the
+    sinks in ``heads``, already read).
     """
+    if heads is None:
+        heads = sink_heads(app, locations)
     for sink in sorted(app.sinks):
-        head = latest_written_barrier(locations[sink])
+        head = heads[sink]
         if head is not None:
             catalog.record_written(sink, head[0], head[1], app.job_id)
 
@@ -161,7 +193,8 @@ def run_barrier(
         if catalog is not None:
             catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.RUNNING, started_at_ms=started)
         try:
-            results = _run_barrier(spark, app, plan, locations, catalog)
+            with shared_commit_reads():  # each commit file read once for the barrier
+                results = _run_barrier(spark, app, plan, locations, catalog)
         except BaseException:
             if catalog is not None:
                 try:
@@ -187,44 +220,34 @@ def _run_barrier(
 ) -> list[WriteResult]:
     with phase("delta_log"):
         check_alignment(app, plan, locations)
-        committed = all(is_barrier_committed(locations[s], app.job_id, plan.barrier) for s in app.sinks)
+        logs = {sink: SinkLog.read(locations[sink], app.job_id) for sink in sorted(app.sinks)}
+    if all(sink_log.is_committed(plan.barrier) for sink_log in logs.values()):
+        return _skip_committed(app, plan, logs, catalog)
     results: list[WriteResult] = []
-    if committed:
-        for sink in sorted(app.sinks):
-            with phase("delta_log"):
-                version = version_of_barrier(locations[sink], plan.barrier)
-            if version is not None and catalog is not None:
-                catalog.record_written(sink, plan.barrier, version, app.job_id)
-            results.append(WriteResult(sink, plan.barrier, version if version is not None else -1, skipped=True))
-        log.info("job %s: barrier %s already committed, skipped", app.job_id, plan.barrier)
-        return results
     # the epoch's input versions stay out of snapshot expiry while they are read (spark/input_leases.py)
     with input_lease(catalog, app.job_id, plan):
-        ctx = BarrierContext(spark, app, plan, locations)
-        outputs = app.process(ctx)
+        outputs = app.process(BarrierContext(spark, app, plan, locations, logs))
         check_outputs(app, outputs)
-        for sink in sorted(app.sinks):
-            spec = app.sinks[sink]
-            results.append(
-                write_barrier(
-                    spark,
-                    outputs[sink],
-                    table=sink,
-                    location=locations[sink],
-                    job_id=app.job_id,
-                    barrier=plan.barrier,
-                    mode=spec.mode,
-                    inputs=plan.inputs,
-                    ts_ms=plan.ts_ms,
-                    keys=spec.keys,
-                    max_files=spec.max_files,
-                    catalog=catalog,
-                    partition_by=spec.partition_by,
-                    delete_when=spec.delete_when,
-                    declared_schema=spec.schema,
-                )
-            )
+        for sink, sink_log in logs.items():
+            target = WriteTarget(sink, locations[sink], app.job_id, plan.barrier, plan.inputs, plan.ts_ms)
+            results.append(write_barrier(spark, outputs[sink], target, app.sinks[sink].options, catalog=catalog,
+                                         log=sink_log))
     log.info("job %s: barrier %s done: %s", app.job_id, plan.barrier, results)
+    return results
+
+
+def _skip_committed(
+    app: TsbApp, plan: BarrierPlan, logs: Mapping[str, SinkLog], catalog: BarrierCatalog | None
+) -> list[WriteResult]:
+    """Every sink holds the barrier: re-report WRITTEN (from the logs read), write nothing."""
+    results = []
+    for sink, sink_log in logs.items():
+        with phase("delta_log"):
+            version = sink_log.version_of(plan.barrier)
+        if version is not None and catalog is not None:
+            catalog.record_written(sink, plan.barrier, version, app.job_id)
+        results.append(WriteResult(sink, plan.barrier, version if version is not None else -1, skipped=True))
+    log.info("job %s: barrier %s already committed, skipped", app.job_id, plan.barrier)
     return results
 
 
@@ -242,9 +265,7 @@ def run_batch(
     Returns the barriers processed (committed or found already committed).
     """
     sources = {name: locations[name] for name in app.sources}
-    begin_attempt(app, catalog)
-    report_written_heads(app, locations, catalog)
-    after = sinks_base_barrier(app, locations)
+    after = start_run(app, catalog, locations)
     done: list[int] = []
     for plan in catalog.pending_barriers(app.job_id, sources, after):
         if until_barrier is not None and plan.barrier > until_barrier:

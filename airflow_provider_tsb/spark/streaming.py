@@ -56,7 +56,7 @@ from airflow_provider_tsb.spark.barrier_source import (  # noqa: F401 - re-expor
 )
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.model import TsbApp
-from airflow_provider_tsb.spark.runner import begin_attempt, report_written_heads, run_barrier, sinks_base_barrier
+from airflow_provider_tsb.spark.runner import run_barrier, sinks_base_barrier, start_run
 from airflow_provider_tsb.spark.session import is_connect
 
 log = logging.getLogger("airflow_provider_tsb.spark")
@@ -142,9 +142,7 @@ def run_streaming(
         pyspark.errors.StreamingQueryException: a micro-batch failed (e.g. misaligned input).
     """
     progress = _Progress()
-    begin_attempt(app, catalog)
-    report_written_heads(app, locations, catalog)
-    base = sinks_base_barrier(app, locations)
+    base = start_run(app, catalog, locations)
     final = catalog.final_barrier(app.job_id, final_since_ms) if final_since_ms is not None else None
     if base is not None and final is not None and base >= final:
         log.info("job %s: sinks already hold final barrier %s; input ended, nothing to do", app.job_id, final)

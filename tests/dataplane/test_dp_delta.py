@@ -75,6 +75,39 @@ def test_tags_and_lookups(tmp_path: Path) -> None:
     assert DeltaTable(str(t)).to_pyarrow_table().num_rows == 4
 
 
+def test_a_sink_log_read_once_answers_every_look_up(tmp_path: Path) -> None:
+    """``SinkLog`` (one read per sink and barrier) answers as the per-call look-ups do, a commit
+    given a current log commits on it, a stale log is read again (a replay is still discarded),
+    and within ``shared_commit_reads`` each commit file is opened once."""
+    from unittest import mock
+
+    from airflow_provider_tsb.delta import log as delta_log
+    from airflow_provider_tsb.delta.sink_log import SinkLog
+
+    t = tmp_path / "t"
+    assert not SinkLog.read(str(t), JOB).exists and SinkLog.read(str(t), JOB).head() is None
+    for b in (1, 2, 3):
+        commit(t, b)
+    log = SinkLog.read(str(t), JOB)
+    assert (log.version, log.committed, log.epoch) == (2, 3, table_epoch(str(t)))
+    assert log.head() == latest_written_barrier(str(t)) == (3, 2)
+    assert [log.version_of(b) for b in (1, 2, 3, 4)] == [version_of_barrier(str(t), b) for b in (1, 2, 3, 4)]
+    assert log.is_committed(3) and not log.is_committed(4) and log.attempt_of(2) == "a"
+    stale = SinkLog.read(str(t), JOB)
+    commit(t, 4)  # committed after the log was read: the commit reads the log again
+    out = commit_barrier_files(str(t), [stage(t, 4, 1)], tag=BarrierTag(4, JOB, attempt="b"), mode="append",
+                               schema=DeltaSchema.from_arrow(SCHEMA), log=stale)
+    assert (out.version, out.committed) == (3, False)
+    opened = []
+    real = delta_log._read_commit_file
+    with mock.patch.object(delta_log, "_read_commit_file", side_effect=lambda *a: opened.append(a) or real(*a)):
+        with delta_log.shared_commit_reads():
+            SinkLog.read(str(t), JOB).version_of(3)
+            barrier_of_version(str(t), 3)
+            SinkLog.read(str(t), JOB).head()
+    assert sorted(v for _loc, v in opened) == [2, 3], opened  # each commit file once
+
+
 def test_replay_is_discarded(tmp_path: Path) -> None:
     t = tmp_path / "t"
     commit(t, 1)

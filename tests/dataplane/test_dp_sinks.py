@@ -233,12 +233,13 @@ def test_a_new_nullable_column_evolves_the_schema_and_as_of_keeps_the_old_one(
 
 
 def test_incompatible_changes_are_refused_before_any_commit(tmp_path: Path, spark: Any) -> None:
-    from airflow_provider_tsb.spark.outputs import SchemaChangeError, write_barrier
+    from airflow_provider_tsb.spark.outputs import SchemaChangeError
+    from tests.support.dataplane import write_sink
 
     loc = str(tmp_path / "t")
 
     def write(barrier: int, rows: list[tuple], ddl: str, **kw: Any) -> Any:
-        return write_barrier(spark, spark.createDataFrame(rows, ddl), table="tsb.mart.t", location=loc, job_id="j",
+        return write_sink(spark, spark.createDataFrame(rows, ddl), table="tsb.mart.t", location=loc, job_id="j",
                              barrier=barrier, mode=kw.pop("mode", "append"), inputs={}, **kw)
 
     write(1, [(1, "eu", 10)], "id long, region string, value long", partition_by=("region",))
@@ -250,7 +251,7 @@ def test_incompatible_changes_are_refused_before_any_commit(tmp_path: Path, spar
          "table tsb.mart.t, barrier 2: the output has no column(s) ['value']", "keep the column"),
         ({"partition_by": ("region",)}, "id long, region string, value string",
          "table tsb.mart.t, barrier 2: column 'value' is string in the output but bigint", "Cast it in the app"),
-        ({"partition_by": ("region",), "declared_schema": "id long, region string, value long, n int not null"},
+        ({"partition_by": ("region",), "schema": "id long, region string, value long, n int not null"},
          "id long, region string, value long, n int",
          "table tsb.mart.t, barrier 2: new column 'n' is declared NOT NULL", "Declare it nullable"),
     ]
@@ -266,13 +267,14 @@ def test_incompatible_changes_are_refused_before_any_commit(tmp_path: Path, spar
 
 def test_a_merge_output_with_two_rows_for_one_key_is_refused_before_any_write(tmp_path: Path, spark: Any) -> None:
     """Two rows of one key would both land in a merge sink's table: refused, naming the key."""
-    from airflow_provider_tsb.spark.outputs import DuplicateKeyError, write_barrier
+    from airflow_provider_tsb.spark.outputs import DuplicateKeyError
+    from tests.support.dataplane import write_sink
 
     loc = str(tmp_path / "m")
     ddl = "id long, value long"
 
     def write(barrier: int, rows: list[tuple]) -> Any:
-        return write_barrier(spark, spark.createDataFrame(rows, ddl), table="tsb.mart.m", location=loc, job_id="j",
+        return write_sink(spark, spark.createDataFrame(rows, ddl), table="tsb.mart.m", location=loc, job_id="j",
                              barrier=barrier, mode="merge", keys=("id",), inputs={})
 
     with pytest.raises(DuplicateKeyError, match=r"table tsb.mart.m, barrier 1: .*\{'id': 1\} \(2 rows\)"):
@@ -294,12 +296,12 @@ def test_partition_values_spark_escapes_round_trip(tmp_path: Path, spark: Any) -
     """Spark escapes ``:``, ``/``, ``%`` in directory names and writes null as
     ``__HIVE_DEFAULT_PARTITION__``: the commit's partition values and a read give the values back."""
     from airflow_provider_tsb.spark.inputs import read_snapshot
-    from airflow_provider_tsb.spark.outputs import write_barrier
+    from tests.support.dataplane import write_sink
 
     loc = str(tmp_path / "odd")
     values = ["a b", "x:y", "p/q", "50%", None]
     df = spark.createDataFrame(list(enumerate(values)), "id long, region string")
-    write_barrier(spark, df, table="tsb.mart.odd", location=loc, job_id="j", barrier=1, mode="append", inputs={},
+    write_sink(spark, df, table="tsb.mart.odd", location=loc, job_id="j", barrier=1, mode="append", inputs={},
                   partition_by=("region",))
     adds = pa.table(DeltaTable(loc).get_add_actions(flatten=True)).column("partition.region").to_pylist()
     assert sorted(adds, key=str) == sorted(values, key=str)
@@ -321,13 +323,13 @@ def test_a_crash_between_the_schema_commit_and_the_data_commit_reruns_to_the_sam
     from airflow_provider_tsb.delta.commit import evolve_table_schema
     from airflow_provider_tsb.delta.conventions import BarrierTag
     from airflow_provider_tsb.spark.inputs import read_snapshot
-    from airflow_provider_tsb.spark.outputs import write_barrier
+    from tests.support.dataplane import write_sink
 
     first = ([(1, "a", 10), (2, "b", 20)], "id long, k string, value long")
     second = ([(2, "b", 21, "x"), (3, "c", 30, None)], "id long, k string, value long, note string")
 
     def write(loc: str, barrier: int, data: tuple[list[tuple], str], **kw: Any) -> Any:
-        return write_barrier(spark, spark.createDataFrame(*data), table="tsb.mart.m", location=loc, job_id="j",
+        return write_sink(spark, spark.createDataFrame(*data), table="tsb.mart.m", location=loc, job_id="j",
                              barrier=barrier, mode="merge", keys=("id",), inputs={}, **kw)
 
     loc = str(tmp_path / "m")

@@ -83,3 +83,15 @@ def run_wordcount_batch(spark: object, apps: tuple[object, object], plan: str, u
     catalog = PlanFileCatalog(plan, plan + ".report.json")
     for app in apps:
         run_batch(spark, app, catalog, app.resolve_locations(catalog.tables()), until_barrier=until)
+
+
+def write_sink(spark: object, df: object, *, table: str, location: str, job_id: str, barrier: int,
+               inputs: dict[str, int] | None = None, ts_ms: int | None = None, catalog: object = None,
+               **options: object) -> object:
+    """:func:`~airflow_provider_tsb.spark.barrier_commit.write_barrier` of one barrier, its
+    :class:`~airflow_provider_tsb.spark.write_options.WriteOptions` given as keywords."""
+    from airflow_provider_tsb.spark.barrier_commit import write_barrier
+    from airflow_provider_tsb.spark.write_options import WriteOptions, WriteTarget
+
+    target = WriteTarget(table, location, job_id, barrier, dict(inputs or {}), ts_ms)
+    return write_barrier(spark, df, target, WriteOptions(**options), catalog=catalog)  # type: ignore[arg-type]

@@ -1,0 +1,116 @@
+"""One read of a sink table's Delta log per barrier, shared by every look-up the barrier needs.
+
+Before (issue 22 item 5) a barrier's run asked :mod:`airflow_provider_tsb.delta.barriers` seven
+questions about each sink (is the barrier committed, the epoch, the txn version, the version of
+the previous barrier, the committed attempt, the head barrier, the commit's own version) and
+each function read the log again: the cached latest snapshot advanced three times and the newest
+commit file read three times per sink and barrier. A :class:`SinkLog` is read once, when the
+barrier starts (:meth:`SinkLog.read`), and answers them all from that read; commit files it
+walks are kept for its lifetime (the barrier), so no commit file is read twice.
+
+Its answers describe the table at :attr:`SinkLog.version`. A commit made after it by another
+attempt of the job (a zombie) does not make the barrier's commit wrong: the commit carries the
+epoch-scoped txn (Delta protocol "Transaction Identifiers"), so delta-rs refuses it as a
+conflicting transaction and the commit path reads the log again
+(:func:`~airflow_provider_tsb.delta.commit.commit_barrier_files`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deltalake import DeltaTable
+
+from airflow_provider_tsb.delta.barriers import TableEpoch, epoch_of, iter_lineage
+from airflow_provider_tsb.delta.conventions import app_id, parse_tag
+from airflow_provider_tsb.delta.log import commit_info, normalize_location
+from airflow_provider_tsb.delta.snapshots import latest_table_or_none
+
+
+class SinkLog:
+    """What a sink's Delta log says for one job, read once (module doc).
+
+    Attributes:
+        location: the normalized table location.
+        job_id: the writer job.
+        table: the cached latest ``DeltaTable`` (:func:`~airflow_provider_tsb.delta.snapshots.latest_table`)
+            at :attr:`version`, or ``None`` when there is no table yet.
+        epoch: the table's restore epoch (``TableEpoch(0, None)`` without a table).
+        committed: the highest barrier of the job committed in the epoch (the txn version, or
+            the barrier the table was restored to), or ``None``.
+    """
+
+    def __init__(self, location: str, job_id: str, table: DeltaTable | None) -> None:
+        self.location = normalize_location(location)
+        self.job_id = job_id
+        self.table = table
+        self._infos: dict[int, dict[str, Any] | None] = {}
+        self.version: int | None = table.version() if table is not None else None
+        if table is None or self.version is None:
+            self.epoch, self.committed = TableEpoch(0, None), None
+            return
+        self.epoch = epoch_of(table.metadata().configuration or {}, self.commit_info(self.version) or {})
+        txn = table.transaction_version(app_id(job_id, self.epoch.epoch))
+        done = [b for b in (txn, self.epoch.base_barrier) if b is not None]
+        self.committed = max(done) if done else None
+
+    @classmethod
+    def read(cls, location: str, job_id: str) -> SinkLog:
+        """Read the log of the table at ``location`` for ``job_id``.
+
+        Cost: the cached latest snapshot advanced to the newest commit (two ``stat`` calls when
+        nothing was committed since, else the new JSON commits) and one commit-file read.
+
+        Raises:
+            DeltaLogError: delta-rs cannot load the table.
+        """
+        return cls(location, job_id, latest_table_or_none(location))
+
+    @property
+    def exists(self) -> bool:
+        """Whether there is a Delta table at :attr:`location`."""
+        return self.table is not None
+
+    def commit_info(self, version: int) -> dict[str, Any] | None:
+        """The ``commitInfo`` of ``version`` (``None`` when absent), read at most once."""
+        if version not in self._infos:
+            self._infos[version] = commit_info(self.location, version)
+        return self._infos[version]
+
+    def is_committed(self, barrier: int) -> bool:
+        """Whether ``barrier`` of the job is committed (WRITTEN) in the current epoch."""
+        return self.committed is not None and barrier <= self.committed
+
+    def version_of(self, barrier: int) -> int | None:
+        """The newest version tagged with ``barrier`` in the current lineage, or ``None``.
+
+        Cost: a walk from :attr:`version` over the commits newer than the barrier (usually one
+        or two commit files, each read once per :class:`SinkLog`).
+        """
+        if self.version is None:
+            return None
+        for version, info in iter_lineage(self.location, self.version, read=self.commit_info):
+            tag = parse_tag(info)
+            if tag is None:
+                continue
+            if tag.barrier == barrier:
+                return version
+            if tag.barrier < barrier:
+                return None
+        return None
+
+    def head(self) -> tuple[int, int] | None:
+        """``(barrier, version)`` of the newest barrier WRITTEN in the table, or ``None``."""
+        if self.version is None:
+            return None
+        for version, info in iter_lineage(self.location, self.version, read=self.commit_info):
+            tag = parse_tag(info)
+            if tag is not None:
+                return tag.barrier, version
+        return None
+
+    def attempt_of(self, barrier: int) -> str | None:
+        """The attempt id (``tsb.attempt``) of the commit holding ``barrier``, or ``None``."""
+        version = self.version_of(barrier)
+        tag = parse_tag(self.commit_info(version)) if version is not None else None
+        return tag.attempt if tag is not None else None
