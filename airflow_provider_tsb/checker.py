@@ -307,6 +307,27 @@ def _run_killed_and_retried(
         checker.sample_held(invariant, resolution)
 
 
+def _checked_topologies(
+    warehouse: str, wordcount_barriers: int, flights_barriers: int
+) -> tuple[list[tuple[Topology, int, Callable[[Topology, str], Any]]], list[Invariant]]:
+    """``([(topology, barriers to run, its ingest(topology, run key))], invariants)`` of the
+    topologies :func:`run_check` runs (a count of 0 skips one)."""
+    from tsb_examples.ingest import ingest_next_flights_days, ingest_next_words
+
+    plans: list[tuple[Topology, int, Callable[[Topology, str], Any]]] = []
+    invariants: list[Invariant] = []
+    if wordcount_barriers:
+        plans.append((wordcount_topology(warehouse), wordcount_barriers,
+                      lambda t, key: ingest_next_words(t.location("raw.words"), key, lines=60)))
+        invariants += WORDCOUNT_INVARIANTS
+    if flights_barriers:
+        plans.append((flights_topology(warehouse), flights_barriers,
+                      lambda t, key: ingest_next_flights_days(t.location("raw.flights"), t.location("raw.weather"),
+                                                              key)))
+        invariants += FLIGHTS_INVARIANTS
+    return plans, invariants
+
+
 def run_check(
     workdir: str, *, wordcount_barriers: int = 4, flights_barriers: int = 2, interval_s: float = 0.05,
     log: Callable[[str], None] = print, kill: bool = False, remote: str | None = None,
@@ -327,24 +348,13 @@ def run_check(
     from airflow_provider_tsb.metastore.store import MetaStore
     from airflow_provider_tsb.spark import get_spark, run_batch
     from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
-    from tsb_examples.ingest import ingest_next_flights_days, ingest_next_words
 
     os.makedirs(workdir, exist_ok=True)
     url = f"sqlite:///{os.path.join(os.path.abspath(workdir), 'tsb.db')}"
     store = MetaStore(url)
     store.migrate()
     warehouse = os.path.join(workdir, "warehouse")
-    plans: list[tuple[Topology, int, Callable[[Topology, str], Any]]] = []
-    invariants: list[Invariant] = []
-    if wordcount_barriers:
-        plans.append((wordcount_topology(warehouse), wordcount_barriers,
-                      lambda t, key: ingest_next_words(t.location("raw.words"), key, lines=60)))
-        invariants += WORDCOUNT_INVARIANTS
-    if flights_barriers:
-        plans.append((flights_topology(warehouse), flights_barriers,
-                      lambda t, key: ingest_next_flights_days(t.location("raw.flights"), t.location("raw.weather"),
-                                                              key)))
-        invariants += FLIGHTS_INVARIANTS
+    plans, invariants = _checked_topologies(warehouse, wordcount_barriers, flights_barriers)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = get_spark("tsb-check", remote=remote) if not kill else None  # --kill: every job is its own process
     catalog = MetastoreCatalog(url)

@@ -17,9 +17,10 @@ external tables instead, taking the barrier from the triggering asset events.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from airflow.sdk import TaskGroup
+from airflow.sdk import BaseOperator, TaskGroup
 
 from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator, TsbBarrierOperator
@@ -64,67 +65,98 @@ class TsbTopologyTaskGroup(TaskGroup):
         **kwargs: Any,
     ) -> None:
         topology.validate()
-        if mode not in ("batch", "streaming"):
-            raise ValueError(
-                f"TsbTopologyTaskGroup({topology.name!r}): mode must be 'batch' or 'streaming', got {mode!r}"
-            )
-        if mode == "streaming" and not topology.root_tables:
-            raise ValueError(
-                f"TsbTopologyTaskGroup({topology.name!r}): streaming mode needs the topology's root tables "
-                "(the emitter generates the barriers); a split topology without roots runs in batch mode"
-            )
+        _check_mode(topology, mode)
         super().__init__(group_id=group_id or topology.name, **kwargs)
         self.topology = topology
         job_kwargs = dict(job_kwargs or {})
         unknown = sorted(set(job_kwargs) - set(topology.jobs))
         if unknown:
             raise ValueError(f"job_kwargs names jobs {unknown} that topology {topology.name!r} does not declare")
+        jobs = _JobArguments(topology, spark_conn_id, tsb_conn_id, job_kwargs, dict(default_job_kwargs or {}))
         with self:
             if mode == "streaming":
                 self.barrier_task = TsbBarrierEmitterOperator(
                     task_id="generate_barriers", topology=topology, ts_kind=ts_kind, tsb_conn_id=tsb_conn_id,
                     **dict(emitter_kwargs or {}),
                 )
-                self.job_tasks = {
-                    job.id: TsbSparkJobOperator(
-                        task_id=job.id,
-                        topology=topology,
-                        job_id=job.id,
-                        mode="streaming",
-                        conn_id=spark_conn_id,
-                        tsb_conn_id=tsb_conn_id,
-                        **{**dict(default_job_kwargs or {}), **dict(job_kwargs.get(job.id, {}))},
-                    )
-                    for job in topology.jobs_in_order()
-                }
+                self.job_tasks = _streaming_job_tasks(jobs)
                 self.barrier_task.job_task_ids = [t.task_id for t in self.job_tasks.values()]
                 return
-            if topology.root_tables:
-                self.barrier_task = TsbBarrierOperator(
-                    task_id="generate_barrier", topology=topology, ts_kind=ts_kind, tsb_conn_id=tsb_conn_id
-                )
-            else:
-                externals = sorted(n for n, t in topology.tables.items() if t.kind == "external")
-                self.barrier_task = TsbBarrierCommittedSensor(
-                    task_id="wait_for_upstream_barrier",
-                    tables=externals,
-                    tsb_conn_id=tsb_conn_id,
-                    **{"deferrable": True, "poke_interval": 5, "timeout": 3600, **(sensor_kwargs or {})},
-                )
-            barrier_ref = "{{ ti.xcom_pull(task_ids='" + self.barrier_task.task_id + "') }}"
-            self.job_tasks: dict[str, TsbSparkJobOperator] = {}
-            for job in topology.jobs_in_order():
-                task = TsbSparkJobOperator(
-                    task_id=job.id,
-                    topology=topology,
-                    job_id=job.id,
-                    barrier=barrier_ref,
-                    conn_id=spark_conn_id,
-                    tsb_conn_id=tsb_conn_id,
-                    **{**dict(default_job_kwargs or {}), **dict(job_kwargs.get(job.id, {}))},
-                )
-                self.job_tasks[job.id] = task
-                upstream = {topology.writer_of(s) for s in job.sources} - {None}
-                self.barrier_task >> task
-                for writer in sorted(upstream):
-                    self.job_tasks[writer] >> task
+            self.barrier_task = _start_task(topology, ts_kind, tsb_conn_id, sensor_kwargs)
+            self.job_tasks: dict[str, TsbSparkJobOperator] = _batch_job_tasks(jobs, self.barrier_task)
+
+
+# ---------------------------------------------------------------- the steps of TsbTopologyTaskGroup
+def _check_mode(topology: Topology, mode: str) -> None:
+    """ValueError unless ``mode`` is ``batch``, or ``streaming`` for a topology with root tables."""
+    if mode not in ("batch", "streaming"):
+        raise ValueError(
+            f"TsbTopologyTaskGroup({topology.name!r}): mode must be 'batch' or 'streaming', got {mode!r}"
+        )
+    if mode == "streaming" and not topology.root_tables:
+        raise ValueError(
+            f"TsbTopologyTaskGroup({topology.name!r}): streaming mode needs the topology's root tables "
+            "(the emitter generates the barriers); a split topology without roots runs in batch mode"
+        )
+
+
+@dataclass(frozen=True)
+class _JobArguments:
+    """What every job task of the group is given: the topology, the connections, the extra
+    operator arguments (``default_job_kwargs`` overridden by ``job_kwargs[job id]``)."""
+
+    topology: Topology
+    spark_conn_id: str
+    tsb_conn_id: str
+    job_kwargs: Mapping[str, Mapping[str, Any]]
+    default_job_kwargs: Mapping[str, Any]
+
+    def task(self, job_id: str, **given: Any) -> TsbSparkJobOperator:
+        """The job task of ``job_id`` (``given``: ``mode`` or ``barrier``)."""
+        return TsbSparkJobOperator(
+            task_id=job_id,
+            topology=self.topology,
+            job_id=job_id,
+            **given,
+            conn_id=self.spark_conn_id,
+            tsb_conn_id=self.tsb_conn_id,
+            **{**self.default_job_kwargs, **dict(self.job_kwargs.get(job_id, {}))},
+        )
+
+
+def _streaming_job_tasks(jobs: _JobArguments) -> dict[str, TsbSparkJobOperator]:
+    """One long-running streaming job task per job, in topological order, all running at once."""
+    return {job.id: jobs.task(job.id, mode="streaming") for job in jobs.topology.jobs_in_order()}
+
+
+def _start_task(
+    topology: Topology, ts_kind: TsKind | str, tsb_conn_id: str, sensor_kwargs: Mapping[str, Any] | None
+) -> TsbBarrierOperator | TsbBarrierCommittedSensor:
+    """The batch group's first task: generate a barrier, or (no root table: a split topology)
+    wait for one committed in the external tables (a deferrable sensor)."""
+    if topology.root_tables:
+        return TsbBarrierOperator(
+            task_id="generate_barrier", topology=topology, ts_kind=ts_kind, tsb_conn_id=tsb_conn_id
+        )
+    externals = sorted(n for n, t in topology.tables.items() if t.kind == "external")
+    return TsbBarrierCommittedSensor(
+        task_id="wait_for_upstream_barrier",
+        tables=externals,
+        tsb_conn_id=tsb_conn_id,
+        **{"deferrable": True, "poke_interval": 5, "timeout": 3600, **(sensor_kwargs or {})},
+    )
+
+
+def _batch_job_tasks(jobs: _JobArguments, start: BaseOperator) -> dict[str, TsbSparkJobOperator]:
+    """One job task per job at the start task's barrier (its XCom), after the start task and the
+    writers of the job's sources."""
+    barrier_ref = "{{ ti.xcom_pull(task_ids='" + start.task_id + "') }}"
+    tasks: dict[str, TsbSparkJobOperator] = {}
+    for job in jobs.topology.jobs_in_order():
+        task = jobs.task(job.id, barrier=barrier_ref)
+        tasks[job.id] = task
+        upstream = {jobs.topology.writer_of(s) for s in job.sources} - {None}
+        start >> task
+        for writer in sorted(upstream):
+            tasks[writer] >> task
+    return tasks

@@ -284,6 +284,21 @@ def validate_union(topologies: Sequence[Topology]) -> list[TopologyError]:
         Every error found, in a stable order (empty when the union is valid).
     """
     errors: list[TopologyError] = []
+    tables, jobs = _merge_declarations(topologies, errors)
+    writers = _check_sinks(tables, jobs, errors)
+    _check_sources(tables, jobs, writers, errors)
+    cycle = cycle_error(build_graph(tables.values(), jobs.values()))
+    if cycle is not None:
+        errors.append(cycle)
+    return errors
+
+
+def _merge_declarations(
+    topologies: Sequence[Topology], errors: list[TopologyError]
+) -> tuple[dict[str, Table], dict[str, Job]]:
+    """The union's tables and jobs by name (a root declaration wins over an external or
+    intermediate one); appends to ``errors`` a shared root declared differently and a job
+    declared twice with different definitions."""
     tables: dict[str, Table] = {}
     owners: dict[str, str] = {}
     jobs: dict[str, Job] = {}
@@ -310,7 +325,12 @@ def validate_union(topologies: Sequence[Topology]) -> list[TopologyError]:
                 continue
             jobs[job.id] = job
             job_topology[job.id] = topo.name
+    return tables, jobs
 
+
+def _check_sinks(tables: dict[str, Table], jobs: dict[str, Job], errors: list[TopologyError]) -> dict[str, str]:
+    """``{table: its writer job}``; appends to ``errors`` a job without sink, a root table as a
+    sink and a table with two writers."""
     writers: dict[str, str] = {}
     for job in jobs.values():
         if not job.sinks:
@@ -332,6 +352,13 @@ def validate_union(topologies: Sequence[Topology]) -> list[TopologyError]:
                 errors.append(double_writer_error(sink, (writers[sink], job.id)))
             else:
                 writers[sink] = job.id
+    return writers
+
+
+def _check_sources(
+    tables: dict[str, Table], jobs: dict[str, Job], writers: dict[str, str], errors: list[TopologyError]
+) -> None:
+    """Appends to ``errors`` a source that no job writes and that is not a root or external table."""
     for job in jobs.values():
         for source in job.sources:
             if source in writers:
@@ -345,10 +372,6 @@ def validate_union(topologies: Sequence[Topology]) -> list[TopologyError]:
                         "of another DAG file writes it, or add the job that writes it"
                     )
                 )
-    cycle = cycle_error(build_graph(tables.values(), jobs.values()))
-    if cycle is not None:
-        errors.append(cycle)
-    return errors
 
 
 def _shared_root_error(name: str, topo: Topology, owner: Topology) -> TopologyError | None:

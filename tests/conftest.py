@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_tsb.metastore.store import MetaStore
-from tests.support.pg import PostgresServer, start_postgres
+from tsb_dev.pg import PostgresServer, start_postgres
 
 pytest_plugins = ["tests.support.airflow_fixtures"]
 
@@ -62,7 +62,7 @@ def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield os.environ["TSB_TEST_SPARK_REMOTE"]
         return
     from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
-    from tests.support.local_airflow import free_port
+    from tsb_dev.local_airflow import free_port
 
     server = ConnectServer(tmp_path_factory.mktemp("spark-connect"), ConnectServerOptions(port=free_port()))
     status = server.start()

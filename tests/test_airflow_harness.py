@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.support.airflow_fixtures import DeployDag
-from tests.support.airflow_harness import AirflowHandle, AirflowHarnessError
+from tsb_dev.airflow_harness import AirflowHandle, AirflowHarnessError
 
 pytestmark = pytest.mark.airflow
 

@@ -8,8 +8,8 @@ import pytest
 from playwright.sync_api import Page
 
 from tests.support.airflow_fixtures import DeployDag
-from tests.support.airflow_harness import AirflowHandle
-from tests.support.browser import capture, frame_with_selector, screenshot
+from tsb_dev.airflow_harness import AirflowHandle
+from tsb_dev.browser import capture, frame_with_selector, screenshot
 
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions, SparkServerError
-from tests.support.local_airflow import free_port
+from tsb_dev.local_airflow import free_port
 
 
 def tsb(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlparse
 
@@ -88,6 +88,55 @@ def storage_options(location: str) -> dict[str, str] | None:
     return configured_options() or None
 
 
+def _aws_options(conn: Any, get: Callable[[str], Any], extra: Mapping[str, Any]) -> dict[str, str]:
+    """S3 options of an ``aws`` connection (``get``: an extra field, bare or ``extra__aws__``-prefixed)."""
+    opts: dict[str, str] = {}
+    key_id = conn.login or get("aws_access_key_id")
+    secret = conn.password or get("aws_secret_access_key")
+    if key_id:
+        opts["AWS_ACCESS_KEY_ID"] = key_id
+    if secret:
+        opts["AWS_SECRET_ACCESS_KEY"] = secret
+    if get("aws_session_token"):
+        opts["AWS_SESSION_TOKEN"] = get("aws_session_token")
+    if get("region_name"):
+        opts["AWS_REGION"] = get("region_name")
+    endpoint = get("endpoint_url") or ((extra.get("service_config") or {}).get("s3") or {}).get("endpoint_url")
+    if endpoint:
+        opts["AWS_ENDPOINT_URL"] = endpoint
+        if str(endpoint).startswith("http://"):
+            opts["AWS_ALLOW_HTTP"] = "true"
+    return opts
+
+
+def _azure_options(conn: Any, get: Callable[[str], Any]) -> dict[str, str]:
+    """Azure storage options: a service principal (extra ``tenant_id``) or an account key, and a SAS token."""
+    opts: dict[str, str] = {}
+    if get("tenant_id"):
+        opts.update(AZURE_TENANT_ID=get("tenant_id"), AZURE_CLIENT_ID=conn.login or "",
+                    AZURE_CLIENT_SECRET=conn.password or "")
+        if get("account_name") or conn.host:
+            opts["AZURE_STORAGE_ACCOUNT_NAME"] = get("account_name") or _azure_account(conn.host)
+    else:
+        opts["AZURE_STORAGE_ACCOUNT_NAME"] = conn.login or get("account_name") or _azure_account(conn.host)
+        if conn.password:
+            opts["AZURE_STORAGE_ACCOUNT_KEY"] = conn.password
+    if get("sas_token"):
+        opts["AZURE_STORAGE_SAS_KEY"] = get("sas_token")
+    return opts
+
+
+def _gcp_options(get: Callable[[str], Any]) -> dict[str, str]:
+    """GCS options: a service account file (extra ``key_path``) or its JSON (``keyfile_dict``)."""
+    opts: dict[str, str] = {}
+    if get("key_path"):
+        opts["GOOGLE_SERVICE_ACCOUNT"] = get("key_path")
+    keyfile = get("keyfile_dict")
+    if keyfile:
+        opts["GOOGLE_SERVICE_ACCOUNT_KEY"] = keyfile if isinstance(keyfile, str) else json.dumps(keyfile)
+    return opts
+
+
 def storage_options_from_connection(conn: Any) -> dict[str, str]:
     """delta-rs storage options from an Airflow connection (duck-typed: ``conn_type``,
     ``login``, ``password``, ``host``, ``extra_dejson``).
@@ -113,39 +162,11 @@ def storage_options_from_connection(conn: Any) -> dict[str, str]:
 
     opts: dict[str, str] = {}
     if kind in ("aws", "s3"):
-        key_id = conn.login or get("aws_access_key_id")
-        secret = conn.password or get("aws_secret_access_key")
-        if key_id:
-            opts["AWS_ACCESS_KEY_ID"] = key_id
-        if secret:
-            opts["AWS_SECRET_ACCESS_KEY"] = secret
-        if get("aws_session_token"):
-            opts["AWS_SESSION_TOKEN"] = get("aws_session_token")
-        if get("region_name"):
-            opts["AWS_REGION"] = get("region_name")
-        endpoint = get("endpoint_url") or ((extra.get("service_config") or {}).get("s3") or {}).get("endpoint_url")
-        if endpoint:
-            opts["AWS_ENDPOINT_URL"] = endpoint
-            if str(endpoint).startswith("http://"):
-                opts["AWS_ALLOW_HTTP"] = "true"
+        opts = _aws_options(conn, get, extra)
     elif kind in ("wasb", "adls", "azure_data_lake", "azure"):
-        if get("tenant_id"):
-            opts.update(AZURE_TENANT_ID=get("tenant_id"), AZURE_CLIENT_ID=conn.login or "",
-                        AZURE_CLIENT_SECRET=conn.password or "")
-            if get("account_name") or conn.host:
-                opts["AZURE_STORAGE_ACCOUNT_NAME"] = get("account_name") or _azure_account(conn.host)
-        else:
-            opts["AZURE_STORAGE_ACCOUNT_NAME"] = conn.login or get("account_name") or _azure_account(conn.host)
-            if conn.password:
-                opts["AZURE_STORAGE_ACCOUNT_KEY"] = conn.password
-        if get("sas_token"):
-            opts["AZURE_STORAGE_SAS_KEY"] = get("sas_token")
+        opts = _azure_options(conn, get)
     elif kind in ("google_cloud_platform", "gcp", "google"):
-        if get("key_path"):
-            opts["GOOGLE_SERVICE_ACCOUNT"] = get("key_path")
-        keyfile = get("keyfile_dict")
-        if keyfile:
-            opts["GOOGLE_SERVICE_ACCOUNT_KEY"] = keyfile if isinstance(keyfile, str) else json.dumps(keyfile)
+        opts = _gcp_options(get)
     elif not extra.get("storage_options"):
         raise ValueError(
             f"connection type {conn.conn_type!r} gives no Delta storage options: use an 'aws', 'wasb', 'adls' or "

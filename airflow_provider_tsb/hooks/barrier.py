@@ -204,15 +204,8 @@ class TsbBarrierHook(BaseHook):
         )
 
     def emit(
-        self,
-        run_prefix: str,
-        *,
-        interval_s: float,
-        duration_s: float,
-        count: int | None = None,
-        final_on_stop: bool = True,
-        max_in_flight: int | None = 2,
-        since_ms: int | None = None,
+        self, run_prefix: str, *, interval_s: float, duration_s: float, count: int | None = None,
+        final_on_stop: bool = True, max_in_flight: int | None = 2, since_ms: int | None = None,
         watch: Callable[[], None] | None = None,
     ) -> list[int]:
         """Generate a barrier every ``interval_s`` seconds while a root table has a new version,
@@ -257,13 +250,23 @@ class TsbBarrierHook(BaseHook):
             if out_of_time:
                 self.log.warning("stopping without a final barrier: root tables %s not readable", versions)
                 break
-            last = store.barriers.latest_barrier(self.topology.name)
-            changed = versions is not None and (last is None or versions != last.root_versions)
-            if changed and self.has_room(store, last, max_in_flight):
-                info = self.generate_at(store, versions, f"{run_prefix}#{seq}")
-                if info is not None:
-                    seq += 1
-                    emitted.append(info.barrier)
-                    self.log.info("barrier %s: root versions %s", info.barrier, versions)
+            info = self._barrier_if_changed(store, versions, f"{run_prefix}#{seq}", max_in_flight)
+            if info is not None:
+                seq += 1
+                emitted.append(info.barrier)
             time.sleep(interval_s)
         return emitted
+
+    def _barrier_if_changed(
+        self, store: MetaStore, versions: dict[str, int] | None, run_key: str, max_in_flight: int | None
+    ) -> BarrierInfo | None:
+        """The barrier generated at ``versions`` if a root table moved since the latest barrier
+        and there is room in flight (:meth:`has_room`), else ``None``."""
+        last = store.barriers.latest_barrier(self.topology.name)
+        unchanged = last is not None and versions == last.root_versions
+        if versions is None or unchanged or not self.has_room(store, last, max_in_flight):
+            return None
+        info = self.generate_at(store, versions, run_key)
+        if info is not None:
+            self.log.info("barrier %s: root versions %s", info.barrier, versions)
+        return info

@@ -85,14 +85,8 @@ class ExpiryResult:
 
 
 def expire_snapshots(
-    store: MetaStore,
-    table: str,
-    keep_barriers: int | RetentionPolicy,
-    *,
-    dry_run: bool = False,
-    consumers: bool = True,
-    max_retries: int = DEFAULT_MAX_RETRIES,
-    backoff_s: float = DEFAULT_BACKOFF_S,
+    store: MetaStore, table: str, keep_barriers: int | RetentionPolicy, *, dry_run: bool = False,
+    consumers: bool = True, max_retries: int = DEFAULT_MAX_RETRIES, backoff_s: float = DEFAULT_BACKOFF_S,
     before_vacuum: Callable[[ExpiryPlan], None] | None = None,
 ) -> dict[str, Any]:
     """Expire ``table``'s old versions: mark them in the metastore, then vacuum (module doc).
@@ -125,11 +119,7 @@ def expire_snapshots(
     """
     from airflow_provider_tsb.delta.log import normalize_location, table_exists
 
-    if not isinstance(keep_barriers, RetentionPolicy) and keep_barriers < 1:
-        raise ValueError(f"keep_barriers must be at least 1, got {keep_barriers}")
-    policy = RetentionPolicy.of(keep_barriers)
-    if max_retries < 0:
-        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    policy = _checked_policy(keep_barriers, max_retries)
     if not dry_run:
         store.leases.expire_leases()
     info = store.registry.table(table)
@@ -152,6 +142,16 @@ def expire_snapshots(
         info.name, policy.keep_last, policy.to_dict(), kept, plan.expiry.horizon, latest, plan.newly_expired,
         list(plan.newly_expired_barriers), len(removed), attempts, dry_run,
     ).to_dict()
+
+
+def _checked_policy(keep_barriers: int | RetentionPolicy, max_retries: int) -> RetentionPolicy:
+    """The retention policy of ``keep_barriers``; ValueError if it keeps no barrier or ``max_retries`` < 0."""
+    if not isinstance(keep_barriers, RetentionPolicy) and keep_barriers < 1:
+        raise ValueError(f"keep_barriers must be at least 1, got {keep_barriers}")
+    policy = RetentionPolicy.of(keep_barriers)
+    if max_retries < 0:
+        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    return policy
 
 
 def _vacuum(

@@ -1,4 +1,15 @@
-"""Barrier generation and lookup (FLIP-276 "Timestamp Barrier"; FLIP-147 end of input)."""
+"""Barrier generation and lookup (FLIP-276 "Timestamp Barrier"; FLIP-147 end of input).
+
+Barrier logs: given a topology's barrier log location
+(:func:`~airflow_provider_tsb.delta.barrier_log.barrier_log_location`; the hooks pass it),
+:meth:`BarrierManager.create_barrier` commits the barrier's row there under the topology lock,
+before the metastore transaction that makes the barrier visible commits, so a barrier a job can
+see is always in the log. The location is recorded, and the barrier is also logged in the logs
+recorded by the other topologies of the domain (with the root versions each reads).
+
+Before a new id is used, the topology's intermediate tables and its barrier log are checked
+(:mod:`.barrier_history`): an id at or below one already in Delta is refused.
+"""
 
 from __future__ import annotations
 
@@ -88,14 +99,8 @@ class BarrierManager:
         return call_namesake(self, "barriers", args, kwargs)
 
     def create_barrier(
-        self,
-        topology: str,
-        root_versions: Mapping[str, int],
-        *,
-        ts_ms: int | None = None,
-        ts_kind: TsKind | str = TsKind.SYSTEM,
-        run_key: str | None = None,
-        final: bool = False,
+        self, topology: str, root_versions: Mapping[str, int], *, ts_ms: int | None = None,
+        ts_kind: TsKind | str = TsKind.SYSTEM, run_key: str | None = None, final: bool = False,
         barrier_log: str | None = None,
     ) -> BarrierInfo:
         """Generate the next barrier of ``topology`` (FLIP-276 "Timestamp Barrier").
@@ -116,135 +121,40 @@ class BarrierManager:
             run_key: idempotency key, e.g. the Airflow DAG run id.
             final: mark the barrier as the end of a bounded input (FLIP-147): streaming jobs
                 stop after committing it. Later barriers may still be generated (a new stretch).
-            barrier_log: location of the topology's barrier log
-                (:func:`~airflow_provider_tsb.delta.barrier_log.barrier_log_location`; the hooks
-                pass it). The barrier's row is committed there under the topology lock, before
-                the metastore transaction that makes the barrier visible commits, so a barrier a
-                job can see is always in the log. The location is recorded, and the barrier is
-                also logged in the logs recorded by the other topologies of the domain (with the
-                root versions each reads). ``None``: no log (tests, benchmarks).
-
-        Before a new id is used, the topology's intermediate tables and its barrier log are
-        checked (:mod:`.barrier_history`): an id at or below one already in Delta is refused.
+            barrier_log: location of the topology's barrier log, committed to before the
+                barrier is visible (module docstring, "Barrier logs"); ``None``: no log (tests,
+                benchmarks). The new id is checked against Delta first (:mod:`.barrier_history`).
 
         Raises:
             UnknownTableError: a root table is missing from ``root_versions`` or unregistered.
             TopologyError: the topology is unknown, a version goes backwards, an event-time
-                timestamp is below the previous barrier's, or ``ts_kind`` is not the kind of the
-                topology's (barrier domain's) barriers so far: a topology has one barrier time
-                kind, so its barrier timestamps stay comparable (the message names both kinds).
+                timestamp is below the previous barrier's, or ``ts_kind`` is not the one barrier
+                time kind of the topology (barrier domain) so far (the message names both kinds).
             BarrierHistoryError: the new id is already tagged in a table or held by the barrier
                 log (the metastore lost barriers: run ``tsb db rebuild``).
             DeltaLogError: the barrier log commit failed (no barrier is generated).
             OutOfRangeError: ``ts_ms`` or a version is not an integer 0..2**63-1 (names it).
         """
-        if ts_kind not in (TsKind.SYSTEM, TsKind.EVENT):
-            raise ValueError(f"ts_kind must be 'system' or 'event', got {ts_kind!r}")
-        versions = {
-            normalize_table_name(k): checked_int(v, f"the Delta version of root table {k!r}")
-            for k, v in root_versions.items()
-        }
-        if ts_ms is not None:
-            ts_ms = checked_int(ts_ms, "ts_ms (the barrier timestamp, epoch ms)")
+        versions, ts_ms = _checked_request(root_versions, ts_ms, ts_kind)
         with self._core.transaction(write=True) as s:
-            locked = lock_domain(s, topology)
+            domain, domain_topologies = _lock_registered_domain(s, topology)
             created_at = now_ms()  # under the domain's locks: timestamps rise with barrier ids
-            if locked is None:
-                raise TopologyError(
-                    f"topology {topology!r} is not registered; register its tables and jobs "
-                    "(the barrier operator does it from the DAG file's Topology) first"
-                )
-            domain, domain_topologies = locked
-            if run_key is not None:
-                found = s.scalar(
-                    select(BarrierRow).where(BarrierRow.topology == topology, BarrierRow.run_key == run_key)
-                )
-                if found is not None:
-                    return barrier_info(s, found, created=False)
+            found = _barrier_of_run(s, topology, run_key)
+            if found is not None:
+                return barrier_info(s, found, created=False)
             roots = domain_roots(s, domain_topologies)
             of_domain = "" if domain_topologies == [topology] else f" (barrier domain {domain!r}: {domain_topologies})"
-            missing = sorted(set(roots) - set(versions))
-            if missing:
-                raise UnknownTableError(
-                    f"barrier generation for topology {topology!r}{of_domain} lacks the Delta version of root "
-                    f"table(s) {missing}; every root table's version is recorded at each barrier"
-                )
-            unknown = sorted(set(versions) - set(roots))
-            if unknown:
-                raise UnknownTableError(
-                    f"{unknown} are not registered root tables of topology {topology!r}{of_domain}"
-                )
-            last = s.scalar(
-                select(BarrierRow).where(BarrierRow.topology.in_(domain_topologies))
-                .order_by(BarrierRow.barrier_id.desc()).limit(1)
-            )
-            if last is not None and last.ts_kind != ts_kind:
-                raise TopologyError(_other_kind_message(topology, of_domain, last, str(ts_kind)))
-            ts = int(ts_ms if ts_ms is not None else created_at)
-            if last is not None and ts_ms is None and ts_kind == TsKind.SYSTEM and last.ts_kind == TsKind.SYSTEM:
-                ts = max(ts, last.ts_ms)  # a clock step back never orders a barrier before its predecessor
-            if last is not None:
-                if ts_kind == TsKind.EVENT and last.ts_kind == TsKind.EVENT and ts < last.ts_ms:
-                    raise TopologyError(
-                        f"event-time barrier for topology {topology!r} would go backwards: "
-                        f"watermark {ts} < {last.ts_ms} of barrier {last.barrier_id}"
-                    )
-                prev = dict(
-                    s.execute(
-                        select(TableBarrierRow.table_id, TableBarrierRow.version).where(
-                            TableBarrierRow.barrier_id == last.barrier_id,
-                            TableBarrierRow.table_id.in_(list(roots.values())),
-                        )
-                    ).all()
-                )
-                for name, table_id in roots.items():
-                    if table_id in prev and prev[table_id] is not None and versions[name] < prev[table_id]:
-                        raise TopologyError(
-                            f"root table {name!r} is at Delta version {versions[name]}, below version "
-                            f"{prev[table_id]} recorded at barrier {last.barrier_id}; a root table "
-                            "must not be restored under a running topology"
-                        )
+            _check_every_root_versioned(topology, of_domain, roots, versions)
+            last = _last_barrier(s, domain_topologies)
+            ts = _barrier_timestamp(topology, of_domain, last, ts_ms, ts_kind, created_at)
+            _check_roots_go_forward(s, last, roots, versions)
             barrier = (last.barrier_id if last is not None else 0) + 1
-            for member in domain_topologies:  # one barrier, the same in every topology of the domain
-                s.add(BarrierRow(
-                    topology=member,
-                    barrier_id=barrier,
-                    ts_ms=ts,
-                    ts_kind=ts_kind,
-                    created_at_ms=created_at,
-                    run_key=run_key if member == topology else None,
-                    final=bool(final),
-                ))
-            s.flush()
-            for member in domain_topologies:
-                check_tables(s, member, barrier)
-            if roots:
-                s.execute(
-                    insert(TableBarrierRow),
-                    [
-                        {
-                            "table_id": table_id,
-                            "barrier_id": barrier,
-                            "state": BarrierState.WRITTEN,
-                            "version": versions[name],
-                            "written_at_ms": created_at,
-                            "processed_at_ms": created_at,
-                        }
-                        for name, table_id in roots.items()
-                    ],
-                )
+            new = BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, {}, final=bool(final))
+            _insert_domain_barrier(s, new, domain_topologies)
+            _record_root_versions(s, barrier, roots, versions, created_at)
             read_by = _roots_read(s, domain_topologies)
-            if barrier_log is not None:  # last step before the commit: see barrier_log's docstring
-                logs = _member_logs(s, topology, barrier_log, domain_topologies)
-                had = set(s.scalars(select(BarrierRow.topology).distinct().where(
-                    BarrierRow.topology.in_(list(logs)), BarrierRow.barrier_id < barrier)))
-                for member, location in logs.items():
-                    entry = BarrierLogEntry(
-                        member, barrier, ts, str(ts_kind), bool(final), created_at,
-                        run_key if member == topology else None,
-                        {n: versions[n] for n in sorted(read_by.get(member, ()))},
-                    )
-                    log_barrier(location, entry, first=member not in had)
+            if barrier_log is not None:  # last step before the commit: module docstring, "Barrier logs"
+                _log_domain_barrier(s, new, barrier_log, domain_topologies, versions, read_by)
             own = {n: versions[n] for n in sorted(read_by.get(topology, ()))}
             return BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, own, final=bool(final))
 
@@ -311,3 +221,165 @@ def _other_kind_message(topology: str, of_domain: str, last: BarrierRow, ts_kind
         f"(`tsb barrier create` takes the topology's kind by default; the DAG's TsbTopologyTaskGroup or "
         f"TsbBarrierOperator must say ts_kind={last.ts_kind!r})"
     )
+
+
+# ---------------------------------------------------------------- the steps of create_barrier
+def _checked_request(
+    root_versions: Mapping[str, int], ts_ms: int | None, ts_kind: TsKind | str
+) -> tuple[dict[str, int], int | None]:
+    """``({normalized root table: Delta version}, ts_ms)`` of a barrier request, checked before
+    any transaction (ValueError for a wrong ``ts_kind``, OutOfRangeError for a non-int64)."""
+    if ts_kind not in (TsKind.SYSTEM, TsKind.EVENT):
+        raise ValueError(f"ts_kind must be 'system' or 'event', got {ts_kind!r}")
+    versions = {
+        normalize_table_name(k): checked_int(v, f"the Delta version of root table {k!r}")
+        for k, v in root_versions.items()
+    }
+    if ts_ms is not None:
+        ts_ms = checked_int(ts_ms, "ts_ms (the barrier timestamp, epoch ms)")
+    return versions, ts_ms
+
+
+def _lock_registered_domain(s: Session, topology: str) -> tuple[str, list[str]]:
+    """Lock the topologies of ``topology``'s barrier domain: ``(domain, its topologies)``;
+    TopologyError if ``topology`` is not registered."""
+    locked = lock_domain(s, topology)
+    if locked is None:
+        raise TopologyError(
+            f"topology {topology!r} is not registered; register its tables and jobs "
+            "(the barrier operator does it from the DAG file's Topology) first"
+        )
+    return locked
+
+
+def _barrier_of_run(s: Session, topology: str, run_key: str | None) -> BarrierRow | None:
+    """The barrier of ``topology`` generated for ``run_key`` before (idempotency per DAG run), if any."""
+    if run_key is None:
+        return None
+    return s.scalar(select(BarrierRow).where(BarrierRow.topology == topology, BarrierRow.run_key == run_key))
+
+
+def _check_every_root_versioned(
+    topology: str, of_domain: str, roots: Mapping[str, int], versions: Mapping[str, int]
+) -> None:
+    """UnknownTableError unless ``versions`` names exactly the domain's root tables ``roots``."""
+    missing = sorted(set(roots) - set(versions))
+    if missing:
+        raise UnknownTableError(
+            f"barrier generation for topology {topology!r}{of_domain} lacks the Delta version of root "
+            f"table(s) {missing}; every root table's version is recorded at each barrier"
+        )
+    unknown = sorted(set(versions) - set(roots))
+    if unknown:
+        raise UnknownTableError(
+            f"{unknown} are not registered root tables of topology {topology!r}{of_domain}"
+        )
+
+
+def _barrier_timestamp(
+    topology: str, of_domain: str, last: BarrierRow | None, ts_ms: int | None, ts_kind: TsKind | str,
+    created_at: int,
+) -> int:
+    """The new barrier's timestamp (epoch ms): ``ts_ms``, else ``created_at`` never below the
+    previous system-time barrier's. TopologyError if the barrier time kind changes or an
+    event-time watermark goes backwards."""
+    if last is not None and last.ts_kind != ts_kind:
+        raise TopologyError(_other_kind_message(topology, of_domain, last, str(ts_kind)))
+    ts = int(ts_ms if ts_ms is not None else created_at)
+    if last is not None and ts_ms is None and ts_kind == TsKind.SYSTEM and last.ts_kind == TsKind.SYSTEM:
+        ts = max(ts, last.ts_ms)  # a clock step back never orders a barrier before its predecessor
+    if last is not None and ts_kind == TsKind.EVENT and last.ts_kind == TsKind.EVENT and ts < last.ts_ms:
+        raise TopologyError(
+            f"event-time barrier for topology {topology!r} would go backwards: "
+            f"watermark {ts} < {last.ts_ms} of barrier {last.barrier_id}"
+        )
+    return ts
+
+
+def _last_barrier(s: Session, domain_topologies: list[str]) -> BarrierRow | None:
+    """The newest barrier of the domain, if any."""
+    return s.scalar(
+        select(BarrierRow).where(BarrierRow.topology.in_(domain_topologies))
+        .order_by(BarrierRow.barrier_id.desc()).limit(1)
+    )
+
+
+def _check_roots_go_forward(
+    s: Session, last: BarrierRow | None, roots: Mapping[str, int], versions: Mapping[str, int]
+) -> None:
+    """TopologyError if a root table's Delta version is below the one recorded at barrier ``last``."""
+    if last is None:
+        return
+    prev = dict(
+        s.execute(
+            select(TableBarrierRow.table_id, TableBarrierRow.version).where(
+                TableBarrierRow.barrier_id == last.barrier_id,
+                TableBarrierRow.table_id.in_(list(roots.values())),
+            )
+        ).all()
+    )
+    for name, table_id in roots.items():
+        if table_id in prev and prev[table_id] is not None and versions[name] < prev[table_id]:
+            raise TopologyError(
+                f"root table {name!r} is at Delta version {versions[name]}, below version "
+                f"{prev[table_id]} recorded at barrier {last.barrier_id}; a root table "
+                "must not be restored under a running topology"
+            )
+
+
+def _insert_domain_barrier(s: Session, new: BarrierInfo, domain_topologies: list[str]) -> None:
+    """Insert barrier ``new`` in every topology of the domain (the run key on ``new.topology``'s
+    row only), then check the new id against each topology's Delta history (:mod:`.barrier_history`)."""
+    for member in domain_topologies:  # one barrier, the same in every topology of the domain
+        s.add(BarrierRow(
+            topology=member,
+            barrier_id=new.barrier,
+            ts_ms=new.ts_ms,
+            ts_kind=new.ts_kind,
+            created_at_ms=new.created_at_ms,
+            run_key=new.run_key if member == new.topology else None,
+            final=bool(new.final),
+        ))
+    s.flush()
+    for member in domain_topologies:
+        check_tables(s, member, new.barrier)
+
+
+def _record_root_versions(
+    s: Session, barrier: int, roots: Mapping[str, int], versions: Mapping[str, int], created_at: int
+) -> None:
+    """A WRITTEN row with the Delta version of every root table of the domain at ``barrier``."""
+    if roots:
+        s.execute(
+            insert(TableBarrierRow),
+            [
+                {
+                    "table_id": table_id,
+                    "barrier_id": barrier,
+                    "state": BarrierState.WRITTEN,
+                    "version": versions[name],
+                    "written_at_ms": created_at,
+                    "processed_at_ms": created_at,
+                }
+                for name, table_id in roots.items()
+            ],
+        )
+
+
+def _log_domain_barrier(
+    s: Session, new: BarrierInfo, barrier_log: str, domain_topologies: list[str],
+    versions: Mapping[str, int], read_by: Mapping[str, set[str]],
+) -> None:
+    """Commit barrier ``new`` to ``new.topology``'s barrier log (``barrier_log``, recorded on its
+    row) and to those recorded by the other topologies of its domain, each with the root
+    versions that topology reads."""
+    logs = _member_logs(s, new.topology, barrier_log, domain_topologies)
+    had = set(s.scalars(select(BarrierRow.topology).distinct().where(
+        BarrierRow.topology.in_(list(logs)), BarrierRow.barrier_id < new.barrier)))
+    for member, location in logs.items():
+        entry = BarrierLogEntry(
+            member, new.barrier, new.ts_ms, str(new.ts_kind), bool(new.final), new.created_at_ms,
+            new.run_key if member == new.topology else None,
+            {n: versions[n] for n in sorted(read_by.get(member, ()))},
+        )
+        log_barrier(location, entry, first=member not in had)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import ExpiredVersionError, UnknownTableError
@@ -202,22 +202,10 @@ class ExpiryManager:
             raise ValueError(f"latest_version must be >= 0, got {latest_version}")
         canonical = normalize_table_name(table)
         with self._core.transaction(write=not dry_run) as s:
-            query = select(TableRow.id, TableRow.location).where(TableRow.name == canonical)
-            trow = s.execute(query if dry_run else query.with_for_update()).first()
-            if trow is None:
-                raise UnknownTableError(
-                    f"table {canonical!r} is not registered in the tsb metastore; check the name"
-                )
+            trow = _lock_table(s, canonical, dry_run)
             table_id = trow.id
             at = now_ms()
-            leased = merge_ranges(
-                (v if f is None else f, v)
-                for f, v in s.execute(
-                    select(LeaseVersionRow.from_version, LeaseVersionRow.version)
-                    .join(LeaseRow, LeaseRow.id == LeaseVersionRow.lease_id)
-                    .where(LeaseVersionRow.table_id == table_id, LeaseRow.expires_at_ms > at)
-                ).all()
-            )
+            leased = _leased_ranges(s, table_id, at)
             newest = self._retained(s, table_id, policy)
             floor = self._consumer_floor(s, table_id) if consumers else None
             prev_row = s.get(TableExpiryRow, table_id)
@@ -233,15 +221,7 @@ class ExpiryManager:
             expiry = TableExpiry(canonical, horizon, tuple(kept), keep_barriers, at, policy.to_dict())
             gone = self._newly_expired_barriers(s, table_id, prev, expiry)
             if not dry_run:
-                if prev_row is None:
-                    s.add(TableExpiryRow(table_id=table_id, horizon=horizon, kept=[list(r) for r in kept],
-                                         keep_barriers=keep_barriers, expired_at_ms=at, retention=policy.to_dict()))
-                else:
-                    prev_row.horizon = horizon
-                    prev_row.kept = [list(r) for r in kept]
-                    prev_row.keep_barriers = keep_barriers
-                    prev_row.expired_at_ms = at
-                    prev_row.retention = policy.to_dict()
+                _write_marks(s, table_id, prev_row, expiry)
             keep_versions = sorted(
                 {v for a, b in kept for v in range(a, b + 1)} | set(range(horizon, latest_version + 1))
             )
@@ -327,3 +307,44 @@ def _count_newly_expired(prev: TableExpiry | None, horizon: int, kept: Sequence[
         return total_now
     total_before = prev.horizon - sum(b - a + 1 for a, b in prev.kept)
     return total_now - total_before
+
+
+# ---------------------------------------------------------------- the steps of mark_expired
+def _lock_table(s: Session, canonical: str, dry_run: bool) -> Row[tuple[int, str]]:
+    """``(id, location)`` of table ``canonical``, its row locked unless ``dry_run``;
+    UnknownTableError if it is not registered."""
+    query = select(TableRow.id, TableRow.location).where(TableRow.name == canonical)
+    trow = s.execute(query if dry_run else query.with_for_update()).first()
+    if trow is None:
+        raise UnknownTableError(
+            f"table {canonical!r} is not registered in the tsb metastore; check the name"
+        )
+    return trow
+
+
+def _leased_ranges(s: Session, table_id: int, at: int) -> list[VersionRange]:
+    """The version ranges of the table that the leases live at ``at`` (epoch ms) pin, merged."""
+    return merge_ranges(
+        (v if f is None else f, v)
+        for f, v in s.execute(
+            select(LeaseVersionRow.from_version, LeaseVersionRow.version)
+            .join(LeaseRow, LeaseRow.id == LeaseVersionRow.lease_id)
+            .where(LeaseVersionRow.table_id == table_id, LeaseRow.expires_at_ms > at)
+        ).all()
+    )
+
+
+def _write_marks(s: Session, table_id: int, prev_row: TableExpiryRow | None, expiry: TableExpiry) -> None:
+    """Record ``expiry`` (horizon, kept ranges, policy) as the table's expiry marks."""
+    kept = [list(r) for r in expiry.kept]
+    retention = None if expiry.retention is None else dict(expiry.retention)
+    if prev_row is None:
+        s.add(TableExpiryRow(table_id=table_id, horizon=expiry.horizon, kept=kept,
+                             keep_barriers=expiry.keep_barriers, expired_at_ms=expiry.expired_at_ms,
+                             retention=retention))
+    else:
+        prev_row.horizon = expiry.horizon
+        prev_row.kept = kept
+        prev_row.keep_barriers = expiry.keep_barriers
+        prev_row.expired_at_ms = expiry.expired_at_ms
+        prev_row.retention = retention

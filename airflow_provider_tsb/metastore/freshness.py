@@ -156,17 +156,7 @@ class FreshnessManager:
                 .order_by(BarrierRow.barrier_id.desc()).limit(1)
             ).first()
             g = int(newest[0]) if newest else None
-            written: dict[str, int] = {}
-            reached: dict[str, int] = {}
-            for tid, state, top in s.execute(
-                select(TableBarrierRow.table_id, TableBarrierRow.state, func.max(TableBarrierRow.barrier_id))
-                .where(TableBarrierRow.table_id.in_(list(ids.values())))
-                .group_by(TableBarrierRow.table_id, TableBarrierRow.state)
-            ):
-                name = names[tid]
-                reached[name] = max(reached.get(name, 0), int(top))
-                if state == BarrierState.WRITTEN:
-                    written[name] = int(top)
+            written, reached = _committed_and_processed(s, ids, names)
             for name in roots:  # a root table has every generated barrier at generation
                 if g is not None:
                     written[name] = g
@@ -177,26 +167,36 @@ class FreshnessManager:
                 )
                 for job_id, (sources, sinks) in sorted(io.items())
             }
-            writer = {t: job_id for job_id, (_, sinks) in io.items() for t in sinks}
-            out: dict[str, TableFreshness] = {}
-            for _, name, kind, target_ms in tables:
-                if kind == "root":
-                    continue
-                c = written.get(name)
-                behind = g is not None and (c is None or c < g)
-                lag_ms = max(0, now - self._generated_after(s, topology, c)) if behind else 0
-                target_s = None if target_ms is None else target_ms / 1000
-                out[name] = TableFreshness(
-                    table=name, writer=writer.get(name), target_s=target_s, lag_s=lag_ms / 1000,
-                    missed=target_ms is not None and lag_ms > target_ms, committed_barrier=c,
-                    processed_barrier=reached.get(name),
-                    bottleneck=_bottleneck(name, io, writer, job_out) if behind else None,
-                )
+            out = self._tables_freshness(s, topology, tables, io, job_out, written, reached, g, now)
         return FreshnessReport(
             topology=topology, measured_at_ms=now, newest_barrier=g,
             newest_barrier_age_s=None if newest is None else max(0, now - int(newest[1])) / 1000,
             tables=out, jobs=job_out,
         )
+
+    def _tables_freshness(
+        self, s: Session, topology: str, tables: list[Any], io: dict[str, tuple[tuple[str, ...], tuple[str, ...]]],
+        job_out: dict[str, JobFreshness], written: dict[str, int], reached: dict[str, int], g: int | None,
+        now: int,
+    ) -> dict[str, TableFreshness]:
+        """``{table: TableFreshness}`` of the topology's intermediate tables (``tables``: id, name,
+        kind, freshness target in ms) at ``now``; ``g`` is the newest barrier."""
+        writer = {t: job_id for job_id, (_, sinks) in io.items() for t in sinks}
+        out: dict[str, TableFreshness] = {}
+        for _, name, kind, target_ms in tables:
+            if kind == "root":
+                continue
+            c = written.get(name)
+            behind = g is not None and (c is None or c < g)
+            lag_ms = max(0, now - self._generated_after(s, topology, c)) if behind else 0
+            target_s = None if target_ms is None else target_ms / 1000
+            out[name] = TableFreshness(
+                table=name, writer=writer.get(name), target_s=target_s, lag_s=lag_ms / 1000,
+                missed=target_ms is not None and lag_ms > target_ms, committed_barrier=c,
+                processed_barrier=reached.get(name),
+                bottleneck=_bottleneck(name, io, writer, job_out) if behind else None,
+            )
+        return out
 
     def _generated_after(self, s: Session, topology: str, barrier: int | None) -> int:
         """Generation time of the first barrier after ``barrier`` (of the oldest kept if ``None``)."""
@@ -257,3 +257,21 @@ def _bottleneck(
         ((jobs[j].lag_s, i, j) for i, j in enumerate(upstream) if jobs[j].lag_s > 0), default=None
     )
     return best[2] if best else None
+
+
+def _committed_and_processed(
+    s: Session, ids: dict[str, int], names: dict[int, str]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """``({table: newest WRITTEN barrier}, {table: newest barrier in any state})`` of the tables ``ids``."""
+    written: dict[str, int] = {}
+    reached: dict[str, int] = {}
+    for tid, state, top in s.execute(
+        select(TableBarrierRow.table_id, TableBarrierRow.state, func.max(TableBarrierRow.barrier_id))
+        .where(TableBarrierRow.table_id.in_(list(ids.values())))
+        .group_by(TableBarrierRow.table_id, TableBarrierRow.state)
+    ):
+        name = names[tid]
+        reached[name] = max(reached.get(name, 0), int(top))
+        if state == BarrierState.WRITTEN:
+            written[name] = int(top)
+    return written, reached

@@ -117,6 +117,86 @@ def _clear(s: Session, topology: str, table_ids: list[int], jobs: list[str]) -> 
     s.execute(delete(BarrierRow).where(BarrierRow.topology == topology))
 
 
+def _lock_and_clear(s: Session, topology: str, barrier_log: str, replace: bool) -> tuple[list[Any], list[str]]:
+    """Lock ``topology`` (recording ``barrier_log``), drop what it holds if ``replace``:
+    ``(its tables (id, name, kind, location), its job ids)``. TopologyError as restore_history."""
+    locked = s.execute(update(TopologyRow).where(TopologyRow.name == topology)
+                       .values(lock_version=TopologyRow.lock_version + 1, barrier_log=barrier_log))
+    if not locked.rowcount:
+        raise TopologyError(f"topology {topology!r} is not registered: register it (from its DAG files) first")
+    tables = list(s.execute(select(TableRow.id, TableRow.name, TableRow.kind, TableRow.location)
+                            .where(TableRow.topology == topology).order_by(TableRow.name)).all())
+    jobs = list(s.scalars(select(JobRow.id).where(JobRow.topology == topology)))
+    if s.scalar(select(func.count()).select_from(BarrierRow).where(BarrierRow.topology == topology)):
+        if not replace:
+            raise TopologyError(f"topology {topology!r} holds barriers in the metastore already; "
+                                "rebuild restores into a metastore without them (or replace them)")
+        _clear(s, topology, [t.id for t in tables], jobs)
+    return tables, jobs
+
+
+def _barrier_and_root_rows(
+    topology: str, entries: dict[int, BarrierLogEntry], roots: dict[str, int], warnings: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The barrier rows of ``entries`` and the WRITTEN rows of the root versions recorded at each
+    (root tables the topology no longer reads are warned about, not restored)."""
+    barrier_rows: list[dict[str, Any]] = []
+    root_rows: list[dict[str, Any]] = []
+    for b, e in sorted(entries.items()):
+        barrier_rows.append({"topology": topology, "barrier_id": b, "ts_ms": e.ts_ms, "ts_kind": e.ts_kind,
+                             "created_at_ms": e.created_at_ms, "run_key": e.run_key, "final": e.final})
+        unknown = sorted(set(e.root_versions) - set(roots))
+        if unknown:
+            warnings.append(f"barrier {b}: root table(s) {unknown} of the barrier log are not root tables of "
+                            f"topology {topology!r} now; their versions are not restored")
+        root_rows.extend(
+            {"table_id": roots[name], "barrier_id": b, "state": BarrierState.WRITTEN, "version": v,
+             "processed_at_ms": e.created_at_ms, "written_at_ms": e.created_at_ms}
+            for name, v in e.root_versions.items() if name in roots
+        )
+    return barrier_rows, root_rows
+
+
+def _sink_rows(
+    tagged: dict[str, dict[int, _Tagged]], entries: dict[int, BarrierLogEntry], sink_ids: dict[str, int],
+    warnings: list[str],
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The WRITTEN rows of the barriers tagged in the intermediate tables, and ``{table: how
+    many}`` (tags of barriers no entry describes are warned about, not restored)."""
+    written: dict[str, int] = {}
+    sink_rows: list[dict[str, Any]] = []
+    for name, tags in tagged.items():
+        orphans = sorted(b for b in tags if b not in entries)
+        if orphans:
+            warnings.append(f"table {name!r} is tagged with barrier(s) {orphans} that neither the barrier log "
+                            "nor the other tables describe; they are not restored")
+        kept = {b: t for b, t in tags.items() if b in entries}
+        written[name] = len(kept)
+        sink_rows.extend(
+            {"table_id": sink_ids[name], "barrier_id": b, "state": BarrierState.WRITTEN, "version": t.version,
+             "job_id": t.job_id or None, "processed_at_ms": t.committed_at_ms, "written_at_ms": t.committed_at_ms,
+             "inputs": t.inputs}
+            for b, t in sorted(kept.items())
+        )
+    return sink_rows, written
+
+
+def _insert_history(
+    s: Session, barrier_rows: list[dict[str, Any]], root_rows: list[dict[str, Any]],
+    sink_rows: list[dict[str, Any]], roots: dict[str, int],
+) -> None:
+    """Insert the restored barriers and table states."""
+    if barrier_rows:
+        s.execute(insert(BarrierRow), barrier_rows)
+    if root_rows:  # a shared root table's rows may come from another topology of the domain already
+        held = set(s.execute(select(TableBarrierRow.table_id, TableBarrierRow.barrier_id).where(
+            TableBarrierRow.table_id.in_(list(roots.values())))).all())
+        root_rows = [r for r in root_rows if (r["table_id"], r["barrier_id"]) not in held]
+    for rows in (root_rows, sink_rows):
+        if rows:
+            s.execute(insert(TableBarrierRow), rows)
+
+
 def restore_history(core: MetastoreCore, topology: str, barrier_log: str, *, replace: bool = False) -> TopologyRebuild:
     """Restore the barriers and WRITTEN states of registered ``topology`` from Delta.
 
@@ -133,18 +213,7 @@ def restore_history(core: MetastoreCore, topology: str, barrier_log: str, *, rep
     """
     warnings: list[str] = []
     with core.transaction(write=True) as s:
-        locked = s.execute(update(TopologyRow).where(TopologyRow.name == topology)
-                           .values(lock_version=TopologyRow.lock_version + 1, barrier_log=barrier_log))
-        if not locked.rowcount:
-            raise TopologyError(f"topology {topology!r} is not registered: register it (from its DAG files) first")
-        tables = s.execute(select(TableRow.id, TableRow.name, TableRow.kind, TableRow.location)
-                           .where(TableRow.topology == topology).order_by(TableRow.name)).all()
-        jobs = list(s.scalars(select(JobRow.id).where(JobRow.topology == topology)))
-        if s.scalar(select(func.count()).select_from(BarrierRow).where(BarrierRow.topology == topology)):
-            if not replace:
-                raise TopologyError(f"topology {topology!r} holds barriers in the metastore already; "
-                                    "rebuild restores into a metastore without them (or replace them)")
-            _clear(s, topology, [t.id for t in tables], jobs)
+        tables, jobs = _lock_and_clear(s, topology, barrier_log, replace)
         roots = dict(s.execute(  # its own root tables and the ones it shares (metastore/domains.py)
             select(TableRow.name, TableRow.id).join(TopologyRootRow, TopologyRootRow.table_id == TableRow.id)
             .where(TopologyRootRow.topology == topology, TableRow.kind == "root")).all())
@@ -153,44 +222,9 @@ def restore_history(core: MetastoreCore, topology: str, barrier_log: str, *, rep
         tagged = {name: _tags(t.location, warnings, name) for name, t in sinks.items()}
         derived = _derive(topology, logged, tagged, set(roots), warnings)
         entries = {**derived, **logged}
-        barrier_rows: list[dict[str, Any]] = []
-        root_rows: list[dict[str, Any]] = []
-        sink_rows: list[dict[str, Any]] = []
-        for b, e in sorted(entries.items()):
-            barrier_rows.append({"topology": topology, "barrier_id": b, "ts_ms": e.ts_ms, "ts_kind": e.ts_kind,
-                                 "created_at_ms": e.created_at_ms, "run_key": e.run_key, "final": e.final})
-            unknown = sorted(set(e.root_versions) - set(roots))
-            if unknown:
-                warnings.append(f"barrier {b}: root table(s) {unknown} of the barrier log are not root tables of "
-                                f"topology {topology!r} now; their versions are not restored")
-            root_rows.extend(
-                {"table_id": roots[name], "barrier_id": b, "state": BarrierState.WRITTEN, "version": v,
-                 "processed_at_ms": e.created_at_ms, "written_at_ms": e.created_at_ms}
-                for name, v in e.root_versions.items() if name in roots
-            )
-        written: dict[str, int] = {}
-        for name, tags in tagged.items():
-            orphans = sorted(b for b in tags if b not in entries)
-            if orphans:
-                warnings.append(f"table {name!r} is tagged with barrier(s) {orphans} that neither the barrier log "
-                                "nor the other tables describe; they are not restored")
-            kept = {b: t for b, t in tags.items() if b in entries}
-            written[name] = len(kept)
-            sink_rows.extend(
-                {"table_id": sinks[name].id, "barrier_id": b, "state": BarrierState.WRITTEN, "version": t.version,
-                 "job_id": t.job_id or None, "processed_at_ms": t.committed_at_ms, "written_at_ms": t.committed_at_ms,
-                 "inputs": t.inputs}
-                for b, t in sorted(kept.items())
-            )
-        if barrier_rows:
-            s.execute(insert(BarrierRow), barrier_rows)
-        if root_rows:  # a shared root table's rows may come from another topology of the domain already
-            held = set(s.execute(select(TableBarrierRow.table_id, TableBarrierRow.barrier_id).where(
-                TableBarrierRow.table_id.in_(list(roots.values())))).all())
-            root_rows = [r for r in root_rows if (r["table_id"], r["barrier_id"]) not in held]
-        for rows in (root_rows, sink_rows):
-            if rows:
-                s.execute(insert(TableBarrierRow), rows)
+        barrier_rows, root_rows = _barrier_and_root_rows(topology, entries, roots, warnings)
+        sink_rows, written = _sink_rows(tagged, entries, {n: t.id for n, t in sinks.items()}, warnings)
+        _insert_history(s, barrier_rows, root_rows, sink_rows, roots)
         for job in jobs:
             heads = [b for tags in tagged.values() for b, t in tags.items() if t.job_id == job and b in entries]
             if heads:

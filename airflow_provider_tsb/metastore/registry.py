@@ -193,72 +193,97 @@ class RegistryManager:
                         f"job {job.id!r} is registered in topology {existing.topology!r}, "
                         f"cannot register it in {topology!r}; unregister it first"
                     )
-                rows: dict[str, TableRow] = {}
-                for name in job.sinks:
-                    decl = tables.get(name) or Table(name, "intermediate")
-                    known = s.scalar(select(TableRow.kind).where(TableRow.name == name))
-                    if decl.kind == "root" or known == "root":
-                        raise TopologyError(
-                            f"table {name!r} is a root table and cannot be a sink of job {job.id!r}"
-                        )
-                    rows[name] = self._upsert_table(s, topology, decl, warehouse)
-                for name in job.sources:
-                    decl = tables.get(name)
-                    row = s.scalar(select(TableRow).where(TableRow.name == name))
-                    if row is None:
-                        if decl is None or decl.kind == "external":
-                            decl = Table(name, "intermediate", decl.location if decl else None)
-                        row = self._upsert_table(s, topology, decl, warehouse)
-                    elif row.topology != topology and not self._shares_root(s, topology, row):
-                        # a job reads the tables of its own topology, and the root tables it shares
-                        raise TopologyError(f"table {name!r} belongs to topology {row.topology!r}, not {topology!r}"
-                                            f" of job {job.id!r}; a job reads the tables of its own topology")
-                    rows[name] = row
-                for name in job.sinks:
-                    if rows[name].kind == "root":
-                        raise TopologyError(
-                            f"table {name!r} is a root table and cannot be a sink of job {job.id!r}"
-                        )
-                    writer = s.scalar(
-                        select(JobSinkRow.job_id).where(JobSinkRow.table_id == rows[name].id)
-                    )
-                    if writer is not None and writer != job.id:
-                        raise double_writer_error(name, (writer, job.id))
-                graph = self._registered_graph(s, exclude_job=job.id)
-                jnode = f"job:{job.id}"
-                graph.add_node(jnode)
-                for name in job.sources:
-                    graph.add_edge(f"table:{name}", jnode)
-                for name in job.sinks:
-                    graph.add_edge(jnode, f"table:{name}")
-                cycle = cycle_error(graph)
-                if cycle is not None:
-                    raise cycle
-                ts = now_ms()
-                if existing is None:
-                    s.add(
-                        JobRow(
-                            id=job.id,
-                            topology=topology,
-                            application=job.application,
-                            status=JobStatus.REGISTERED,
-                            registered_at_ms=ts,
-                        )
-                    )
-                else:
-                    existing.application = job.application
-                s.execute(delete(JobSourceRow).where(JobSourceRow.job_id == job.id))
-                s.execute(delete(JobSinkRow).where(JobSinkRow.job_id == job.id))
-                s.flush()
-                for name in job.sources:
-                    s.add(JobSourceRow(job_id=job.id, table_id=rows[name].id))
-                for name in job.sinks:
-                    s.add(JobSinkRow(job_id=job.id, table_id=rows[name].id))
-                s.flush()
+                rows = self._job_tables(s, topology, job, tables, warehouse)
+                self._check_single_writer(s, job, rows)
+                self._check_acyclic(s, job)
+                self._store_job(s, topology, job, existing, rows)
         except IntegrityError as exc:
             # the unique constraint on tsb_job_sink.table_id caught a racing second writer
             raise self._double_writer_from_race(job) from exc
         return self.job(job.id)
+
+    def _job_tables(
+        self, s: Session, topology: str, job: Job, tables: Mapping[str, Table], warehouse: str | None
+    ) -> dict[str, TableRow]:
+        """``{table: row}`` of the job's sinks then sources, registering the missing ones (a sink
+        or an undeclared source becomes an intermediate table). TopologyError for a root sink or
+        a source of another topology that is not a root table it shares."""
+        rows: dict[str, TableRow] = {}
+        for name in job.sinks:
+            decl = tables.get(name) or Table(name, "intermediate")
+            known = s.scalar(select(TableRow.kind).where(TableRow.name == name))
+            if decl.kind == "root" or known == "root":
+                raise TopologyError(
+                    f"table {name!r} is a root table and cannot be a sink of job {job.id!r}"
+                )
+            rows[name] = self._upsert_table(s, topology, decl, warehouse)
+        for name in job.sources:
+            decl = tables.get(name)
+            row = s.scalar(select(TableRow).where(TableRow.name == name))
+            if row is None:
+                if decl is None or decl.kind == "external":
+                    decl = Table(name, "intermediate", decl.location if decl else None)
+                row = self._upsert_table(s, topology, decl, warehouse)
+            elif row.topology != topology and not self._shares_root(s, topology, row):
+                # a job reads the tables of its own topology, and the root tables it shares
+                raise TopologyError(f"table {name!r} belongs to topology {row.topology!r}, not {topology!r}"
+                                    f" of job {job.id!r}; a job reads the tables of its own topology")
+            rows[name] = row
+        return rows
+
+    @staticmethod
+    def _check_single_writer(s: Session, job: Job, rows: Mapping[str, TableRow]) -> None:
+        """TopologyError for a root sink, DoubleWriterError for a sink another job writes."""
+        for name in job.sinks:
+            if rows[name].kind == "root":
+                raise TopologyError(
+                    f"table {name!r} is a root table and cannot be a sink of job {job.id!r}"
+                )
+            writer = s.scalar(
+                select(JobSinkRow.job_id).where(JobSinkRow.table_id == rows[name].id)
+            )
+            if writer is not None and writer != job.id:
+                raise double_writer_error(name, (writer, job.id))
+
+    def _check_acyclic(self, s: Session, job: Job) -> None:
+        """CycleError if the registered jobs (``job``'s old registration aside) plus ``job`` close a cycle."""
+        graph = self._registered_graph(s, exclude_job=job.id)
+        jnode = f"job:{job.id}"
+        graph.add_node(jnode)
+        for name in job.sources:
+            graph.add_edge(f"table:{name}", jnode)
+        for name in job.sinks:
+            graph.add_edge(jnode, f"table:{name}")
+        cycle = cycle_error(graph)
+        if cycle is not None:
+            raise cycle
+
+    @staticmethod
+    def _store_job(
+        s: Session, topology: str, job: Job, existing: JobRow | None, rows: Mapping[str, TableRow]
+    ) -> None:
+        """Insert (or update) the job's row and replace its source and sink rows."""
+        ts = now_ms()
+        if existing is None:
+            s.add(
+                JobRow(
+                    id=job.id,
+                    topology=topology,
+                    application=job.application,
+                    status=JobStatus.REGISTERED,
+                    registered_at_ms=ts,
+                )
+            )
+        else:
+            existing.application = job.application
+        s.execute(delete(JobSourceRow).where(JobSourceRow.job_id == job.id))
+        s.execute(delete(JobSinkRow).where(JobSinkRow.job_id == job.id))
+        s.flush()
+        for name in job.sources:
+            s.add(JobSourceRow(job_id=job.id, table_id=rows[name].id))
+        for name in job.sinks:
+            s.add(JobSinkRow(job_id=job.id, table_id=rows[name].id))
+        s.flush()
 
     def _double_writer_from_race(self, job: Job) -> DoubleWriterError:
         for name in job.sinks:

@@ -20,7 +20,7 @@ tables. From that commit on:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -164,44 +164,33 @@ class RevisionManager:
             raise ValueError(f"a revision goes back to a barrier >= 1, got {barrier} (use reprocess to start over)")
         name = normalize_table_name(table)
         with self._core.transaction(write=True) as s:
-            locked = s.execute(update(TopologyRow).where(TopologyRow.name == topology)
-                               .values(lock_version=TopologyRow.lock_version + 1))
-            if not locked.rowcount:
-                raise TopologyError(f"topology {topology!r} is not registered in the tsb metastore")
+            _lock_topology(s, topology)
             ids = {normalize_table_name(p.table): table_id_of(s, p.table) for p in tables}
-            for plan in self._pending(s, topology):
-                if not {t.table for t in plan.tables} & set(ids):
-                    continue
-                if (plan.table, plan.barrier, plan.reprocess) == (name, barrier, reprocess):
-                    return plan
-                raise RevisionPendingError(
-                    f"cannot start a revision of {name} while {plan.describe()} is pending over some of the "
-                    f"same tables: finish it first (rerun its task, or `tsb rollback {plan.table} --resume`)"
-                )
+            retried = self._pending_over(s, topology, ids, name, barrier, reprocess)
+            if retried is not None:
+                return retried
             if not reprocess:
-                written = set(s.scalars(select(TableBarrierRow.table_id).where(
-                    TableBarrierRow.table_id.in_(ids.values()), TableBarrierRow.barrier_id == barrier,
-                    TableBarrierRow.state == BarrierState.WRITTEN)))
-                missing = [t for t, i in ids.items() if i not in written]
-                if missing:
-                    raise TopologyError(
-                        f"cannot roll {name} back to barrier {barrier}: it is not WRITTEN in {', '.join(missing)} "
-                        "(a revision goes back to a barrier every downstream table holds; pick an older one, "
-                        "or reprocess from barrier 1)"
-                    )
-            row = RevisionRow(topology=topology, table_name=name, barrier_id=barrier, reprocess=reprocess,
-                              status=PENDING, created_at_ms=now_ms())
-            s.add(row)
-            s.flush()
-            for position, planned in enumerate(tables):
-                s.add(RevisionTableRow(
-                    revision_id=row.id, table_id=ids[normalize_table_name(planned.table)], position=position,
-                    target_version=planned.target_version, job_id=planned.job_id, checkpoint=planned.checkpoint,
-                    status=PENDING,
-                ))
+                _check_written_everywhere(s, name, barrier, ids)
+            row = _insert_plan(s, topology, name, barrier, reprocess, tables, ids)
             self._forget_above(s, list(ids.values()), barrier)
             s.flush()
             return self._plan(s, row)
+
+    def _pending_over(
+        self, s: Session, topology: str, ids: Mapping[str, int], name: str, barrier: int, reprocess: bool
+    ) -> RevisionPlan | None:
+        """The pending plan of the same table, barrier and kind (a retry), if any;
+        RevisionPendingError if another pending plan covers some of the tables ``ids``."""
+        for plan in self._pending(s, topology):
+            if not {t.table for t in plan.tables} & set(ids):
+                continue
+            if (plan.table, plan.barrier, plan.reprocess) == (name, barrier, reprocess):
+                return plan
+            raise RevisionPendingError(
+                f"cannot start a revision of {name} while {plan.describe()} is pending over some of the "
+                f"same tables: finish it first (rerun its task, or `tsb rollback {plan.table} --resume`)"
+            )
+        return None
 
     def revision(self, revision_id: int) -> RevisionPlan:
         """The revision ``revision_id``.
@@ -310,3 +299,44 @@ class RevisionManager:
                 for t, name in tables
             ),
         )
+
+
+# ---------------------------------------------------------------- the steps of plan_revision
+def _lock_topology(s: Session, topology: str) -> None:
+    """Lock ``topology``'s row (bump its lock version); TopologyError if it is not registered."""
+    locked = s.execute(update(TopologyRow).where(TopologyRow.name == topology)
+                       .values(lock_version=TopologyRow.lock_version + 1))
+    if not locked.rowcount:
+        raise TopologyError(f"topology {topology!r} is not registered in the tsb metastore")
+
+
+def _check_written_everywhere(s: Session, name: str, barrier: int, ids: Mapping[str, int]) -> None:
+    """TopologyError unless ``barrier`` is WRITTEN in every table ``ids`` of the plan."""
+    written = set(s.scalars(select(TableBarrierRow.table_id).where(
+        TableBarrierRow.table_id.in_(ids.values()), TableBarrierRow.barrier_id == barrier,
+        TableBarrierRow.state == BarrierState.WRITTEN)))
+    missing = [t for t, i in ids.items() if i not in written]
+    if missing:
+        raise TopologyError(
+            f"cannot roll {name} back to barrier {barrier}: it is not WRITTEN in {', '.join(missing)} "
+            "(a revision goes back to a barrier every downstream table holds; pick an older one, "
+            "or reprocess from barrier 1)"
+        )
+
+
+def _insert_plan(
+    s: Session, topology: str, name: str, barrier: int, reprocess: bool, tables: Sequence[PlannedTable],
+    ids: Mapping[str, int],
+) -> RevisionRow:
+    """Insert the PENDING plan and its tables, upstream first."""
+    row = RevisionRow(topology=topology, table_name=name, barrier_id=barrier, reprocess=reprocess,
+                      status=PENDING, created_at_ms=now_ms())
+    s.add(row)
+    s.flush()
+    for position, planned in enumerate(tables):
+        s.add(RevisionTableRow(
+            revision_id=row.id, table_id=ids[normalize_table_name(planned.table)], position=position,
+            target_version=planned.target_version, job_id=planned.job_id, checkpoint=planned.checkpoint,
+            status=PENDING,
+        ))
+    return row

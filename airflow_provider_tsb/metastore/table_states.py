@@ -149,30 +149,13 @@ class TableStateManager:
             DeltaLogError: the Delta table exists and its log has no ``version``.
             ValueError: ``version`` is negative.
         """
-        try:
-            version = operator.index(version)
-        except TypeError:
-            version = -1
-        if version < 0:
-            raise ValueError(
-                f"table {table!r}, barrier {barrier}: a Delta version is an integer >= 0, got {version!r}"
-            )
+        version = _checked_version(table, barrier, version)
         ts = written_at_ms or now_ms()
         with self._core.transaction(write=True) as s:
             if fencing_token is not None and job_id is not None:
                 check_fencing_token(s, job_id, fencing_token, barrier, f"report {table} WRITTEN")
             table_id = table_id_of(s, table)
-            topology = s.scalar(select(TableRow.topology).where(TableRow.id == table_id))
-            generated = s.scalar(
-                select(BarrierRow.barrier_id).where(
-                    BarrierRow.topology == topology, BarrierRow.barrier_id == barrier
-                )
-            )
-            if generated is None:
-                raise UnknownBarrierError(
-                    f"barrier {barrier} was never generated for topology {topology!r} (table "
-                    f"{normalize_table_name(table)!r}); only generated barriers can be WRITTEN"
-                )
+            _check_generated(s, table, table_id, barrier)
             location = s.scalar(select(TableRow.location).where(TableRow.id == table_id))
             check_version_in_log(normalize_table_name(table), location, version, barrier)
             row = s.get(TableBarrierRow, (table_id, barrier))
@@ -185,21 +168,9 @@ class TableStateManager:
                     )
                 )
             elif row.state == BarrierState.WRITTEN:
-                if row.version != version:
-                    raise TopologyError(
-                        f"barrier {barrier} of table {normalize_table_name(table)!r} is WRITTEN at "
-                        f"Delta version {row.version} in the metastore but {version} was reported"
-                    )
+                _check_same_version(table, barrier, row, version)
             else:
-                committed = {d for d in manifest_dirs(row.manifest) if attempt and posixpath.basename(d) == attempt}
-                _withdraw(s, table_id, row, now_ms(), keep=committed)
-                row.state = BarrierState.WRITTEN
-                row.version = version
-                row.written_at_ms = ts
-                row.manifest = None
-                row.job_id = job_id or row.job_id
-                if inputs:
-                    row.inputs = dict(inputs)
+                _commit_processed(s, table_id, row, version, ts, job_id, inputs, attempt)
 
     def clear_processed(self, table: str, barrier: int | None = None) -> int:
         """Forget PROCESSED (uncommitted) rows of ``table`` (all, or one barrier) after a failure.
@@ -450,3 +421,58 @@ class TableStateManager:
                 .where(TableRow.topology == topology)
             ).all()
             return {name: table_state_of(name, row) for name, row in rows}
+
+
+# ---------------------------------------------------------------- the steps of record_written
+def _checked_version(table: str, barrier: int, version: int) -> int:
+    """``version`` as an int; ValueError unless it is an integer >= 0."""
+    try:
+        version = operator.index(version)
+    except TypeError:
+        version = -1
+    if version < 0:
+        raise ValueError(
+            f"table {table!r}, barrier {barrier}: a Delta version is an integer >= 0, got {version!r}"
+        )
+    return version
+
+
+def _check_generated(s: Session, table: str, table_id: int, barrier: int) -> None:
+    """UnknownBarrierError unless ``barrier`` was generated for the topology of ``table``."""
+    topology = s.scalar(select(TableRow.topology).where(TableRow.id == table_id))
+    generated = s.scalar(
+        select(BarrierRow.barrier_id).where(
+            BarrierRow.topology == topology, BarrierRow.barrier_id == barrier
+        )
+    )
+    if generated is None:
+        raise UnknownBarrierError(
+            f"barrier {barrier} was never generated for topology {topology!r} (table "
+            f"{normalize_table_name(table)!r}); only generated barriers can be WRITTEN"
+        )
+
+
+def _check_same_version(table: str, barrier: int, row: TableBarrierRow, version: int) -> None:
+    """TopologyError if WRITTEN row ``row`` is at another Delta version than ``version``."""
+    if row.version != version:
+        raise TopologyError(
+            f"barrier {barrier} of table {normalize_table_name(table)!r} is WRITTEN at "
+            f"Delta version {row.version} in the metastore but {version} was reported"
+        )
+
+
+def _commit_processed(
+    s: Session, table_id: int, row: TableBarrierRow, version: int, ts: int, job_id: str | None,
+    inputs: Mapping[str, int] | None, attempt: str | None,
+) -> None:
+    """PROCESSED row ``row`` becomes WRITTEN at ``version``: its staged files are withdrawn but
+    the committed attempt's directory, which is now the table's."""
+    committed = {d for d in manifest_dirs(row.manifest) if attempt and posixpath.basename(d) == attempt}
+    _withdraw(s, table_id, row, now_ms(), keep=committed)
+    row.state = BarrierState.WRITTEN
+    row.version = version
+    row.written_at_ms = ts
+    row.manifest = None
+    row.job_id = job_id or row.job_id
+    if inputs:
+        row.inputs = dict(inputs)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.support.dataplane import (
+from tsb_dev.dataplane import (
     COUNT_OF_COUNTS,
     WORD_COUNT,
     load_app_module,

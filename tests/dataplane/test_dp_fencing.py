@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.fencing import run_races
+from tsb_dev.fencing import run_races
 
 pytestmark = [pytest.mark.spark]
 

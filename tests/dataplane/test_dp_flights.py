@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.delta.roots import append_rows
 from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, read_snapshot, run_batch
-from tests.support.dataplane import load_app_module, rows_at_barrier
+from tsb_dev.dataplane import load_app_module, rows_at_barrier
 from tsb_examples.datasets import nycflights13 as nyc
 
 ENRICHED = "flights.flights_enriched"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import _pg_database
-from tests.support.job_processes import COUNT_OF_COUNTS, WORD_COUNT, WORDS, wordcount_deployment
+from tsb_dev.job_processes import COUNT_OF_COUNTS, WORD_COUNT, WORDS, wordcount_deployment
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

@@ -18,7 +18,7 @@ from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 from airflow_provider_tsb.spark.model import Sink, TsbApp
 from airflow_provider_tsb.spark.runner import run_batch
-from tests.support import lease_world as lw
+from tsb_dev import lease_world as lw
 
 
 def test_running_job_keeps_its_input_versions_under_expiry(spark, tmp_path) -> None:

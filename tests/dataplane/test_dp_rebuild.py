@@ -72,7 +72,7 @@ def _run_in_process(spark: Any, topology: Any, url: str, barrier: int) -> None:
     """Every job of ``topology`` up to ``barrier`` through its app's command line (``--metastore-url``),
     in this process's Spark session (as the other data-plane tests)."""
     from airflow_provider_tsb.spark.cli import run_app
-    from tests.support.dataplane import load_app_module
+    from tsb_dev.dataplane import load_app_module
 
     for job in topology.jobs_in_order():
         app = load_app_module(str(Path(job.application).relative_to(REPO / "spark_apps"))).APP

@@ -29,9 +29,9 @@ from airflow_provider_tsb.metastore.revisions import RevisionPendingError
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.spark.app import run_batch
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
-from tests.support.dataplane import rows_at_barrier, words_for
-from tests.support.job_processes import Deployment, job_command, job_env
 from tests.support.orchestration import wordcount_topology
+from tsb_dev.dataplane import rows_at_barrier, words_for
+from tsb_dev.job_processes import Deployment, job_command, job_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

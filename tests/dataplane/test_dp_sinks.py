@@ -30,8 +30,8 @@ from airflow_provider_tsb.delta.barriers import version_of_barrier
 from airflow_provider_tsb.delta.log import commit_info, read_commit_actions
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
-from tests.support.dataplane import REPO
-from tests.support.job_processes import KILLED, Deployment, run_job
+from tsb_dev.dataplane import REPO
+from tsb_dev.job_processes import KILLED, Deployment, run_job
 
 CDC, EVENTS, CURRENT = "tsb.raw.cdc", "tsb.sinks.events", "tsb.sinks.current"
 JOB = "cdc_sinks"

@@ -35,7 +35,7 @@ from airflow_provider_tsb.delta.roots import append_rows
 from airflow_provider_tsb.exceptions import TopologyError
 from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.metastore.store import MetaStore
-from tests.support.job_processes import Deployment, run_job
+from tsb_dev.job_processes import Deployment, run_job
 from tsb_examples.datasets import nycflights13 as nyc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,7 +165,7 @@ def test_hourly_windows_emit_at_the_watermark_and_drop_late_rows(
     started = time.monotonic()
     if metastore_url.startswith("sqlite"):  # the app's command line in this process's Spark (saves a JVM)
         from airflow_provider_tsb.spark.cli import run_app
-        from tests.support.dataplane import load_app_module
+        from tsb_dev.dataplane import load_app_module
 
         app = load_app_module("flights/origin_hourly_delay.py").APP
         argv = ["--metastore-url", metastore_url, "--until-barrier", "3",

@@ -19,7 +19,7 @@ from airflow_provider_tsb.spark import BarrierContext, PlanFile, PlanFileCatalog
 from airflow_provider_tsb.spark.app import BarrierPlan, run_barrier, run_batch
 from airflow_provider_tsb.spark.inputs import read_snapshot
 from airflow_provider_tsb.spark.streaming import run_streaming
-from tests.support.dataplane import (
+from tsb_dev.dataplane import (
     COUNT_OF_COUNTS,
     WORD_COUNT,
     WORDS,

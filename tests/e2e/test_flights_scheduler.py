@@ -18,8 +18,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
-from tests.support.airflow_harness import start_airflow
-from tests.support.e2e import examples_deployment
+from tsb_dev.airflow_harness import start_airflow
+from tsb_dev.e2e import examples_deployment
 from tsb_examples.datasets.nycflights13 import flights_of_day, weather_of_day
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
@@ -102,7 +102,7 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
 @pytest.mark.browser
 def test_ui_views_on_the_real_flights_run(deployment) -> None:
     """Both UI views, in headless Chromium logged in as a user, on the barriers the scheduler ran."""
-    from tests.support.browser import chromium, login, new_page, screenshot
+    from tsb_dev.browser import chromium, login, new_page, screenshot
 
     af, store, root = deployment
     barriers = [b.barrier for b in store.barriers.barriers("flights")]

@@ -22,8 +22,8 @@ from playwright.sync_api import Browser, Page
 
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
-from tests.support.airflow_harness import AirflowHandle, start_airflow
-from tests.support.browser import DEFAULT_TIMEOUT_MS, frame_with_selector, screenshot
+from tsb_dev.airflow_harness import AirflowHandle, start_airflow
+from tsb_dev.browser import DEFAULT_TIMEOUT_MS, frame_with_selector, screenshot
 
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 APPS = REPO / "spark_apps"
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 

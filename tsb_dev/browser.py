@@ -4,7 +4,7 @@ No browser download: Playwright drives the system Chromium (``apt-get install -y
 
 Usage::
 
-    from tests.support.browser import chromium, login, capture
+    from tsb_dev.browser import chromium, login, capture
 
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -37,7 +37,7 @@ CHROMIUM_ARGS: tuple[str, ...] = (
     "--disable-component-update",
     "--disable-sync",
 )
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TEST_OUTPUT = REPO_ROOT / "test-output"
 DEFAULT_TIMEOUT_MS = 30_000
 

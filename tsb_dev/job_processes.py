@@ -20,7 +20,7 @@ from airflow_provider_tsb.checker import wordcount_topology
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 WORDS, WORD_COUNT, COUNT_OF_COUNTS = "tsb.raw.words", "tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"
 

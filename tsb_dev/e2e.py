@@ -8,7 +8,7 @@ from pathlib import Path
 
 from airflow_provider_tsb.metastore.store import MetaStore
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def spark_connection(remote: str | None) -> str:
