@@ -39,7 +39,7 @@ from airflow_provider_tsb.delta.snapshots import latest_table_or_none  # noqa: E
 from airflow_provider_tsb.spark.app import BarrierContext, TsbApp  # noqa: E402
 from airflow_provider_tsb.spark.catalog import BarrierPlan  # noqa: E402
 from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema  # noqa: E402
-from airflow_provider_tsb.spark.outputs import _staged_files, merge_rows  # noqa: E402
+from airflow_provider_tsb.spark.outputs import merge_rows, staged_files  # noqa: E402
 
 
 def load_app(script: str | Path) -> TsbApp:
@@ -79,7 +79,7 @@ def plain_write(spark, df, location, mode, keys, max_files, barrier) -> None:
         df = df.coalesce(max_files)
     rel = f"plain/{barrier}/{time.time_ns()}"
     df.write.parquet(f"{location}/{rel}")
-    adds = [f.to_add_action() for f in _staged_files(location, rel)]
+    adds = [f.to_add_action() for f in staged_files(location, rel)]
     delta_schema = DeltaSchema.from_json(json.dumps(schema.jsonValue()))
     if existing is None:
         create_table_with_add_actions(location, delta_schema, adds, mode="error")

@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_tsb.spark import runner
     from airflow_provider_tsb.spark.catalog import PlanFileCatalog
     from airflow_provider_tsb.spark.session import get_spark
-    from tests.support.dataplane import load_app_module, make_wordcount_plan
+    from tsb_dev.dataplane import load_app_module, make_wordcount_plan
 
     spark = get_spark("tsb-barrier-walk", master="local[1]", remote=args.remote)
     apps = [load_app_module(f"wordcount/{name}.py").APP for name in ("wordcount_words", "wordcount_counts")]

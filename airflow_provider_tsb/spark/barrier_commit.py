@@ -48,8 +48,8 @@ from airflow_provider_tsb.spark.killpoints import crash_point
 from airflow_provider_tsb.spark.outputs import Staged, stage_output
 from airflow_provider_tsb.spark.outputs_staging import (
     StagingCatalog,
-    _drop_unserved_attempt,
     collect_withdrawn,
+    drop_unserved_attempt,
     remove_orphan_attempts,
     staging_dir,
     staging_grace_s,
@@ -225,13 +225,13 @@ def _stage_and_commit(
                 before_commit=reports.fence, log=log,
             )
     except FencedError:
-        _drop_unserved_attempt(log.location, rel_dir, reports.held)
+        drop_unserved_attempt(log.location, rel_dir, reports.held)
         raise
     except Exception as exc:
         fenced = reports.fenced_now()
         if fenced is None:
             raise
-        _drop_unserved_attempt(log.location, rel_dir, reports.held)
+        drop_unserved_attempt(log.location, rel_dir, reports.held)
         raise fenced from exc
     return staged, outcome
 

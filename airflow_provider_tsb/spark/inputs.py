@@ -47,11 +47,11 @@ def _check_supported(table: Snapshot, location: str) -> None:
         )
 
 
-def _partition_literal(value: str | None, data_type: DataType) -> Column:
+def partition_literal(value: str | None, data_type: DataType) -> Column:
     return F.lit(value).cast(data_type)
 
 
-def _read_files(
+def read_files(
     spark: SparkSession,
     schema: StructType,
     partition_columns: Sequence[str],
@@ -66,7 +66,7 @@ def _read_files(
     for part_values, paths in groups.items():
         df = spark.read.schema(data_schema).parquet(*paths)
         for name, value in part_values:
-            df = df.withColumn(name, _partition_literal(value, types[name]))
+            df = df.withColumn(name, partition_literal(value, types[name]))
         for name, col in (extra or {}).items():
             df = df.withColumn(name, col)
         frames.append(df)
@@ -127,7 +127,7 @@ def read_snapshot(
             paths = table.add_actions.column("path").to_pylist() if table.add_actions.num_rows else []
             if paths:
                 groups[()] = [join(loc, p) for p in paths]
-    df = _read_files(spark, schema, partition_columns, groups)
+    df = read_files(spark, schema, partition_columns, groups)
     return df if df is not None else spark.createDataFrame([], schema)
 
 
@@ -253,7 +253,7 @@ def read_changes(spark: SparkSession, location: str, from_version: int | None, t
                         by_kind[kind][key].append(join(loc, entry["path"]))
         for kind, groups in by_kind.items():
             if kind == "cdc":
-                df = _read_files(
+                df = read_files(
                     spark,
                     schema,
                     partition_columns,
@@ -262,7 +262,7 @@ def read_changes(spark: SparkSession, location: str, from_version: int | None, t
                     file_schema_extra=[StructField(CHANGE_TYPE, StringType(), True)],
                 )
             else:
-                df = _read_files(
+                df = read_files(
                     spark,
                     schema,
                     partition_columns,

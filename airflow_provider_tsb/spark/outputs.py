@@ -44,18 +44,18 @@ from airflow_provider_tsb.spark.outputs_merge import (
 )
 from airflow_provider_tsb.spark.outputs_schema import (
     SchemaChangeError,
-    _align_to_table,
-    _nullable,
+    align_to_table,
     check_partition_columns,
     evolve_schema,
+    nullable_schema,
 )
 from airflow_provider_tsb.spark.outputs_staging import (
     STAGING_DIR,
     StagingCatalog,
-    _has_any_file,
-    _staged_files,
     collect_withdrawn,
+    has_any_file,
     remove_orphan_attempts,
+    staged_files,
     staging_dir,
     staging_grace_s,
 )
@@ -123,14 +123,14 @@ def stage_output(
         writer = writer.partitionBy(*options.partition_by)
     try:
         with crash_point_during("while_writing", target.job_id, target.barrier,
-                                lambda: _has_any_file(fs, f"{root}/{rel_dir}")):
+                                lambda: has_any_file(fs, f"{root}/{rel_dir}")):
             with phase("spark"):
                 writer.parquet(f"{log.location}/{rel_dir}")
     finally:
         if cached is not None:
             cached.unpersist()
     with phase("footers"):
-        files = _staged_files(log.location, rel_dir, options.partition_by)
+        files = staged_files(log.location, rel_dir, options.partition_by)
     if log.version is not None and options.mode != "overwrite" and options.compaction is not None:
         adds, gone = _compact(spark, log, rel_dir, schema, options, removed, files)
         files, removed = files + adds, removed + gone
@@ -149,14 +149,14 @@ def _shape_output(
             flagged = _flag_deletes(df, options.delete_when, target)
             check_unique_keys(flagged, options.keys, table=target.table, barrier=target.barrier)
             out = flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG)
-        return out, _nullable(df.schema), [], None
+        return out, nullable_schema(df.schema), [], None
     check_partition_columns(target.table, log.location, log.table.metadata().partition_columns, options.partition_by)
     declared = spark.createDataFrame([], options.schema).schema if options.schema else None
     schema = evolve_schema(df.schema, spark_schema(log.table), table=target.table, barrier=target.barrier,
                            declared=declared)
     if options.mode == "overwrite":
-        schema = _nullable(schema)
-    out = _align_to_table(df, log.location, schema)
+        schema = nullable_schema(schema)
+    out = align_to_table(df, log.location, schema)
     if not merge:
         return out, schema, [], None
     # read three times (key bounds, affected files, the write): computed once
@@ -190,7 +190,7 @@ def _compact(
         writer.option("compression", "snappy").parquet(f"{log.location}/{rel_dir}")
     known = {f.path for f in staged}
     with phase("footers"):
-        written = [f for f in _staged_files(log.location, rel_dir, options.partition_by) if f.path not in known]
+        written = [f for f in staged_files(log.location, rel_dir, options.partition_by) if f.path not in known]
     return rearranged(written, plan)
 
 

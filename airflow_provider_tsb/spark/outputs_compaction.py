@@ -36,7 +36,7 @@ from pyspark.sql.types import StructType
 from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile
 from airflow_provider_tsb.delta.log import join
 from airflow_provider_tsb.delta.snapshots import Snapshot
-from airflow_provider_tsb.spark.inputs import _read_files, spark_schema
+from airflow_provider_tsb.spark.inputs import read_files, spark_schema
 from airflow_provider_tsb.spark.outputs_schema import with_columns_of
 
 #: default :attr:`Compaction.min_files`
@@ -122,7 +122,7 @@ def compacted_rows(
     for entry in plan.files:
         key = tuple((c, entry["partitionValues"].get(c)) for c in partition_columns)
         groups[key].append(join(location, entry["path"]))
-    rows = _read_files(spark, spark_schema(snapshot), partition_columns, groups)
+    rows = read_files(spark, spark_schema(snapshot), partition_columns, groups)
     if rows is None:
         raise ValueError(f"compaction of {location!r}: the plan has no files")
     return with_columns_of(rows, schema).coalesce(max(1, math.ceil(plan.bytes / options.target_bytes)))

@@ -37,7 +37,7 @@ from pyspark.sql.types import StructType
 from airflow_provider_tsb.delta.commit import RemovedFile
 from airflow_provider_tsb.delta.log import join
 from airflow_provider_tsb.delta.snapshots import snapshot_at
-from airflow_provider_tsb.spark.inputs import _partition_literal, _read_files, spark_schema
+from airflow_provider_tsb.spark.inputs import partition_literal, read_files, spark_schema
 from airflow_provider_tsb.spark.outputs_schema import with_columns_of
 
 DELETE_FLAG = "__tsb_delete"
@@ -195,7 +195,7 @@ def _key_files(
         values = dict(part_values)
         df = spark.read.schema(data_schema).parquet(*paths)
         cols = [
-            _partition_literal(values[k], types[k]).alias(k) if k in values else F.col(k) for k in keys
+            partition_literal(values[k], types[k]).alias(k) if k in values else F.col(k) for k in keys
         ]
         frames.append(df.select(*cols, F.col("_metadata.file_path").alias(FILE_COLUMN)))
     return reduce(lambda a, b: a.unionByName(b), frames)
@@ -243,7 +243,7 @@ def plan_merge(
     removed = [RemovedFile(e["path"], e["size"], dict(e["partitionValues"])) for e in affected]
     if not affected:
         return MergePlan(upserts, [], len(candidates), len(entries))
-    old_rows = _read_files(spark, old_schema, partition_columns, _groups(location, affected, partition_columns))
+    old_rows = read_files(spark, old_schema, partition_columns, _groups(location, affected, partition_columns))
     assert old_rows is not None
     kept = with_columns_of(old_rows.join(update_keys, on=list(keys), how="left_anti"), schema)
     return MergePlan(kept.unionByName(upserts), removed, len(candidates), len(entries))

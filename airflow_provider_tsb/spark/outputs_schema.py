@@ -52,7 +52,7 @@ class SchemaChangeError(ValueError):
     columns. Raised before any file is written or committed."""
 
 
-def _nullable(schema: StructType) -> StructType:
+def nullable_schema(schema: StructType) -> StructType:
     return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
 
 
@@ -142,7 +142,7 @@ def check_partition_columns(table: str, location: str, existing: Sequence[str], 
         )
 
 
-def _align_to_table(df: DataFrame, location: str, table_schema: StructType) -> DataFrame:
+def align_to_table(df: DataFrame, location: str, table_schema: StructType) -> DataFrame:
     """``df`` with the columns of ``table_schema`` in its order, cast where the types differ
     (the caller checked the change with :func:`evolve_schema`)."""
     missing = [f.name for f in table_schema.fields if f.name not in df.columns]

@@ -187,7 +187,7 @@ def partition_values_of(subdir: str, partition_by: Sequence[str]) -> dict[str, s
     return {unquote(k): (None if v == HIVE_NULL_PARTITION else unquote(v)) for k, v in parts}
 
 
-def _staged_files(location: str, rel_dir: str, partition_by: Sequence[str] = ()) -> list[StagedFile]:
+def staged_files(location: str, rel_dir: str, partition_by: Sequence[str] = ()) -> list[StagedFile]:
     """The data files of an attempt directory (partitioned: in its ``col=value/`` directories),
     with sizes and statistics from their footers (driver side, footers only)."""
     fs, root = filesystem(location)
@@ -207,13 +207,13 @@ def _staged_files(location: str, rel_dir: str, partition_by: Sequence[str] = ())
         return list(pool.map(one, infos))
 
 
-def _has_any_file(fs: pafs.FileSystem, directory: str) -> bool:
+def has_any_file(fs: pafs.FileSystem, directory: str) -> bool:
     entries = fs.get_file_info(pafs.FileSelector(directory, recursive=True, allow_not_found=True))
     return any(e.type == pafs.FileType.File and "part-" in e.base_name for e in entries)
 
 
 
-def _drop_unserved_attempt(location: str, rel_dir: str, held: Callable[[], set[str]]) -> None:
+def drop_unserved_attempt(location: str, rel_dir: str, held: Callable[[], set[str]]) -> None:
     """A fenced attempt deletes its own directory unless a reader may hold it (then it is
     withdrawn by the newer attempt's PROCESSED or WRITTEN and deleted after the grace period)."""
     try:

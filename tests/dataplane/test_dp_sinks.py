@@ -234,7 +234,7 @@ def test_a_new_nullable_column_evolves_the_schema_and_as_of_keeps_the_old_one(
 
 def test_incompatible_changes_are_refused_before_any_commit(tmp_path: Path, spark: Any) -> None:
     from airflow_provider_tsb.spark.outputs import SchemaChangeError
-    from tests.support.dataplane import write_sink
+    from tsb_dev.dataplane import write_sink
 
     loc = str(tmp_path / "t")
 
@@ -268,7 +268,7 @@ def test_incompatible_changes_are_refused_before_any_commit(tmp_path: Path, spar
 def test_a_merge_output_with_two_rows_for_one_key_is_refused_before_any_write(tmp_path: Path, spark: Any) -> None:
     """Two rows of one key would both land in a merge sink's table: refused, naming the key."""
     from airflow_provider_tsb.spark.outputs import DuplicateKeyError
-    from tests.support.dataplane import write_sink
+    from tsb_dev.dataplane import write_sink
 
     loc = str(tmp_path / "m")
     ddl = "id long, value long"
@@ -296,7 +296,7 @@ def test_partition_values_spark_escapes_round_trip(tmp_path: Path, spark: Any) -
     """Spark escapes ``:``, ``/``, ``%`` in directory names and writes null as
     ``__HIVE_DEFAULT_PARTITION__``: the commit's partition values and a read give the values back."""
     from airflow_provider_tsb.spark.inputs import read_snapshot
-    from tests.support.dataplane import write_sink
+    from tsb_dev.dataplane import write_sink
 
     loc = str(tmp_path / "odd")
     values = ["a b", "x:y", "p/q", "50%", None]
@@ -323,7 +323,7 @@ def test_a_crash_between_the_schema_commit_and_the_data_commit_reruns_to_the_sam
     from airflow_provider_tsb.delta.commit import evolve_table_schema
     from airflow_provider_tsb.delta.conventions import BarrierTag
     from airflow_provider_tsb.spark.inputs import read_snapshot
-    from tests.support.dataplane import write_sink
+    from tsb_dev.dataplane import write_sink
 
     first = ([(1, "a", 10), (2, "b", 20)], "id long, k string, value long")
     second = ([(2, "b", 21, "x"), (3, "c", 30, None)], "id long, k string, value long, note string")
