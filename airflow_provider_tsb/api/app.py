@@ -219,6 +219,11 @@ def create_app() -> FastAPI:
     # route asks the auth manager about the DAGs of the topology it touches (api/access.py).
     app.include_router(metaservice_router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
     app.dependency_overrides[get_access] = airflow_access
+    # The Delta Sharing server at /tsb/sharing (api/sharing.py): the same auth and roles; its
+    # file route is authenticated by the URL's signature instead.
+    from airflow_provider_tsb.api.sharing import install_sharing
+
+    install_sharing(app, dependencies=[Depends(get_current_user)])
     install_exception_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_body_bytes())
     app.include_router(ui_router)

@@ -1,0 +1,253 @@
+"""The Delta Sharing server (issue 24) over real HTTP, read by the official ``delta-sharing`` client.
+
+The FLIP-276 wordcount topology on real Delta tables: root ``words(word)`` -> job ``wc_job`` ->
+``word_count(word, cnt)`` -> job ``cc_job`` -> ``count_of_counts(cnt, cnt2)``. Barriers 1-3 are
+COMMIT; barrier 4 is WRITTEN in ``words`` and ``word_count`` only. The app is the sharing router
+of the api-server without Airflow auth (a switchable policy stands for the roles), served by
+uvicorn on a free port of 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import delta_sharing
+import httpx
+import pyarrow as pa
+import pytest
+import uvicorn
+from requests.exceptions import HTTPError
+
+from airflow_provider_tsb.api.access import AllowAll, Method
+from airflow_provider_tsb.api.sharing import create_sharing_app, url_seconds
+from airflow_provider_tsb.api.sharing_files import sign, verify
+from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.read.readers import read_tables_pandas
+from airflow_provider_tsb.topology import Topology
+from tests.support.metaservice import write
+
+TOPOLOGY = "wordcount"
+WORDS, WC, CC = "tsb.wc.words", "tsb.wc.word_count", "tsb.wc.count_of_counts"
+BATCHES = [["a", "b", "a"], ["c", "a"], ["b", "d", "d", "e"], ["a", "z"]]
+WORD = pa.schema([("word", pa.string())])
+COUNT = pa.schema([("word", pa.string()), ("cnt", pa.int64())])
+COUNTS = pa.schema([("cnt", pa.int64()), ("cnt2", pa.int64())])
+
+
+class Switch(AllowAll):
+    """AllowAll, or (``deny``) a user who may read no DAG."""
+
+    deny = False
+
+    def allowed(self, method: Method, topologies):  # type: ignore[no-untyped-def]
+        return set() if self.deny else set(topologies)
+
+    def all_dags(self, method: Method) -> bool:
+        return not self.deny
+
+
+def build_wordcount(store: MetaStore, warehouse: Path, barriers: int = 4, committed: int = 3) -> None:
+    topo = Topology(TOPOLOGY, warehouse=str(warehouse))
+    topo.root_table("wc.words")
+    topo.job("wc_job", "wc.py", sources=["wc.words"], sinks=["wc.word_count"])
+    topo.job("cc_job", "cc.py", sources=["wc.word_count"], sinks=["wc.count_of_counts"])
+    store.registry.register_topology(topo)
+    loc = {t: store.registry.table(t).location for t in (WORDS, WC, CC)}
+    seen: list[str] = []
+    for k, batch in enumerate(BATCHES[:barriers], start=1):
+        write(loc[WORDS], WORD, [(w,) for w in batch], "append", None, None)
+        store.barriers.create_barrier(TOPOLOGY, {WORDS: k - 1}, run_key=f"r{k}")
+        seen.extend(batch)
+        counts = Counter(seen)
+        write(loc[WC], COUNT, sorted(counts.items()), "overwrite", k, "wc_job")
+        store.table_states.record_written(WC, k, k - 1, "wc_job")
+        if k <= committed:
+            write(loc[CC], COUNTS, sorted(Counter(counts.values()).items()), "overwrite", k, "cc_job")
+            store.table_states.record_written(CC, k, k - 1, "cc_job")
+
+
+@dataclass
+class Server:
+    url: str
+    profile: str
+    store: MetaStore
+    policy: Switch
+    app: object
+
+    def table(self, name: str, share: str = TOPOLOGY) -> str:
+        _catalog, schema, table = name.split(".")
+        return f"{self.profile}#{share}.{schema}.{table}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(sqlite_store: MetaStore, tmp_path: Path) -> Iterator[Server]:
+    build_wordcount(sqlite_store, tmp_path / "wh")
+    policy = Switch()
+    app = create_sharing_app(sqlite_store, policy, seconds=60, max_body_bytes=4096)
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{port}/tsb/sharing"
+    profile = tmp_path / "tsb.share"
+    profile.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": url, "bearerToken": "unused"}))
+    try:
+        yield Server(url, str(profile), sqlite_store, policy, app)
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+
+
+def rows(frame) -> list[tuple]:  # type: ignore[no-untyped-def]
+    return sorted(tuple(r) for r in frame.itertuples(index=False))
+
+
+def test_lists_and_versions(server: Server) -> None:
+    client = delta_sharing.SharingClient(server.profile)
+    assert [s.name for s in client.list_shares()] == [TOPOLOGY]
+    tables = client.list_all_tables()
+    assert sorted((t.share, t.schema, t.name) for t in tables) == [
+        (TOPOLOGY, "wc", "count_of_counts"), (TOPOLOGY, "wc", "word_count"), (TOPOLOGY, "wc", "words")]
+    # every table reports the newest barrier COMMIT over the share (3), not its own (4 for word_count)
+    for name in (WORDS, WC, CC):
+        assert delta_sharing.get_table_version(server.table(name)) == 3
+    meta = delta_sharing.get_table_metadata(server.table(WC))
+    assert [f["name"] for f in json.loads(meta.schema_string)["fields"]] == ["word", "cnt"]
+
+
+def test_every_barrier_equals_the_tsb_readers(server: Server) -> None:
+    for n in (1, 2, 3):
+        shared = {t: delta_sharing.load_as_pandas(server.table(t), version=n) for t in (WORDS, WC, CC)}
+        ours = read_tables_pandas([WORDS, WC, CC], as_of=n, store=server.store)
+        for t in (WORDS, WC, CC):
+            assert rows(shared[t]) == rows(ours[t]), (t, n)
+        # FLIP-276 invariants across the tables read at one version
+        assert int(shared[WC]["cnt"].sum()) == len(shared[WORDS]) == sum(len(b) for b in BATCHES[:n])
+        assert int(shared[CC]["cnt2"].sum()) == len(shared[WC])
+    latest = {t: delta_sharing.load_as_pandas(server.table(t)) for t in (WORDS, WC, CC)}
+    assert int(latest[WC]["cnt"].sum()) == len(latest[WORDS]) == 9  # barrier 3, not word_count's 4
+
+
+def test_timestamp_maps_to_the_newest_barrier_at_or_before_it(server: Server) -> None:
+    ts = {k: server.store.barriers.barrier(TOPOLOGY, k).ts_ms for k in (1, 2, 3)}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts[2] / 1000)) + f".{ts[2] % 1000:03d}Z"
+    expected = max(k for k in ts if ts[k] <= ts[2])  # 2, unless barrier 3 has the same millisecond
+    frame = delta_sharing.load_as_pandas(server.table(WORDS), timestamp=stamp)
+    assert len(frame) == sum(len(b) for b in BATCHES[:expected])
+    early = _query(server, WORDS, {"timestamp": "2000-01-01T00:00:00Z"})
+    assert early.status_code == 400 and "no barrier" in early.json()["message"]
+
+
+def test_changes_between_barriers_are_the_difference_of_the_reads(server: Server) -> None:
+    for name in (WORDS, WC, CC):
+        for first, last in ((1, 1), (2, 3), (1, 3)):
+            changes = delta_sharing.load_table_changes_as_pandas(
+                server.table(name), starting_version=first, ending_version=last)
+            before = Counter(rows(read_tables_pandas([name], as_of=first - 1, store=server.store)[name])
+                             ) if first > 1 else Counter()
+            after = Counter(rows(read_tables_pandas([name], as_of=last, store=server.store)[name]))
+            data = changes.drop(columns=["_change_type", "_commit_version", "_commit_timestamp"])
+            kinds = list(changes["_change_type"])
+            added = Counter(r for r, k in zip(rows_unsorted(data), kinds, strict=True) if k == "insert")
+            removed = Counter(r for r, k in zip(rows_unsorted(data), kinds, strict=True) if k == "delete")
+            assert before + added - removed == after, (name, first, last)
+            assert set(changes["_commit_version"]) <= set(range(first, last + 1))
+
+
+def rows_unsorted(frame) -> list[tuple]:  # type: ignore[no-untyped-def]
+    return [tuple(r) for r in frame.itertuples(index=False)]
+
+
+def _query(server: Server, name: str, body: object, **kw: object) -> httpx.Response:
+    _c, schema, table = name.split(".")
+    return httpx.post(f"{server.url}/shares/{TOPOLOGY}/schemas/{schema}/tables/{table}/query", json=body, **kw)
+
+
+def test_a_query_leases_its_versions_until_its_urls_expire(server: Server) -> None:
+    r = _query(server, WC, {"version": 2})
+    assert r.status_code == 200 and r.headers["delta-table-version"] == "2"
+    files = [json.loads(line)["file"] for line in r.text.splitlines()[2:]]
+    assert files and all(f["url"].startswith(server.url + "/files/") for f in files)
+    assert 1 in server.store.leases.leased_versions(WC)  # barrier 2 is word_count's Delta version 1
+    expires = files[0]["expirationTimestamp"]
+    assert server.store.leases.leased_versions(WC, now=expires + 1) == set()
+    assert httpx.get(files[0]["url"]).status_code == 200
+    # a short-lived query: its lease lapses with its URLs, which then answer 403
+    server.app.dependency_overrides[url_seconds] = lambda: 1  # type: ignore[attr-defined]
+    short = [json.loads(line)["file"] for line in _query(server, CC, {"version": 1}).text.splitlines()[2:]]
+    assert 0 in server.store.leases.leased_versions(CC)
+    time.sleep(1.2)
+    assert 0 not in server.store.leases.leased_versions(CC)
+    gone = httpx.get(short[0]["url"])
+    assert gone.status_code == 403 and gone.json()["errorCode"] == "PERMISSION_DENIED"
+
+
+def test_file_urls_refuse_forgery_and_paths_outside_the_table(server: Server) -> None:
+    r = _query(server, WORDS, {})
+    url = json.loads(r.text.splitlines()[2])["file"]["url"]
+    token = url.rsplit("/", 1)[1]
+    root, path = verify(token)
+    forged = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
+    assert httpx.get(f"{server.url}/files/{forged}").status_code == 403
+    foreign = sign(root, "", 0)
+    assert httpx.get(f"{server.url}/files/{foreign}").status_code == 403  # expired
+    later = int(time.time() * 1000) + 60_000
+    for bad in ("../../tsb.db", "/etc/passwd", "_delta_log/../../x"):
+        assert httpx.get(f"{server.url}/files/{sign(root, bad, later)}").status_code == 403, bad
+    assert httpx.get(f"{server.url}/files/{sign(root, path, later)}").status_code == 200
+    assert httpx.get(f"{server.url}/files/not-a-token").status_code == 403
+
+
+def test_roles_and_bad_input_get_the_protocol_errors(server: Server) -> None:
+    def check(r: httpx.Response, status: int, code: str, text: str = "") -> None:
+        assert r.status_code == status, r.text
+        assert r.json()["errorCode"] == code and text in r.json()["message"], r.text
+
+    check(_query(server, WC, {"version": 0}), 400, "INVALID_PARAMETER_VALUE", "from 1")
+    check(_query(server, WC, {"version": -1}), 400, "INVALID_PARAMETER_VALUE")
+    check(_query(server, WC, {"version": 99}), 400, "INVALID_PARAMETER_VALUE", "barrier 99 was never generated")
+    check(_query(server, CC, {"version": 4}), 400, "INVALID_PARAMETER_VALUE", "not COMMIT")
+    check(_query(server, WC, {"version": "x"}), 400, "INVALID_PARAMETER_VALUE")
+    check(_query(server, WC, {"version": 1, "timestamp": "2020-01-01T00:00:00Z"}), 400, "INVALID_PARAMETER_VALUE")
+    check(_query(server, WC, {"timestamp": "yesterday"}), 400, "INVALID_PARAMETER_VALUE")
+    check(_query(server, WC, {"pad": "x" * 10_000}), 413, "RESOURCE_LIMIT_EXCEEDED")
+    check(_query(server, WC, [1, 2]), 400, "INVALID_PARAMETER_VALUE")
+    check(httpx.get(f"{server.url}/shares/nope/all-tables"), 404, "RESOURCE_DOES_NOT_EXIST")
+    check(httpx.get(f"{server.url}/shares/{TOPOLOGY}/schemas/nope/tables"), 404, "RESOURCE_DOES_NOT_EXIST")
+    check(httpx.get(f"{server.url}/shares/{TOPOLOGY}/schemas/wc/tables/nope/version"), 404,
+          "RESOURCE_DOES_NOT_EXIST")
+    check(httpx.get(f"{server.url}/shares/{TOPOLOGY}/schemas/wc/tables/words/changes?startingVersion=3"
+                    "&endingVersion=2"), 400, "INVALID_PARAMETER_VALUE")
+    check(httpx.get(f"{server.url}/shares?maxResults=x"), 400, "INVALID_PARAMETER_VALUE")
+    server.policy.deny = True
+    with pytest.raises(HTTPError) as err:
+        delta_sharing.load_as_pandas(server.table(WC), version=1)
+    assert err.value.response.status_code == 403
+    check(_query(server, WC, {"version": 1}), 403, "PERMISSION_DENIED")
+    check(httpx.get(f"{server.url}/shares/nope"), 403, "PERMISSION_DENIED")  # names nothing
+    assert httpx.get(f"{server.url}/shares").json() == {"items": []}
+    server.policy.deny = False
+
+
+def test_expired_barrier_names_the_retention(server: Server) -> None:
+    server.store.expiry.mark_expired(WC, 2, latest_version=3, consumers=False)  # keeps barriers 3, 4
+    r = _query(server, WC, {"version": 1})
+    assert r.status_code == 400 and r.json()["errorCode"] == "INVALID_PARAMETER_VALUE"
+    assert "keep" in r.json()["message"], r.text
+    assert _query(server, WC, {"version": 3}).status_code == 200
