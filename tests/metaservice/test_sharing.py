@@ -9,6 +9,7 @@ uvicorn on a free port of 127.0.0.1.
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import threading
@@ -21,6 +22,7 @@ from pathlib import Path
 import delta_sharing
 import httpx
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import uvicorn
 from requests.exceptions import HTTPError
@@ -251,3 +253,39 @@ def test_expired_barrier_names_the_retention(server: Server) -> None:
     assert r.status_code == 400 and r.json()["errorCode"] == "INVALID_PARAMETER_VALUE"
     assert "keep" in r.json()["message"], r.text
     assert _query(server, WC, {"version": 3}).status_code == 200
+
+
+def test_read_committed_share_serves_the_staged_files(server: Server) -> None:
+    location = server.store.registry.table(CC).location
+    rel = "tsb_staging/cc_job/0/4/attempt1/part-00000.parquet"
+    counts = Counter(Counter(w for b in BATCHES for w in b).values())
+    staged = Path(location) / rel
+    staged.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([{"cnt": c, "cnt2": n} for c, n in sorted(counts.items())], schema=COUNTS),
+                   staged)
+    server.store.table_states.record_processed(CC, 4, "cc_job", {"mode": "overwrite", "files": [rel]})
+    rc = "wordcount--read-committed"
+    assert delta_sharing.get_table_version(server.table(CC, rc)) == 4
+    assert delta_sharing.get_table_version(server.table(CC)) == 3  # REPEATABLE_READ: COMMIT only
+    shared = {t: delta_sharing.load_as_pandas(server.table(t, rc)) for t in (WORDS, WC, CC)}
+    ours = read_tables_pandas([WORDS, WC, CC], "read-committed", store=server.store)
+    for t in (WORDS, WC, CC):
+        assert rows(shared[t]) == rows(ours[t]), t
+    assert int(shared[WC]["cnt"].sum()) == len(shared[WORDS]) == 11
+    assert int(shared[CC]["cnt2"].sum()) == len(shared[WC])
+
+
+def test_profile_command_writes_a_profile_the_client_reads(server: Server, tmp_path: Path) -> None:
+    from airflow_provider_tsb.cli import main
+
+    base = server.url[: -len("/tsb/sharing")]
+    token = "h." + base64.urlsafe_b64encode(b'{"exp": 1893456000}').decode().rstrip("=") + ".s"
+    out = tmp_path / "profile.share"
+    assert main(["share", "profile", TOPOLOGY, "--api-url", base, "--token", token, "-o", str(out)]) == 0
+    profile = json.loads(out.read_text())
+    assert profile == {"shareCredentialsVersion": 1, "endpoint": server.url, "bearerToken": token,
+                       "expirationTime": "2030-01-01T00:00:00Z"}
+    assert out.stat().st_mode & 0o077 == 0
+    frame = delta_sharing.load_as_pandas(f"{out}#{TOPOLOGY}.wc.word_count", version=2)
+    assert int(frame["cnt"].sum()) == 5
+    assert main(["share", "profile", "nope", "--api-url", base, "--token", token]) == 2
