@@ -289,3 +289,15 @@ def test_profile_command_writes_a_profile_the_client_reads(server: Server, tmp_p
     frame = delta_sharing.load_as_pandas(f"{out}#{TOPOLOGY}.wc.word_count", version=2)
     assert int(frame["cnt"].sum()) == 5
     assert main(["share", "profile", "nope", "--api-url", base, "--token", token]) == 2
+
+
+def test_the_api_server_app_authenticates_the_protocol_but_not_the_file_urls() -> None:
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_tsb.api.app import create_app
+
+    client = TestClient(create_app())  # mounted at /tsb by the plugin: /tsb/sharing
+    r = client.get("/sharing/shares")
+    assert r.status_code == 401 and r.json()["errorCode"] == "UNAUTHENTICATED"
+    r = client.get("/sharing/files/not-a-token")  # no bearer token needed; the signature is refused
+    assert r.status_code == 403 and r.json()["errorCode"] == "PERMISSION_DENIED"
