@@ -94,10 +94,17 @@ def resolve_share(store: MetaStore, name: str) -> Share:
 
 
 def shared_tables(store: MetaStore, share: Share) -> list[SharedTable]:
-    """The tables of ``share``, sorted by schema and name."""
+    """The tables of ``share`` that have a WRITTEN barrier, sorted by schema and name.
+
+    A table is shared from its first committed barrier on: a newly registered sink that has
+    committed nothing yet would otherwise leave no barrier COMMIT over the share.
+    """
     out = []
     for topology in share.topologies:
+        written = store.table_states.newest_written_by_table(topology)
         for info in store.registry.tables(topology):
+            if info.name not in written:
+                continue
             _catalog, database, table = info.name.split(".")
             out.append(SharedTable(share.name, database, table, info))
     return sorted(out, key=lambda t: (t.schema, t.name))

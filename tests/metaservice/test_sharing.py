@@ -301,3 +301,42 @@ def test_the_api_server_app_authenticates_the_protocol_but_not_the_file_urls() -
     assert r.status_code == 401 and r.json()["errorCode"] == "UNAUTHENTICATED"
     r = client.get("/sharing/files/not-a-token")  # no bearer token needed; the signature is refused
     assert r.status_code == 403 and r.json()["errorCode"] == "PERMISSION_DENIED"
+
+
+def test_a_table_is_shared_from_its_first_committed_barrier(server: Server) -> None:
+    server.store.registry.create_job(TOPOLOGY, "late_job")
+    server.store.registry.register_source("late_job", WC)
+    server.store.registry.register_sink("late_job", "tsb.wc.late")  # nothing committed yet
+    client = delta_sharing.SharingClient(server.profile)
+    assert "late" not in {t.name for t in client.list_all_tables()}
+    assert delta_sharing.get_table_version(server.table(WC)) == 3  # the share stays readable
+
+
+def test_a_barrier_domain_is_one_share(server: Server, tmp_path: Path) -> None:
+    """wordlen reads wordcount's root table, so both share barriers (a domain named wordcount):
+    share wordcount holds both topologies' tables, share wordlen its own."""
+    store, lengths = server.store, "tsb.wl.lengths"
+    topo = Topology("wordlen", warehouse=str(tmp_path / "wh"))
+    topo.root_table("wc.words")
+    topo.job("wl_job", "wl.py", sources=["wc.words"], sinks=["wl.lengths"])
+    store.registry.register_topology(topo)
+    barrier = store.barriers.create_barrier("wordlen", {WORDS: 3}, run_key="r5").barrier
+    assert barrier == 5
+    words = [w for b in BATCHES for w in b]
+    loc = {t: store.registry.table(t).location for t in (WC, CC, lengths)}
+    counts = Counter(words)
+    write(loc[lengths], pa.schema([("n", pa.int64())]), [(len(words),)], "overwrite", 5, "wl_job")
+    store.table_states.record_written(lengths, 5, 0, "wl_job")
+    write(loc[WC], COUNT, sorted(counts.items()), "overwrite", 5, "wc_job")
+    store.table_states.record_written(WC, 5, 4, "wc_job")
+    for k, version in ((4, 3), (5, 4)):
+        write(loc[CC], COUNTS, sorted(Counter(counts.values()).items()), "overwrite", k, "cc_job")
+        store.table_states.record_written(CC, k, version, "cc_job")
+    client = delta_sharing.SharingClient(server.profile)
+    assert [s.name for s in client.list_shares()] == ["wordcount", "wordlen"]
+    shared = {(t.share, t.schema, t.name) for t in client.list_all_tables()}
+    assert ("wordcount", "wl", "lengths") in shared and ("wordlen", "wc", "word_count") not in shared
+    assert delta_sharing.get_table_version(server.table(lengths)) == 5
+    n = delta_sharing.load_as_pandas(server.table(lengths), version=5)["n"].sum()
+    assert n == len(delta_sharing.load_as_pandas(server.table(WORDS), version=5)) == len(words)
+    assert delta_sharing.get_table_version(server.table(lengths, "wordlen")) == 5
