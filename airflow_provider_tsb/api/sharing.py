@@ -12,7 +12,8 @@ APIs of the Delta Sharing protocol (github.com/delta-io/delta-sharing, PROTOCOL.
 * ``GET .../tables/{table}/metadata`` ("Query Table Metadata"): NDJSON protocol + metaData;
 * ``POST .../tables/{table}/query`` ("Read Data from a Table"): body ``version`` (AS OF that
   barrier) or ``timestamp`` (the newest barrier at or before it); NDJSON protocol, metaData and
-  one ``file`` line per Parquet file with a signed URL (:mod:`.sharing_files`); the versions
+  one ``file`` line per Parquet file with a signed URL (:mod:`.sharing_files`; on S3 a presigned
+  URL of the store, :mod:`.sharing_presign`); the versions
   served are leased for as long as the URLs live, so snapshot expiry keeps the files;
   ``startingVersion`` answers as ``changes``;
 * ``GET .../tables/{table}/changes`` ("Read Change Data Feed from a Table"):
@@ -47,7 +48,9 @@ from airflow_provider_tsb.api.limits import _config_number, short_text
 from airflow_provider_tsb.api.routes import get_access, get_store
 from airflow_provider_tsb.api.sharing_files import ForbiddenFileError, file_id, sign, verify
 from airflow_provider_tsb.api.sharing_lines import change_lines, file_response, metadata_lines, query_lines
+from airflow_provider_tsb.api.sharing_presign import presigned_url
 from airflow_provider_tsb.exceptions import ExpiredVersionError, TsbError, UnknownBarrierError
+from airflow_provider_tsb.metastore.records import now_ms
 from airflow_provider_tsb.metastore.store import MetaStore
 
 PREFIX = "/sharing"
@@ -249,8 +252,14 @@ def query_table(request: Request, store: StoreDep, access: AccessDep, seconds: A
 
 
 def _signer(request: Request, expires: int) -> Callable[[str, str], tuple[str, str]]:
+    """``(root, path) -> (url, file id)``: a presigned S3 URL when the store can give one, else
+    the api-server's own signed URL (both valid until ``expires``, epoch ms)."""
+    seconds = max(1, (expires - now_ms()) // 1000)
+
     def url(root: str, path: str) -> tuple[str, str]:
-        return str(request.url_for("sharing_file", token=sign(root, path, expires))), file_id(root, path)
+        presigned = presigned_url(root, path, seconds)
+        own = presigned or str(request.url_for("sharing_file", token=sign(root, path, expires)))
+        return own, file_id(root, path)
 
     return url
 

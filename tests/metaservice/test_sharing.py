@@ -340,3 +340,59 @@ def test_a_barrier_domain_is_one_share(server: Server, tmp_path: Path) -> None:
     n = delta_sharing.load_as_pandas(server.table(lengths), version=5)["n"].sum()
     assert n == len(delta_sharing.load_as_pandas(server.table(WORDS), version=5)) == len(words)
     assert delta_sharing.get_table_version(server.table(lengths, "wordlen")) == 5
+
+
+def test_s3_presigned_urls_match_the_aws_example() -> None:
+    """AWS's own example ("Authenticating Requests: Using Query Parameters", Signature V4)."""
+    from datetime import UTC, datetime
+
+    from airflow_provider_tsb.api.sharing_presign import presign_s3
+
+    url = presign_s3("examplebucket", "test.txt", 86400, {
+        "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    }, now=datetime(2013, 5, 24, tzinfo=UTC))
+    assert url == (
+        "https://examplebucket.s3.amazonaws.com/test.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential="
+        "AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20130524T000000Z&X-Amz-Expires="
+        "86400&X-Amz-SignedHeaders=host&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404"
+    )
+
+
+@pytest.mark.slow
+def test_a_table_on_s3_is_read_through_presigned_urls(server: Server, tmp_path: Path) -> None:
+    """A root table on a moto S3 server: the query answers presigned URLs of the store, which
+    the official client fetches from it directly."""
+    from types import SimpleNamespace
+
+    import pyarrow.fs as pafs
+    from deltalake import write_deltalake
+
+    from airflow_provider_tsb.delta import storage
+    from tests.support.s3_server import start_s3_server
+
+    (tmp_path / "s3").mkdir()
+    s3 = start_s3_server(tmp_path / "s3")
+    conn = SimpleNamespace(conn_type="aws", login="testing", password="testing", host=None,
+                           extra_dejson={"region_name": "us-east-1", "endpoint_url": s3.endpoint})
+    options = storage.storage_options_from_connection(conn)
+    storage.configure(options)
+    try:
+        pafs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1",
+                          endpoint_override=s3.endpoint.split("://")[1], scheme="http",
+                          allow_bucket_creation=True).create_dir("tsb-share")
+        topo = Topology("remote", warehouse="s3://tsb-share/wh")
+        topo.root_table("rem.events")
+        topo.job("rem_job", "rem.py", sources=["rem.events"], sinks=["rem.out"])
+        server.store.registry.register_topology(topo)
+        location = server.store.registry.table("tsb.rem.events").location
+        write_deltalake(location, pa.table({"id": [1, 2, 3]}), storage_options=options)
+        server.store.barriers.create_barrier("remote", {"tsb.rem.events": 0}, run_key="s3")
+        r = httpx.post(f"{server.url}/shares/remote/schemas/rem/tables/events/query", json={"version": 1})
+        url = json.loads(r.text.splitlines()[2])["file"]["url"]
+        assert url.startswith(f"{s3.endpoint}/tsb-share/wh/") and "X-Amz-Signature=" in url, url
+        frame = delta_sharing.load_as_pandas(f"{server.profile}#remote.rem.events", version=1)
+        assert sorted(frame["id"]) == [1, 2, 3]
+    finally:
+        storage.configure(None)
+        s3.stop()
