@@ -18,6 +18,10 @@ The Airflow security module imports the ORM, so it is imported lazily, inside th
 the plugin module is also imported by every task process (plugins provide macros/listeners there),
 and those processes must not pay for (or touch) the API server's machinery.
 
+The Delta Sharing server (:mod:`airflow_provider_tsb.api.sharing`) is mounted at ``/tsb/sharing``
+with the same authentication and roles; only its ``/files/{token}`` route takes no bearer token
+(the client fetches file URLs without one: their HMAC signature is the credential).
+
 Extend with routers::
 
     router = APIRouter(prefix="/api/v1", dependencies=[Depends(get_current_user)])

@@ -178,7 +178,12 @@ def rows_unsorted(frame) -> list[tuple]:  # type: ignore[no-untyped-def]
 
 def _query(server: Server, name: str, body: object, **kw: object) -> httpx.Response:
     _c, schema, table = name.split(".")
-    return httpx.post(f"{server.url}/shares/{TOPOLOGY}/schemas/{schema}/tables/{table}/query", json=body, **kw)
+    return httpx.post(f"{server.url}/shares/{TOPOLOGY}/schemas/{schema}/tables/{table}/query", json=body,
+                      timeout=60, **kw)
+
+
+def _get(url: str) -> httpx.Response:
+    return httpx.get(url, timeout=60)  # a busy shared machine: not httpx's 5 s
 
 
 def test_a_query_leases_its_versions_until_its_urls_expire(server: Server) -> None:
@@ -189,14 +194,14 @@ def test_a_query_leases_its_versions_until_its_urls_expire(server: Server) -> No
     assert 1 in server.store.leases.leased_versions(WC)  # barrier 2 is word_count's Delta version 1
     expires = files[0]["expirationTimestamp"]
     assert server.store.leases.leased_versions(WC, now=expires + 1) == set()
-    assert httpx.get(files[0]["url"]).status_code == 200
+    assert _get(files[0]["url"]).status_code == 200
     # a short-lived query: its lease lapses with its URLs, which then answer 403
     server.app.dependency_overrides[url_seconds] = lambda: 1  # type: ignore[attr-defined]
     short = [json.loads(line)["file"] for line in _query(server, CC, {"version": 1}).text.splitlines()[2:]]
     assert 0 in server.store.leases.leased_versions(CC)
     time.sleep(1.2)
     assert 0 not in server.store.leases.leased_versions(CC)
-    gone = httpx.get(short[0]["url"])
+    gone = _get(short[0]["url"])
     assert gone.status_code == 403 and gone.json()["errorCode"] == "PERMISSION_DENIED"
 
 
@@ -206,14 +211,14 @@ def test_file_urls_refuse_forgery_and_paths_outside_the_table(server: Server) ->
     token = url.rsplit("/", 1)[1]
     root, path = verify(token)
     forged = token[:-3] + ("AAA" if not token.endswith("AAA") else "BBB")
-    assert httpx.get(f"{server.url}/files/{forged}").status_code == 403
+    assert _get(f"{server.url}/files/{forged}").status_code == 403
     foreign = sign(root, "", 0)
-    assert httpx.get(f"{server.url}/files/{foreign}").status_code == 403  # expired
+    assert _get(f"{server.url}/files/{foreign}").status_code == 403  # expired
     later = int(time.time() * 1000) + 60_000
     for bad in ("../../tsb.db", "/etc/passwd", "_delta_log/../../x"):
-        assert httpx.get(f"{server.url}/files/{sign(root, bad, later)}").status_code == 403, bad
-    assert httpx.get(f"{server.url}/files/{sign(root, path, later)}").status_code == 200
-    assert httpx.get(f"{server.url}/files/not-a-token").status_code == 403
+        assert _get(f"{server.url}/files/{sign(root, bad, later)}").status_code == 403, bad
+    assert _get(f"{server.url}/files/{sign(root, path, later)}").status_code == 200
+    assert _get(f"{server.url}/files/not-a-token").status_code == 403
 
 
 def test_roles_and_bad_input_get_the_protocol_errors(server: Server) -> None:
@@ -230,20 +235,20 @@ def test_roles_and_bad_input_get_the_protocol_errors(server: Server) -> None:
     check(_query(server, WC, {"timestamp": "yesterday"}), 400, "INVALID_PARAMETER_VALUE")
     check(_query(server, WC, {"pad": "x" * 10_000}), 413, "RESOURCE_LIMIT_EXCEEDED")
     check(_query(server, WC, [1, 2]), 400, "INVALID_PARAMETER_VALUE")
-    check(httpx.get(f"{server.url}/shares/nope/all-tables"), 404, "RESOURCE_DOES_NOT_EXIST")
-    check(httpx.get(f"{server.url}/shares/{TOPOLOGY}/schemas/nope/tables"), 404, "RESOURCE_DOES_NOT_EXIST")
-    check(httpx.get(f"{server.url}/shares/{TOPOLOGY}/schemas/wc/tables/nope/version"), 404,
+    check(_get(f"{server.url}/shares/nope/all-tables"), 404, "RESOURCE_DOES_NOT_EXIST")
+    check(_get(f"{server.url}/shares/{TOPOLOGY}/schemas/nope/tables"), 404, "RESOURCE_DOES_NOT_EXIST")
+    check(_get(f"{server.url}/shares/{TOPOLOGY}/schemas/wc/tables/nope/version"), 404,
           "RESOURCE_DOES_NOT_EXIST")
-    check(httpx.get(f"{server.url}/shares/{TOPOLOGY}/schemas/wc/tables/words/changes?startingVersion=3"
+    check(_get(f"{server.url}/shares/{TOPOLOGY}/schemas/wc/tables/words/changes?startingVersion=3"
                     "&endingVersion=2"), 400, "INVALID_PARAMETER_VALUE")
-    check(httpx.get(f"{server.url}/shares?maxResults=x"), 400, "INVALID_PARAMETER_VALUE")
+    check(_get(f"{server.url}/shares?maxResults=x"), 400, "INVALID_PARAMETER_VALUE")
     server.policy.deny = True
     with pytest.raises(HTTPError) as err:
         delta_sharing.load_as_pandas(server.table(WC), version=1)
     assert err.value.response.status_code == 403
     check(_query(server, WC, {"version": 1}), 403, "PERMISSION_DENIED")
-    check(httpx.get(f"{server.url}/shares/nope"), 403, "PERMISSION_DENIED")  # names nothing
-    assert httpx.get(f"{server.url}/shares").json() == {"items": []}
+    check(_get(f"{server.url}/shares/nope"), 403, "PERMISSION_DENIED")  # names nothing
+    assert _get(f"{server.url}/shares").json() == {"items": []}
     server.policy.deny = False
 
 
@@ -388,7 +393,7 @@ def test_a_table_on_s3_is_read_through_presigned_urls(server: Server, tmp_path: 
         location = server.store.registry.table("tsb.rem.events").location
         write_deltalake(location, pa.table({"id": [1, 2, 3]}), storage_options=options)
         server.store.barriers.create_barrier("remote", {"tsb.rem.events": 0}, run_key="s3")
-        r = httpx.post(f"{server.url}/shares/remote/schemas/rem/tables/events/query", json={"version": 1})
+        r = httpx.post(f"{server.url}/shares/remote/schemas/rem/tables/events/query", json={"version": 1}, timeout=60)
         url = json.loads(r.text.splitlines()[2])["file"]["url"]
         assert url.startswith(f"{s3.endpoint}/tsb-share/wh/") and "X-Amz-Signature=" in url, url
         frame = delta_sharing.load_as_pandas(f"{server.profile}#remote.rem.events", version=1)
