@@ -149,9 +149,10 @@ def version_files(tv: TableVersion) -> list[DataFile]:
         return base
     staged = []
     for entry in tv.staged.get("files") or []:
-        path = str(entry["path"] if isinstance(entry, Mapping) else entry)
-        values = dict(entry.get("partition_values") or {}) if isinstance(entry, Mapping) else {}
-        staged.append(DataFile(path, _size(tv.location, path), values))
+        meta: Mapping[str, Any] = entry if isinstance(entry, Mapping) else {"path": entry}
+        path = str(meta["path"])
+        size = int(meta.get("size") or _size(tv.location, path))  # the data plane's entries carry it
+        staged.append(DataFile(path, size, dict(meta.get("partition_values") or {}), meta.get("num_records")))
     if tv.staged.get("mode") == "overwrite":
         return staged
     removes = {str(p) for p in tv.staged.get("removes") or []}
