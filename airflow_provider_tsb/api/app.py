@@ -18,6 +18,10 @@ The Airflow security module imports the ORM, so it is imported lazily, inside th
 the plugin module is also imported by every task process (plugins provide macros/listeners there),
 and those processes must not pay for (or touch) the API server's machinery.
 
+The Delta Sharing server (:mod:`airflow_provider_tsb.api.sharing`) is mounted at ``/tsb/sharing``
+with the same authentication and roles; only its ``/files/{token}`` route takes no bearer token
+(the client fetches file URLs without one: their HMAC signature is the credential).
+
 Extend with routers::
 
     router = APIRouter(prefix="/api/v1", dependencies=[Depends(get_current_user)])
@@ -219,6 +223,11 @@ def create_app() -> FastAPI:
     # route asks the auth manager about the DAGs of the topology it touches (api/access.py).
     app.include_router(metaservice_router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
     app.dependency_overrides[get_access] = airflow_access
+    # The Delta Sharing server at /tsb/sharing (api/sharing.py): the same auth and roles; its
+    # file route is authenticated by the URL's signature instead.
+    from airflow_provider_tsb.api.sharing import install_sharing
+
+    install_sharing(app, dependencies=[Depends(get_current_user)])
     install_exception_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_body_bytes())
     app.include_router(ui_router)

@@ -103,7 +103,12 @@ class BodySizeLimitMiddleware:
                 except ValueError:
                     declared = 0
                 if declared > self.max_bytes:
-                    response = JSONResponse({"detail": detail, "error": "RequestTooLarge"}, status_code=413)
+                    response = JSONResponse(
+                        # errorCode/message: the Delta Sharing error shape (api/sharing.py)
+                        {"detail": detail, "error": "RequestTooLarge", "errorCode": "RESOURCE_LIMIT_EXCEEDED",
+                         "message": detail},
+                        status_code=413,
+                    )
                     await response(scope, _drained(receive), send)
                     return
         received = 0

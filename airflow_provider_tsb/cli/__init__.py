@@ -15,9 +15,10 @@ Commands::
     tsb spark start | stop | status      the local Spark Connect server the jobs share
     tsb root append | barrier create | job run   a topology by hand (JSON)
     tsb check                            the example topologies under concurrent readers
+    tsb share profile TOPOLOGY --api-url URL   a Delta Sharing profile (endpoint, token)
 
 One module of this package per command group (``db``, ``topology``, ``versions``, ``check``,
-``runs``, ``rollback``, ``expire``, ``freshness``, ``spark``), each adding its commands with its
+``runs``, ``rollback``, ``expire``, ``freshness``, ``spark``, ``share``), each adding its commands with its
 ``register(sub)``; what they share (the metastore of a command, argument types) is in
 :mod:`.common`.
 
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         freshness,
         rollback,
         runs,
+        share,
         spark,
         topology,
         versions,
@@ -58,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="airflow-provider-tsb: timestamp barriers (FLIP-276) for Spark ETL on Delta Lake",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (db, topology, versions, check, runs, rollback, expire, freshness, spark):
+    for group in (db, topology, versions, check, runs, rollback, expire, freshness, spark, share):
         group.register(sub)
     return parser
 

@@ -406,6 +406,35 @@ def test_cli_versions_through_the_api(dep: Deployment) -> None:
     assert misplaced.returncode == 2 and "add --api-url" in misplaced.stderr
 
 
+def test_delta_sharing_on_the_running_server(dep: Deployment, tmp_path: Path) -> None:
+    """The official delta-sharing client with Airflow tokens (issue 24): alice reads sales at its
+    barrier, sees no payroll share and gets the protocol's 403 for it; no token gets 401."""
+    import delta_sharing
+    from requests.exceptions import HTTPError
+
+    endpoint = str(dep.af.client.base_url).rstrip("/") + "/tsb/sharing"
+
+    def profile(user: str) -> str:
+        path = tmp_path / f"{user}.share"
+        path.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": endpoint,
+                                    "bearerToken": dep.tokens[user]}))
+        return str(path)
+
+    alice, admin = profile("alice"), profile("admin")
+    assert [s.name for s in delta_sharing.SharingClient(alice).list_shares()] == ["sales"]
+    assert {s.name for s in delta_sharing.SharingClient(admin).list_shares()} == {"sales", "payroll"}
+    frame = delta_sharing.load_as_pandas(f"{alice}#sales.sales.out", version=1)
+    assert frame["id"].tolist() == [2]
+    assert delta_sharing.get_table_version(f"{alice}#sales.raw_sales.events") == 1
+    with pytest.raises(HTTPError) as err:
+        delta_sharing.load_as_pandas(f"{alice}#payroll.payroll.out", version=1)
+    assert err.value.response.status_code == 403
+    assert err.value.response.json()["errorCode"] == "PERMISSION_DENIED"
+    _no_payroll(err.value.response)
+    anonymous = dep.af.client.get("/tsb/sharing/shares")
+    assert anonymous.status_code == 401 and anonymous.json()["errorCode"] == "UNAUTHENTICATED"
+
+
 def test_freshness_on_the_running_server(dep: Deployment) -> None:
     """sales.out declares a 0.5 s target; a new barrier it has not committed makes it miss, with
     sales_job as the bottleneck, for a reader of sales (TsbClient with alice's token); after

@@ -1,0 +1,171 @@
+"""Files of a shared table version and their signed URLs (Delta Sharing "Read Data from a Table").
+
+A query answers one ``file`` line per Parquet file of the table at the barrier's Delta version
+(:func:`version_files`), with a URL the client fetches without the bearer token:
+``{endpoint}/files/{token}``. The token is ``base64url(payload).base64url(hmac)``, payload
+``[table root, path relative to it, expiry epoch ms]``, the MAC an HMAC-SHA256 under
+:func:`signing_key`: Airflow's ``[api] secret_key`` when set (every api-server worker of a
+deployment shares it), else a random key per process (URLs then work only against the worker
+that made them). :func:`verify` refuses a forged or expired token and a path outside the table
+root (``..``, absolute paths): all :class:`ForbiddenFileError` (403).
+
+Tables on object storage are served the same way (the api-server streams the object with the
+deployment's storage options, :mod:`airflow_provider_tsb.delta.storage`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import posixpath
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_tsb.api.access import AccessDeniedError
+from airflow_provider_tsb.metastore.records import BarrierState, TableVersion, now_ms
+
+_process_key = secrets.token_bytes(32)
+
+
+class ForbiddenFileError(AccessDeniedError):
+    """403: a file URL whose signature is forged or expired, or whose path leaves the table."""
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One Parquet file of a table version.
+
+    Attributes:
+        path: path relative to the table root (Delta ``add.path``, URL-decoded).
+        size: bytes.
+        partition_values: ``{column: value as string or None}``.
+        num_records: rows, when the log records it.
+    """
+
+    path: str
+    size: int
+    partition_values: dict[str, str | None]
+    num_records: int | None = None
+
+
+def signing_key() -> bytes:
+    """The HMAC key: SHA-256 of Airflow's ``[api] secret_key``, else a random per-process key."""
+    secret = None
+    try:
+        from airflow.configuration import conf
+
+        secret = conf.get("api", "secret_key", fallback=None)
+    except Exception:  # noqa: BLE001 - no Airflow config: the per-process key
+        secret = None
+    if not secret:
+        return _process_key
+    return hashlib.sha256(b"tsb-sharing:" + secret.encode()).digest()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def sign(root: str, path: str, expires_ms: int, key: bytes | None = None) -> str:
+    """A URL token for file ``path`` (relative) of the table at ``root`` until ``expires_ms``."""
+    payload = json.dumps([root, path, int(expires_ms)], separators=(",", ":")).encode()
+    mac = hmac.new(key or signing_key(), payload, hashlib.sha256).digest()
+    return f"{_b64(payload)}.{_b64(mac)}"
+
+
+def verify(token: str, key: bytes | None = None, now: int | None = None) -> tuple[str, str]:
+    """``(table root, relative path)`` of a valid token.
+
+    Raises:
+        ForbiddenFileError: malformed or forged token, expired, or a path outside the root.
+    """
+    try:
+        head, mac = token.split(".", 1)
+        payload = _unb64(head)
+        good = hmac.compare_digest(hmac.new(key or signing_key(), payload, hashlib.sha256).digest(), _unb64(mac))
+        root, path, expires = json.loads(payload) if good else (None, None, 0)
+    except (ValueError, TypeError):
+        raise ForbiddenFileError("invalid file URL") from None
+    if not good or not isinstance(root, str) or not isinstance(path, str) or not isinstance(expires, int):
+        raise ForbiddenFileError("invalid file URL signature")
+    if expires <= (now if now is not None else now_ms()):
+        raise ForbiddenFileError("this file URL has expired: query the table again for fresh URLs")
+    normal = posixpath.normpath(path)
+    if path.startswith("/") or normal.startswith("..") or "://" in path:
+        raise ForbiddenFileError("the file URL names a path outside its table")
+    return root, normal
+
+
+def local_file(root: str, path: str) -> str:
+    """The absolute local path of ``path`` under ``root``, refusing links that leave the root.
+
+    Raises:
+        ForbiddenFileError: the real path is outside the root's real path.
+    """
+    real_root = os.path.realpath(root)
+    full = os.path.realpath(os.path.join(real_root, path))
+    if os.path.commonpath([full, real_root]) != real_root:
+        raise ForbiddenFileError("the file URL names a path outside its table")
+    return full
+
+
+def _partition_values(row: Mapping[str, Any]) -> dict[str, str | None]:
+    return {k[len("partition."):]: (None if v is None else str(v)) for k, v in row.items()
+            if k.startswith("partition.")}
+
+
+def snapshot_files(location: str, version: int) -> list[DataFile]:
+    """The files of the Delta table at ``location``, ``version`` (one snapshot load).
+
+    Raises:
+        TableNotFoundError, DeltaLogError: as :func:`~airflow_provider_tsb.delta.log.open_table`.
+    """
+    from urllib.parse import unquote
+
+    import pyarrow as pa
+
+    from airflow_provider_tsb.delta.log import open_table
+
+    rows = pa.table(open_table(location, version).get_add_actions(flatten=True)).to_pylist()
+    return [DataFile(unquote(r["path"]), int(r["size_bytes"]), _partition_values(r), r.get("num_records"))
+            for r in rows]
+
+
+def version_files(tv: TableVersion) -> list[DataFile]:
+    """The files of a resolved version: a WRITTEN version's files; a PROCESSED one (READ_COMMITTED)
+    is its previous version with the staged manifest applied (``overwrite``: the staged files;
+    ``append``: both, minus ``removes``)."""
+    base = snapshot_files(tv.location, tv.version) if tv.version is not None else []
+    if tv.state != BarrierState.PROCESSED or not tv.staged:
+        return base
+    staged = []
+    for entry in tv.staged.get("files") or []:
+        meta: Mapping[str, Any] = entry if isinstance(entry, Mapping) else {"path": entry}
+        path = str(meta["path"])
+        size = int(meta.get("size") or _size(tv.location, path))  # the data plane's entries carry it
+        staged.append(DataFile(path, size, dict(meta.get("partition_values") or {}), meta.get("num_records")))
+    if tv.staged.get("mode") == "overwrite":
+        return staged
+    removes = {str(p) for p in tv.staged.get("removes") or []}
+    return [f for f in base if f.path not in removes] + staged
+
+
+def _size(location: str, path: str) -> int:
+    from airflow_provider_tsb.delta.log import filesystem, join
+
+    fs, full = filesystem(join(location, path))
+    return int(fs.get_file_info(full).size or 0)
+
+
+def file_id(location: str, path: str) -> str:
+    """A stable id of a file: a hash of its table root and path."""
+    return hashlib.sha256(f"{location}\0{path}".encode()).hexdigest()[:32]
