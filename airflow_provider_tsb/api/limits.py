@@ -43,7 +43,7 @@ MAX_ECHO = 100
 MAX_DETAIL = 2000
 
 
-def _config_number(key: str, default: int) -> int:
+def config_number(key: str, default: int) -> int:
     """``[tsb] <key>`` from the Airflow config as a positive integer (``default`` without Airflow)."""
     try:
         from airflow.configuration import conf
@@ -63,12 +63,12 @@ def _config_number(key: str, default: int) -> int:
 
 def max_request_body_bytes() -> int:
     """``[tsb] max_request_body_bytes``: largest request body in bytes (default 1 MiB)."""
-    return _config_number("max_request_body_bytes", DEFAULT_MAX_BODY_BYTES)
+    return config_number("max_request_body_bytes", DEFAULT_MAX_BODY_BYTES)
 
 
 def max_lease_seconds() -> int:
     """``[tsb] max_lease_seconds``: longest lease through the API in seconds (default 6 h)."""
-    return _config_number("max_lease_seconds", DEFAULT_MAX_LEASE_SECONDS)
+    return config_number("max_lease_seconds", DEFAULT_MAX_LEASE_SECONDS)
 
 
 def too_large_detail(max_bytes: int) -> str:

@@ -44,7 +44,7 @@ from fastapi.routing import APIRoute
 from airflow_provider_tsb.api import sharing_model as sm
 from airflow_provider_tsb.api.access import READ, AccessDeniedError, AllowAll, TopologyAccess
 from airflow_provider_tsb.api.errors import status_for
-from airflow_provider_tsb.api.limits import _config_number, max_lease_seconds, short_text
+from airflow_provider_tsb.api.limits import config_number, max_lease_seconds, short_text
 from airflow_provider_tsb.api.routes import get_access, get_store
 from airflow_provider_tsb.api.sharing_files import ForbiddenFileError, file_id, sign, verify
 from airflow_provider_tsb.api.sharing_lines import change_lines, file_response, metadata_lines, query_lines
@@ -66,7 +66,7 @@ _CODES = {400: "INVALID_PARAMETER_VALUE", 403: "PERMISSION_DENIED", 404: "RESOUR
 def url_seconds() -> int:
     """Dependency: lifetime of file URLs and query leases, seconds (``[tsb] sharing_url_seconds``,
     default 900; at most ``[tsb] max_lease_seconds``, the longest lease a reader may take)."""
-    return min(_config_number("sharing_url_seconds", DEFAULT_URL_SECONDS), max_lease_seconds())
+    return min(config_number("sharing_url_seconds", DEFAULT_URL_SECONDS), max_lease_seconds())
 
 
 def sharing_error(status: int, message: str) -> JSONResponse:
