@@ -99,6 +99,81 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
     assert os.path.exists(root / "warehouse")
 
 
+#: a pandas user's script: only the official Delta Sharing client, no tsb code (run in its own venv)
+SHARING_READER = """
+import json, math, sys
+import delta_sharing
+
+profile, barriers = sys.argv[1], int(sys.argv[2])
+tables = ["flights.flights_enriched", "flights.carrier_daily_delay", "flights.carrier_ranking"]
+
+def rows(df):
+    df = df.select_dtypes(exclude=["datetime", "datetimetz"])
+    out = []
+    for rec in df.astype(object).itertuples(index=False):
+        out.append([None if (isinstance(v, float) and math.isnan(v)) else round(v, 6) if isinstance(v, float)
+                    else v.item() if hasattr(v, "item") else v for v in rec])
+    return sorted(out, key=repr)
+
+answer = {"version": delta_sharing.get_table_version(f"{profile}#flights.{tables[0]}"), "cuts": {}}
+for n in range(1, barriers + 1):
+    answer["cuts"][n] = {t: rows(delta_sharing.load_as_pandas(f"{profile}#flights.{t}", version=n)) for t in tables}
+print(json.dumps(answer, default=str))
+"""
+
+
+def _rows(df) -> list[list]:  # the reader script's normalization, on the tsb readers' frames
+    import math
+
+    df = df.select_dtypes(exclude=["datetime", "datetimetz"])
+    out = []
+    for rec in df.astype(object).itertuples(index=False):
+        out.append([None if (isinstance(v, float) and math.isnan(v)) else round(v, 6) if isinstance(v, float)
+                    else v.item() if hasattr(v, "item") else v for v in rec])
+    return sorted(out, key=repr)
+
+
+def test_a_pandas_user_reads_one_cut_over_delta_sharing(deployment, tmp_path) -> None:
+    """Issue 24's goal on the real api-server: ``tsb share profile`` with a login, then a Python with
+    only the official ``delta-sharing`` client (no tsb code) reads the flights topology's three
+    tables at each barrier: row for row what the tsb readers read AS OF it, and the FLIP-276
+    invariant across the tables of one version holds."""
+    import importlib.metadata
+    import json
+    import subprocess
+    import sys
+
+    from airflow_provider_tsb.read.readers import read_tables_pandas
+    from tsb_dev.venvs import cached_venv
+
+    af, store, _root = deployment
+    committed = [b.barrier for b in store.barriers.barriers("flights")]
+    assert len(committed) >= BARRIERS, "run after test_flights_topology_under_real_scheduler"
+    profile = tmp_path / "flights.share"
+    made = subprocess.run([sys.executable, "-m", "airflow_provider_tsb", "share", "profile", "flights",
+                           "--api-url", af.base_url, "--user", af.username, "-o", str(profile)],
+                          env={**os.environ, "TSB_API_PASSWORD": af.password}, capture_output=True, text=True,
+                          timeout=120)
+    assert made.returncode == 0, made.stderr[-3000:]
+    client = cached_venv("delta-sharing-client", [f"delta-sharing=={importlib.metadata.version('delta-sharing')}"])
+    script = tmp_path / "read_cut.py"
+    script.write_text(SHARING_READER)
+    proc = subprocess.run([str(client / "bin" / "python"), "-I", str(script), str(profile), str(BARRIERS)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answer = json.loads(proc.stdout)
+    assert answer["version"] == max(committed)
+    names = [f"tsb.{t}" for t in ("flights.flights_enriched", "flights.carrier_daily_delay", "flights.carrier_ranking")]
+    for n in range(1, BARRIERS + 1):
+        shared = answer["cuts"][str(n)]
+        ours = read_tables_pandas(names, as_of=n, store=store)
+        for name in names:
+            assert json.loads(json.dumps(_rows(ours[name]), default=str)) == shared[name[4:]], (n, name)
+        enriched, daily = shared["flights.flights_enriched"], shared["flights.carrier_daily_delay"]
+        columns = list(ours[names[1]].select_dtypes(exclude=["datetime", "datetimetz"]).columns)
+        assert sum(row[columns.index("flights")] for row in daily) == len(enriched) > 0
+
+
 @pytest.mark.browser
 def test_ui_views_on_the_real_flights_run(deployment) -> None:
     """Both UI views, in headless Chromium logged in as a user, on the barriers the scheduler ran."""
