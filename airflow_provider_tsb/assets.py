@@ -1,19 +1,40 @@
-"""Airflow Assets for the tables of a topology.
+"""Airflow Assets for the tables of a topology, and what their asset events carry.
 
-Each sink table is an Airflow :class:`~airflow.sdk.Asset` named by its canonical table name,
-with the Delta location as URI (``file:///...`` for local paths), in the asset group ``tsb``.
-The job operator emits one asset event per committed barrier with
-``extra={"barrier": n, "version": v}`` (Airflow docs, "Asset-aware scheduling").
+Each table is an Airflow :class:`~airflow.sdk.Asset` named by its canonical table name, with
+the Delta location as URI (``file:///...`` for local paths), in the asset group ``tsb``. The
+asset's own ``extra`` holds ``tsb_topology`` and ``tsb_history``: the path of the table's
+barrier history in the TSB UI (``/tsb/ui/lineage?topology=...&table=...``; Airflow shows an
+asset's extra on its page, Airflow docs "Asset definitions", "extra").
+
+The job operator emits one asset event per sink and run (Airflow docs "Asset events",
+``outlet_events[asset].extra``) whose ``extra`` is :func:`barrier_event_extra`: the barrier,
+its timestamp, the Delta version, the commit state and the lag (keys in
+:data:`EVENT_EXTRA_KEYS`; docs/airflow.md lists them).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from airflow.sdk import Asset
 
 from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+#: path of the TSB UI's lineage page (the plugin mounts the TSB app at ``/tsb``)
+HISTORY_PAGE = "/tsb/ui/lineage"
+
+#: keys of an asset event's ``extra`` written by :func:`barrier_event_extra`
+EVENT_EXTRA_KEYS = (
+    "barrier", "barrier_ts_ms", "barrier_ts", "ts_kind", "version", "state", "commit_state", "lag_s",
+    "table", "topology", "job", "tsb_history",
+)
 
 
 def location_uri(location: str) -> str:
@@ -23,7 +44,67 @@ def location_uri(location: str) -> str:
     return "file://" + os.path.abspath(location)
 
 
+def history_path(topology: str, table: str) -> str:
+    """Path (no host: relative to the api-server's root) of ``table``'s barrier history page:
+    the lineage page of ``topology`` with the table selected."""
+    return f"{HISTORY_PAGE}?{urlencode({'topology': topology, 'table': normalize_table_name(table)})}"
+
+
 def table_asset(topology: Topology, table: str) -> Asset:
-    """The Asset of ``table`` (a table of ``topology``)."""
+    """The Asset of ``table`` (a table of ``topology``), its ``extra`` linking to its TSB history."""
     name = normalize_table_name(table)
-    return Asset(name=name, uri=location_uri(topology.location(name)), group="tsb")
+    return Asset(
+        name=name,
+        uri=location_uri(topology.location(name)),
+        group="tsb",
+        extra={"tsb_topology": topology.name, "tsb_history": history_path(topology.name, name)},
+    )
+
+
+def iso_utc(ms: int | None) -> str | None:
+    """Epoch milliseconds as an ISO 8601 UTC timestamp (``None`` stays ``None``)."""
+    if ms is None:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
+def barrier_event_extra(
+    store: MetaStore, topology: Topology, table: str, barrier: int, *, job_id: str | None = None
+) -> dict[str, Any]:
+    """The ``extra`` of the asset event announcing ``barrier`` WRITTEN in ``table``.
+
+    Keys (JSON values): ``barrier`` (id), ``barrier_ts_ms`` (barrier timestamp, epoch ms: system
+    time or the event-time watermark, see ``ts_kind``) and ``barrier_ts`` (the same, ISO 8601
+    UTC), ``version`` (the Delta version of ``table`` tagged with the barrier), ``state`` (the
+    table's state: ``WRITTEN``), ``commit_state`` (``COMMIT`` when the barrier is WRITTEN in every
+    intermediate table of the topology, ``PRECOMMIT`` when some are only PROCESSED, ``None``
+    while some have not processed it; FLIP-276 "Data Consistency Type"), ``lag_s`` (seconds from
+    the barrier's generation to its WRITTEN in ``table``: the table's end-to-end delay), ``table``,
+    ``topology``, ``job`` and ``tsb_history`` (see :func:`history_path`).
+
+    Raises:
+        UnknownBarrierError: the barrier was not generated in the topology.
+    """
+    from airflow_provider_tsb.metastore.records import CommitState
+
+    name = normalize_table_name(table)
+    info = store.barriers.barrier(topology.name, barrier)
+    state = store.table_states.table_state(name, barrier)
+    written_ms = state.written_at_ms if state is not None else None
+    intermediate = {n for n, t in topology.tables.items() if t.kind == "intermediate"}
+    states = {s.table: s.state for s in store.table_states.states_at(topology.name, [barrier])}
+    commit = CommitState.of(states.get(n) for n in sorted(intermediate)) if intermediate else None
+    return {
+        "barrier": barrier,
+        "barrier_ts_ms": info.ts_ms,
+        "barrier_ts": iso_utc(info.ts_ms),
+        "ts_kind": str(info.ts_kind),
+        "version": state.version if state is not None else None,
+        "state": str(state.state) if state is not None else None,
+        "commit_state": str(commit) if commit is not None else None,
+        "lag_s": round(max(0.0, (written_ms - info.created_at_ms) / 1000), 3) if written_ms is not None else None,
+        "table": name,
+        "topology": topology.name,
+        "job": job_id,
+        "tsb_history": history_path(topology.name, name),
+    }

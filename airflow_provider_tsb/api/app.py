@@ -168,14 +168,17 @@ async def lineage_page(
     user: CurrentUser,
     topology: Annotated[str | None, Query(max_length=250)] = None,
     dag_id: Annotated[str | None, Query(max_length=250)] = None,
+    table: Annotated[str | None, Query(max_length=250)] = None,
 ) -> HTMLResponse:
-    """The lineage graph of a topology (``?topology=``, or ``?dag_id=`` from the DAG tab)."""
+    """The lineage graph of a topology (``?topology=``, or ``?dag_id=`` from the DAG tab);
+    ``?table=`` opens that table's barrier history (the ``tsb_history`` link of its asset)."""
     from starlette.concurrency import run_in_threadpool
 
     from airflow_provider_tsb.ui import render_lineage
 
     store = await run_in_threadpool(_store_or_none)
-    body = await run_in_threadpool(render_lineage, store, user.get_name(), topology, dag_id, _access(user, store))
+    body = await run_in_threadpool(render_lineage, store, user.get_name(), topology, dag_id,
+                                     _access(user, store), table)
     return HTMLResponse(body)
 
 

@@ -21,9 +21,11 @@ from urllib.parse import quote_plus
 
 from airflow.providers.common.compat.sdk import BaseHook
 
+from airflow_provider_tsb.assets import history_path, iso_utc
 from airflow_provider_tsb.exceptions import TsbError
 from airflow_provider_tsb.metastore.engine import METASTORE_URL_ENV, default_sqlite_url
 from airflow_provider_tsb.metastore.store import CommitState, MetaStore, now_ms
+from airflow_provider_tsb.names import normalize_table_name
 
 _ENGINES: dict[str, MetaStore] = {}
 
@@ -120,6 +122,35 @@ class TsbMetastoreHook(BaseHook):
             )
         return "; ".join(lines)
 
+    def committed_barriers(
+        self, tables: list[str], after: int, limit: int = 100
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The barriers above ``after`` now committed (WRITTEN) in every table of ``tables``.
+
+        Scans at most ``limit`` barrier ids above ``after`` (up to the lowest newest WRITTEN
+        barrier over the tables: a barrier above it cannot be committed in all of them yet).
+
+        Returns:
+            (one :func:`committed_barrier_payload` per committed barrier, ascending; the highest
+            barrier id scanned: the next call's ``after``).
+
+        Raises:
+            UnknownTableError: a table is not registered.
+        """
+        store = self.get_conn()
+        names = [normalize_table_name(t) for t in tables]
+        top = committed_head(store, names)
+        if top <= after:
+            return [], after
+        scanned = min(top, after + limit)
+        candidates = list(range(after + 1, scanned + 1))
+        entries = store.table_states.written_entries(names, candidates)
+        payloads = [
+            committed_barrier_payload(store, names, b, entries)
+            for b in candidates if all((n, b) in entries for n in names)
+        ]
+        return payloads, scanned
+
     def test_connection(self) -> tuple[bool, str]:
         """Check that the metastore is reachable and migrated (Airflow's "Test" button)."""
         try:
@@ -164,3 +195,44 @@ def metastore_for_url(url: str) -> MetaStore:
     if store is None:
         store = _ENGINES[url] = MetaStore(url)
     return store
+
+
+def committed_head(store: MetaStore, tables: list[str]) -> int:
+    """The lowest newest WRITTEN barrier over ``tables`` (0 when one has none, or no tables):
+    no barrier above it is committed in all of them yet.
+
+    Raises:
+        UnknownTableError: a table is not registered.
+    """
+    heads = [store.table_states.newest_written(t) for t in tables]
+    if not heads or any(h is None for h in heads):
+        return 0
+    return min(h.barrier for h in heads if h is not None)
+
+
+def committed_barrier_payload(
+    store: MetaStore, tables: list[str], barrier: int, entries: dict[tuple[str, int], tuple[int, int | None]]
+) -> dict[str, Any]:
+    """What announces ``barrier`` committed in ``tables`` (JSON values).
+
+    ``barrier``; ``barrier_ts_ms`` / ``barrier_ts`` (the barrier timestamp, epoch ms and ISO 8601
+    UTC) and ``ts_kind``, from the first table's topology; ``commit_state`` (``COMMIT``);
+    ``versions`` (``{table: Delta version}``); ``lag_s`` (seconds from the barrier's generation
+    to its last WRITTEN over the tables); ``tables``; ``tsb_history`` (each table's TSB page).
+    ``entries`` is :meth:`~airflow_provider_tsb.metastore.table_states.TableStateManager.written_entries`
+    of the tables at the barrier.
+    """
+    topology = store.registry.table(tables[0]).topology
+    try:
+        info = store.barriers.barrier(topology, barrier)
+        ts_ms, ts_kind, created = info.ts_ms, str(info.ts_kind), info.created_at_ms
+    except TsbError:  # a barrier of another topology of the barrier domain
+        ts_ms, ts_kind, created = None, None, None
+    written = [entries[(t, barrier)][1] for t in tables if entries[(t, barrier)][1] is not None]
+    lag = round(max(0.0, (max(written) - created) / 1000), 3) if written and created is not None else None
+    return {
+        "barrier": barrier, "barrier_ts_ms": ts_ms, "barrier_ts": iso_utc(ts_ms), "ts_kind": ts_kind,
+        "commit_state": str(CommitState.COMMIT), "versions": {t: entries[(t, barrier)][0] for t in tables},
+        "lag_s": lag, "tables": list(tables), "topology": topology,
+        "tsb_history": {t: history_path(store.registry.table(t).topology, t) for t in tables},
+    }

@@ -37,7 +37,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook
 
-from airflow_provider_tsb.assets import table_asset
+from airflow_provider_tsb.assets import barrier_event_extra, table_asset
 from airflow_provider_tsb.exceptions import BarrierNotReadyError, TsbError, UnknownJobError
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.metastore.store import BarrierState, JobStatus, MetaStore, now_ms
@@ -437,16 +437,19 @@ class TsbSparkJobHook(BaseHook):
     def emit_asset_events(self, outlet_events: Any, run: JobRun) -> None:
         """Set ``outlet_events[asset].extra`` of each sink's asset to the run's newest barrier.
 
-        ``extra``: ``{"barrier": n, "version": v, "table": sink, "job": job id}``, plus
+        ``extra``: :func:`~airflow_provider_tsb.assets.barrier_event_extra` (barrier, barrier
+        timestamp, Delta version, commit state, lag seconds, TSB history link), plus
         ``"barriers": {"n": version}`` when the run committed several. Nothing without a barrier
         or without ``outlet_events`` (a context outside Airflow).
         """
         last = run.last
         if outlet_events is None or last is None:
             return
+        store = self.get_conn()
         for sink in self.job.sinks:
-            extra: dict[str, Any] = {"barrier": last, "version": run.outputs.get(sink), "table": sink,
-                                     "job": self.job_id}
+            extra = barrier_event_extra(store, self.topology, sink, last, job_id=self.job_id)
+            if extra["version"] is None:
+                extra["version"] = run.outputs.get(sink)
             if len(run.committed.get(sink, {})) > 1:
                 extra["barriers"] = {str(b): v for b, v in sorted(run.committed[sink].items())}
             outlet_events[table_asset(self.topology, sink)].extra = extra

@@ -30,7 +30,9 @@ class TsbBarrierCommittedSensor(BaseSensorOperator):
 
     :param tables: one table name or several (``catalog.database.table``); templated.
     :param barrier: barrier id (templated). ``None``: take the newest ``extra["barrier"]`` of
-        the asset events that triggered the DAG run (an upstream job operator's outlet).
+        the asset events that triggered the DAG run (an upstream job operator's outlet), or
+        ``extra["payload"]["barrier"]`` (an event of a
+        :class:`~airflow_provider_tsb.triggers.barrier_committed.TsbBarrierCommittedEventTrigger`).
     :param deferrable: free the worker slot and poll in the triggerer.
     :param poll_interval: seconds between checks (poke mode and deferrable mode).
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
@@ -75,7 +77,8 @@ class TsbBarrierCommittedSensor(BaseSensorOperator):
         """The barrier to wait for: explicit/templated, or from the triggering asset events.
 
         Raises:
-            TsbError: none given and no triggering asset event carries ``extra["barrier"]``.
+            TsbError: none given and no triggering asset event carries ``extra["barrier"]`` or
+                ``extra["payload"]["barrier"]``.
         """
         value = self.barrier
         if value is not None and not (isinstance(value, str) and value.strip() in ("", "None")):
@@ -88,8 +91,10 @@ class TsbBarrierCommittedSensor(BaseSensorOperator):
         for asset_events in events.values():
             for event in asset_events:
                 extra = getattr(event, "extra", None) or {}
-                if "barrier" in extra:
-                    found.append(int(extra["barrier"]))
+                payload = extra.get("payload") if isinstance(extra.get("payload"), dict) else {}
+                for source in (extra, payload):  # a job operator's event, or an AssetWatcher's
+                    if source.get("barrier") is not None:
+                        found.append(int(source["barrier"]))
         if not found:
             raise TsbError(
                 f"{self.task_id}: no barrier given and no triggering asset event carries extra['barrier']; "

@@ -1,6 +1,8 @@
-"""Trigger of the deferrable :class:`~airflow_provider_tsb.sensors.barrier_committed.TsbBarrierCommittedSensor`.
+"""Triggers on committed barriers: :class:`TsbBarrierCommittedTrigger` (the deferrable
+:class:`~airflow_provider_tsb.sensors.barrier_committed.TsbBarrierCommittedSensor`) and
+:class:`TsbBarrierCommittedEventTrigger` (an ``AssetWatcher``: event-driven DAG scheduling).
 
-Polls ``barrier_committed(tables, barrier)`` in the triggerer without blocking its event loop:
+Both poll ``barrier_committed(tables, barrier)`` in the triggerer without blocking its event loop:
 each metastore query runs in a worker thread (``asyncio.to_thread``). It never touches
 Airflow's metadata database (Airflow 3 forbids it in triggers); it reads the tsb metastore.
 """
@@ -12,7 +14,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
+
+from airflow_provider_tsb.names import normalize_table_name
 
 
 class TsbBarrierCommittedTrigger(BaseTrigger):
@@ -130,3 +134,113 @@ class TsbBarrierCommittedTrigger(BaseTrigger):
                 })
                 return
             await asyncio.sleep(self.poll_interval_s)
+
+
+#: key of the asset state store (Airflow 3.3) holding the newest barrier a watcher announced
+WATERMARK_KEY_PREFIX = "tsb_committed_barrier:"
+
+
+class TsbBarrierCommittedEventTrigger(BaseEventTrigger):
+    """Event-driven scheduling on committed barriers: one event per barrier committed in ``tables``.
+
+    For an Airflow :class:`~airflow.sdk.AssetWatcher` (Airflow docs "Event-driven scheduling"):
+    ``Asset(..., watchers=[AssetWatcher(name=..., trigger=TsbBarrierCommittedEventTrigger(...))])``
+    in a DAG's ``schedule`` runs the DAG when a barrier is committed (WRITTEN in every table of
+    ``tables``), with no polling sensor task. The triggerer runs it; it reads the tsb metastore,
+    never Airflow's database.
+
+    :param tables: canonical table names (the barrier must be WRITTEN in all of them).
+    :param tsb_conn_id: metastore connection id.
+    :param poll_interval_s: seconds between metastore polls (one indexed query per table and poll).
+    :param from_barrier: announce barriers above this id on the first start; ``None``: only
+        barriers committed after the first start (the backlog is not replayed).
+
+    Each event's payload is
+    :func:`~airflow_provider_tsb.hooks.metastore.committed_barrier_payload` (``barrier``,
+    ``barrier_ts_ms``, ``barrier_ts``, ``ts_kind``, ``commit_state``, ``versions``, ``lag_s``,
+    ``tables``, ``topology``, ``tsb_history``); Airflow stores it as the asset event's
+    ``extra["payload"]`` (next to ``extra["from_trigger"] = True``). Barriers are announced in
+    ascending order, each once: the newest announced barrier is kept in the watched asset's state
+    store (Airflow 3.3 ``asset_state_store``, key ``tsb_committed_barrier:<tables>``), so a
+    restarted triggerer goes on after it. Several barriers committed before the scheduler creates
+    the next DAG run are folded by Airflow into that one run (its ``triggering_asset_events`` list
+    them all). A metastore error is logged and retried after ``poll_interval_s``.
+    """
+
+    def __init__(
+        self,
+        tables: list[str],
+        tsb_conn_id: str = "tsb_default",
+        poll_interval_s: float = 5.0,
+        from_barrier: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not tables:
+            raise ValueError("TsbBarrierCommittedEventTrigger: tables must name at least one table")
+        self.tables = sorted(normalize_table_name(t) for t in tables)
+        self.tsb_conn_id = tsb_conn_id
+        self.poll_interval_s = float(poll_interval_s)
+        self.from_barrier = None if from_barrier is None else int(from_barrier)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            "airflow_provider_tsb.triggers.barrier_committed.TsbBarrierCommittedEventTrigger",
+            {"tables": self.tables, "tsb_conn_id": self.tsb_conn_id, "poll_interval_s": self.poll_interval_s,
+             "from_barrier": self.from_barrier},
+        )
+
+    @property
+    def watermark_key(self) -> str:
+        """Key of the newest announced barrier in the watched asset's state store."""
+        return WATERMARK_KEY_PREFIX + ",".join(self.tables)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook, committed_head
+
+        hook = TsbMetastoreHook(self.tsb_conn_id)
+        after = await self._stored_watermark()
+        while after is None:
+            try:
+                head = await asyncio.to_thread(lambda: committed_head(hook.get_conn(), self.tables))
+            except Exception as exc:
+                self.log.warning("tsb metastore not readable (%s); retrying in %s s", exc, self.poll_interval_s)
+                await asyncio.sleep(self.poll_interval_s)
+                continue
+            after = self.from_barrier if self.from_barrier is not None else head
+            await self._store_watermark(after)
+        while True:
+            try:
+                payloads, scanned = await asyncio.to_thread(hook.committed_barriers, self.tables, after)
+            except Exception as exc:
+                self.log.warning("polling committed barriers of %s failed (%s); retrying", self.tables, exc)
+                payloads, scanned = [], after
+            for payload in payloads:
+                self.log.info("barrier %s committed in %s", payload["barrier"], self.tables)
+                yield TriggerEvent(payload)
+                await self._store_watermark(payload["barrier"])
+            if scanned > after:
+                after = scanned
+                await self._store_watermark(after)
+            if not payloads:
+                await asyncio.sleep(self.poll_interval_s)
+
+    async def _stored_watermark(self) -> int | None:
+        """The newest barrier announced before (the asset state store), or None."""
+        store = getattr(self, "asset_state_store", None)
+        if store is None:
+            return None
+        try:
+            value = await store.aget(self.watermark_key)
+        except Exception as exc:  # several assets share this trigger, or no state store service
+            self.log.warning("no asset state store for %s (%s): starting from the metastore", self.tables, exc)
+            return None
+        return None if value is None else int(value)
+
+    async def _store_watermark(self, barrier: int) -> None:
+        store = getattr(self, "asset_state_store", None)
+        if store is None:
+            return
+        try:
+            await store.aset(self.watermark_key, int(barrier))
+        except Exception as exc:
+            self.log.warning("could not keep barrier %s in the asset state store: %s", barrier, exc)

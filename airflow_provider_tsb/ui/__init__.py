@@ -111,11 +111,12 @@ def _render(
 
 def render_lineage(
     store: MetaStore | None, user: str, topology: str | None, dag_id: str | None,
-    access: TopologyAccess | None = None,
+    access: TopologyAccess | None = None, table: str | None = None,
 ) -> str:
-    """HTML of the lineage page (topologies limited to what ``access`` lets the user read)."""
+    """HTML of the lineage page (topologies limited to what ``access`` lets the user read);
+    ``table`` opens that table's barrier history (the link in a tsb asset's ``extra``)."""
     chosen, names, error = _choose(store, topology, dag_id, access)
-    return _render("lineage.html", "TSB lineage", "lineage", user, chosen, dag_id, names, error)
+    return _render("lineage.html", "TSB lineage", "lineage", user, chosen, dag_id, names, error, {"table": table})
 
 
 def render_delays(

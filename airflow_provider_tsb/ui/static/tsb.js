@@ -293,7 +293,7 @@
       (topo.newest_barrier === null ? "none" : `#${topo.newest_barrier} (ts ${fmtTime(topo.newest_barrier_ts_ms)})`) +
       (stale ? ` · ${stale} stale job(s)` : "");
     drawGraph(topo);
-    const sel = $("tsb-table-detail").getAttribute("data-table");
+    const sel = $("tsb-table-detail").getAttribute("data-table") || CFG.table;
     if (sel) selectTable(sel, document.querySelector(`[data-node="table:${CSS.escape(sel)}"]`));
   }
 
