@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from airflow.sdk import Asset
+from airflow.sdk import Asset, AssetWatcher
 
 from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.topology import Topology
@@ -50,15 +51,34 @@ def history_path(topology: str, table: str) -> str:
     return f"{HISTORY_PAGE}?{urlencode({'topology': topology, 'table': normalize_table_name(table)})}"
 
 
-def table_asset(topology: Topology, table: str) -> Asset:
-    """The Asset of ``table`` (a table of ``topology``), its ``extra`` linking to its TSB history."""
+def table_asset(topology: Topology, table: str, *, watchers: Sequence[AssetWatcher] = ()) -> Asset:
+    """The Asset of ``table`` (a table of ``topology``), its ``extra`` linking to its TSB history.
+
+    ``watchers``: Airflow ``AssetWatcher`` s of the asset (event-driven scheduling), e.g. one
+    from :func:`committed_barrier_watcher`.
+    """
     name = normalize_table_name(table)
     return Asset(
         name=name,
         uri=location_uri(topology.location(name)),
         group="tsb",
         extra={"tsb_topology": topology.name, "tsb_history": history_path(topology.name, name)},
+        watchers=list(watchers),
     )
+
+
+def committed_barrier_watcher(
+    tables: Sequence[str], *, name: str = "tsb_barrier_committed", tsb_conn_id: str = "tsb_default",
+    poll_interval_s: float = 5.0, from_barrier: int | None = None,
+) -> AssetWatcher:
+    """An ``AssetWatcher`` firing once per barrier committed in every table of ``tables``
+    (:class:`~airflow_provider_tsb.triggers.barrier_committed.TsbBarrierCommittedEventTrigger`;
+    arguments as there). A DAG scheduled on an asset carrying it runs once per committed barrier."""
+    from airflow_provider_tsb.triggers.barrier_committed import TsbBarrierCommittedEventTrigger
+
+    trigger = TsbBarrierCommittedEventTrigger(list(tables), tsb_conn_id=tsb_conn_id,
+                                              poll_interval_s=poll_interval_s, from_barrier=from_barrier)
+    return AssetWatcher(name=name, trigger=trigger)
 
 
 def iso_utc(ms: int | None) -> str | None:

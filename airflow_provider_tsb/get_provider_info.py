@@ -7,6 +7,36 @@ from typing import Any
 from airflow_provider_tsb import __version__
 
 
+#: the ``tsb`` connection's extra fields (the connection form, Airflow 3: ``conn-fields`` of
+#: the provider info, a JSON schema per field; stored under the same keys in the extra)
+TSB_CONN_FIELDS: dict[str, Any] = {
+    "sqlalchemy_url": {
+        "label": "SQLAlchemy URL",
+        "description": "The whole metastore URL, e.g. postgresql+psycopg2://user:pw@host:5432/tsb; "
+        "when set, the host/login/port/database fields are not used.",
+        "schema": {"type": ["string", "null"]},
+    },
+    "dialect": {
+        "label": "Dialect",
+        "description": "postgresql (default: Host, Port, Login, Password, Database) or sqlite (Host is the "
+        "database file path).",
+        "schema": {"type": ["string", "null"], "enum": ["postgresql", "sqlite", None], "default": None},
+    },
+}
+
+#: the ``tsb`` connection form's standard fields (``ui-field-behaviour``, kebab-case keys)
+TSB_UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": [],
+    "relabeling": {"schema": "Database", "host": "Host (or SQLite file)"},
+    "placeholders": {
+        "host": "PostgreSQL host, or the SQLite file with dialect sqlite; empty: $AIRFLOW_HOME/tsb.db",
+        "schema": "tsb",
+        "port": "5432",
+        "extra": '{"sqlalchemy_url": "postgresql+psycopg2://user:pw@host:5432/tsb"}',
+    },
+}
+
+
 def get_provider_info() -> dict[str, Any]:
     """Return the provider-info dict (schema: Airflow's ``provider_info.schema.json``)."""
     return {
@@ -17,7 +47,10 @@ def get_provider_info() -> dict[str, Any]:
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_tsb.hooks.metastore.TsbMetastoreHook",
+                "hook-name": "TSB Metastore",
                 "connection-type": "tsb",
+                "conn-fields": TSB_CONN_FIELDS,
+                "ui-field-behaviour": TSB_UI_FIELD_BEHAVIOUR,
             }
         ],
         "hooks": [

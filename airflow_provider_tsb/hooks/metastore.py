@@ -47,15 +47,11 @@ class TsbMetastoreHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Connection form: a SQLAlchemy URL in extra, or PostgreSQL host fields."""
-        return {
-            "hidden_fields": [],
-            "relabeling": {"schema": "Database"},
-            "placeholders": {
-                "host": "localhost (PostgreSQL host; leave empty for SQLite)",
-                "extra": '{"sqlalchemy_url": "postgresql+psycopg2://user:pw@host:5432/tsb"}',
-            },
-        }
+        """Connection form (the provider info's ``ui-field-behaviour``, in the hook's snake_case
+        keys; Airflow 3's UI reads the provider info: :mod:`airflow_provider_tsb.get_provider_info`)."""
+        from airflow_provider_tsb.get_provider_info import TSB_UI_FIELD_BEHAVIOUR
+
+        return {key.replace("-", "_"): value for key, value in TSB_UI_FIELD_BEHAVIOUR.items()}
 
     def get_uri(self) -> str:
         """The metastore's SQLAlchemy URL (see module docstring for the resolution order)."""
@@ -171,6 +167,8 @@ def connection_to_url(conn: Any) -> str:
         return str(extra["sqlalchemy_url"])
     conn_type = (conn.conn_type or "").lower()
     if conn_type == "sqlite" or (conn_type == "tsb" and extra.get("dialect") == "sqlite"):
+        if not conn.host:
+            raise ValueError(f"connection {conn.conn_id!r}: dialect sqlite needs Host, the SQLite database file")
         return f"sqlite:///{conn.host}"
     if conn_type in ("tsb", "postgres", "postgresql"):
         if not conn.host:

@@ -1,0 +1,154 @@
+"""Airflow 3's own mechanisms on a real deployment (scheduler, dag-processor, triggerer,
+api-server): a DAG scheduled by an ``AssetWatcher`` on committed barriers runs once per committed
+barrier, with no sensor polling for it, and the api-server's connection form metadata carries the
+``tsb`` connection's fields (issue 23 item 5).
+
+Barriers are generated and committed through the metastore managers (as the job operators'
+commits record them WRITTEN); no Spark runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from airflow_provider_tsb.metastore.store import MetaStore
+from tests.support.orchestration import wordcount_topology
+from tsb_dev.airflow_harness import AirflowHandle, start_airflow
+
+pytestmark = [pytest.mark.e2e, pytest.mark.airflow]
+
+DAG_ID = "tsb_on_committed_barrier"
+WORDS, COUNTS = "tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"
+
+DAG_SOURCE = '''
+import os
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_provider_tsb.assets import committed_barrier_watcher, table_asset
+from airflow_provider_tsb.sensors.barrier_committed import TsbBarrierCommittedSensor
+from airflow_provider_tsb.topology import Topology
+
+TABLES = ["tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"]
+topology = Topology("wordcount", warehouse=os.environ["TSB_WAREHOUSE"])
+topology.root_table("raw.words")
+topology.job("wordcount_words", "words.py", sources=["raw.words"], sinks=["wordcount.word_count"])
+topology.job("wordcount_counts", "counts.py", sources=["wordcount.word_count"], sinks=["wordcount.count_of_counts"])
+watched = table_asset(topology, "wordcount.count_of_counts",
+                      watchers=[committed_barrier_watcher(TABLES, poll_interval_s=0.5, from_barrier=0)])
+
+with DAG(dag_id="tsb_on_committed_barrier", schedule=[watched], start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, max_active_runs=1):
+    TsbBarrierCommittedSensor(task_id="wait_for_barrier", tables=TABLES, poke_interval=1, timeout=60)
+'''
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("mechanisms")
+    url = f"sqlite:///{tmp / 'tsb.db'}"
+    store = MetaStore(url)
+    store.migrate()
+    store.registry.register_topology(wordcount_topology(str(tmp / "warehouse")))
+    dags = tmp / "dags"
+    dags.mkdir()
+    (dags / "on_committed_barrier.py").write_text(DAG_SOURCE)
+    af = start_airflow(dags, home=tmp / "airflow",
+                       env_extra={"TSB_METASTORE_URL": url, "TSB_WAREHOUSE": str(tmp / "warehouse")})
+    try:
+        yield af, store
+    finally:
+        af.stop()
+
+
+def _commit(store: MetaStore, barrier_tables: dict[str, int], barrier: int | None = None) -> int:
+    """Generate a barrier (or take ``barrier``) and record it WRITTEN in the given tables."""
+    if barrier is None:
+        newest = store.barriers.latest_barrier("wordcount")
+        root_version = newest.barrier if newest else 0
+        barrier = store.barriers.create_barrier("wordcount", {"tsb.raw.words": root_version}).barrier
+    for table, version in barrier_tables.items():
+        job = "wordcount_words" if table == WORDS else "wordcount_counts"
+        store.table_states.record_written(table, barrier, version, job)
+    return barrier
+
+
+def _runs(af: AirflowHandle) -> list[dict[str, Any]]:
+    data = af.api("GET", f"/dags/{DAG_ID}/dagRuns", params={"limit": 100, "order_by": "run_after"})
+    return list(data["dag_runs"])
+
+
+def _wait_runs(af: AirflowHandle, n: int, timeout: float = 120.0) -> list[dict[str, Any]]:
+    """Wait until ``n`` DAG runs exist and all have finished."""
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = _runs(af)
+        if len(runs) >= n and all(r["state"] in ("success", "failed") for r in runs):
+            return runs
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(runs)} run(s) of {DAG_ID} after {timeout} s, wanted {n}: {runs}\n"
+                                 f"triggerer log:\n{af.component_log('triggerer')}")
+        af.check_alive()
+        time.sleep(1)
+
+
+def _barrier_of(af: AirflowHandle, run: dict[str, Any]) -> tuple[list[int], Any]:
+    """(the barriers of the run's triggering asset events, the sensor's XCom)."""
+    run_id = quote(run["dag_run_id"], safe="")
+    events = af.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/upstreamAssetEvents")["asset_events"]
+    xcom = af.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/wait_for_barrier/xcomEntries/return_value")
+    return [e["extra"]["payload"]["barrier"] for e in events], xcom["value"]
+
+
+def test_asset_watcher_runs_the_dag_once_per_committed_barrier(deployment: Any) -> None:
+    af, store = deployment
+    af.wait_for_dag(DAG_ID, timeout=120)
+    assert not af.import_errors(), af.import_errors()
+    af.unpause(DAG_ID)
+    assert _commit(store, {WORDS: 0, COUNTS: 0}) == 1
+    first = _wait_runs(af, 1)
+    assert first[0]["state"] == "success" and first[0]["run_type"] == "asset_triggered"
+    assert _barrier_of(af, first[0]) == ([1], 1)
+    # barrier 2 WRITTEN in word_count only: not committed, no run
+    _commit(store, {WORDS: 1})
+    time.sleep(8)
+    assert len(_runs(af)) == 1
+    _commit(store, {COUNTS: 1}, barrier=2)
+    runs = _wait_runs(af, 2)
+    assert _barrier_of(af, runs[1]) == ([2], 2)
+    time.sleep(8)  # the watcher announced each barrier once: no third run
+    assert len(_runs(af)) == 2
+    payloads = [e["extra"]["payload"] for e in af.asset_events() if (e["extra"] or {}).get("from_trigger")]
+    assert [p["barrier"] for p in payloads] == [1, 2]
+    assert payloads[1]["versions"] == {COUNTS: 1, WORDS: 1} and payloads[1]["commit_state"] == "COMMIT"
+    assert payloads[1]["tsb_history"][COUNTS] == "/tsb/ui/lineage?topology=wordcount&table=" + COUNTS
+
+
+def test_connection_form_metadata_has_the_tsb_fields(deployment: Any) -> None:
+    af, _ = deployment
+    metas = _hook_meta(af)
+    tsb = next(m for m in metas if m["connection_type"] == "tsb")
+    assert tsb["hook_name"] == "TSB Metastore"
+    assert tsb["hook_class_name"] == "airflow_provider_tsb.hooks.metastore.TsbMetastoreHook"
+    assert tsb["extra_fields"]["sqlalchemy_url"]["schema"]["title"] == "SQLAlchemy URL"
+    assert tsb["extra_fields"]["dialect"]["schema"]["enum"] == ["postgresql", "sqlite", None]
+    assert tsb["standard_fields"]["url_schema"]["title"] == "Database"
+    assert tsb["standard_fields"]["host"]["placeholder"].startswith("PostgreSQL host")
+
+
+def _hook_meta(af: AirflowHandle) -> list[dict[str, Any]]:
+    resp = af.request("GET", "/ui/connections/hook_meta")
+    assert resp.status_code == 200, resp.text
+    return list(resp.json())
+
+
+def test_dag_file_defines_the_watched_asset(deployment: Any) -> None:
+    af, _ = deployment
+    assets = af.api("GET", "/assets", params={"name_pattern": "count_of_counts"})["assets"]
+    (asset,) = [a for a in assets if a["name"] == COUNTS]
+    assert asset["extra"]["tsb_history"] == "/tsb/ui/lineage?topology=wordcount&table=" + COUNTS
+    assert Path(asset["uri"].removeprefix("file://")).name == "count_of_counts"
