@@ -6,7 +6,6 @@ from typing import Any
 
 from airflow_provider_tsb import __version__
 
-
 #: the ``tsb`` connection's extra fields (the connection form, Airflow 3: ``conn-fields`` of
 #: the provider info, a JSON schema per field; stored under the same keys in the extra)
 TSB_CONN_FIELDS: dict[str, Any] = {
