@@ -6,7 +6,11 @@ order (a job waits for the writers of its sources), like astronomer-cosmos rende
 project. With ``mode="streaming"`` it renders a
 :class:`~airflow_provider_tsb.operators.barrier.TsbBarrierEmitterOperator` and one long-running
 streaming job task per job, all running at once: the jobs pipeline (job 2 on barrier n while
-job 1 is on n+1) and stop after the final barrier (FLIP-147 end of input).
+job 1 is on n+1) and stop after the final barrier (FLIP-147 end of input). Airflow's graph still
+shows the lineage: emitter -> the jobs reading root tables, writer -> reader, as edges that do
+not gate (every streaming task has ``trigger_rule="always"``), and a last ``stretch_done`` task
+(``all_success`` on every streaming task and on the tasks set upstream of the group) keeps the
+DAG run failing when any of them fails.
 
 When the topology has no root table (it is the part of a topology owned by another
 team, fed by :meth:`~airflow_provider_tsb.topology.Topology.external_table`), the group starts
@@ -20,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.sdk import BaseOperator, TaskGroup
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import BaseOperator, TaskGroup, TriggerRule
 
 from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator, TsbBarrierOperator
@@ -36,7 +41,8 @@ class TsbTopologyTaskGroup(TaskGroup):
     :param group_id: defaults to the topology name.
     :param mode: ``batch`` (one barrier per DAG run: ``generate_barrier`` then the jobs in
         topological order) or ``streaming`` (``generate_barriers``, an emitter, and every job
-        as a long-running streaming query, all started together; no task waits for another).
+        as a long-running streaming query, all started together; no task waits for another:
+        the lineage edges have ``trigger_rule="always"``; ``stretch_done`` ends the group).
     :param emitter_kwargs: streaming: arguments of the emitter (``interval_s``, ``duration_s``...).
     :param ts_kind: barrier timestamps, ``system`` or ``event``.
     :param spark_conn_id: Spark connection of the job operators.
@@ -45,8 +51,13 @@ class TsbTopologyTaskGroup(TaskGroup):
     :param default_job_kwargs: extra operator arguments for every job.
     :param sensor_kwargs: arguments of the start sensor of a split topology (``timeout``...).
 
-    Attributes ``barrier_task`` (the first task; its XCom is the barrier id) and ``job_tasks``
-    (job id -> operator) let DAG authors attach their own tasks.
+    Attributes ``barrier_task`` (the first task; its XCom is the barrier id), ``job_tasks``
+    (job id -> operator) and ``end_task`` (streaming: ``stretch_done``; batch: ``None``) let DAG
+    authors attach their own tasks.
+
+    Raises:
+        ValueError: a bad ``mode``, ``job_kwargs`` naming unknown jobs, or (streaming) a job
+            given a ``trigger_rule`` other than ``always``.
     """
 
     def __init__(
@@ -73,17 +84,30 @@ class TsbTopologyTaskGroup(TaskGroup):
         if unknown:
             raise ValueError(f"job_kwargs names jobs {unknown} that topology {topology.name!r} does not declare")
         jobs = _JobArguments(topology, spark_conn_id, tsb_conn_id, job_kwargs, dict(default_job_kwargs or {}))
+        self.end_task: EmptyOperator | None = None
         with self:
             if mode == "streaming":
                 self.barrier_task = TsbBarrierEmitterOperator(
                     task_id="generate_barriers", topology=topology, ts_kind=ts_kind, tsb_conn_id=tsb_conn_id,
-                    **dict(emitter_kwargs or {}),
+                    **{"trigger_rule": TriggerRule.ALWAYS, **dict(emitter_kwargs or {})},
                 )
-                self.job_tasks = _streaming_job_tasks(jobs)
+                self.job_tasks = _streaming_job_tasks(jobs, self.barrier_task)
                 self.barrier_task.job_task_ids = [t.task_id for t in self.job_tasks.values()]
+                self.end_task = _stretch_done([self.barrier_task, *self.job_tasks.values()])
                 return
             self.barrier_task = _start_task(topology, ts_kind, tsb_conn_id, sensor_kwargs)
             self.job_tasks: dict[str, TsbSparkJobOperator] = _batch_job_tasks(jobs, self.barrier_task)
+
+
+    def update_relative(self, other: Any, upstream: bool = True, edge_modifier: Any = None) -> None:
+        """Airflow's hook when a dependency is set on the group (``ingest >> group``); in streaming
+        mode an upstream task is also made upstream of ``stretch_done`` (the group's only leaf), so
+        its failure still fails the DAG run although the group's tasks start without waiting for it."""
+        super().update_relative(other, upstream, edge_modifier=edge_modifier)
+        if upstream and getattr(self, "end_task", None) is not None:
+            for task in other.leaves:
+                if task is not self.end_task:
+                    task >> self.end_task
 
 
 # ---------------------------------------------------------------- the steps of TsbTopologyTaskGroup
@@ -124,9 +148,40 @@ class _JobArguments:
         )
 
 
-def _streaming_job_tasks(jobs: _JobArguments) -> dict[str, TsbSparkJobOperator]:
-    """One long-running streaming job task per job, in topological order, all running at once."""
-    return {job.id: jobs.task(job.id, mode="streaming") for job in jobs.topology.jobs_in_order()}
+def _streaming_job_tasks(jobs: _JobArguments, emitter: BaseOperator) -> dict[str, TsbSparkJobOperator]:
+    """One long-running streaming job task per job, in topological order, all running at once.
+
+    The graph carries the lineage (emitter -> readers of root tables, writer -> reader of its
+    sink) as edges that do not gate: every streaming task has ``trigger_rule="always"``, which
+    Airflow's trigger-rule check passes whatever the upstream tasks' states (running included).
+    """
+    tasks: dict[str, TsbSparkJobOperator] = {}
+    for job in jobs.topology.jobs_in_order():
+        given = {**jobs.default_job_kwargs, **dict(jobs.job_kwargs.get(job.id, {}))}
+        if given.get("trigger_rule", TriggerRule.ALWAYS) != TriggerRule.ALWAYS:
+            raise ValueError(
+                f"TsbTopologyTaskGroup({jobs.topology.name!r}): streaming job {job.id!r} must keep "
+                f"trigger_rule 'always' (its tasks run at once; the graph's edges only show the lineage), "
+                f"got {given['trigger_rule']!r}"
+            )
+        task = tasks[job.id] = jobs.task(job.id, mode="streaming")
+        task.trigger_rule = TriggerRule.ALWAYS
+        writers = {jobs.topology.writer_of(s) for s in job.sources}
+        if None in writers:  # reads a root (or external) table: its barriers come from the emitter
+            emitter >> task
+        for writer in sorted(w for w in writers if w is not None):
+            tasks[writer] >> task
+    return tasks
+
+
+def _stretch_done(tasks: list[BaseOperator]) -> EmptyOperator:
+    """The streaming group's last task: succeeds when every streaming task has, else is
+    ``upstream_failed``. It is the group's only leaf, so the DAG run fails when any of them does
+    (Airflow decides a run's state from its leaf tasks)."""
+    done = EmptyOperator(task_id="stretch_done", trigger_rule=TriggerRule.ALL_SUCCESS)
+    for task in tasks:
+        task >> done
+    return done
 
 
 def _start_task(

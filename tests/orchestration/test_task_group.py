@@ -38,7 +38,16 @@ def test_streaming_mode_renders_emitter_and_parallel_streaming_jobs() -> None:
     jobs = [dag.get_task(f"wordcount.{j}") for j in ("wordcount_words", "wordcount_counts")]
     for job in jobs:
         assert isinstance(job, TsbSparkJobOperator) and job.mode == "streaming" and job.barrier is None
-        assert job.upstream_task_ids == set() and job.retries == 3  # all run at once
+        assert job.retries == 3 and job.trigger_rule == "always"  # all run at once
+    # the graph shows the lineage; the edges do not gate (trigger rule "always")
+    assert jobs[0].upstream_task_ids == {"wordcount.generate_barriers"}
+    assert jobs[1].upstream_task_ids == {"wordcount.wordcount_words"}
+    assert emitter.trigger_rule == "always" and emitter.upstream_task_ids == set()
+    done = dag.get_task("wordcount.stretch_done")
+    assert group.end_task is done and done.trigger_rule == "all_success"
+    assert done.upstream_task_ids == {"wordcount.generate_barriers", "wordcount.wordcount_words",
+                                      "wordcount.wordcount_counts"}
+    assert [t.task_id for t in group.get_leaves()] == ["wordcount.stretch_done"]
     assert group.job_tasks["wordcount_counts"] is jobs[1]
     assert jobs[0].job_hook.build_application_args(None, None, 1_700_000_000_000)[:4] == [
         "--mode", "streaming", "--metastore-url", "env:TSB_METASTORE_URL"
@@ -49,3 +58,24 @@ def test_streaming_mode_renders_emitter_and_parallel_streaming_jobs() -> None:
 def test_bad_mode_is_a_dag_import_error_naming_the_topology() -> None:
     with pytest.raises(ValueError, match="TsbTopologyTaskGroup\\('wordcount'\\): mode must be 'batch' or 'streaming'"):
         _dag(mode="continuous")
+
+
+def test_streaming_group_after_an_ingest_task_starts_with_it_and_fails_the_run_with_it() -> None:
+    import pendulum
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    with DAG("ingest_then_stream", schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC")) as dag:
+        ingest = EmptyOperator(task_id="ingest")
+        group = TsbTopologyTaskGroup(wordcount_topology("/tmp/wh"), mode="streaming")
+        ingest >> group
+    # the edge ingest -> emitter is drawn; the emitter does not wait for it ("always")
+    assert dag.get_task("wordcount.generate_barriers").upstream_task_ids == {"ingest"}
+    # the ingest task stays upstream of the only leaf, so its failure fails the DAG run
+    assert "ingest" in dag.get_task("wordcount.stretch_done").upstream_task_ids
+    assert [t.task_id for t in dag.leaves] == ["wordcount.stretch_done"]
+
+
+def test_streaming_job_with_a_gating_trigger_rule_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="streaming job 'wordcount_counts' must keep trigger_rule 'always'"):
+        _dag(mode="streaming", job_kwargs={"wordcount_counts": {"trigger_rule": "all_success"}})
