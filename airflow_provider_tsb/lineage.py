@@ -144,7 +144,11 @@ def cycle_error(graph: nx.DiGraph) -> CycleError | None:
         edges = nx.find_cycle(graph)
     except nx.NetworkXNoCycle:
         return None
-    path = [edges[0][0], *(v for _, v in edges)]
+    return _cycle_error([edges[0][0], *(v for _, v in edges)])
+
+
+def _cycle_error(path: list[str]) -> CycleError:
+    """The :class:`CycleError` of the cycle ``path`` (nodes along the edges, first == last)."""
     # start the printed cycle at a table so it reads "t1 -> job a -> t2 -> job b -> t1"
     tables = [i for i, n in enumerate(path[:-1]) if n.startswith("table:")]
     if tables:
@@ -157,6 +161,56 @@ def cycle_error(graph: nx.DiGraph) -> CycleError | None:
         labels,
     )
 
+
+# The DAG-parse-time checks (Topology.validate, jobs_in_order) use the standard library's
+# graphlib, not networkx: importing networkx costs seconds on a loaded dag-processor, in every
+# parse of every DAG file (docs/airflow.md, "DAG parsing under load").
+def predecessors(tables: Iterable[Table], jobs: Iterable[Job]) -> dict[str, set[str]]:
+    """``{node: its predecessor nodes}`` of the table/job graph (node names as :func:`build_graph`)."""
+    preds: dict[str, set[str]] = {_table_node(t.name): set() for t in tables}
+    for job in jobs:
+        preds.setdefault(_job_node(job.id), set()).update(_table_node(s) for s in job.sources)
+        for source in job.sources:
+            preds.setdefault(_table_node(source), set())
+        for sink in job.sinks:
+            preds.setdefault(_table_node(sink), set()).add(_job_node(job.id))
+    return preds
+
+
+def find_cycle_error(preds: Mapping[str, set[str]]) -> CycleError | None:
+    """A :class:`CycleError` describing one cycle of the graph ``preds``, or ``None`` if acyclic."""
+    from graphlib import CycleError as GraphCycle
+    from graphlib import TopologicalSorter
+
+    try:
+        TopologicalSorter(preds).prepare()
+    except GraphCycle as exc:
+        return _cycle_error(list(exc.args[1]))
+    return None
+
+
+def lexicographic_order(preds: Mapping[str, set[str]]) -> list[str]:
+    """The nodes of the acyclic graph ``preds`` in topological order, the smallest ready node
+    first (networkx's ``lexicographical_topological_sort``).
+
+    Raises:
+        graphlib.CycleError: the graph has a cycle.
+    """
+    import heapq
+    from graphlib import TopologicalSorter
+
+    sorter = TopologicalSorter(preds)
+    sorter.prepare()
+    ready = list(sorter.get_ready())
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        node = heapq.heappop(ready)
+        order.append(node)
+        sorter.done(node)
+        for nxt in sorter.get_ready():
+            heapq.heappush(ready, nxt)
+    return order
 
 
 def double_writer_error(table: str, writers: tuple[str, str]) -> DoubleWriterError:
@@ -171,5 +225,5 @@ def double_writer_error(table: str, writers: tuple[str, str]) -> DoubleWriterErr
 
 __all__ = [
     "Job", "Table", "TableKind", "build_graph", "cycle_error", "default_warehouse", "double_writer_error",
-    "node_label",
+    "find_cycle_error", "lexicographic_order", "node_label", "predecessors",
 ]

@@ -38,8 +38,11 @@ from airflow_provider_tsb.lineage import (
     cycle_error,
     default_warehouse,
     double_writer_error,
+    find_cycle_error,
     freshness_seconds,
+    lexicographic_order,
     node_label,
+    predecessors,
 )
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
 
@@ -249,9 +252,7 @@ class Topology:
             TopologyError: the topology is invalid (see :meth:`validate`).
         """
         self.validate()
-        import networkx as nx
-
-        order = nx.lexicographical_topological_sort(self.graph)
+        order = lexicographic_order(predecessors(self.tables.values(), self.jobs.values()))
         return [self.jobs[n.split(":", 1)[1]] for n in order if n.startswith("job:")]
 
     # -- validation ----------------------------------------------------------------------
@@ -287,7 +288,7 @@ def validate_union(topologies: Sequence[Topology]) -> list[TopologyError]:
     tables, jobs = _merge_declarations(topologies, errors)
     writers = _check_sinks(tables, jobs, errors)
     _check_sources(tables, jobs, writers, errors)
-    cycle = cycle_error(build_graph(tables.values(), jobs.values()))
+    cycle = find_cycle_error(predecessors(tables.values(), jobs.values()))
     if cycle is not None:
         errors.append(cycle)
     return errors

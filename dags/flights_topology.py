@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import os
 
+# named here so the dag-processor imports it once, before it forks a child per parse
+# ([dag_processor] parsing_pre_import_modules; docs/airflow.md "DAG parsing under load")
+import airflow.providers.apache.spark.operators.spark_submit  # noqa: F401
 import pendulum
 from airflow.sdk import DAG, task
 from common.flights import topology

@@ -17,6 +17,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# named here so the dag-processor imports it once, before it forks a child per parse
+# ([dag_processor] parsing_pre_import_modules; docs/airflow.md "DAG parsing under load")
+import airflow.providers.apache.spark.operators.spark_submit  # noqa: F401
 import pendulum
 from airflow.sdk import DAG
 

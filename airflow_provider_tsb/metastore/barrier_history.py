@@ -13,17 +13,21 @@ read; for the log one cached-snapshot update.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from airflow_provider_tsb.delta.barrier_log import BarrierLogEntry, logged_barrier, write_barrier
-from airflow_provider_tsb.delta.barriers import latest_written_barrier
-from airflow_provider_tsb.delta.errors import DeltaLogError
-from airflow_provider_tsb.delta.log import normalize_location
-from airflow_provider_tsb.delta.snapshots import latest_table_or_none
 from airflow_provider_tsb.exceptions import TopologyError, UnknownBarrierError
 from airflow_provider_tsb.metastore.domains import domain_name, members
 from airflow_provider_tsb.metastore.models import BarrierRow, TableRow
+
+if TYPE_CHECKING:
+    from airflow_provider_tsb.delta.barrier_log import BarrierLogEntry
+
+# The Delta helpers (deltalake, pyarrow: seconds to import on a loaded machine) are imported in
+# the functions that read the logs, not here: a DAG file imports the metastore through the
+# operators and never generates a barrier while it is parsed (docs/airflow.md, "DAG parsing").
 
 REBUILD_HINT = "run `tsb db rebuild --dags PATH` to restore the metastore from the Delta logs and the barrier log"
 
@@ -53,6 +57,10 @@ def check_tables(s: Session, topology: str, barrier: int) -> None:
     Raises:
         BarrierHistoryError: names the table, its location, the barrier found and the fix.
     """
+    from airflow_provider_tsb.delta.barriers import latest_written_barrier
+    from airflow_provider_tsb.delta.errors import DeltaLogError
+    from airflow_provider_tsb.delta.log import normalize_location
+
     rows = s.execute(
         select(TableRow.name, TableRow.location).where(TableRow.topology == topology, TableRow.kind != "root")
         .order_by(TableRow.name)
@@ -86,6 +94,9 @@ def log_barrier(location: str, entry: BarrierLogEntry, *, first: bool) -> None:
         BarrierHistoryError: the log holds a later barrier (or any barrier while ``first``).
         DeltaLogError: the log commit failed.
     """
+    from airflow_provider_tsb.delta.barrier_log import logged_barrier, write_barrier
+    from airflow_provider_tsb.delta.log import normalize_location
+
     logged = logged_barrier(location, entry.topology)
     if logged is not None and (logged > entry.barrier or (first and logged >= entry.barrier)):
         raise BarrierHistoryError(
@@ -107,6 +118,10 @@ def check_version_in_log(table: str, location: str, version: int, barrier: int) 
         DeltaLogError: ``version`` is above the table's newest version (names the table, its
             location, the barrier and the newest version).
     """
+    from airflow_provider_tsb.delta.errors import DeltaLogError
+    from airflow_provider_tsb.delta.log import normalize_location
+    from airflow_provider_tsb.delta.snapshots import latest_table_or_none
+
     snapshot = latest_table_or_none(location)
     if snapshot is not None and version > snapshot.version():
         raise DeltaLogError(

@@ -19,7 +19,6 @@ from typing import Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
-from airflow_provider_tsb.delta.barrier_log import BarrierLogEntry
 from airflow_provider_tsb.exceptions import (
     TopologyError,
     UnknownBarrierError,
@@ -373,6 +372,8 @@ def _log_domain_barrier(
     """Commit barrier ``new`` to ``new.topology``'s barrier log (``barrier_log``, recorded on its
     row) and to those recorded by the other topologies of its domain, each with the root
     versions that topology reads."""
+    from airflow_provider_tsb.delta.barrier_log import BarrierLogEntry  # deltalake: not at DAG parse time
+
     logs = _member_logs(s, new.topology, barrier_log, domain_topologies)
     had = set(s.scalars(select(BarrierRow.topology).distinct().where(
         BarrierRow.topology.in_(list(logs)), BarrierRow.barrier_id < new.barrier)))
