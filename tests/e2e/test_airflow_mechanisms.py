@@ -47,6 +47,30 @@ with DAG(dag_id="tsb_on_committed_barrier", schedule=[watched], start_date=pendu
 '''
 
 
+DEADLINE_DAG_SOURCE = '''
+import os
+import time
+import pendulum
+from airflow.sdk import DAG, task
+
+from airflow_provider_tsb.deadlines import freshness_deadlines
+from airflow_provider_tsb.topology import Topology
+
+topology = Topology("fresh", warehouse=os.environ["TSB_WAREHOUSE"], freshness=3)
+topology.root_table("raw.events")
+topology.job("count_events", "count.py", sources=["raw.events"], sinks=["fresh.counts"])
+
+with DAG(dag_id="tsb_freshness_deadline", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+         catchup=False, deadline=freshness_deadlines(topology)):
+
+    @task
+    def slow_job():
+        time.sleep(20)  # the barrier is not committed in time
+
+    slow_job()
+'''
+
+
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("mechanisms")
@@ -57,6 +81,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Any:
     dags = tmp / "dags"
     dags.mkdir()
     (dags / "on_committed_barrier.py").write_text(DAG_SOURCE)
+    (dags / "freshness_deadline.py").write_text(DEADLINE_DAG_SOURCE)
     af = start_airflow(dags, home=tmp / "airflow",
                        env_extra={"TSB_METASTORE_URL": url, "TSB_WAREHOUSE": str(tmp / "warehouse")})
     try:
@@ -152,3 +177,27 @@ def test_dag_file_defines_the_watched_asset(deployment: Any) -> None:
     (asset,) = [a for a in assets if a["name"] == COUNTS]
     assert asset["extra"]["tsb_history"] == "/tsb/ui/lineage?topology=wordcount&table=" + COUNTS
     assert Path(asset["uri"].removeprefix("file://")).name == "count_of_counts"
+
+
+def test_freshness_target_as_a_deadline_alert_names_the_lagging_table(deployment: Any) -> None:
+    from airflow_provider_tsb.topology import Topology
+
+    af, store = deployment
+    topology = Topology("fresh", warehouse="/tmp/unused", freshness=3)
+    topology.root_table("raw.events")
+    topology.job("count_events", "count.py", sources=["raw.events"], sinks=["fresh.counts"])
+    store.registry.register_topology(topology)
+    store.barriers.create_barrier("fresh", {"tsb.raw.events": 0})  # never committed in fresh.counts
+    af.wait_for_dag("tsb_freshness_deadline", timeout=120)
+    run = af.run_dag("tsb_freshness_deadline", timeout=180)
+    run_id = quote(run["dag_run_id"], safe="")
+    resp = af.request("GET", f"/ui/dags/tsb_freshness_deadline/dagRuns/{run_id}/deadlines")
+    assert resp.status_code == 200, resp.text
+    (deadline,) = resp.json()["deadlines"]
+    assert deadline["missed"] is True and deadline["alert_name"] == "tsb freshness 3 s: tsb.fresh.counts"
+    message = "freshness target missed in topology 'fresh': tsb.fresh.counts"
+    deadline_at = time.monotonic() + 60
+    while message not in af.component_log("triggerer", lines=2000) and time.monotonic() < deadline_at:
+        time.sleep(1)
+    log = af.component_log("triggerer", lines=2000)
+    assert message in log, log[-4000:]
