@@ -279,6 +279,12 @@ def build_env(
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__DAG_PROCESSOR__PRINT_STATS_INTERVAL": "600",
+            # a loaded machine (2 cores, Spark running) must not turn a slow parse into an
+            # import error, which marks the file's DAGs stale ("0 Dags", "Deactivated"):
+            # docs/airflow.md, "DAG parsing under load"
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+            "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
+            "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": "600",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "1",
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
