@@ -3,8 +3,8 @@
 Each table is an Airflow :class:`~airflow.sdk.Asset` named by its canonical table name, with
 the Delta location as URI (``file:///...`` for local paths), in the asset group ``tsb``. The
 asset's own ``extra`` holds ``tsb_topology`` and ``tsb_history``: the path of the table's
-barrier history in the TSB UI (``/tsb/ui/lineage?topology=...&table=...``; Airflow shows an
-asset's extra on its page, Airflow docs "Asset definitions", "extra").
+barrier history in the TSB UI (:func:`~airflow_provider_tsb.history.history_path`; Airflow
+shows an asset's extra on its page, Airflow docs "Asset definitions", "extra").
 
 The job operator emits one asset event per sink and run (Airflow docs "Asset events",
 ``outlet_events[asset].extra``) whose ``extra`` is :func:`barrier_event_extra`: the barrier,
@@ -14,22 +14,18 @@ its timestamp, the Delta version, the commit state and the lag (keys in
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
 from airflow.sdk import Asset, AssetWatcher
 
+from airflow_provider_tsb.history import history_path, iso_utc
 from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.topology import Topology
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.metastore.store import MetaStore
-
-#: path of the TSB UI's lineage page (the plugin mounts the TSB app at ``/tsb``)
-HISTORY_PAGE = "/tsb/ui/lineage"
 
 #: keys of an asset event's ``extra`` written by :func:`barrier_event_extra`
 EVENT_EXTRA_KEYS = (
@@ -43,12 +39,6 @@ def location_uri(location: str) -> str:
     if "://" in location:
         return location
     return "file://" + os.path.abspath(location)
-
-
-def history_path(topology: str, table: str) -> str:
-    """Path (no host: relative to the api-server's root) of ``table``'s barrier history page:
-    the lineage page of ``topology`` with the table selected."""
-    return f"{HISTORY_PAGE}?{urlencode({'topology': topology, 'table': normalize_table_name(table)})}"
 
 
 def table_asset(topology: Topology, table: str, *, watchers: Sequence[AssetWatcher] = ()) -> Asset:
@@ -79,13 +69,6 @@ def committed_barrier_watcher(
     trigger = TsbBarrierCommittedEventTrigger(list(tables), tsb_conn_id=tsb_conn_id,
                                               poll_interval_s=poll_interval_s, from_barrier=from_barrier)
     return AssetWatcher(name=name, trigger=trigger)
-
-
-def iso_utc(ms: int | None) -> str | None:
-    """Epoch milliseconds as an ISO 8601 UTC timestamp (``None`` stays ``None``)."""
-    if ms is None:
-        return None
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
 
 
 def barrier_event_extra(
