@@ -130,6 +130,18 @@ def test_lineage_graph(page: Page, airflow_server: AirflowHandle, screenshot_dir
     screenshot(page, screenshot_dir, "lineage")
 
 
+def test_asset_history_link_opens_the_tables_barrier_history(page: Page, airflow_server: AirflowHandle) -> None:
+    """The ``tsb_history`` link of a tsb asset's extra (docs/airflow.md) opens the table's history."""
+    from airflow_provider_tsb.history import history_path
+
+    link = history_path("flights", "flights.carrier_ranking")
+    _open(page, f"{airflow_server.base_url}{link}", "#tsb-history tr[data-barrier]")
+    assert page.locator("#tsb-detail-title").inner_text() == "Table tsb.flights.carrier_ranking"
+    assert page.locator("#tsb-history tr[data-barrier]").count() == N_BARRIERS
+    assert page.locator('[data-node="table:tsb.flights.carrier_ranking"]').get_attribute("class").split().count(
+        "selected") == 1
+
+
 def test_lineage_from_dag_tab_maps_dag_to_topology(page: Page, airflow_server: AirflowHandle) -> None:
     _open(page, f"{airflow_server.base_url}/tsb/ui/lineage?dag_id=flights_topology", "#tsb-graph-svg")
     assert page.locator("#tsb-topology-name").inner_text() == "flights"
