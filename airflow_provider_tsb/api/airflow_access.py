@@ -19,7 +19,7 @@ Answers are cached for the request (one instance per request).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tsb.api.access import Method, TopologyAccess, default_location_roots
@@ -87,6 +87,12 @@ class AirflowTopologyAccess(TopologyAccess):
                         found[name].add(dag_id)
             self._outlets.update({t: frozenset(d) for t, d in found.items()})
         return {t: self._outlets[t] for t in tables if self._outlets.get(t)}
+
+    def task_log_urls(self, job_sinks: Mapping[str, Sequence[str]]) -> dict[str, str]:
+        """{job id: Airflow UI URL of its newest task instance} (:mod:`.airflow_task_logs`)."""
+        from airflow_provider_tsb.api.airflow_task_logs import task_log_urls
+
+        return task_log_urls(job_sinks)
 
     def dags_of(self, topology: str) -> frozenset[str]:
         """Ids of the active DAGs that write a table of ``topology``."""
