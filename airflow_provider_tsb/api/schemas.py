@@ -203,6 +203,12 @@ class TopologyJob(BaseModel):
     stale: bool
     sources: list[str]
     sinks: list[str]
+    message: str | None = Field(
+        None, description="why the job failed: the error text of its newest failure, from the job's record "
+        "in the metastore (cleared when it succeeds again)")
+    log_url: str | None = Field(
+        None, description="Airflow UI URL of the newest task instance of the job's task (its Logs tab shows "
+        "that try's log); null outside Airflow or before the task ran")
 
 
 class TopologySummary(BaseModel):
