@@ -82,7 +82,8 @@ def test_versions_endpoints_and_errors(http: TestClient, store: MetaStore, tmp_p
     assert body["barrier"] == 2 and body["level"] == "READ_COMMITTED"
     assert body["tables"][AMOUNT]["state"] == "PROCESSED" and body["tables"][AMOUNT]["version"] == 0
     assert body["tables"][PRICE] == {"version": 1, "barrier": 2, "state": "WRITTEN",
-                                     "location": shop.locations[PRICE], "staged": None}
+                                     "location": shop.locations[PRICE], "staged": None,
+                                     "file_count": None, "size_bytes": None}  # shop commits record no figures
     body = http.post(f"{PREFIX}/versions", json={"tables": [PRICE, AMOUNT]}).json()
     assert body["barrier"] == 1 and {n: t["version"] for n, t in body["tables"].items()} == {PRICE: 0, AMOUNT: 0}
     body = http.post(f"{PREFIX}/versions", json={"tables": [PRICE, AMOUNT], "level": "READ_UNCOMMITTED"}).json()
