@@ -127,3 +127,36 @@ def test_check_integrity_json_and_bad_arguments(store: MetaStore, metastore_url:
     assert json.loads(out.stdout) == {"topology": ig.TOPOLOGY, "checked": 3, "unrecorded": 1, "findings": []}
     with pytest.raises(ValueError, match="topology 'nope' has no registered tables"):
         check_integrity(store, "nope")
+
+
+def test_root_versions_named_by_barriers_are_recorded_and_verified(store: MetaStore, metastore_url: str, tmp_path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root tables are appended by ingestion (``write_deltalake``, no figures in its commits): the
+    barrier's generation records the figures of the root versions it names."""
+    import pyarrow as pa
+
+    from airflow_provider_tsb.delta.roots import append_rows
+    from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
+    from airflow_provider_tsb.topology import Topology
+
+    conn = {"conn_type": "tsb", "extra": {"sqlalchemy_url": metastore_url}}
+    monkeypatch.setenv("AIRFLOW_CONN_TSB_DEFAULT", json.dumps(conn))
+    topo = Topology("roots_ig", warehouse=str(tmp_path / "wh"))
+    topo.root_table("tsb.rig.events")
+    location = topo.location("tsb.rig.events")
+    for barrier in (1, 2):
+        append_rows(location, pa.table({"e": list(range(barrier * 10))}))
+        assert TsbBarrierHook(topo).generate(f"run/{barrier}").barrier == barrier
+        state = store.table_states.table_state("tsb.rig.events", barrier)
+        assert state is not None and state.file_count == barrier and state.size_bytes > 0
+    assert to_arrow(store.resolution.resolve(["tsb.rig.events"], as_of=2))["tsb.rig.events"].num_rows == 30
+    path = ig.commit_file(location, 1)
+    lines = open(path).read().splitlines()
+    open(path, "w").write("\n".join(line for line in lines if not line.startswith('{"add"')) + "\n")
+    ig.fresh_process()
+    msg = r"table 'tsb.rig.events', barrier 2, Delta version 1: the Delta log gives 1 files, \d+ bytes but .* 2 files"
+    with pytest.raises(DeltaLogIntegrityError, match=msg):
+        to_arrow(store.resolution.resolve(["tsb.rig.events"], as_of=2))
+    assert to_arrow(store.resolution.resolve(["tsb.rig.events"], as_of=1))["tsb.rig.events"].num_rows == 10
+    report = check_integrity(store, "roots_ig")
+    assert [(f.barrier, f.version, f.problem) for f in report.findings or []] == [(2, 1, "figures")]

@@ -182,6 +182,27 @@ class TableStateManager:
             if figures is not None and row.file_count is None:
                 row.file_count, row.size_bytes = figures.files, figures.size_bytes
 
+    def record_figures(self, barrier: int, figures: Mapping[str, tuple[int, TableFigures]]) -> int:
+        """Record the live-file figures of the versions barrier ``barrier`` names, where none are
+        recorded yet (root tables: the barrier's generation, issue 25 item 4).
+
+        Args:
+            figures: {table: (Delta version, figures at it)}; a table whose WRITTEN row at
+                ``barrier`` is at another version is left as it is.
+
+        Returns:
+            Number of rows updated.
+        """
+        done = 0
+        with self._core.transaction(write=True) as s:
+            for table, (version, fig) in figures.items():
+                row = s.get(TableBarrierRow, (table_id_of(s, table), barrier))
+                if row is not None and row.state == BarrierState.WRITTEN and row.version == version \
+                        and row.file_count is None:
+                    row.file_count, row.size_bytes = fig.files, fig.size_bytes
+                    done += 1
+        return done
+
     def clear_processed(self, table: str, barrier: int | None = None) -> int:
         """Forget PROCESSED (uncommitted) rows of ``table`` (all, or one barrier) after a failure.
 
