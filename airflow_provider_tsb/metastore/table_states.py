@@ -139,10 +139,8 @@ class TableStateManager:
     ) -> None:
         """Mark barrier ``barrier`` WRITTEN in ``table`` at Delta ``version``. Idempotent.
 
-        The live-file figures of ``version`` (:class:`~airflow_provider_tsb.delta.integrity.TableFigures`,
-        issue 25 item 4) are recorded with it: ``figures``, else those the commit at ``version``
-        recorded in its ``commitInfo`` (``tsb.files`` / ``tsb.bytes``; one log-file read), else
-        none. Readers and ``tsb check --integrity`` verify the Delta log against them.
+        The live-file figures of ``version`` are recorded with it (issue 25 item 4): ``figures``,
+        else the commit's ``tsb.files`` / ``tsb.bytes`` (one log-file read); readers verify them.
 
         Args:
             attempt: the attempt id committed at ``version`` (the Delta tag's ``tsb.attempt``):
@@ -183,16 +181,9 @@ class TableStateManager:
                 row.file_count, row.size_bytes = figures.files, figures.size_bytes
 
     def record_figures(self, barrier: int, figures: Mapping[str, tuple[int, TableFigures]]) -> int:
-        """Record the live-file figures of the versions barrier ``barrier`` names, where none are
-        recorded yet (root tables: the barrier's generation, issue 25 item 4).
-
-        Args:
-            figures: {table: (Delta version, figures at it)}; a table whose WRITTEN row at
-                ``barrier`` is at another version is left as it is.
-
-        Returns:
-            Number of rows updated.
-        """
+        """Record ``figures`` ({table: (Delta version, its live-file figures)}) on the WRITTEN rows
+        of ``barrier`` at those versions that have none yet (root tables, at the barrier's
+        generation: issue 25 item 4). Returns the number of rows updated."""
         done = 0
         with self._core.transaction(write=True) as s:
             for table, (version, fig) in figures.items():
