@@ -39,6 +39,8 @@ FILES_KEY = "tsb.files"
 #: commit metadata key: total size in bytes of those files (decimal string)
 BYTES_KEY = "tsb.bytes"
 
+#: verified (location, version, figures) kept per process before the memo starts over
+MAX_VERIFIED = 100_000
 #: {(normalized location, version, expected figures): True} of the versions verified in this process
 _VERIFIED: dict[tuple[str, int, TableFigures | None], bool] = {}
 _LOCK = threading.Lock()
@@ -162,6 +164,8 @@ def verify_version(
     if found != wanted:
         raise integrity_error(name, barrier, version, wanted, found)
     with _LOCK:
+        if len(_VERIFIED) >= MAX_VERIFIED:  # a long-running api-server: forget, verify again
+            _VERIFIED.clear()
         _VERIFIED[(loc, version, expected)] = True
     return True
 
