@@ -229,7 +229,7 @@ def get_version(
     tv = res.tables[name]
     return SingleVersionOut(
         table=name, level=level.value, version=tv.version, barrier=tv.barrier, state=tv.state,
-        location=tv.location, staged=tv.staged,
+        location=tv.location, staged=tv.staged, file_count=tv.file_count, size_bytes=tv.size_bytes,
     )
 
 

@@ -96,6 +96,11 @@ class TableVersionOut(BaseModel):
         None, description='PROCESSED manifest {"mode": "append"|"overwrite", "files": [...], "removes": [...]} '
         'to apply on `version` ("removes": the files a merge rewrites, absent otherwise)'
     )
+    file_count: int | None = Field(
+        None, description="live data files of `version` as the barrier's commit recorded them (readers verify "
+        "them against the Delta log; None: not recorded)"
+    )
+    size_bytes: int | None = Field(None, description="their total size, bytes (None: not recorded)")
 
 
 class LeaseOut(BaseModel):
