@@ -169,3 +169,58 @@ class StreamingJobFailedError(TsbError):
     """A streaming job of the emitter's DAG run failed for good (its task ``failed`` with no try
     left): barriers after it would never reach COMMIT, so the emitter stops and fails, naming the
     job, its task and the job's last error from the metastore."""
+
+
+class DeltaLogError(TsbError):
+    """A commit of the Delta log that the operation needs is missing or unreadable.
+
+    Usually the log was cleaned up (``delta.logRetentionDuration``) past the versions a
+    barrier or an epoch of changes refers to. (Also importable from
+    :mod:`airflow_provider_tsb.delta.errors`, where it was defined before.)
+    """
+
+
+class DeltaLogIntegrityError(DeltaLogError):
+    """The Delta log of a table does not give, at a version a barrier names, the live files the
+    barrier's commit recorded (issue 25 item 4): a commit file was edited, lost an ``add`` or a
+    ``remove`` action, or was replaced by a copy of another commit.
+
+    Every barrier commit records the number of live data files and their total size in bytes at
+    its version (commit metadata ``tsb.files`` / ``tsb.bytes`` and the metastore's WRITTEN row);
+    readers and ``tsb check --integrity`` compare them with what delta-rs replays from the log.
+    Reading the table on would serve rows twice or lose them, so the read is refused: restore
+    the log (e.g. from a backup of ``_delta_log``), then run ``tsb check --integrity``.
+
+    Attributes:
+        table: the table (canonical name, or its location when the name is unknown).
+        barrier: the barrier whose version is served (``None`` when unknown).
+        version: the Delta version.
+        expected: ``(files, bytes)`` recorded at the commit.
+        found: ``(files, bytes)`` the log gives now.
+    """
+
+    def __init__(
+        self, message: str, *, table: str, barrier: int | None, version: int,
+        expected: tuple[int, int], found: tuple[int, int],
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        self.barrier = barrier
+        self.version = version
+        self.expected = expected
+        self.found = found
+
+
+class TableLocationConflictError(TopologyError):
+    """A registered table is registered again with another location (issue 25 item 5).
+
+    The metastore keeps one location per table: the message names the table, the registered
+    location and the one asked for. Move the table's data and its registration together, or fix
+    the declaration.
+    """
+
+
+class InvalidLocationError(TsbError, ValueError):
+    """A table location is relative or contains ``..`` (issue 25 item 5): every process (the
+    scheduler, the Spark driver and executors, the api-server) must find the table at the same
+    place whatever its working directory. Give an absolute path or a URI (``s3://...``)."""

@@ -106,11 +106,12 @@ class FlightsBench:
             ones); default the flights topology. ``ingest_day`` and ``delays`` are the
             flights topology's.
         sinks: the tables a barrier must be WRITTEN in to be COMMIT (default the flights sinks).
+        url: the metastore's SQLAlchemy URL (default SQLite in ``root/tsb.db``).
     """
 
     def __init__(
         self, root: Path, spark_master: str = "local[2]", *, engine: str = "submit", remote: str | None = None,
-        topology: Any = None, sinks: tuple[str, ...] = SINKS,
+        topology: Any = None, sinks: tuple[str, ...] = SINKS, url: str | None = None,
     ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
@@ -127,7 +128,7 @@ class FlightsBench:
             )
         else:
             os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = f'{{"conn_type": "spark", "host": "{spark_master}"}}'
-        self.url = f"sqlite:///{root / 'tsb.db'}"
+        self.url = url or f"sqlite:///{root / 'tsb.db'}"
         from airflow_provider_tsb.metastore.store import MetaStore
 
         self.topology = topology if topology is not None else _load_topology()

@@ -13,21 +13,31 @@ separate processes (``tsb_dev/lease_world.py``), until the writer has committed
 * forced order: a lease taken while expiry is between its marks and its vacuum.
 
 Counts, summed over the rounds: ``leases`` granted, ``lost`` (a granted lease whose read found
-files gone), ``expiry_cycles`` and ``failed`` ones (after the ``CommitFailedError`` retries;
+files gone), ``expiry_cycles`` and ``failed`` ones (after the object store retries;
 ``retries`` made), ``stale_versions`` (a lease granted on a version marked expired),
 ``consumer_lost`` (a running job's barrier whose input files were gone), ``raw_errors`` (a read
 failing with anything but the tsb error). ``--unsafe`` runs the expiry of before issue 12 (read
 the leases, vacuum; no marks, no retry, no consumer protection, no input leases) for comparison.
 Last line: ``leases=N lost=0 expiry_cycles=M failed=0 stale_versions=0 ...``.
 
+``--fast-writer SECONDS`` (issue 25 item 2) runs one race instead: the writer commits barriers
+back to back for SECONDS, expiry runs every ``--expiry-every`` seconds keeping the last
+``--keep`` barriers plus leases, two leased readers and one without a lease read meanwhile.
+The snap table's data files are sampled every 5 s; flat means the last sample is no larger than
+the retention's share (``--keep`` barriers' files plus what one expiry period writes). Last
+line: ``barriers= barriers_per_s= cycles= failed= lost= files_max= files_last= bytes_last=``.
+
     .venv/bin/python benchmarks/lease_races.py [--rounds 10] [--barriers 25] [--postgres] [--unsafe]
+    .venv/bin/python benchmarks/lease_races.py --fast-writer 120 --expiry-every 10 --keep 100 --postgres
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +69,10 @@ def main() -> None:
     parser.add_argument("--barriers", type=int, default=25, help="barriers the writer commits per race")
     parser.add_argument("--postgres", action="store_true", help="metastore on a throwaway PostgreSQL")
     parser.add_argument("--unsafe", action="store_true", help="the expiry of before issue 12, for comparison")
+    parser.add_argument("--fast-writer", type=float, default=None, metavar="SECONDS",
+                        help="one race: a writer committing back to back for SECONDS")
+    parser.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles (fast writer)")
+    parser.add_argument("--keep", type=int, default=100, help="barriers expiry keeps (fast writer)")
     args = parser.parse_args()
     server = None
     if args.postgres:
@@ -73,6 +87,13 @@ def main() -> None:
         def url_for(folder: str) -> str:
             return f"sqlite:///{folder}/tsb.db"
 
+    if args.fast_writer is not None:
+        try:
+            fast_writer(url_for, args)
+        finally:
+            if server is not None:
+                server.stop()
+        return
     totals = dict.fromkeys(KEYS, 0)
     started = time.monotonic()
     try:
@@ -108,6 +129,42 @@ def main() -> None:
     print(f"backend={'postgresql' if args.postgres else 'sqlite'} unsafe={args.unsafe} rounds={args.rounds} "
           f"barriers_per_race={args.barriers} wall_s={time.monotonic() - started:.0f}")
     print(" ".join(f"{k}={totals[k]}" for k in KEYS))
+
+
+def data_files(location: str) -> tuple[int, int]:
+    """(Parquet files, bytes) under ``location`` (the Delta log excluded)."""
+    count = size = 0
+    for root, _, names in os.walk(location):
+        if "_delta_log" in root:
+            continue
+        for name in names:
+            if name.endswith(".parquet"):
+                count += 1
+                size += os.path.getsize(os.path.join(root, name))
+    return count, size
+
+
+def fast_writer(url_for: Callable[[str], str], args: argparse.Namespace) -> None:
+    """One race with a writer committing back to back; prints the samples and the last line."""
+    with tempfile.TemporaryDirectory() as folder:
+        url, locations = fresh(url_for, folder, consumer=False)
+        result: dict[str, dict[str, int]] = {}
+        worker = threading.Thread(target=lambda: result.setdefault("race", lw.race(
+            url, locations, folder, seconds=args.fast_writer, readers=2, unleased_readers=1, keep_barriers=args.keep,
+            interval=0.0, expiry_pause=args.expiry_every)))
+        started = time.monotonic()
+        worker.start()
+        samples = []
+        while worker.is_alive():
+            worker.join(5.0)
+            samples.append(data_files(locations[lw.SNAP]))
+            print(f"t={time.monotonic() - started:.0f}s files={samples[-1][0]} bytes={samples[-1][1]}", flush=True)
+        counts = result["race"]
+    print(f"load={os.getloadavg()[0]:.1f} seconds={args.fast_writer:.0f} keep={args.keep} "
+          f"expiry_every_s={args.expiry_every:g} backend={'postgresql' if args.postgres else 'sqlite'}")
+    print(f"barriers={counts.get('barriers', 0)} barriers_per_s={counts.get('barriers', 0) / args.fast_writer:.1f} "
+          f"cycles={counts.get('expiry_cycles', 0)} failed={counts.get('failed', 0)} lost={counts.get('lost', 0)} "
+          f"files_max={max(n for n, _ in samples)} files_last={samples[-1][0]} bytes_last={samples[-1][1]}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """Take the README's screenshots from the running demo: ``make demo``, then run this.
 
     make demo                                  # a real streaming run of the flights topology
-    .venv/bin/python dev/readme_screenshots.py # writes docs/images/lineage.png and delays.png
+    .venv/bin/python dev/readme_screenshots.py # writes docs/images/{lineage,freshness,delays}.png
 
 It logs in to the demo's Airflow UI (``.demo/airflow.json``; user admin) in headless system
-Chromium (``apt-get install -y chromium``) and shoots the lineage and delay views of the
-``flights`` topology. Development material: not part of the package.
+Chromium (``apt-get install -y chromium``) and shoots the lineage, freshness and delay views of the
+``flights`` topology at 1400x900. Development material: not part of the package.
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ def main() -> int:
         page.goto(f"{base}/tsb/ui/lineage?dag_id=flights_streaming")
         page.wait_for_selector("body[data-loaded=true]")
         print(screenshot(page, out, "lineage"))
+        page.goto(f"{base}/tsb/ui/freshness?topology=flights")
+        page.wait_for_selector("#tsb-freshness-table tr[data-table]")
+        print(screenshot(page, out, "freshness"))
         page.goto(f"{base}/tsb/ui/delays?topology=flights&limit=50")
         page.wait_for_selector("#tsb-delay-table tr[data-barrier]")
         page.wait_for_selector("body[data-loaded=true]")

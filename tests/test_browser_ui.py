@@ -49,4 +49,11 @@ def test_lineage_tab_on_dag_page(
     page.get_by_role("tab", name="TSB lineage").or_(page.get_by_role("link", name="TSB lineage")).first.click()
     frame = frame_with_selector(page, "#tsb-lineage-scope")
     assert frame.locator("#tsb-lineage-scope").inner_text() == "Scope: DAG browser_ui_dag"
+    # inside the DAG tab's iframe the page still fits its width and keeps 12 px text
+    fit = frame.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert fit[0] <= fit[1], fit
+    sizes = frame.evaluate("""() => [...document.querySelectorAll("body *")].filter((e) =>
+        [...e.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim()) && e.getClientRects().length
+        && !["SCRIPT", "STYLE"].includes(e.tagName)).map((e) => parseFloat(getComputedStyle(e).fontSize))""")
+    assert sizes and min(sizes) >= 12, sizes
     screenshot(page, screenshot_dir, "lineage_dag_tab")

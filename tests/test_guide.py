@@ -15,7 +15,7 @@ def test_the_guide_has_what_the_test_runs() -> None:
     steps = guide_steps()
     files = [t for kind, t, _ in steps if kind == "file"]
     assert files == ["dags/readings_topology.py", "dags/readings_dag.py", "apps/clean_readings.py",
-                     "apps/sensor_stats.py", "read_stats.py"]
+                     "apps/sensor_stats.py", "dags/readings_streaming_dag.py", "read_stats.py"]
     assert sum(kind == "bash" for kind, _, _ in steps) >= 6
 
 

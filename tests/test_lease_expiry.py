@@ -125,6 +125,46 @@ def test_race_writer_expiry_readers(store: MetaStore, metastore_url: str, tmp_pa
     assert counts["refused"] + store.expiry.expired_barriers(lw.SNAP).__len__() > 0, counts  # expiry did expire
 
 
+def test_a_writer_committing_during_vacuum_fails_no_expiry_and_vacuum_adds_no_version(
+    store: MetaStore, tmp_path
+) -> None:
+    """Issue 25 item 2: with delta-rs's logged vacuum, a job's commit (an overwrite: a ``remove``)
+    between the marks and the vacuum failed the vacuum's ``VACUUM START`` commit with
+    ``CommitFailedError`` ("a concurrent transaction deleted data this operation read"); without
+    retries the cycle failed, and a table committing every second never shrank. Vacuum now
+    deletes without committing: the cycle succeeds, the log gets no version from it, and the
+    writer's new barrier stays readable."""
+    from deltalake import DeltaTable
+
+    locations = _world(store, tmp_path, 4)
+    written: list[int] = []
+    result = expire_snapshots(store, lw.SNAP, 1, max_retries=0,
+                              before_vacuum=lambda plan: written.append(lw.write_barrier(store, locations)))
+    assert result["attempts"] == 1 and result["removed_files"] == 3, result  # barriers 1-3's files
+    head = DeltaTable(locations[lw.SNAP]).version()
+    assert head == result["latest_version"] + 1  # the writer's commit; none from vacuum
+    history = [c.get("operation") for c in DeltaTable(locations[lw.SNAP]).history()]
+    assert not any(str(op).startswith("VACUUM") for op in history), history
+    res = store.resolution.resolve([lw.SNAP])
+    assert res.barrier == written[0] == 5 and lw.check_snap(to_arrow(res)[lw.SNAP], 5)
+    again = expire_snapshots(store, lw.SNAP, 1, max_retries=0)
+    assert again["removed_files"] == 1 and DeltaTable(locations[lw.SNAP]).version() == head, again
+
+
+def test_expiry_keeps_up_with_a_fast_writer(store: MetaStore, metastore_url: str, tmp_path) -> None:
+    """A writer committing barriers back to back (no pause) and an expiry loop with no pause, in
+    their own processes: no cycle fails, no lease loses files, and the table's data files stay
+    as few as the retention keeps (``benchmarks/lease_races.py --fast-writer`` for the long run)."""
+    locations = _world(store, tmp_path, 3)
+    counts = lw.race(metastore_url, locations, str(tmp_path), seconds=60, barriers=40, readers=1, unleased_readers=0,
+                     keep_barriers=2, interval=0.0, expiry_pause=0.0)
+    assert counts["barriers"] == 40 and counts["expiry_cycles"] > 10, counts
+    assert counts["failed"] == 0 and counts["lost"] == 0 and counts["stale_versions"] == 0, counts
+    expire_snapshots(store, lw.SNAP, 2)
+    files = [p for p in os.listdir(locations[lw.SNAP]) if p.endswith(".parquet")]
+    assert len(files) <= 3, files  # the two kept barriers' files (+ one a lease may pin)
+
+
 def test_paimon_5819_registered_consumer_keeps_what_it_reads(store: MetaStore, metastore_url: str, tmp_path) -> None:
     """apache/paimon#5819: snapshots expired under a registered consumer. Here a slow running job
     (``sum_job``, input leases of spark/input_leases.py, metastore catalog) reads every barrier

@@ -247,3 +247,29 @@ def test_heartbeat_and_stale_jobs(store: MetaStore, tmp_path) -> None:
     assert job.is_stale(60, now=job.last_heartbeat_ms + 61_000)
     store.job_runs.record_job_barrier("count_words", 1, status="running", started_at_ms=1)
     store.job_runs.record_job_barrier("count_words", 1, status="succeeded", finished_at_ms=5)
+
+
+def test_migration_0010_adds_the_figures_of_written_barriers(metastore_url: str) -> None:
+    """Rows written before revision 0010 keep their state with no figures (NULL: nothing recorded);
+    the downgrade drops the columns again (issue 25 item 4)."""
+    from airflow_provider_tsb.metastore.migrate import alembic_config, current_revision, upgrade
+
+    store = MetaStore(metastore_url)
+    assert upgrade(store.engine, "0009") == "0009"
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO tsb_topology (name, created_at_ms, lock_version) VALUES ('t', 0, 0)"))
+        conn.execute(sa.text("INSERT INTO tsb_table (name, topology, kind, location, created_at_ms) "
+                             "VALUES ('c.d.t', 't', 'intermediate', '/wh/c/d/t', 0)"))
+        conn.execute(sa.text("INSERT INTO tsb_table_barrier (table_id, barrier_id, state, version) "
+                             "SELECT id, 1, 'WRITTEN', 4 FROM tsb_table"))
+    assert store.migrate() == head_revision() == "0010"
+    columns = {c["name"] for c in sa.inspect(store.engine).get_columns("tsb_table_barrier")}
+    assert {"file_count", "size_bytes"} <= columns
+    state = store.table_states.table_state("c.d.t", 1)
+    assert state is not None and (state.version, state.file_count, state.size_bytes) == (4, None, None)
+    from alembic import command
+
+    command.downgrade(alembic_config(store.engine), "0009")
+    assert current_revision(store.engine) == "0009"
+    assert "file_count" not in {c["name"] for c in sa.inspect(store.engine).get_columns("tsb_table_barrier")}
+    store.dispose()

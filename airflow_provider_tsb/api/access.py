@@ -100,6 +100,14 @@ class TopologyAccess:
                 return name
         return None
 
+    def task_log_urls(self, job_sinks: Mapping[str, Sequence[str]]) -> dict[str, str]:
+        """{job id: URL of the log of the Airflow task that ran it last} ({job id: sink tables} in).
+
+        Empty here (a policy without Airflow knows no task); the Airflow policy asks Airflow's
+        metadata database (:func:`airflow_provider_tsb.api.airflow_task_logs.task_log_urls`).
+        """
+        return {}
+
 
 class AllowAll(TopologyAccess):
     """Everything allowed, no DAGs (the standalone MetaService app; tests and benchmarks)."""

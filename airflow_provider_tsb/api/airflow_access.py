@@ -19,10 +19,13 @@ Answers are cached for the request (one instance per request).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tsb.api.access import Method, TopologyAccess, default_location_roots
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.metastore.store import MetaStore
@@ -87,6 +90,22 @@ class AirflowTopologyAccess(TopologyAccess):
                         found[name].add(dag_id)
             self._outlets.update({t: frozenset(d) for t, d in found.items()})
         return {t: self._outlets[t] for t in tables if self._outlets.get(t)}
+
+    def task_log_urls(self, job_sinks: Mapping[str, Sequence[str]]) -> dict[str, str]:
+        """{job id: Airflow UI URL of its newest task instance} (:mod:`.airflow_task_logs`).
+
+        The links are an aid: when Airflow's database cannot be read they are left out (logged)
+        and the topology is still answered.
+        """
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from airflow_provider_tsb.api.airflow_task_logs import task_log_urls
+
+        try:
+            return task_log_urls(job_sinks)
+        except SQLAlchemyError as exc:
+            log.warning("task log links of jobs %s left out: Airflow's database: %s", sorted(job_sinks), exc)
+            return {}
 
     def dags_of(self, topology: str) -> frozenset[str]:
         """Ids of the active DAGs that write a table of ``topology``."""

@@ -22,6 +22,11 @@ The Delta Sharing server (:mod:`airflow_provider_tsb.api.sharing`) is mounted at
 with the same authentication and roles; only its ``/files/{token}`` route takes no bearer token
 (the client fetches file URLs without one: their HMAC signature is the credential).
 
+The OpenAPI document (``/tsb/openapi.json``) and Swagger UI (``/tsb/docs``) need the same login
+as the API. Swagger UI's JavaScript and CSS, like the lineage graph's pan/zoom library, are
+vendored in the package (``ui/static/vendor``, served without login at ``/tsb/static/vendor``:
+public library code, no data), so the pages work without internet.
+
 Extend with routers::
 
     router = APIRouter(prefix="/api/v1", dependencies=[Depends(get_current_user)])
@@ -47,6 +52,7 @@ if TYPE_CHECKING:
 URL_PREFIX = "/tsb"
 API_PREFIX = "/api/v1"
 UI_PREFIX = "/ui"
+STATIC_PREFIX = "/static"
 
 ResourceMethod = Literal["GET", "POST", "PUT", "DELETE"]
 
@@ -126,7 +132,7 @@ def _app_relative_path(request: Request) -> str:
 
 async def _ui_auth_error(request: Request, exc: HTTPException) -> Response:
     """HTML pages answer 401/403 with a login link (and no data); the JSON API keeps JSON."""
-    if _app_relative_path(request).startswith(f"{UI_PREFIX}/"):
+    if _app_relative_path(request).startswith((f"{UI_PREFIX}/", "/docs")):
         if exc.status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN):
             login = html.escape(_login_url(request), quote=True)
             body = (
@@ -201,12 +207,68 @@ async def delays_page(
     return HTMLResponse(body)
 
 
+@ui_router.get("/freshness", response_class=HTMLResponse)
+async def freshness_page(
+    user: CurrentUser,
+    topology: Annotated[str | None, Query(max_length=250)] = None,
+    dag_id: Annotated[str | None, Query(max_length=250)] = None,
+) -> HTMLResponse:
+    """Freshness of a topology's tables: lag, target, MISSED and the bottleneck job per table."""
+    from starlette.concurrency import run_in_threadpool
+
+    from airflow_provider_tsb.ui import render_freshness
+
+    store = await run_in_threadpool(_store_or_none)
+    body = await run_in_threadpool(render_freshness, store, user.get_name(), topology, dag_id, _access(user, store))
+    return HTMLResponse(body)
+
+
+docs_router = APIRouter(include_in_schema=False, dependencies=[Depends(get_current_user)])
+
+
+@docs_router.get("/openapi.json")
+async def openapi_json(request: Request) -> JSONResponse:
+    """The OpenAPI document of the TSB API (authenticated, like the API it describes)."""
+    return JSONResponse(request.app.openapi())
+
+
+@docs_router.get("/docs", response_class=HTMLResponse)
+async def swagger_ui(request: Request) -> HTMLResponse:
+    """Swagger UI from the package's vendored ``swagger-ui-dist`` (no CDN: works offline).
+
+    FastAPI's documented recipe for self-hosted docs assets (``get_swagger_ui_html`` with local
+    ``swagger_js_url`` / ``swagger_css_url``); paths are relative to the mount point (``/tsb``).
+    """
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    root = request.scope.get("root_path", "").rstrip("/")
+    return get_swagger_ui_html(
+        openapi_url=f"{root}/openapi.json", title="airflow-provider-tsb API",
+        swagger_js_url=f"{root}{STATIC_PREFIX}/vendor/swagger-ui/swagger-ui-bundle.js",
+        swagger_css_url=f"{root}{STATIC_PREFIX}/vendor/swagger-ui/swagger-ui.css",
+        swagger_favicon_url=f"{root}{STATIC_PREFIX}/vendor/swagger-ui/favicon-32x32.png",
+    )
+
+
+def _mount_static(app: FastAPI) -> None:
+    """Serve the UI's vendored JavaScript/CSS (``ui/static/vendor``) at ``/tsb/static/vendor``."""
+    from importlib import resources
+
+    from starlette.staticfiles import StaticFiles
+
+    vendor = resources.files("airflow_provider_tsb.ui").joinpath("static", "vendor")
+    app.mount(f"{STATIC_PREFIX}/vendor", StaticFiles(directory=str(vendor)), name="tsb-static-vendor")
+
+
 def create_app() -> FastAPI:
     """Build the FastAPI app that the plugin mounts at ``/tsb``."""
     app = FastAPI(
         title="airflow-provider-tsb",
         description="Timestamp barriers (FLIP-276) MetaService API. Authenticate with an Airflow JWT.",
         version="1",
+        openapi_url=None,  # served by docs_router behind Airflow's auth, with Swagger UI from the package
+        docs_url=None,
+        redoc_url=None,
     )
     app.add_exception_handler(HTTPException, _ui_auth_error)  # type: ignore[arg-type]
     app.include_router(api_router)
@@ -234,4 +296,6 @@ def create_app() -> FastAPI:
     install_exception_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_body_bytes())
     app.include_router(ui_router)
+    app.include_router(docs_router)
+    _mount_static(app)
     return app

@@ -30,6 +30,7 @@ from airflow_provider_tsb.client import BadRequestError
 from airflow_provider_tsb.exceptions import (
     BarrierNotReadyError,
     CycleError,
+    DeltaLogError,
     DoubleWriterError,
     ExpiredVersionError,
     InconsistentReadError,
@@ -53,7 +54,7 @@ def status_for(exc: BaseException) -> int:
         return 422
     if isinstance(exc, MetastoreError):
         return 503
-    if type(exc).__name__ == "DeltaLogError":
+    if isinstance(exc, DeltaLogError):  # a log cleaned up, unreadable or failing its integrity check
         return 409
     return 400
 

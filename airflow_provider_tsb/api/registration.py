@@ -9,7 +9,8 @@ In order, before anything is written:
 3. a table not registered yet: a DAG that declares it (an outlet asset of that name) must run
    the job's topology (its own tasks register it; 409 otherwise), and its location must lie
    under the allowed roots (``[tsb] allowed_location_roots``, default the warehouse; 422
-   ``LocationNotAllowedError``);
+   ``LocationNotAllowedError``); a registered table given again with another ``location`` is
+   refused (409 ``TableLocationConflictError``, naming both locations: issue 25 item 5);
 4. ``root=true`` creates a root table only where the policy allows it (the standalone app, for a
    topology with no barrier yet): in Airflow, root tables come from the topology's DAG file,
    and a root table the declaration lacks would make every barrier generation fail.
@@ -21,6 +22,7 @@ from airflow_provider_tsb.api.access import EDIT, TopologyAccess, check_location
 from airflow_provider_tsb.api.schemas import JobOut, RegisterBody
 from airflow_provider_tsb.client import BadRequestError
 from airflow_provider_tsb.exceptions import TopologyError, UnknownJobError
+from airflow_provider_tsb.metastore.locations import check_same_location
 from airflow_provider_tsb.metastore.store import JobInfo, MetaStore
 from airflow_provider_tsb.names import validate_job_id
 from airflow_provider_tsb.topology import Table
@@ -69,7 +71,8 @@ def register(
 
     Raises:
         AccessDeniedError (403), UnknownJobError / UnknownTableError (404), TopologyError,
-        DoubleWriterError, CycleError (409), BadRequestError / LocationNotAllowedError (422).
+        DoubleWriterError, CycleError, TableLocationConflictError (409), BadRequestError /
+        LocationNotAllowedError / InvalidLocationError (422).
     """
     validate_job_id(job_id)
     body = body or RegisterBody()
@@ -103,6 +106,8 @@ def register(
         )
     if table is None:
         _check_new_table(store, access, kind, topology, name, body)
+    else:  # a registered table keeps its location: another one is a conflict, not a silent no-op
+        check_same_location(name, table.location, body.location)
     created = False
     if job is None:
         job = store.registry.create_job(topology, job_id, body.application or "")

@@ -76,6 +76,7 @@ from airflow_provider_tsb.api.schemas import (
 from airflow_provider_tsb.client import BadRequestError, UnknownTopologyError
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import TsbError, UnknownJobError
+from airflow_provider_tsb.metastore.records import JobStatus
 from airflow_provider_tsb.metastore.store import MetaStore, now_ms
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
 
@@ -228,7 +229,7 @@ def get_version(
     tv = res.tables[name]
     return SingleVersionOut(
         table=name, level=level.value, version=tv.version, barrier=tv.barrier, state=tv.state,
-        location=tv.location, staged=tv.staged,
+        location=tv.location, staged=tv.staged, file_count=tv.file_count, size_bytes=tv.size_bytes,
     )
 
 
@@ -280,7 +281,8 @@ def get_topology(
 ) -> TopologyOut:
     """The topology graph: nodes (tables with role, jobs), edges, per table its newest WRITTEN
     barrier, version and lag (barriers behind the topology's newest), per job status and a
-    ``stale`` flag (running, no heartbeat for ``stale_after_s`` seconds)."""
+    ``stale`` flag (running, no heartbeat for ``stale_after_s`` seconds); a failed job's error text
+    (``message``) and, under Airflow, the URL of its newest task instance's log (``log_url``)."""
     topology = _pick_topology(store, access, name)
     tables = store.registry.tables(topology)
     io = store.registry.job_io(topology)
@@ -303,6 +305,8 @@ def get_topology(
                 "bottleneck": f.bottleneck} if (f := fresh.get(t.name)) else {}),
         )
     now = now_ms()
+    failed = {job_id: sinks for job_id, (_, sinks) in io.items() if jobs[job_id].status == JobStatus.FAILED}
+    log_urls = access.task_log_urls(failed) if failed else {}
     out_jobs: dict[str, TopologyJob] = {}
     for job_id, (sources, sinks) in sorted(io.items()):
         j = jobs[job_id]
@@ -312,7 +316,7 @@ def get_topology(
         out_jobs[job_id] = TopologyJob(
             application=j.application, status=j.status, last_heartbeat_ms=j.last_heartbeat_ms,
             current_barrier=j.current_barrier, stale=j.is_stale(stale_after_s, now), sources=list(sources),
-            sinks=list(sinks),
+            sinks=list(sinks), message=j.message, log_url=log_urls.get(job_id),
         )
     return TopologyOut(
         name=topology, newest_barrier=newest.barrier if newest else None,

@@ -96,6 +96,11 @@ class TableVersionOut(BaseModel):
         None, description='PROCESSED manifest {"mode": "append"|"overwrite", "files": [...], "removes": [...]} '
         'to apply on `version` ("removes": the files a merge rewrites, absent otherwise)'
     )
+    file_count: int | None = Field(
+        None, description="live data files of `version` as the barrier's commit recorded them (readers verify "
+        "them against the Delta log; None: not recorded)"
+    )
+    size_bytes: int | None = Field(None, description="their total size, bytes (None: not recorded)")
 
 
 class LeaseOut(BaseModel):
@@ -203,6 +208,12 @@ class TopologyJob(BaseModel):
     stale: bool
     sources: list[str]
     sinks: list[str]
+    message: str | None = Field(
+        None, description="why the job failed: the error text of its newest failure, from the job's record "
+        "in the metastore (cleared when it succeeds again)")
+    log_url: str | None = Field(
+        None, description="Airflow UI URL of the newest task instance of the job's task (its Logs tab shows "
+        "that try's log); null outside Airflow or before the task ran")
 
 
 class TopologySummary(BaseModel):

@@ -143,7 +143,12 @@ def snapshot_files(location: str, version: int) -> list[DataFile]:
 def version_files(tv: TableVersion) -> list[DataFile]:
     """The files of a resolved version: a WRITTEN version's files; a PROCESSED one (READ_COMMITTED)
     is its previous version with the staged manifest applied (``overwrite``: the staged files;
-    ``append``: both, minus ``removes``)."""
+    ``append``: both, minus ``removes``). The version's Delta log is verified first
+    (:func:`~airflow_provider_tsb.read.version_reads.verify_served`: ``DeltaLogIntegrityError``
+    when it does not give the live files its barrier's commit recorded)."""
+    from airflow_provider_tsb.read.version_reads import verify_served
+
+    verify_served(tv)
     base = snapshot_files(tv.location, tv.version) if tv.version is not None else []
     if tv.state != BarrierState.PROCESSED or not tv.staged:
         return base

@@ -32,11 +32,12 @@ replaces that row (a predicate overwrite of ``barrier = n``: still one row per b
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from airflow_provider_tsb.delta.errors import DeltaLogError
 from airflow_provider_tsb.delta.log import normalize_location
@@ -49,6 +50,11 @@ TSB_DIR = "_tsb"
 APP_ID_PREFIX = "tsb-barrier-log:"
 #: Commit metadata key: the barrier a barrier-log commit holds.
 LOG_BARRIER_KEY = "tsb.barrier_log.barrier"
+
+#: The barrier logs this process writes, each kept loaded and moved forward incrementally, so
+#: a generation does not load the log from its last checkpoint again (``_writer_table``).
+_writers: dict[str, DeltaTable] = {}
+_writers_lock = threading.Lock()
 
 SCHEMA = pa.schema(
     [
@@ -132,15 +138,35 @@ def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = Fals
     try:
         if "://" not in loc:
             os.makedirs(loc, exist_ok=True)
-        write_deltalake(
-            loc, pa.Table.from_pylist([row], schema=SCHEMA), mode="overwrite" if replace else "append",
-            predicate=f"barrier = {int(entry.barrier)}" if replace else None, commit_properties=props,
-        )
+        with _writers_lock:
+            target = _writer_table(loc)
+            write_deltalake(
+                target if target is not None else loc, pa.Table.from_pylist([row], schema=SCHEMA),
+                mode="overwrite" if replace else "append",
+                predicate=f"barrier = {int(entry.barrier)}" if replace else None, commit_properties=props,
+            )
     except Exception as exc:
+        _writers.pop(loc, None)  # reload after a failure: the cached table may be stale or broken
         raise DeltaLogError(
             f"cannot write barrier {entry.barrier} of topology {entry.topology!r} to its barrier log at "
             f"{loc!r}: {exc}; the barrier was not generated"
         ) from exc
+
+
+def _writer_table(loc: str) -> DeltaTable | None:
+    """This process's loaded barrier log at ``loc``, moved to its newest commit (``None``: no log
+    yet; ``write_deltalake`` creates it from the location). Called under ``_writers_lock``."""
+    from airflow_provider_tsb.delta.log import table_exists
+    from airflow_provider_tsb.delta.storage import storage_options
+
+    table = _writers.get(loc)
+    if table is None:
+        if not table_exists(loc):
+            return None
+        table = _writers[loc] = DeltaTable(loc, storage_options=storage_options(loc))
+    else:
+        table.update_incremental()
+    return table
 
 
 def read_barrier_log(location: str) -> list[BarrierLogEntry]:

@@ -25,6 +25,7 @@ from airflow_provider_tsb.delta.conventions import (
     barrier_commit_properties,
     parse_tag,
 )
+from airflow_provider_tsb.delta.integrity import figures_after, figures_metadata
 from airflow_provider_tsb.delta.log import commit_info, normalize_location
 from airflow_provider_tsb.delta.restore import finish_pending_restore
 from airflow_provider_tsb.delta.sink_log import SinkLog
@@ -186,32 +187,36 @@ def commit_barrier_files(
     if latest_table_or_none(loc) is None:
         if removes:
             raise ValueError(f"commit of barrier {tag.barrier}: no table at {loc!r} to remove {len(removes)} file(s)")
-        if _create_table(loc, adds, tag, schema, partition_by, before_commit):
+        created = figures_metadata(figures_after(None, [f.size for f in files], [], overwrite=True))
+        if _create_table(loc, adds, tag, schema, partition_by, before_commit, created):
             return CommitOutcome(0, committed=True, created=True)
     log = _current_log(loc, tag.job_id, log)
     if log.is_committed(tag.barrier):
         return _existing_version(log, tag.barrier)
     actions = [*adds, *(r.to_remove_action(int(time.time() * 1000)) for r in removes)]
-    return _write_transaction(log, actions, tag, mode, schema, before_commit)
+    sizes = ([f.size for f in files], [r.size for r in removes])
+    return _write_transaction(log, actions, tag, mode, schema, before_commit, sizes)
 
 
 def _write_transaction(
     log: SinkLog, actions: list[AddAction | RemoveAction], tag: BarrierTag, mode: WriteMode, schema: DeltaSchema,
-    before_commit: Callable[[], None] | None,
+    before_commit: Callable[[], None] | None, sizes: tuple[list[int], list[int]],
 ) -> CommitOutcome:
-    """The barrier's commit on the table of ``log`` (its txn not yet committed there); a lost
+    """The barrier's commit on the table of ``log`` (its txn not yet committed there), recording
+    the version's live-file figures (``sizes``: the added and removed files' bytes); a lost
     race against another attempt of the barrier is discarded as a replay."""
     loc, dt = log.location, log.table
     assert dt is not None  # the table exists
     if mode == "append":
         dt = evolve_table_schema(loc, dt, schema, tag, before_commit)
     read_version = dt.version()
+    figures = figures_metadata(figures_after(dt, sizes[0], sizes[1], overwrite=mode == "overwrite"))
     if before_commit is not None:
         before_commit()
     try:
         dt.create_write_transaction(
             actions, mode, schema, partition_by=list(dt.metadata().partition_columns) or None,
-            commit_properties=barrier_commit_properties(tag, epoch=log.epoch.epoch),
+            commit_properties=barrier_commit_properties(tag, epoch=log.epoch.epoch, figures=figures),
         )
     except CommitFailedError:
         # lost a race: discarded as a replay if the other commit holds this barrier
@@ -227,7 +232,7 @@ def _write_transaction(
 
 def _create_table(
     loc: str, adds: list[AddAction], tag: BarrierTag, schema: DeltaSchema, partition_by: Sequence[str],
-    before_commit: Callable[[], None] | None,
+    before_commit: Callable[[], None] | None, figures: dict[str, str],
 ) -> bool:
     """Create the table with the barrier's files in one commit; ``False`` when another attempt
     created it first (the caller then takes the existing table's path)."""
@@ -236,7 +241,8 @@ def _create_table(
     try:
         create_table_with_add_actions(
             loc, schema, adds, mode="error", partition_by=list(partition_by) or None,
-            storage_options=storage_options(loc), commit_properties=barrier_commit_properties(tag, epoch=0),
+            storage_options=storage_options(loc),
+            commit_properties=barrier_commit_properties(tag, epoch=0, figures=figures),
         )
     except DeltaError as exc:
         if "already exists" not in str(exc):

@@ -9,6 +9,8 @@ Every commit that writes barrier ``n`` of job ``j`` to a table carries:
   - ``tsb.inputs``: JSON object ``{table name: Delta version read}``;
   - ``tsb.ts``: the barrier timestamp in epoch milliseconds;
   - ``tsb.attempt``: the attempt id (uuid hex) whose staged files the commit adds;
+  - ``tsb.files`` / ``tsb.bytes``: the number of live data files and their total size in
+    bytes at the commit's version (:mod:`airflow_provider_tsb.delta.integrity`, issue 25);
 
 * an app transaction ``txn(appId=app_id(j, epoch), version=n)``.
 
@@ -109,9 +111,13 @@ def parse_tag(commit_info: Mapping[str, Any] | None) -> BarrierTag | None:
     )
 
 
-def barrier_commit_properties(tag: BarrierTag, epoch: int) -> CommitProperties:
-    """Commit properties of a barrier commit: custom metadata plus the epoch-scoped txn."""
+def barrier_commit_properties(
+    tag: BarrierTag, epoch: int, figures: Mapping[str, str] | None = None
+) -> CommitProperties:
+    """Commit properties of a barrier commit: custom metadata (plus ``figures``, the live-file
+    figures of :func:`airflow_provider_tsb.delta.integrity.figures_metadata`) and the
+    epoch-scoped txn."""
     return CommitProperties(
-        custom_metadata=tag.to_metadata(),
+        custom_metadata={**tag.to_metadata(), **(figures or {})},
         app_transactions=[Transaction(app_id(tag.job_id, epoch), tag.barrier)],
     )

@@ -6,19 +6,17 @@ location, job and barrier involved so that a failed Spark app says what is wrong
 
 from __future__ import annotations
 
-from airflow_provider_tsb.exceptions import BarrierNotReadyError, TsbError, UnknownBarrierError
+from airflow_provider_tsb.exceptions import (
+    BarrierNotReadyError,
+    DeltaLogError,
+    DeltaLogIntegrityError,
+    TsbError,
+    UnknownBarrierError,
+)
 
 
 class TableNotFoundError(TsbError, LookupError):
     """No Delta table exists at a location that must hold one (e.g. a root table)."""
-
-
-class DeltaLogError(TsbError):
-    """A commit of the Delta log that the operation needs is missing or unreadable.
-
-    Usually the log was cleaned up (``delta.logRetentionDuration``) past the versions a
-    barrier or an epoch of changes refers to.
-    """
 
 
 class MisalignedInputError(BarrierNotReadyError):
@@ -37,6 +35,7 @@ __all__ = [
     "BarrierNotInTableError",
     "UnsupportedTableFeatureError",
     "DeltaLogError",
+    "DeltaLogIntegrityError",
     "MisalignedInputError",
     "TableNotFoundError",
 ]

@@ -93,9 +93,14 @@ def event_time_watermark(location: str, version: int, column: str) -> int | None
 
     Dates count from their midnight UTC; naive timestamps are read as UTC; numbers are taken as
     epoch ms already. Returns ``None`` for an empty table or a column without statistics.
+
+    Cost: the version's cached :class:`~airflow_provider_tsb.delta.snapshots.Snapshot` (the
+    barrier's root versions were just read, so usually an incremental update of the latest
+    table), not a fresh load of the log.
     """
-    table = DeltaTable(location, version=version, storage_options=storage_options(location))
-    actions = table.get_add_actions(flatten=True)
+    from airflow_provider_tsb.delta.snapshots import snapshot_at
+
+    actions = snapshot_at(location, version).add_actions
     name = f"max.{column}"
     if name not in actions.schema.names or actions.num_rows == 0:
         return None

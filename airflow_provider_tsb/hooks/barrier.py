@@ -87,6 +87,28 @@ def read_domain_root_versions(store: MetaStore, topology: Topology, versions: di
     return out
 
 
+def record_root_figures(store: MetaStore, topology: Topology, info: BarrierInfo) -> int:
+    """Record the live-file figures of ``topology``'s root tables at the versions barrier ``info``
+    names (issue 25 item 4): root tables are written by ingestion (``write_deltalake``), whose
+    commits carry none, so the barrier's generation records what the log gives then, and readers
+    and ``tsb check --integrity`` verify later reads against it. Cost per root table: one
+    snapshot capture (the cached latest table's add actions), O(live files).
+
+    Returns:
+        Number of root tables whose figures were recorded (0 for a reused barrier).
+    """
+    from airflow_provider_tsb.delta.integrity import figures_of
+    from airflow_provider_tsb.delta.snapshots import snapshot_at
+
+    figures = {}
+    for table in topology.root_tables:
+        version = info.root_versions.get(table.name)
+        if version is not None:
+            snap = snapshot_at(topology.location(table.name), version)
+            figures[table.name] = (version, figures_of(snap.add_actions))
+    return store.table_states.record_figures(info.barrier, figures)
+
+
 class TsbBarrierHook(BaseHook):
     """Generate the timestamp barriers of ``topology`` (see module doc).
 
@@ -150,6 +172,7 @@ class TsbBarrierHook(BaseHook):
         info = store.barriers.create_barrier(self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind,
                                              run_key=run_key,
                                     barrier_log=barrier_log_of(self.topology))
+        record_root_figures(store, self.topology, info)
         self.log.info(
             "%s barrier %s of topology %s at %s (%s time); root versions %s",
             "generated" if info.created else "reused (retry of the same run)",
@@ -198,10 +221,12 @@ class TsbBarrierHook(BaseHook):
             if last is not None and last.ts_kind == TsKind.EVENT:
                 ts_ms = max(ts_ms, last.ts_ms)
         versions = read_domain_root_versions(store, self.topology, versions)
-        return store.barriers.create_barrier(
+        info = store.barriers.create_barrier(
             self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final,
             barrier_log=barrier_log_of(self.topology),
         )
+        record_root_figures(store, self.topology, info)
+        return info
 
     def emit(
         self, run_prefix: str, *, interval_s: float, duration_s: float, count: int | None = None,

@@ -12,9 +12,11 @@ consumers is the model (and its races, apache/paimon#6978 and #5819, the tests).
    every version from the oldest one a registered reader job has still to read. From this
    commit on, leases on the expired versions are refused and resolution never answers them;
 3. vacuums the table at ``latest`` keeping exactly the kept versions and everything from the
-   horizon on (Delta ``VACUUM`` through delta-rs, lite mode, ``keep_versions``), retrying a
-   ``CommitFailedError`` -- vacuum commits to the Delta log and can lose the race against a
-   job's commit -- with exponential backoff, at most ``max_retries`` times.
+   horizon on: delta-rs lists the files (lite mode, ``keep_versions``) and they are deleted
+   without a log commit (:mod:`airflow_provider_tsb.delta.vacuum`), so expiry never conflicts
+   with the table's writer, however often it commits, and adds no version to its log. An
+   ``OSError`` of the object store is retried with exponential backoff, at most
+   ``max_retries`` times.
 
 A lease therefore either committed before the marks (and is kept) or is refused: no live lease
 loses its files. A reader that resolved without a lease and reads after the vacuum gets
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("airflow_provider_tsb.maintenance.expiry")
 
-#: vacuum attempts after the first one that failed with ``CommitFailedError``
+#: vacuum attempts after the first one that failed with an ``OSError`` of the object store
 DEFAULT_MAX_RETRIES = 8
 #: first backoff, seconds (doubled per retry, with jitter, up to :data:`MAX_BACKOFF_S`)
 DEFAULT_BACKOFF_S = 0.05
@@ -63,7 +65,7 @@ class ExpiryResult:
         expired_barriers: the WRITTEN barriers whose versions this run expired (``dry_run``:
             would expire): AS OF them is refused from now on.
         removed_files: data files deleted (``dry_run``: that would be deleted).
-        attempts: vacuum attempts (1 + retries after ``CommitFailedError``).
+        attempts: vacuum attempts (1 + retries after an object store ``OSError``).
         dry_run: nothing was marked nor deleted.
     """
 
@@ -100,7 +102,7 @@ def expire_snapshots(
         dry_run: compute what would go (files listed by vacuum's dry run); mark nothing.
         consumers: keep what registered reader jobs of the table have still to read
             (Paimon's consumers); ``False`` expires it too (those jobs then fail on it).
-        max_retries: vacuum retries after ``CommitFailedError`` (>= 0).
+        max_retries: vacuum retries after an ``OSError`` of the object store (>= 0).
         backoff_s: first wait before a retry, seconds; doubled each time (at most
             :data:`MAX_BACKOFF_S`), with jitter.
         before_vacuum: called with the :class:`ExpiryPlan` after the marks are committed and
@@ -114,8 +116,8 @@ def expire_snapshots(
     Raises:
         ValueError: ``keep_barriers`` < 1 or ``max_retries`` < 0.
         UnknownTableError: the table is not registered.
-        deltalake.exceptions.CommitFailedError: vacuum still failed after ``max_retries``
-            retries (the marks stay: the next expiry deletes the files).
+        OSError: the object store still failed after ``max_retries`` retries (the marks
+            stay: the next expiry deletes the files).
     """
     from airflow_provider_tsb.delta.log import normalize_location, table_exists
 
@@ -129,15 +131,14 @@ def expire_snapshots(
                             dry_run).to_dict()
     from deltalake import DeltaTable
 
-    dt = DeltaTable(location)
+    from airflow_provider_tsb.delta.storage import storage_options
+
+    dt = DeltaTable(location, storage_options=storage_options(location))
     latest = dt.version()
     plan = store.expiry.mark_expired(info.name, policy, latest, consumers=consumers, dry_run=dry_run)
     if before_vacuum is not None:
         before_vacuum(plan)
     removed, attempts, kept = _vacuum(dt, plan, dry_run=dry_run, max_retries=max_retries, backoff_s=backoff_s)
-    if attempts > 1:
-        log.info("%s: vacuum committed after %d attempts (CommitFailedError: a job committed meanwhile)",
-                 info.name, attempts)
     return ExpiryResult(
         info.name, policy.keep_last, policy.to_dict(), kept, plan.expiry.horizon, latest, plan.newly_expired,
         list(plan.newly_expired_barriers), len(removed), attempts, dry_run,
@@ -157,34 +158,24 @@ def _checked_policy(keep_barriers: int | RetentionPolicy, max_retries: int) -> R
 def _vacuum(
     dt: Any, plan: ExpiryPlan, *, dry_run: bool, max_retries: int, backoff_s: float
 ) -> tuple[list[str], int, list[int]]:
-    """Vacuum ``dt`` keeping the plan's versions; retry ``CommitFailedError`` with backoff.
-
-    A retry reloads the table (a job committed since) and keeps every version from the plan's
-    ``latest_version`` to the new one too: none of them is expired (they are at or above the
-    horizon), so their files stay. Returns (files removed, attempts, versions kept).
-    """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import CommitFailedError
-
+    """Delete the files no kept version needs (:func:`~airflow_provider_tsb.delta.vacuum.vacuum_files`:
+    no log commit, so no race with the table's writer); retry an ``OSError`` of the object store
+    with backoff. Returns (files removed, attempts, versions kept)."""
     from airflow_provider_tsb.delta.log import normalize_location
+    from airflow_provider_tsb.delta.vacuum import vacuum_files
 
-    keep = set(plan.keep_versions)
+    head = dt.version()
+    versions = sorted(v for v in set(plan.keep_versions) | set(range(plan.latest_version, head + 1)) if v <= head)
     attempt = 0
     while True:
         attempt += 1
-        head = dt.version()
-        keep |= set(range(plan.latest_version, head + 1))
-        versions = sorted(v for v in keep if v <= head)
         try:
-            removed = dt.vacuum(
-                retention_hours=0, dry_run=dry_run, enforce_retention_duration=False, keep_versions=versions,
-            )
-            return list(removed), attempt, versions
-        except CommitFailedError as exc:
+            result = vacuum_files(dt, normalize_location(plan.location), versions, dry_run=dry_run)
+            return list(result.deleted), attempt, versions
+        except OSError as exc:
             if attempt > max_retries:
                 raise
             wait = min(backoff_s * 2 ** (attempt - 1), MAX_BACKOFF_S) * (0.5 + random.random())
-            log.warning("%s: vacuum commit failed (%s); retry %d of %d in %.2f s", plan.expiry.table, exc,
+            log.warning("%s: vacuum failed (%s); retry %d of %d in %.2f s", plan.expiry.table, exc,
                         attempt, max_retries, wait)
             time.sleep(wait)
-            dt = DeltaTable(normalize_location(plan.location))

@@ -108,11 +108,14 @@ def log_barrier(location: str, entry: BarrierLogEntry, *, first: bool) -> None:
     write_barrier(location, entry, replace=logged == entry.barrier)
 
 
-def check_version_in_log(table: str, location: str, version: int, barrier: int) -> None:
+def check_version_in_log(table: str, location: str, version: int, barrier: int) -> bool:
     """Refuse WRITTEN at a Delta ``version`` the table's log does not hold (issue 12 item 6).
 
     Checked when a Delta table exists at ``location`` (a metastore used without tables, e.g. in
     a unit test, cannot verify). Cost: one incremental update of the cached latest snapshot.
+
+    Returns:
+        Whether a Delta table exists at ``location``.
 
     Raises:
         DeltaLogError: ``version`` is above the table's newest version (names the table, its
@@ -129,6 +132,7 @@ def check_version_in_log(table: str, location: str, version: int, barrier: int) 
             f"{normalize_location(location)!r} (newest version: {snapshot.version()}); WRITTEN is recorded at "
             "the version of the barrier's commit"
         )
+    return snapshot is not None
 
 
 def unknown_barrier_error(s: Session, topology: str, barrier: int) -> UnknownBarrierError | None:

@@ -147,4 +147,6 @@ def table_state_of(name: str, row: TableBarrierRow) -> TableState:
         written_at_ms=row.written_at_ms,
         manifest=row.manifest,
         inputs=row.inputs,
+        file_count=row.file_count,
+        size_bytes=row.size_bytes,
     )

@@ -196,6 +196,10 @@ class TableBarrierRow(Base):
     manifest: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     #: Delta versions of the inputs read for this barrier, {table name: version}
     inputs: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: live data files of the table at ``version`` and their total size in bytes, as the barrier's
+    #: commit recorded them (issue 25 item 4; readers verify them); None: not recorded
+    file_count: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class WithdrawnStagingRow(Base):

@@ -12,6 +12,9 @@ The enums are :class:`~enum.StrEnum`: the metastore stores their values and they
 to the plain strings read back. All times are epoch milliseconds (UTC); versions are Delta
 table versions; barrier ids are integers strictly increasing per topology.
 
+Size: over 500 lines because every record the managers share is defined here, next to the
+vocabulary it uses; the records are plain frozen dataclasses with no logic to read through.
+
 Records are plain data: reading the tables a :class:`Resolution` names is the read layer's
 (:mod:`airflow_provider_tsb.read.resolutions`, :mod:`airflow_provider_tsb.read.version_reads`).
 The ``to_spark`` / ``to_arrow`` / ``to_pandas`` methods of before stay one release, deprecated.
@@ -137,6 +140,8 @@ class TableState:
     written_at_ms: int | None
     manifest: dict[str, Any] | None = None
     inputs: dict[str, Any] | None = None
+    file_count: int | None = None  # live files at ``version`` and their bytes, as recorded (issue 25)
+    size_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,8 @@ class TableVersion:
         staged: the PROCESSED manifest ({"mode": "append"|"overwrite", "files": [...]}, plus
             "removes": [...] the files a merge rewrites) to apply on top of ``version``,
             READ_COMMITTED only.
+        file_count / size_bytes: live data files of ``version`` and their bytes as recorded
+            (``None``: not recorded); readers verify them (:mod:`~airflow_provider_tsb.delta.integrity`).
     """
 
     table: str
@@ -163,6 +170,8 @@ class TableVersion:
     barrier: int | None
     state: str
     staged: dict[str, Any] | None = None
+    file_count: int | None = None
+    size_bytes: int | None = None
 
     def to_spark(self, spark: SparkSession) -> DataFrame:
         """Deprecated: use :func:`airflow_provider_tsb.read.version_reads.read_table_spark`
@@ -235,7 +244,7 @@ class Resolution:
 
             {"level": "REPEATABLE_READ", "barrier": 7, "as_of": null,
              "tables": {"c.d.t": {"version": 3, "barrier": 7, "state": "WRITTEN",
-                                  "location": "/wh/c/d/t", "staged": null}},
+                                  "location": "/wh/c/d/t", "staged": null, "file_count": 4, "size_bytes": 8812}},
              "lease": {"id": "...", "expires_at_ms": 1700000000000} | null}
         """
         lease = None
@@ -247,7 +256,8 @@ class Resolution:
             "as_of": self.as_of,
             "tables": {
                 name: {"version": tv.version, "barrier": tv.barrier, "state": tv.state,
-                       "location": tv.location, "staged": tv.staged}
+                       "location": tv.location, "staged": tv.staged,
+                       "file_count": tv.file_count, "size_bytes": tv.size_bytes}
                 for name, tv in self.tables.items()
             },
             "lease": lease,
@@ -259,7 +269,8 @@ class Resolution:
         lease = data.get("lease") or {}
         tables = {
             name: TableVersion(
-                name, str(tv["location"]), tv.get("version"), tv.get("barrier"), str(tv["state"]), tv.get("staged")
+                name, str(tv["location"]), tv.get("version"), tv.get("barrier"), str(tv["state"]), tv.get("staged"),
+                tv.get("file_count"), tv.get("size_bytes"),
             )
             for name, tv in dict(data["tables"]).items()
         }

@@ -22,6 +22,7 @@ from airflow_provider_tsb.lineage import Job, Table, cycle_error, double_writer_
 from airflow_provider_tsb.metastore import registry_reads as reads
 from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.domains import assign_domain, join_domain
+from airflow_provider_tsb.metastore.locations import check_same_location, check_table_location
 from airflow_provider_tsb.metastore.models import (
     JobBarrierRow,
     JobRow,
@@ -140,8 +141,12 @@ class RegistryManager:
         """Register (or find) a table of ``topology``. Idempotent.
 
         Raises:
-            TopologyError: the table is registered already with another topology, kind or
-                location (names the table and both definitions).
+            TopologyError: the table is registered already with another topology or kind
+                (names the table and both definitions).
+            TableLocationConflictError: the table is registered already at another location
+                (names the table and both locations).
+            InvalidLocationError: the location is relative or contains ``..`` (names the table
+                and the location).
         """
         with self._core.transaction(write=True) as s:
             self._lock_registry(s)
@@ -320,10 +325,15 @@ class RegistryManager:
 
         Raises:
             UnknownJobError, DoubleWriterError, CycleError, TopologyError: as :meth:`register_job`.
+            TableLocationConflictError: the table is registered at another ``location``.
+            InvalidLocationError: ``location`` is relative or contains ``..``.
         """
         info = self.job(job_id)
         name = normalize_table_name(table)
         if name in info.sinks:
+            registered = self.table(name)
+            assert registered is not None
+            check_same_location(name, registered.location, location)
             return info
         job = Job(job_id, info.application, info.sources, (*info.sinks, name))
         tables = {name: Table(name, "intermediate", location)}
@@ -391,7 +401,7 @@ class RegistryManager:
 
     def _upsert_table(self, s: Session, topology: str, table: Table, warehouse: str | None) -> TableRow:
         name = normalize_table_name(table.name)
-        location = Table(name, table.kind, table.location).resolved_location(warehouse)
+        location = check_table_location(name, Table(name, table.kind, table.location).resolved_location(warehouse))
         row = s.scalar(select(TableRow).where(TableRow.name == name))
         kind = "root" if table.kind == "root" else "intermediate"
         if row is None:
@@ -428,11 +438,8 @@ class RegistryManager:
                 f"table {name!r} is registered as a {row.kind} table and declared now as "
                 f"{table.kind}; a table is either a root table or the sink of one job"
             )
-        if table.location and row.location != location:
-            raise TopologyError(
-                f"table {name!r} is registered at location {row.location!r} and declared now at "
-                f"{location!r}; move the table or fix the declaration"
-            )
+        if table.location:
+            check_same_location(name, row.location, location)
         if table.event_time_column and row.event_time_column != table.event_time_column:
             row.event_time_column = table.event_time_column
         if table.freshness_s is not None and table.kind == "intermediate":  # a declared target wins

@@ -267,10 +267,11 @@ def table_versions(
             mark = marks.get(r.id)
             if row.version is not None and mark is not None and mark.is_expired(row.version):
                 raise expired_error(s, r.id, mark, row.version, barrier=barrier)
-            result[name] = TableVersion(name, r.location, row.version, barrier, BarrierState.WRITTEN)
+            result[name] = TableVersion(name, r.location, row.version, barrier, BarrierState.WRITTEN,
+                                        file_count=row.file_count, size_bytes=row.size_bytes)
             continue
         base = s.scalar(
-            select(TableBarrierRow.version)
+            select(TableBarrierRow)
             .where(
                 TableBarrierRow.table_id == r.id,
                 TableBarrierRow.state == BarrierState.WRITTEN,
@@ -278,10 +279,12 @@ def table_versions(
             )
             .order_by(TableBarrierRow.barrier_id.desc()).limit(1)
         )
-        if base is not None:
-            check_not_expired(s, r.id, marks.get(r.id), base)
+        if base is not None and base.version is not None:
+            check_not_expired(s, r.id, marks.get(r.id), base.version)
         result[name] = TableVersion(
-            name, r.location, base, barrier, BarrierState.PROCESSED, staged=dict(row.manifest or {})
+            name, r.location, base.version if base is not None else None, barrier, BarrierState.PROCESSED,
+            staged=dict(row.manifest or {}), file_count=base.file_count if base is not None else None,
+            size_bytes=base.size_bytes if base is not None else None,
         )
     return result
 

@@ -19,6 +19,8 @@ from typing import Any
 from sqlalchemy import and_, delete, exists, func, select
 from sqlalchemy.orm import Session
 
+from airflow_provider_tsb.delta.integrity import TableFigures, recorded_figures
+from airflow_provider_tsb.delta.log import commit_info
 from airflow_provider_tsb.exceptions import (
     TopologyError,
     UnknownBarrierError,
@@ -133,13 +135,18 @@ class TableStateManager:
         written_at_ms: int | None = None,
         attempt: str | None = None,
         fencing_token: int | None = None,
+        figures: TableFigures | None = None,
     ) -> None:
         """Mark barrier ``barrier`` WRITTEN in ``table`` at Delta ``version``. Idempotent.
+
+        The live-file figures of ``version`` are recorded with it (issue 25 item 4): ``figures``,
+        else the commit's ``tsb.files`` / ``tsb.bytes`` (one log-file read); readers verify them.
 
         Args:
             attempt: the attempt id committed at ``version`` (the Delta tag's ``tsb.attempt``):
                 its staged directory is now the table's and is not withdrawn with the manifest.
             fencing_token: as :meth:`record_processed` (requires ``job_id``).
+            figures: the live data files at ``version`` and their bytes (default: the commit's).
 
         Raises:
             FencedError: a newer attempt of ``job_id`` started.
@@ -157,20 +164,35 @@ class TableStateManager:
             table_id = table_id_of(s, table)
             _check_generated(s, table, table_id, barrier)
             location = s.scalar(select(TableRow.location).where(TableRow.id == table_id))
-            check_version_in_log(normalize_table_name(table), location, version, barrier)
+            if check_version_in_log(normalize_table_name(table), location, version, barrier) and figures is None:
+                figures = recorded_figures(commit_info(location, version))
             row = s.get(TableBarrierRow, (table_id, barrier))
             if row is None:
-                s.add(
-                    TableBarrierRow(
-                        table_id=table_id, barrier_id=barrier, state=BarrierState.WRITTEN, version=version,
-                        job_id=job_id, processed_at_ms=ts, written_at_ms=ts,
-                        inputs=dict(inputs or {}) or None,
-                    )
+                row = TableBarrierRow(
+                    table_id=table_id, barrier_id=barrier, state=BarrierState.WRITTEN, version=version,
+                    job_id=job_id, processed_at_ms=ts, written_at_ms=ts, inputs=dict(inputs or {}) or None,
                 )
+                s.add(row)
             elif row.state == BarrierState.WRITTEN:
                 _check_same_version(table, barrier, row, version)
             else:
                 _commit_processed(s, table_id, row, version, ts, job_id, inputs, attempt)
+            if figures is not None and row.file_count is None:
+                row.file_count, row.size_bytes = figures.files, figures.size_bytes
+
+    def record_figures(self, barrier: int, figures: Mapping[str, tuple[int, TableFigures]]) -> int:
+        """Record ``figures`` ({table: (Delta version, its live-file figures)}) on the WRITTEN rows
+        of ``barrier`` at those versions that have none yet (root tables, at the barrier's
+        generation: issue 25 item 4). Returns the number of rows updated."""
+        done = 0
+        with self._core.transaction(write=True) as s:
+            for table, (version, fig) in figures.items():
+                row = s.get(TableBarrierRow, (table_id_of(s, table), barrier))
+                if row is not None and row.state == BarrierState.WRITTEN and row.version == version \
+                        and row.file_count is None:
+                    row.file_count, row.size_bytes = fig.files, fig.size_bytes
+                    done += 1
+        return done
 
     def clear_processed(self, table: str, barrier: int | None = None) -> int:
         """Forget PROCESSED (uncommitted) rows of ``table`` (all, or one barrier) after a failure.

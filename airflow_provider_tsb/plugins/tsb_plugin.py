@@ -6,8 +6,10 @@ Registered through the ``airflow.plugins`` entry point::
     tsb = "airflow_provider_tsb.plugins.tsb_plugin:TsbPlugin"
 
 * ``fastapi_apps``: :func:`airflow_provider_tsb.api.app.create_app` mounted at ``/tsb`` in the
-  api-server (REST under ``/tsb/api/v1``, HTML pages under ``/tsb/ui``), protected by Airflow's auth.
-* ``external_views``: the barrier-delays page in the *Browse* menu (``TSB Delays``); the lineage
+  api-server (REST under ``/tsb/api/v1``, HTML pages under ``/tsb/ui``, Swagger UI at ``/tsb/docs``),
+  protected by Airflow's auth.
+* ``external_views``: the barrier-delays and freshness pages in the *Browse* menu (``TSB Delays``,
+  ``TSB Freshness``); the lineage
   page shown in the *Browse* menu (``destination="nav"``,
   ``category="browse"``) and as a *TSB lineage* tab on every DAG page (``destination="dag"``;
   the UI substitutes ``{DAG_ID}`` in ``href``). With ``url_route`` set, the UI embeds ``href`` in an
@@ -24,6 +26,7 @@ from airflow_provider_tsb.api.app import UI_PREFIX, URL_PREFIX, create_app
 
 LINEAGE_PATH = f"{URL_PREFIX}{UI_PREFIX}/lineage"
 DELAYS_PATH = f"{URL_PREFIX}{UI_PREFIX}/delays"
+FRESHNESS_PATH = f"{URL_PREFIX}{UI_PREFIX}/freshness"
 
 tsb_fastapi_app: dict[str, Any] = {
     "app": create_app(),
@@ -54,10 +57,18 @@ delays_nav_view: dict[str, Any] = {
     "url_route": "tsb-delays",
 }
 
+freshness_nav_view: dict[str, Any] = {
+    "name": "TSB Freshness",
+    "href": FRESHNESS_PATH,
+    "destination": "nav",
+    "category": "browse",
+    "url_route": "tsb-freshness",
+}
+
 
 class TsbPlugin(AirflowPlugin):
     """Timestamp-barrier (FLIP-276) API and UI inside the Airflow api-server."""
 
     name = "tsb"
     fastapi_apps = [tsb_fastapi_app]
-    external_views = [lineage_nav_view, delays_nav_view, lineage_dag_view]
+    external_views = [lineage_nav_view, freshness_nav_view, delays_nav_view, lineage_dag_view]

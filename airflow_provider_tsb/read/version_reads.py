@@ -41,6 +41,7 @@ class ResolvedVersion(Protocol):
     def state(self) -> str: ...
     @property
     def staged(self) -> Mapping[str, Any] | None: ...
+    # optional: ``file_count`` / ``size_bytes`` (recorded live-file figures, read with getattr)
 
 
 def staged_paths(location: str, staged: Mapping[str, Any]) -> list[str]:
@@ -128,6 +129,26 @@ def expired_version(tv: ResolvedVersion, exc: BaseException) -> Exception:
     )
 
 
+def verify_served(tv: ResolvedVersion, table: Any = None) -> None:
+    """Verify the Delta log of the version ``tv`` serves against the live-file figures its
+    barrier's commit recorded (``tv.file_count`` / ``tv.size_bytes`` from the metastore, else the
+    commit's ``tsb.files`` / ``tsb.bytes``); once per (table, version) per process
+    (:func:`~airflow_provider_tsb.delta.integrity.verify_version`, issue 25 item 4).
+
+    Raises:
+        DeltaLogIntegrityError: the log gives other figures (names the table, the barrier, the
+            version, both figures; restore the log, run ``tsb check --integrity``).
+    """
+    from airflow_provider_tsb.delta.integrity import TableFigures, verify_version
+
+    if tv.version is None:
+        return
+    count, size = getattr(tv, "file_count", None), getattr(tv, "size_bytes", None)
+    expected = TableFigures(int(count), int(size)) if count is not None and size is not None else None
+    verify_version(tv.location, tv.version, expected, name=tv.table, barrier=getattr(tv, "barrier", None),
+                   table=table)
+
+
 def _missing(tv: ResolvedVersion) -> Exception:
     from airflow_provider_tsb.delta.errors import TableNotFoundError
 
@@ -145,12 +166,15 @@ def read_table_spark(spark: SparkSession, tv: ResolvedVersion) -> DataFrame:
         TableNotFoundError: nothing to read (no version and no staged files).
         StagedFilesGoneError: a staged file of a PROCESSED answer is gone (checked on the
             driver, one ``stat`` per file; resolve again).
+        DeltaLogIntegrityError: the version's Delta log does not give the recorded live files
+            (:func:`verify_served`).
     """
 
     from airflow_provider_tsb.delta.log import open_table
     from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema
 
     mode = _mode(tv.staged)
+    verify_served(tv)
     if mode is None:
         if tv.version is None:
             raise _missing(tv)
@@ -199,6 +223,9 @@ def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
         ExpiredVersionError: a data file of the version was deleted by snapshot expiry after
             the read was resolved (read without a lease).
         StagedFilesGoneError: a staged file of a PROCESSED answer is gone (resolve again).
+        DeltaLogIntegrityError: the version's Delta log does not give the recorded live files
+            (:func:`verify_served`).
+        DeltaLogError: the version cannot be loaded (e.g. a truncated commit file).
     """
     import pyarrow as pa
     import pyarrow.fs as pafs
@@ -209,8 +236,10 @@ def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
     mode = _mode(tv.staged)
     base: pa.Table | None = None
     if tv.version is not None:
+        table = open_table(tv.location, tv.version)
+        verify_served(tv, table)
         try:
-            base = scan_to_arrow(open_table(tv.location, tv.version), exclude=_removed(tv) if mode else None)
+            base = scan_to_arrow(table, exclude=_removed(tv) if mode else None)
         except FileNotFoundError as exc:
             raise expired_version(tv, exc) from exc
     if mode is None:

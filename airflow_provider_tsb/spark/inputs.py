@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, LongType, StringType, StructField, StructType
 
 from airflow_provider_tsb.delta.errors import DeltaLogError, UnsupportedTableFeatureError
+from airflow_provider_tsb.delta.integrity import verify_version
 from airflow_provider_tsb.delta.log import join, normalize_location, read_commit_actions
 from airflow_provider_tsb.delta.snapshots import Snapshot, snapshot_at
 from airflow_provider_tsb.spark.timing import phase
@@ -110,10 +111,13 @@ def read_snapshot(
     Raises:
         TableNotFoundError: no table at ``location``.
         DeltaLogError: ``version`` does not exist (or its log was cleaned up).
+        DeltaLogIntegrityError: the log does not give the live files the commit at ``version``
+            recorded (``tsb.files`` / ``tsb.bytes``; :mod:`airflow_provider_tsb.delta.integrity`).
     """
     loc = normalize_location(location)
     with phase("delta_log"):
         table = snapshot_at(loc, version)
+        verify_version(loc, version, None, name=loc, barrier=None, table=table.add_actions)
         _check_supported(table, loc)
         schema = spark_schema(table)
         partition_columns = list(table.partition_columns)

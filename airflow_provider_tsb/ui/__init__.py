@@ -1,9 +1,12 @@
-"""Server side of the TSB UI pages (``/tsb/ui/lineage`` and ``/tsb/ui/delays``).
+"""Server side of the TSB UI pages (``/tsb/ui/lineage``, ``/tsb/ui/freshness``, ``/tsb/ui/delays``).
 
-The pages are plain HTML + vanilla JavaScript + inline SVG (no build step): the server renders a
+The pages are plain HTML + vanilla JavaScript + inline SVG (no build step; the lineage graph's pan
+and zoom is the vendored ``svg-pan-zoom`` served from ``/tsb/static/vendor``, no CDN, so the pages
+work offline; text is at least 12 CSS px): the server renders a
 shell (``templates/*.html``) with a JSON config (which topology, the registered topologies for
 the selector, the API base); ``static/tsb.js`` then fetches bounded data from the authenticated
-MetaService API (``/tsb/api/v1/topology``, ``/tables/.../barriers``, ``/delays?limit=``) with the
+MetaService API (``/tsb/api/v1/topology``, ``/tables/.../barriers``, ``/freshness``,
+``/delays?limit=``) with the
 browser's Airflow ``_token`` cookie and draws it. No data is embedded in the page beyond the
 topology names, and the page routes themselves require Airflow authentication.
 
@@ -89,6 +92,20 @@ def _choose(
     return None, names, None if names else "No topology is registered yet."
 
 
+#: (page, link text) of the navigation bar, in order
+PAGES = (("lineage", "Lineage graph"), ("freshness", "Freshness"), ("delays", "Barrier delays"))
+
+
+def _nav(current: str) -> str:
+    links = []
+    for page, text in PAGES:
+        if page == current:
+            links.append(f'<span class="tsb-navcurrent" aria-current="page">{html.escape(text)}</span>')
+        else:
+            links.append(f'<a id="tsb-link-{page}" class="tsb-navlink" href="{page}">{html.escape(text)}</a>')
+    return '<nav class="tsb-nav">' + " ".join(links) + "</nav>"
+
+
 def _render(
     template: str, title: str, page: str, user: str, topology: str | None, dag_id: str | None,
     names: list[str], error: str | None, extra: dict[str, Any] | None = None,
@@ -103,6 +120,7 @@ def _render(
         user=html.escape(user),
         scope=html.escape(scope),
         topology=html.escape(topology or "-"),
+        nav=_nav(page),
         config=config_json,
         css=_asset("static", "tsb.css"),
         script=_asset("static", "tsb.js"),
@@ -127,3 +145,13 @@ def render_delays(
     chosen, names, error = _choose(store, topology, dag_id, access)
     return _render("delays.html", "TSB barrier delays", "delays", user, chosen, dag_id, names, error,
                    {"limit": limit})
+
+
+def render_freshness(
+    store: MetaStore | None, user: str, topology: str | None, dag_id: str | None,
+    access: TopologyAccess | None = None,
+) -> str:
+    """HTML of the freshness page: per table how far it is behind the newest barrier, its target
+    and whether it misses it (topologies as for the lineage page)."""
+    chosen, names, error = _choose(store, topology, dag_id, access)
+    return _render("freshness.html", "TSB freshness", "freshness", user, chosen, dag_id, names, error)

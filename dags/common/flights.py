@@ -22,6 +22,12 @@ tests and benchmarks (one more ``spark-submit`` per DAG run); it is a switch of 
 rather than a topology of its own so that the windows are of the same barriers as the other
 flights tables and run in the same DAG runs.
 
+Freshness targets (Snowflake ``TARGET_LAG``; the UI's *Freshness* page, ``/tsb/ui/freshness``):
+every sink table should be at most 5 minutes behind the newest barrier, and the end of the
+chain, ``flights.carrier_ranking``, at most 20 seconds -- tighter than three chained Spark jobs
+can keep on a laptop, so the demo shows a table that misses its target (MISSED) and its
+bottleneck job next to tables that meet theirs.
+
 ``TSB_SPARK_APPS`` is the ``spark_apps`` folder itself (default: the one next to ``dags/``).
 The jobs declare the examples' small-machine Spark settings (``LOCAL_SPARK_CONF``: 4 shuffle
 partitions, a 1 GB driver); the provider adds none of its own.
@@ -30,11 +36,15 @@ partitions, a 1 GB driver); the provider adds none of its own.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from airflow_provider_tsb.topology import Topology
 from tsb_examples.spark_conf import LOCAL_SPARK_CONF
 
+#: freshness target of every sink table, and the tighter one of the last table of the chain
+SINK_FRESHNESS = timedelta(minutes=5)
+RANKING_FRESHNESS = timedelta(seconds=20)
 APPS = Path(os.environ.get("TSB_SPARK_APPS") or Path(__file__).resolve().parents[2] / "spark_apps")
 
 
@@ -44,7 +54,7 @@ def flights_topology(*, windows: bool = False, warehouse: str | None = None) -> 
     ``warehouse``: where tables without a location go (default ``$TSB_WAREHOUSE``, see
     :func:`airflow_provider_tsb.topology.default_warehouse`).
     """
-    topology = Topology("flights", warehouse=warehouse)
+    topology = Topology("flights", warehouse=warehouse, freshness=SINK_FRESHNESS)
     topology.root_table("raw.flights", event_time_column="time_hour")
     topology.root_table("raw.weather", event_time_column="time_hour")
     topology.job(
@@ -68,6 +78,7 @@ def flights_topology(*, windows: bool = False, warehouse: str | None = None) -> 
         sinks=["flights.carrier_ranking"],
         conf=LOCAL_SPARK_CONF,
     )
+    topology.table("flights.carrier_ranking", freshness=RANKING_FRESHNESS)
     if windows:
         topology.job(
             "origin_hourly_delay",

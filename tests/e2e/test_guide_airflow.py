@@ -1,6 +1,7 @@
 """The user guide's topology under the REAL Airflow scheduler (docs/guide.md section 6): the
 guide's own DAG folder served by a real Airflow, one DAG run = one barrier through both jobs,
-then read at REPEATABLE_READ (issue 11: "running under their own Airflow")."""
+then read at REPEATABLE_READ (issue 11: "running under their own Airflow"); then the guide's
+streaming DAG ("Stream it") over two arriving files, ending at its final barrier (issue 23)."""
 
 from __future__ import annotations
 
@@ -48,9 +49,22 @@ def _run_under_airflow(tmp_path: Path) -> None:
         af.wait_for_dag("readings", timeout=180)
         assert not af.import_errors(), af.import_errors()
         af.run_dag("readings", conf={"file": str(tmp_path / "day3.csv")}, timeout=600)
+        _check_batch_run(MetaStore(url))
+        af.wait_for_dag("readings_streaming", timeout=60)
+        arriving = tmp_path / "arriving"
+        arriving.mkdir()
+        header = "sensor,ts,celsius\n"
+        (arriving / "day4.csv").write_text(header + "s1,2026-06-04T10:00:00,20.0\ns5,2026-06-04T10:00:00,30.0\n")
+        (arriving / "day5.csv").write_text(header + "s5,2026-06-05T10:00:00,31.0\ns2,2026-06-05T10:00:00,500.0\n")
+        run = af.run_dag("readings_streaming", conf={"folder": str(arriving), "pace_s": 1}, timeout=600)
+        states = af.task_states("readings_streaming", run["dag_run_id"])
+        assert set(states.values()) == {"success"}, states
     finally:
         af.stop()
-    store = MetaStore(url)
+    _check_streaming_run(MetaStore(url))
+
+
+def _check_batch_run(store: MetaStore) -> None:
     q = ["tsb.iot.clean_readings", "tsb.iot.sensor_stats"]
     res = store.resolution.resolve(q, ReadOptions())
     assert res.barrier == 3  # two barriers by hand, the third from the DAG run
@@ -59,3 +73,16 @@ def _run_under_airflow(tmp_path: Path) -> None:
                      strict=True))
     assert stats == {"s1": 2, "s2": 3, "s3": 1, "s4": 1}
     assert sum(stats.values()) == tables["tsb.iot.clean_readings"].num_rows == 7
+
+
+def _check_streaming_run(store: MetaStore) -> None:
+    """The streaming run ended at a final barrier holding both files (day5's 500 C cleaned out)."""
+    q = ["tsb.iot.clean_readings", "tsb.iot.sensor_stats"]
+    res = store.resolution.resolve(q, ReadOptions())
+    latest = store.barriers.latest_barrier("readings")
+    assert latest is not None and latest.final and res.barrier == latest.barrier > 3, (latest, res.barrier)
+    tables = to_arrow(res)
+    stats = dict(zip(*tables["tsb.iot.sensor_stats"].select(["sensor", "readings"]).to_pydict().values(),
+                     strict=True))
+    assert stats == {"s1": 3, "s2": 3, "s3": 1, "s4": 1, "s5": 2}
+    assert sum(stats.values()) == tables["tsb.iot.clean_readings"].num_rows == 10

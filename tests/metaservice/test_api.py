@@ -82,7 +82,8 @@ def test_versions_endpoints_and_errors(http: TestClient, store: MetaStore, tmp_p
     assert body["barrier"] == 2 and body["level"] == "READ_COMMITTED"
     assert body["tables"][AMOUNT]["state"] == "PROCESSED" and body["tables"][AMOUNT]["version"] == 0
     assert body["tables"][PRICE] == {"version": 1, "barrier": 2, "state": "WRITTEN",
-                                     "location": shop.locations[PRICE], "staged": None}
+                                     "location": shop.locations[PRICE], "staged": None,
+                                     "file_count": None, "size_bytes": None}  # shop commits record no figures
     body = http.post(f"{PREFIX}/versions", json={"tables": [PRICE, AMOUNT]}).json()
     assert body["barrier"] == 1 and {n: t["version"] for n, t in body["tables"].items()} == {PRICE: 0, AMOUNT: 0}
     body = http.post(f"{PREFIX}/versions", json={"tables": [PRICE, AMOUNT], "level": "READ_UNCOMMITTED"}).json()
@@ -207,3 +208,25 @@ def test_topology_barriers_delays_views(http: TestClient, store: MetaStore, tmp_
     assert d2["complete"] is False and d2["end_to_end_ms"] is None
     assert d2["tables"][AMOUNT]["state"] == "PROCESSED" and d2["tables"][TOTAL]["state"] == "PENDING"
     assert d2["jobs"]["total_job"]["delay_ms"] is None
+
+
+def test_registering_a_table_again_with_another_location_is_a_conflict(http: TestClient, store: MetaStore,
+                                                                       tmp_path) -> None:
+    """Issue 25 item 5: the answer was 200 and the old location silently kept."""
+    events, agg, elsewhere = str(tmp_path / "events"), str(tmp_path / "wh" / "agg"), str(tmp_path / "other")
+    r = http.post(f"{PREFIX}/register/source/loader/c/raw/events",
+                  json={"topology": "flow", "root": True, "location": events})
+    assert r.status_code == 200, r.text
+    r = http.post(f"{PREFIX}/register/sink/loader/c/mart/agg", json={"location": agg})
+    assert r.status_code == 200, r.text
+    assert http.post(f"{PREFIX}/register/sink/loader/c/mart/agg", json={"location": agg}).status_code == 200
+    r = http.post(f"{PREFIX}/register/sink/loader/c/mart/agg", json={"location": elsewhere})
+    assert r.status_code == 409 and r.json()["error"] == "TableLocationConflictError", r.text
+    assert (f"table 'c.mart.agg' is registered at location '{agg}' and registered again at '{elsewhere}'"
+            in r.json()["detail"])
+    r = http.post(f"{PREFIX}/register/source/reader/c/raw/events", json={"location": elsewhere})
+    assert r.status_code == 409 and f"'{events}'" in r.json()["detail"] and f"'{elsewhere}'" in r.json()["detail"]
+    assert store.registry.table("c.mart.agg").location == agg
+    assert store.registry.table("c.raw.events").location == events
+    with pytest.raises(UnknownJobError):
+        store.registry.job("reader")  # the refused first registration left no job behind

@@ -432,3 +432,24 @@ def test_no_input_gives_a_server_error(sqlite_store: MetaStore, tmp_path: Path) 
             except Unsatisfiable:  # only plain strings: nothing to make malformed
                 assert mode is GenerationMode.NEGATIVE
     assert len(calls) == 12
+
+
+def test_a_version_whose_log_was_edited_is_refused(server: Server) -> None:
+    """Issue 25 item 4: the sharing server verifies a version's Delta log before it lists its files."""
+    from airflow_provider_tsb.delta.integrity import figures_of
+    from airflow_provider_tsb.delta.log import open_table
+    from tests.support.integrity import commit_file, fresh_process
+
+    location = server.store.registry.table(WC).location
+    figures = figures_of(open_table(location, 2))  # what barrier 3's commit would have recorded
+    server.store.table_states.record_written(WC, 3, 2, "wc_job", figures=figures)
+    assert _query(server, WC, {"version": 3}).status_code == 200
+    path = commit_file(location, 2)
+    lines = Path(path).read_text().splitlines()
+    Path(path).write_text("\n".join(line for line in lines if not line.startswith('{"remove"')) + "\n")
+    fresh_process()
+    r = _query(server, WC, {"version": 3})
+    assert r.status_code == 400, r.text  # the protocol's errors map the tsb error's 409 to 400
+    assert (f"table '{WC}', barrier 3, Delta version 2: the Delta log gives {figures.files + 1} files"
+            in r.json()["message"]) and "tsb check --integrity" in r.json()["message"]
+    assert _query(server, WC, {"version": 2}).status_code == 200  # the versions before it are intact

@@ -77,6 +77,7 @@ def test_resolver_levels_on_real_delta_tables(store: MetaStore, tmp_path) -> Non
     assert as_dict["tables"][AMOUNT] == {
         "version": 0, "barrier": 2, "state": "PROCESSED", "location": shop.locations[AMOUNT],
         "staged": {"mode": "overwrite", "files": ["tsb_staging/amount_job/0/2/attempt1/part-00000.parquet"]},
+        "file_count": None, "size_bytes": None,  # the shop's commits record no live-file figures
     }
     assert as_dict["lease"] is None
     # the options object gives the same answer as the keywords, and the result reads itself

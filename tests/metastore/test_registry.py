@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError, UnknownJobError, UnknownTableError
@@ -50,3 +52,36 @@ def test_register_source_and_sink_then_unregister(registry: RegistryManager) -> 
     with pytest.raises(UnknownJobError):
         registry.job("audit")
     assert registry.table("tsb.wc.audit").writer is None  # the table stays, without a writer
+
+
+def test_registering_a_table_again_elsewhere_is_refused(registry: RegistryManager, tmp_path) -> None:
+    """Issue 25 item 5: another location used to be ignored (the old one silently kept)."""
+    from airflow_provider_tsb.exceptions import TableLocationConflictError
+    from airflow_provider_tsb.lineage import Table
+
+    registered = registry.table(COUNTS).location
+    elsewhere = str(tmp_path / "elsewhere" / "counts")
+    msg = re.escape(f"table '{COUNTS}' is registered at location '{registered}' and registered again at '{elsewhere}'")
+    with pytest.raises(TableLocationConflictError, match=msg):
+        registry.register_sink("count_words", COUNTS, location=elsewhere)
+    with pytest.raises(TableLocationConflictError, match=msg):
+        registry.register_table(TOPOLOGY, Table(COUNTS, "intermediate", elsewhere))
+    assert registry.table(COUNTS).location == registered
+    # the same location again (trailing slash, file:// URI) is the same registration
+    assert registry.register_sink("count_words", COUNTS, location=registered + "/").sinks == (COUNTS,)
+    same = registry.register_table(TOPOLOGY, Table(COUNTS, "intermediate", f"file://{registered}"))
+    assert same.location == registered
+
+
+@pytest.mark.parametrize("location", ["../../etc", "warehouse/tsb/wc/x", "/data/wh/../../etc", "s3://bucket/a/../b"])
+def test_relative_or_dotdot_locations_are_refused(registry: RegistryManager, location: str) -> None:
+    from airflow_provider_tsb.exceptions import InvalidLocationError
+    from airflow_provider_tsb.lineage import Table
+
+    msg = rf"table 'tsb\.wc\.x': location '{re.escape(location)}' (is relative|contains a '\.\.' segment)"
+    with pytest.raises(InvalidLocationError, match=msg):
+        registry.register_table(TOPOLOGY, Table("tsb.wc.x", "root", location))
+    registry.create_job(TOPOLOGY, "writer_x")
+    with pytest.raises(InvalidLocationError, match="give an absolute path"):
+        registry.register_sink("writer_x", "tsb.wc.x", location=location)
+    assert registry.table("tsb.wc.x", required=False) is None

@@ -1,8 +1,8 @@
 """The TSB UI pages in a real Airflow: lineage graph and delay views, in headless Chromium.
 
-Starts its own Airflow api-server (the plugin's API reads the metastore named by
-``TSB_METASTORE_URL``, a SQLite file populated here through the real :class:`MetaStore` API with
-the flights topology and a few barriers), logs in through the Airflow UI, and checks the
+Starts its own Airflow (``conftest.py``: the plugin's API reads the metastore named by
+``TSB_METASTORE_URL``, a SQLite file populated through the real :class:`MetaStore` API with the
+flights topology and a few barriers, :mod:`tests.ui.flights_ui`), logs in through the Airflow UI, and checks the
 rendered SVG graph, the barrier history of a table, the delay charts and numbers, and that an
 unauthenticated client gets no data. Screenshots: ``test-output/screenshots/{lineage,delays}.png``
 (the README's screenshots come from a real streaming run: ``tests/e2e/test_flights_streaming.py``).
@@ -12,84 +12,18 @@ Run: ``.venv/bin/pytest tests/ui/test_ui_views.py``
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page
 
-from airflow_provider_tsb.metastore.store import MetaStore
-from airflow_provider_tsb.topology import Topology
-from tsb_dev.airflow_harness import AirflowHandle, start_airflow
-from tsb_dev.browser import DEFAULT_TIMEOUT_MS, frame_with_selector, screenshot
+from tests.ui.flights_ui import JOBS, N_BARRIERS, ROOTS, SINKS
+from tests.ui.flights_ui import open_page as _open
+from tsb_dev.airflow_harness import AirflowHandle
+from tsb_dev.browser import frame_with_selector, screenshot
 
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-ROOTS = ["tsb.raw.flights", "tsb.raw.weather"]
-JOBS = {
-    "enrich_flights": (ROOTS, "tsb.flights.flights_enriched"),
-    "carrier_daily_delay": (["tsb.flights.flights_enriched"], "tsb.flights.carrier_daily_delay"),
-    "carrier_ranking": (["tsb.flights.carrier_daily_delay"], "tsb.flights.carrier_ranking"),
-}
-SINKS = [sink for _, sink in JOBS.values()]
-N_BARRIERS = 6
-
-
-def populate(url: str, warehouse: Path) -> MetaStore:
-    """The flights topology with ``N_BARRIERS`` barriers: all WRITTEN but the last (PROCESSED in the
-    sink of carrier_ranking, which is still running); per-job timings vary so bottlenecks differ."""
-    store = MetaStore(url)
-    store.migrate()
-    topo = Topology("flights", warehouse=str(warehouse), freshness=timedelta(hours=1))
-    topo.root_table("raw.flights")
-    topo.root_table("raw.weather")
-    topo.table("tsb.flights.carrier_ranking", freshness=1)  # misses it: barrier 6 is not WRITTEN there
-    for job_id, (sources, sink) in JOBS.items():
-        topo.job(job_id, f"{job_id}.py", sources=sources, sinks=[sink])
-    store.registry.register_topology(topo)
-    for n in range(1, N_BARRIERS + 1):
-        barrier = store.barriers.create_barrier("flights", {ROOTS[0]: n, ROOTS[1]: n}, ts_kind="event",
-                                                run_key=f"run-{n}")
-        t = barrier.created_at_ms
-        # per-job processing delays (ms); the bottleneck moves between jobs
-        delays = {"enrich_flights": 4000 + 900 * (n % 3), "carrier_daily_delay": 2500 + 1500 * (n % 2),
-                  "carrier_ranking": 1500 + 1100 * n}
-        for job_id, (_, sink) in JOBS.items():
-            t += delays[job_id]
-            if n == N_BARRIERS and job_id == "carrier_ranking":
-                store.table_states.record_processed(sink, n, job_id, {"mode": "overwrite",
-                                                                      "files": [f"part-{n}.parquet"]})
-                store.job_runs.record_job_barrier(job_id, n, status="running", started_at_ms=t - delays[job_id])
-                continue
-            store.table_states.record_written(sink, n, n, job_id, written_at_ms=t)
-            store.job_runs.record_job_barrier(job_id, n, status="succeeded", finished_at_ms=t)
-    store.job_runs.heartbeat("enrich_flights", status="succeeded", barrier=N_BARRIERS)
-    store.job_runs.heartbeat("carrier_daily_delay", status="failed", barrier=N_BARRIERS - 1)
-    store.job_runs.heartbeat("carrier_ranking", status="running", barrier=N_BARRIERS)
-    return store
-
-
-@pytest.fixture(scope="module")
-def airflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowHandle]:
-    """Overrides the shared instance: an api-server reading our own populated metastore."""
-    tmp = tmp_path_factory.mktemp("tsb_ui")
-    url = f"sqlite:///{tmp / 'tsb_ui.db'}"
-    populate(url, tmp / "warehouse").dispose()
-    handle = start_airflow(env_extra={"TSB_METASTORE_URL": url}, components=("api-server",))
-    try:
-        yield handle
-    finally:
-        handle.stop()
-
-
-def _open(page: Page, url: str, ready: str) -> None:
-    page.goto(url)
-    page.wait_for_selector(ready, timeout=DEFAULT_TIMEOUT_MS)
-    page.wait_for_selector("body[data-loaded=true]", timeout=DEFAULT_TIMEOUT_MS)
 
 
 def test_lineage_graph(page: Page, airflow_server: AirflowHandle, screenshot_dir: Path) -> None:
@@ -117,11 +51,14 @@ def test_lineage_graph(page: Page, airflow_server: AirflowHandle, screenshot_dir
     assert (ranking.get_attribute("data-missed"), ranking.get_attribute("data-bottleneck"),
             ranking.get_attribute("data-freshness-target")) == ("true", "carrier_ranking", "1")
     assert float(ranking.get_attribute("data-freshness-lag") or 0) > 1
-    assert (ranking.locator("text.freshness").text_content() or "").startswith("MISSED: ")
+    # one wording: how far behind (barriers and time), then the target and whether it is met
+    assert ranking.locator("text.freshness").text_content() == "target 1.0 s: MISSED"
+    assert (ranking.locator("text.lag").text_content() or "").startswith("behind: 1 barrier, ")
     assert (enriched.get_attribute("data-missed"), enriched.get_attribute("data-freshness-lag")) == ("false", "0")
-    assert enriched.locator("text.freshness").text_content() == "fresh: 0 ms ≤ 1.0 h"
+    assert enriched.locator("text.lag").text_content() == "up to date"
+    assert enriched.locator("text.freshness").text_content() == "target 1.0 h: met"
     # click a table: barrier history and consistent versions
-    ranking.click()
+    ranking.dispatch_event("click")  # off the view at a readable zoom (a user pans to it)
     page.wait_for_selector("#tsb-history tr[data-barrier]")
     assert page.locator("#tsb-history tr[data-barrier]").count() == N_BARRIERS
     assert page.locator(f'#tsb-history tr[data-barrier="{N_BARRIERS}"]').get_attribute("data-state") == "PROCESSED"
@@ -169,6 +106,13 @@ def test_delays_view(page: Page, airflow_server: AirflowHandle, screenshot_dir: 
     assert page.locator(f'#tsb-delay-table tr[data-barrier="{N_BARRIERS}"]').get_attribute("data-complete") == "false"
     assert page.locator("#tsb-chart-tables-svg circle[data-series]").count() == 3 * N_BARRIERS - 1
     assert page.locator("#tsb-chart-jobs-svg rect.bar.bottleneck").count() == N_BARRIERS
+    screenshot(page, screenshot_dir, "delays")
+
+
+def test_freshness_page(page: Page, airflow_server: AirflowHandle, screenshot_dir: Path) -> None:
+    response = page.goto(f"{airflow_server.base_url}/tsb/ui/freshness?topology=flights")
+    assert response is not None and response.status == 200
+    page.wait_for_selector("body[data-loaded=true]")
     # freshness: target, lag, missed and the bottleneck job per table
     fresh = page.locator("#tsb-freshness-table tr[data-table]")
     got = fresh.evaluate_all(
@@ -180,7 +124,13 @@ def test_delays_view(page: Page, airflow_server: AirflowHandle, screenshot_dir: 
     assert float(ranking.get_attribute("data-lag-s") or 0) > 1
     assert page.locator("#tsb-freshness-summary").inner_text().startswith(
         "1 table(s) miss their freshness target: tsb.flights.carrier_ranking")
-    screenshot(page, screenshot_dir, "delays")
+    assert ranking.locator("td").nth(3).inner_text() == "MISSED"
+    assert ranking.locator("td").nth(1).inner_text().startswith("1 barrier, ")  # the lineage graph's wording
+    enriched = page.locator('#tsb-freshness-table tr[data-table="tsb.flights.flights_enriched"]')
+    assert [enriched.locator("td").nth(i).inner_text() for i in (1, 2, 3)] == ["up to date", "1.0 h", "met"]
+    jobs = page.locator("#tsb-freshness-jobs-table tr[data-job]").evaluate_all("rs => rs.map(r => r.dataset.job)")
+    assert jobs == sorted(JOBS)
+    screenshot(page, screenshot_dir, "freshness")
 
 
 def test_delays_view_pages_through_older_barriers(page: Page, airflow_server: AirflowHandle) -> None:
@@ -212,7 +162,7 @@ def test_unauthenticated_gets_no_data(browser: Browser, airflow_server: AirflowH
         for path in ("/tsb/api/v1/topology?name=flights", "/tsb/api/v1/delays?topology=flights",
                      "/tsb/api/v1/freshness?topology=flights",
                      "/tsb/api/v1/tables/tsb/raw/flights/barriers", "/tsb/ui/lineage?topology=flights",
-                     "/tsb/ui/delays?topology=flights"):
+                     "/tsb/ui/delays?topology=flights", "/tsb/ui/freshness?topology=flights"):
             r = client.get(path)
             assert r.status_code == 401, (path, r.status_code)
             assert "flights_enriched" not in r.text and "enrich_flights" not in r.text
@@ -226,3 +176,12 @@ def test_unauthenticated_gets_no_data(browser: Browser, airflow_server: AirflowH
         assert anon.locator("[data-node]").count() == 0
     finally:
         context.close()
+
+
+def test_freshness_in_browse_menu(page: Page, airflow_server: AirflowHandle) -> None:
+    page.goto(f"{airflow_server.base_url}/")
+    page.get_by_role("button", name="Browse").click()
+    page.get_by_role("menuitem", name="TSB Freshness").click()
+    frame = frame_with_selector(page, "#tsb-freshness-table")
+    assert frame != page.main_frame
+    assert "/plugin/tsb-freshness" in page.url

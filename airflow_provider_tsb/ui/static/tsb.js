@@ -4,6 +4,8 @@
   "use strict";
   const CFG = JSON.parse(document.getElementById("tsb-config").textContent);
   const SVGNS = "http://www.w3.org/2000/svg";
+  /* the smallest zoom the lineage graph starts at: its 13 px labels then show at 12.2 px */
+  const MIN_READABLE_ZOOM = 0.94;
   const PALETTE = ["#0b6bcb", "#e8590c", "#2b8a3e", "#862e9c", "#c92a2a", "#1098ad", "#5f3dc4", "#a61e4d"];
 
   function $(id) { return document.getElementById(id); }
@@ -26,6 +28,8 @@
     if (ms < 3600000) return (ms / 60000).toFixed(1) + " min";
     return (ms / 3600000).toFixed(1) + " h";
   }
+  /* a long dotted or snake_case name may wrap after "." and "_" (zero-width spaces), never mid-word */
+  function breakable(name) { return String(name).replace(/([._])/g, "$1\u200b"); }
   function fmtTime(ms) {
     if (ms === null || ms === undefined) return "–";
     return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
@@ -60,8 +64,9 @@
     sel.addEventListener("change", () => {
       if (sel.value) location.search = qs({ topology: sel.value, limit: CFG.page === "delays" ? CFG.limit : null });
     });
-    const other = $("tsb-link-delays") || $("tsb-link-lineage");
-    if (other && CFG.topology) other.href = other.getAttribute("href") + qs({ topology: CFG.topology });
+    if (CFG.topology) {
+      document.querySelectorAll("a.tsb-navlink").forEach((a) => { a.href = a.getAttribute("href") + qs({ topology: CFG.topology }); });
+    }
     $("tsb-refresh").addEventListener("click", () => load());
     if (CFG.error) showError(CFG.error);
   }
@@ -85,33 +90,95 @@
     return level;
   }
 
-  function drawGraph(topo) {
-    const host = $("tsb-lineage");
-    host.textContent = "";
-    const TW = 236, TH = 108, JW = 190, JH = 62, COL = 262, ROW = 122, PAD = 24;
+  function nodePositions(topo) {
+    /* layered layout, left -> right, each column as wide as its widest node (job columns are
+       narrower); sizes in SVG user units (1 unit = 1 CSS px at zoom 1) */
+    const TW = 300, TH = 120, JW = 230, JH = 84, GAP = 56, ROW = 140, PAD = 24;
     const level = layers(topo.nodes, topo.edges);
     const cols = {};
     for (const n of topo.nodes) (cols[level[n.id]] = cols[level[n.id]] || []).push(n);
-    const pos = {};
     let maxRows = 0;
-    const ncols = Object.keys(cols).length;
-    for (const [c, list] of Object.entries(cols)) {
+    for (const list of Object.values(cols)) {
       list.sort((a, b) => a.name.localeCompare(b.name));
       maxRows = Math.max(maxRows, list.length);
     }
     const height = Math.max(1, maxRows) * ROW + PAD * 2;
-    for (const [c, list] of Object.entries(cols)) {
+    const pos = {};
+    let x = PAD;
+    for (const c of Object.keys(cols).map(Number).sort((a, b) => a - b)) {
+      const list = cols[c];
+      const colW = Math.max(...list.map((n) => (n.kind === "table" ? TW : JW)));
       const offset = (height - list.length * ROW) / 2;
       list.forEach((n, i) => {
         const w = n.kind === "table" ? TW : JW, h = n.kind === "table" ? TH : JH;
-        const cx = PAD + Number(c) * COL + TW / 2;
-        const cy = offset + i * ROW + ROW / 2;
+        const cx = x + colW / 2, cy = offset + i * ROW + ROW / 2;
         pos[n.id] = { x: cx - w / 2, y: cy - h / 2, w: w, h: h, cx: cx, cy: cy };
       });
+      x += colW + GAP;
     }
-    const width = PAD * 2 + Math.max(0, ncols - 1) * COL + TW;
-    const root = svg("svg", { id: "tsb-graph-svg", width: width, height: height, viewBox: "0 0 " + width + " " + height,
-      role: "img", "aria-label": "topology " + topo.name, "data-topology": topo.name });
+    return { pos: pos, width: x - GAP + PAD, height: height };
+  }
+
+  function behindText(t) {
+    /* one wording for "how far behind": "up to date" / "behind: 2 barriers, 15.3 min" /
+       "behind: nothing WRITTEN yet, 15.3 min" (time from the freshness report, barriers from the graph) */
+    const secs = t.freshness_lag_s;
+    const time = secs ? ", " + fmtMs(Math.round(secs * 1000)) : "";
+    if (t.lag === null || t.lag === undefined) return "behind: nothing WRITTEN yet" + time;
+    if (t.lag === 0 && !secs) return "up to date";
+    return `behind: ${t.lag} barrier${t.lag === 1 ? "" : "s"}${time}`;
+  }
+
+  function targetText(t) {
+    /* "target 30 s: MISSED" / "target 1.0 h: met" / "" without a target */
+    const target = t.freshness_target_s;
+    if (target === null || target === undefined) return "";
+    return `target ${fmtMs(Math.round(target * 1000))}: ${t.freshness_missed ? "MISSED" : "met"}`;
+  }
+
+  function attr(v) { return v === null || v === undefined ? "" : v; }
+
+  function drawTableNode(g, n, t) {
+    g.classList.add(t.role || n.role || "unknown");
+    if (t.lag) g.classList.add("lagging");
+    if (t.freshness_missed) g.classList.add("missed");
+    const data = { role: t.role || n.role || "", barrier: t.written_barrier, version: t.version, lag: t.lag,
+      "freshness-target": t.freshness_target_s, "freshness-lag": t.freshness_lag_s,
+      missed: t.freshness_missed ? "true" : "false", bottleneck: t.bottleneck || "" };
+    for (const [k, v] of Object.entries(data)) g.setAttribute("data-" + k, attr(v));
+    const wb = t.written_barrier === null || t.written_barrier === undefined ? "none" : "#" + t.written_barrier;
+    const ver = t.version === null || t.version === undefined ? "–" : "v" + t.version;
+    const behind = behindText(t), target = targetText(t);
+    const lines = [[n.name, "title"], [`${t.role || n.role} · WRITTEN ${wb} · Delta ${ver}`, "sub"],
+      [behind, "sub lag" + (t.lag ? " warn" : "")]];
+    if (target) lines.push([target, "sub freshness" + (t.freshness_missed ? " warn" : "")]);
+    if (t.bottleneck) lines.push(["bottleneck: " + t.bottleneck, "sub bottleneck" + (t.freshness_missed ? " warn" : "")]);
+    lines.forEach(([text, cls], i) => g.appendChild(svg("text", { x: 12, y: 24 + i * 21, class: cls }, text)));
+    g.appendChild(svg("title", {}, `${n.name}\nnewest WRITTEN barrier ${wb}, Delta ${ver}\n${behind}` +
+      (target ? "\n" + target : "") + (t.bottleneck ? "\nbottleneck job: " + t.bottleneck : "")));
+  }
+
+  function drawJobNode(g, n, j) {
+    g.classList.add("job", "state-" + (j.status || "unknown"));
+    if (j.stale) g.classList.add("stale");
+    g.setAttribute("data-state", j.stale ? "stale" : (j.status || "unknown"));
+    g.setAttribute("data-status", j.status || "");
+    g.setAttribute("data-stale", j.stale ? "true" : "false");
+    g.appendChild(svg("text", { x: 14, y: 25, class: "title" }, "⚙ " + n.name));
+    const cur = j.current_barrier === null || j.current_barrier === undefined ? "" : ` · barrier #${j.current_barrier}`;
+    g.appendChild(svg("text", { x: 14, y: 47, class: "sub state" }, (j.status || "unknown") + cur));
+    if (j.stale) g.appendChild(svg("text", { x: 14, y: 68, class: "warn" }, "STALE: no heartbeat"));
+    else if (j.status === "failed") g.appendChild(svg("text", { x: 14, y: 68, class: "warn" }, "error and log: see above"));
+    g.appendChild(svg("title", {}, `job ${n.name}\nstatus ${j.status}${j.stale ? " (stale)" : ""}\n` +
+      `last heartbeat ${fmtTime(j.last_heartbeat_ms)}` + (j.message ? "\n" + j.message : "")));
+  }
+
+  function drawGraph(topo) {
+    const host = $("tsb-lineage");
+    host.textContent = "";
+    const { pos, width, height } = nodePositions(topo);
+    const root = svg("svg", { id: "tsb-graph-svg", width: "100%", height: "100%", viewBox: "0 0 " + width + " " + height,
+      role: "img", "aria-label": "topology " + topo.name, "data-topology": topo.name, "data-width": width });
     const defs = svg("defs");
     const marker = svg("marker", { id: "tsb-arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 8,
       markerHeight: 8, orient: "auto-start-reverse" });
@@ -131,90 +198,127 @@
         transform: `translate(${p.x},${p.y})` });
       g.appendChild(svg("rect", { width: p.w, height: p.h, rx: n.kind === "job" ? 14 : 4 }));
       if (n.kind === "table") {
-        const t = topo.tables[n.name] || {};
-        g.classList.add(t.role || n.role || "unknown");
-        if (t.lag) g.classList.add("lagging");
-        g.setAttribute("data-role", t.role || n.role || "");
-        g.setAttribute("data-barrier", t.written_barrier === null || t.written_barrier === undefined ? "" : t.written_barrier);
-        g.setAttribute("data-version", t.version === null || t.version === undefined ? "" : t.version);
-        g.setAttribute("data-lag", t.lag === null || t.lag === undefined ? "" : t.lag);
-        g.appendChild(svg("text", { x: 10, y: 19, class: "title" }, n.name));
-        const wb = t.written_barrier === null || t.written_barrier === undefined ? "none" : "#" + t.written_barrier;
-        const ver = t.version === null || t.version === undefined ? "–" : "v" + t.version;
-        g.appendChild(svg("text", { x: 10, y: 39, class: "sub" }, `${t.role || n.role} · WRITTEN ${wb} · Delta ${ver}`));
-        const lagText = t.lag === null || t.lag === undefined ? "never written" : (t.lag === 0 ? "up to date" :
-          `${t.lag} barrier${t.lag === 1 ? "" : "s"} behind #${topo.newest_barrier}`);
-        g.appendChild(svg("text", { x: 10, y: 58, class: "sub lag" + (t.lag ? " warn" : "") }, "lag: " + lagText));
-        const fresh = freshnessText(t);
-        if (t.freshness_missed) g.classList.add("missed");
-        g.setAttribute("data-freshness-target", t.freshness_target_s === null || t.freshness_target_s === undefined ? "" : t.freshness_target_s);
-        g.setAttribute("data-freshness-lag", t.freshness_lag_s === null || t.freshness_lag_s === undefined ? "" : t.freshness_lag_s);
-        g.setAttribute("data-missed", t.freshness_missed ? "true" : "false");
-        g.setAttribute("data-bottleneck", t.bottleneck || "");
-        if (fresh) g.appendChild(svg("text", { x: 10, y: 77, class: "sub freshness" + (t.freshness_missed ? " warn" : "") }, fresh));
-        if (t.bottleneck) g.appendChild(svg("text", { x: 10, y: 96, class: "sub bottleneck" + (t.freshness_missed ? " warn" : "") },
-          "bottleneck: " + t.bottleneck));
-        g.appendChild(svg("title", {}, `${n.name}\nnewest WRITTEN barrier ${wb}, Delta ${ver}\nlag: ${lagText}` +
-          (fresh ? "\n" + fresh : "") + (t.bottleneck ? "\nbottleneck job: " + t.bottleneck : "")));
+        drawTableNode(g, n, topo.tables[n.name] || {});
         g.addEventListener("click", () => selectTable(n.name, g));
       } else {
-        const j = topo.jobs[n.name] || {};
-        g.classList.add("job", "state-" + (j.status || "unknown"));
-        if (j.stale) g.classList.add("stale");
-        g.setAttribute("data-state", j.stale ? "stale" : (j.status || "unknown"));
-        g.setAttribute("data-status", j.status || "");
-        g.setAttribute("data-stale", j.stale ? "true" : "false");
-        g.appendChild(svg("text", { x: 12, y: 21, class: "title" }, "⚙ " + n.name));
-        const cur = j.current_barrier === null || j.current_barrier === undefined ? "" : ` · barrier #${j.current_barrier}`;
-        g.appendChild(svg("text", { x: 12, y: 40, class: "sub state" }, (j.status || "unknown") + cur));
-        if (j.stale) g.appendChild(svg("text", { x: 12, y: 55, class: "warn" }, "STALE: no heartbeat"));
-        g.appendChild(svg("title", {}, `job ${n.name}\nstatus ${j.status}${j.stale ? " (stale)" : ""}\n` +
-          `last heartbeat ${fmtTime(j.last_heartbeat_ms)}`));
+        drawJobNode(g, n, topo.jobs[n.name] || {});
       }
       root.appendChild(g);
     }
+    /* the box as high as the graph at its starting zoom (no empty band), within the window */
+    const zoom = Math.min(1.5, Math.max(MIN_READABLE_ZOOM, host.clientWidth / width));
+    host.style.height = Math.round(Math.max(320, Math.min(window.innerHeight - 160, height * zoom + 56))) + "px";
     host.appendChild(root);
+    panZoom(root);
   }
 
-  function freshnessText(t) {
-    /* "MISSED: 12.3 s > 5.0 s target" / "fresh: 0 ms ≤ 30.0 s" / "" without a target nor lag */
-    const target = t.freshness_target_s, lag = t.freshness_lag_s;
-    if ((target === null || target === undefined) && !lag) return "";
-    const lagMs = Math.round((lag || 0) * 1000);
-    if (target === null || target === undefined) return `freshness: ${fmtMs(lagMs)} behind (no target)`;
-    return t.freshness_missed ? `MISSED: ${fmtMs(lagMs)} > ${fmtMs(Math.round(target * 1000))} target`
-      : `fresh: ${fmtMs(lagMs)} ≤ ${fmtMs(Math.round(target * 1000))}`;
+  function panZoom(root) {
+    /* zoom and pan with the vendored svg-pan-zoom; start with the whole graph in view when its
+       labels stay >= 12 px on screen, else at the smallest such zoom from the left (the root
+       tables): drag to pan, wheel or +/- to zoom, the reset button shows the whole graph */
+    if (!window.svgPanZoom) return;
+    const pz = window.svgPanZoom(root, { controlIconsEnabled: true, zoomScaleSensitivity: 0.25, minZoom: 0.1,
+      maxZoom: 10, fit: true, center: true, dblClickZoomEnabled: false });
+    const real = pz.getSizes().realZoom;
+    if (real < MIN_READABLE_ZOOM) {
+      pz.zoom(pz.getZoom() * MIN_READABLE_ZOOM / real);
+      pz.pan({ x: 8, y: pz.getPan().y });
+    } else if (real > 1.5) {
+      pz.zoom(pz.getZoom() * 1.5 / real);
+      pz.center();
+    }
+    root.setAttribute("data-zoom", pz.getSizes().realZoom.toFixed(3));
+    window.tsbPanZoom = pz;
+  }
+
+  function renderFailures(topo) {
+    /* the failed jobs' error text (metastore job record) and a link to their Airflow task log */
+    const box = $("tsb-job-failures");
+    box.textContent = "";
+    const failed = Object.entries(topo.jobs).filter(([, j]) => j.status === "failed").sort();
+    box.hidden = !failed.length;
+    if (!failed.length) return;
+    box.appendChild(el("h2", {}, failed.length === 1 ? "Failed job" : `Failed jobs (${failed.length})`));
+    for (const [name, j] of failed) {
+      const item = el("div", { class: "tsb-failure", "data-job": name });
+      const at = j.current_barrier === null || j.current_barrier === undefined ? "" : ` at barrier #${j.current_barrier}`;
+      item.appendChild(el("strong", {}, `${name} failed${at}`));
+      item.appendChild(document.createTextNode(` (last heartbeat ${fmtTime(j.last_heartbeat_ms)}) `));
+      if (j.log_url) {
+        item.appendChild(el("a", { class: "tsb-log-link", href: j.log_url, target: "_top" }, "Task log in Airflow ↗"));
+      } else {
+        item.appendChild(el("span", { class: "tsb-muted tsb-no-log" }, "no Airflow task instance found for this job"));
+      }
+      item.appendChild(el("pre", { class: "tsb-error-text" }, j.message || "(the job recorded no error text)"));
+      box.appendChild(item);
+    }
   }
 
   function renderFreshness(data) {
     const host = $("tsb-freshness");
-    if (!host) return;
     host.textContent = "";
     const names = Object.keys(data.tables).sort();
     const t = el("table", { class: "tsb", id: "tsb-freshness-table", "data-missed": data.missed.join(",") });
     const head = el("tr");
-    for (const h of ["table", "target", "lag", "status", "committed barrier", "bottleneck job"]) head.appendChild(el("th", {}, h));
+    for (const h of ["table", "behind", "target", "target met?", "newest WRITTEN barrier", "bottleneck job"]) {
+      head.appendChild(el("th", {}, h));
+    }
     t.appendChild(head);
     for (const name of names) {
       const f = data.tables[name];
       const tr = el("tr", { "data-table": name, "data-missed": f.missed ? "true" : "false",
         "data-lag-s": f.lag_s, "data-target-s": f.target_s === null ? "" : f.target_s, "data-bottleneck": f.bottleneck || "" });
       tr.appendChild(el("td", { class: "l" }, name));
+      /* the lineage graph's wording, without its "behind: " */
+      const barriersBehind = f.committed_barrier === null || data.newest_barrier === null ? null
+        : Math.max(0, data.newest_barrier - f.committed_barrier);
+      tr.appendChild(el("td", {}, behindText({ lag: barriersBehind, freshness_lag_s: f.lag_s }).replace(/^behind: /, "")));
       tr.appendChild(el("td", {}, f.target_s === null ? "–" : fmtMs(Math.round(f.target_s * 1000))));
-      tr.appendChild(el("td", {}, fmtMs(Math.round(f.lag_s * 1000))));
-      const st = el("td", { class: "l" }, f.missed ? "MISSED" : (f.target_s === null ? "no target" : "ok"));
+      const st = el("td", { class: "l" }, f.missed ? "MISSED" : (f.target_s === null ? "no target" : "met"));
       if (f.missed) st.classList.add("bottleneck");
       tr.appendChild(st);
       tr.appendChild(el("td", {}, f.committed_barrier === null ? "none" : "#" + f.committed_barrier));
       tr.appendChild(el("td", { class: "l" }, f.bottleneck || "–"));
       t.appendChild(tr);
     }
-    host.appendChild(el("p", { class: "tsb-summary", id: "tsb-freshness-summary" },
-      (data.missed.length ? `${data.missed.length} table(s) miss their freshness target: ${data.missed.join(", ")}`
-        : "No table misses its freshness target") +
+    const summary = (data.missed.length ? `${data.missed.length} table(s) miss their freshness target: ${data.missed.join(", ")}`
+      : "No table misses its freshness target") +
       (data.newest_barrier === null ? "" : ` · newest barrier #${data.newest_barrier}, generated ` +
-        `${fmtMs(Math.round(data.newest_barrier_age_s * 1000))} ago`)));
+        `${fmtMs(Math.round(data.newest_barrier_age_s * 1000))} ago`);
+    host.appendChild(el("p", { class: "tsb-summary", id: "tsb-freshness-summary" }, summary));
     host.appendChild(t);
+    if (!names.length) host.appendChild(el("p", { class: "tsb-muted" }, "The topology has no sink table."));
+    renderJobFreshness(data);
+  }
+
+  function renderJobFreshness(data) {
+    const host = $("tsb-freshness-jobs");
+    host.textContent = "";
+    const t = el("table", { class: "tsb", id: "tsb-freshness-jobs-table" });
+    const head = el("tr");
+    for (const h of ["job", "status", "own lag", "newest WRITTEN barrier", "inputs ready up to"]) head.appendChild(el("th", {}, h));
+    t.appendChild(head);
+    for (const name of Object.keys(data.jobs).sort()) {
+      const j = data.jobs[name];
+      const tr = el("tr", { "data-job": name, "data-lag-s": j.lag_s });
+      tr.appendChild(el("td", { class: "l" }, name));
+      tr.appendChild(el("td", { class: "l" }, j.status));
+      tr.appendChild(el("td", {}, j.lag_s ? fmtMs(Math.round(j.lag_s * 1000)) : "up to date"));
+      tr.appendChild(el("td", {}, j.written_barrier === null ? "none" : "#" + j.written_barrier));
+      tr.appendChild(el("td", {}, j.ready_barrier === null ? "none" : "#" + j.ready_barrier));
+      t.appendChild(tr);
+    }
+    host.appendChild(t);
+  }
+
+  async function loadFreshness() {
+    if (!CFG.topology) { $("tsb-freshness").textContent = "Choose a topology above."; return; }
+    try {
+      renderFreshness(await api("/freshness" + qs({ topology: CFG.topology })));
+    } catch (err) {
+      showError(String(err.message || err));
+      $("tsb-freshness").textContent = "";
+    }
   }
 
   async function selectTable(name, g) {
@@ -234,7 +338,7 @@
       return;
     }
     const cols = el("div", { class: "tsb-cols" });
-    const left = el("div");
+    const left = el("div", { class: "tsb-wide" });
     left.appendChild(el("h3", {}, "Barrier history (newest 50)"));
     const t = el("table", { class: "tsb", id: "tsb-history" });
     const head = el("tr");
@@ -252,7 +356,7 @@
     }
     if (!data.items.length) t.appendChild(el("tr", {}, "")).appendChild(el("td", { colspan: 6, class: "l" }, "no barrier yet"));
     left.appendChild(t);
-    const right = el("div");
+    const right = el("div", { class: "tsb-wide" });
     right.appendChild(el("h3", {}, "Consistent version per level (this table alone)"));
     const c = el("table", { class: "tsb", id: "tsb-consistent" });
     const ch = el("tr");
@@ -262,7 +366,7 @@
       const tr = el("tr", { "data-level": level });
       tr.appendChild(el("td", { class: "l" }, level));
       if (v.error) {
-        tr.appendChild(el("td", { class: "l pending", colspan: 3 }, v.error));
+        tr.appendChild(el("td", { class: "l pending explain", colspan: 3 }, v.error));
       } else {
         tr.appendChild(el("td", {}, v.barrier === null ? "–" : "#" + v.barrier));
         tr.appendChild(el("td", {}, v.version === null ? "–" : v.version));
@@ -292,6 +396,7 @@
     $("tsb-summary").textContent = `${nt} tables, ${nj} jobs · newest barrier ` +
       (topo.newest_barrier === null ? "none" : `#${topo.newest_barrier} (ts ${fmtTime(topo.newest_barrier_ts_ms)})`) +
       (stale ? ` · ${stale} stale job(s)` : "");
+    renderFailures(topo);
     drawGraph(topo);
     const sel = $("tsb-table-detail").getAttribute("data-table") || CFG.table;
     if (sel) selectTable(sel, document.querySelector(`[data-node="table:${CSS.escape(sel)}"]`));
@@ -301,7 +406,8 @@
   function lineChart(host, barriers, series, opts) {
     /* series: [{key, label, color, values: [ms|null per barrier], marks: [bool per barrier]}] */
     host.textContent = "";
-    const W = Math.max(760, Math.min(1300, 80 + barriers.length * 28)), H = 300, L = 70, R = 210, T = 16, B = 40;
+    /* as wide as its container (no horizontal overflow); the legend is HTML below it and wraps */
+    const W = Math.max(480, Math.floor(host.clientWidth || 960) - 2), H = 300, L = 76, R = 16, T = 18, B = 42;
     const pw = W - L - R, ph = H - T - B;
     let max = 1;
     for (const s of series) for (const v of s.values) if (v !== null && v > max) max = v;
@@ -348,12 +454,15 @@
         });
       }
     }
-    series.forEach((s, si) => {
-      const y = T + 10 + si * 20;
-      root.appendChild(svg("rect", { x: L + pw + 16, y: y - 9, width: 14, height: 10, fill: s.color }));
-      root.appendChild(svg("text", { x: L + pw + 36, y: y, "data-legend": s.key }, s.label));
-    });
     host.appendChild(root);
+    const legend = el("div", { class: "tsb-legend tsb-chart-legend" });
+    for (const s of series) {
+      const item = el("span", { class: "tsb-legend-item", "data-legend": s.key });
+      item.appendChild(el("span", { class: "tsb-swatch", style: "background:" + s.color }));
+      item.appendChild(document.createTextNode(s.label));
+      legend.appendChild(item);
+    }
+    host.appendChild(legend);
   }
 
   function renderDelays(data) {
@@ -407,8 +516,8 @@
     h1.appendChild(el("th", { colspan: tables.length }, "generation → WRITTEN per table"));
     h1.appendChild(el("th", { colspan: jobs.length }, "processing delay per job"));
     h1.appendChild(el("th", { rowspan: 2 }, "bottleneck"));
-    for (const tb of tables) h2.appendChild(el("th", { "data-table": tb }, tb));
-    for (const j of jobs) h2.appendChild(el("th", { "data-job": j }, j));
+    for (const tb of tables) h2.appendChild(el("th", { "data-table": tb }, breakable(tb)));
+    for (const j of jobs) h2.appendChild(el("th", { "data-job": j }, breakable(j)));
     t.appendChild(h1);
     t.appendChild(h2);
     for (const b of data.barriers) { /* newest first */
@@ -451,19 +560,17 @@
     if (!CFG.topology) { $("tsb-chart-tables").textContent = "Choose a topology above."; return; }
     try {
       const before = new URLSearchParams(location.search).get("before");
-      const [delays, freshness] = await Promise.all([
-        api("/delays" + qs({ topology: CFG.topology, limit: CFG.limit || 50, before })),
-        api("/freshness" + qs({ topology: CFG.topology })),
-      ]);
-      renderFreshness(freshness);
-      renderDelays(delays);
+      renderDelays(await api("/delays" + qs({ topology: CFG.topology, limit: CFG.limit || 50, before })));
     } catch (err) {
       showError(String(err.message || err));
       $("tsb-chart-tables").textContent = "";
     }
   }
 
-  function load() { return CFG.page === "delays" ? loadDelays() : loadLineage(); }
+  function load() {
+    if (CFG.page === "delays") return loadDelays();
+    return CFG.page === "freshness" ? loadFreshness() : loadLineage();
+  }
   setupChrome();
   load().finally(() => document.body.setAttribute("data-loaded", "true"));
 })();

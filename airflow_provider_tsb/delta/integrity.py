@@ -1,0 +1,205 @@
+"""Live-file figures of a Delta version: recorded by every barrier commit, verified by readers.
+
+A Delta version's content is the set of live data files delta-rs replays from the log (Delta
+protocol "Action Reconciliation"). A commit file that lost a ``remove`` action (still valid JSON)
+keeps a rewritten file live, and the version serves its rows twice; a lost ``add`` loses rows; a
+commit replaced by a copy of another commit serves the other version's files. None of these is a
+JSON error, so delta-rs loads the version without complaint (issue 25 item 4).
+
+Every barrier commit therefore records the number of live data files and their total size in
+bytes at its version (:class:`TableFigures`): in its commit metadata (``tsb.files``,
+``tsb.bytes``; :func:`figures_metadata`) and in the metastore's WRITTEN row of the barrier.
+:func:`verify_version` recomputes them from the log and raises
+:class:`~airflow_provider_tsb.exceptions.DeltaLogIntegrityError` on a mismatch. It is called by
+the readers (:mod:`airflow_provider_tsb.read.version_reads`) for every version they serve and
+by ``tsb check --integrity``; a (table, version) verified once is not verified again in the
+process (a commit file is never rewritten by Delta writers).
+
+Cost: the figures come from the ``add`` actions of the loaded snapshot
+(``DeltaTable.get_add_actions``), O(live files) in memory; the snapshot load itself is the one
+the read does anyway.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from deltalake import DeltaTable
+
+from airflow_provider_tsb.exceptions import DeltaLogIntegrityError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: commit metadata key: number of live data files at the commit's version (decimal string)
+FILES_KEY = "tsb.files"
+#: commit metadata key: total size in bytes of those files (decimal string)
+BYTES_KEY = "tsb.bytes"
+
+#: verified (location, version, figures) kept per process before the memo starts over
+MAX_VERIFIED = 100_000
+#: {(normalized location, version, expected figures): True} of the versions verified in this process
+_VERIFIED: dict[tuple[str, int, TableFigures | None], bool] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class TableFigures:
+    """Live data files of one Delta version.
+
+    Attributes:
+        files: number of live data files (``add`` actions after reconciliation).
+        size_bytes: their total size, bytes (the ``size`` fields of those ``add`` actions).
+    """
+
+    files: int
+    size_bytes: int
+
+    def as_tuple(self) -> tuple[int, int]:
+        """``(files, size_bytes)``."""
+        return self.files, self.size_bytes
+
+    def __str__(self) -> str:
+        return f"{self.files} files, {self.size_bytes} bytes"
+
+
+def figures_of(table: DeltaTable | pa.Table) -> TableFigures:
+    """The live-file figures of a version (no data read).
+
+    Args:
+        table: a ``DeltaTable`` loaded at the version, or its add actions as an Arrow table
+            (``DeltaTable.get_add_actions()``, e.g. :attr:`Snapshot.add_actions
+            <airflow_provider_tsb.delta.snapshots.Snapshot.add_actions>`).
+    """
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=False)) if isinstance(table, DeltaTable) else table
+    if actions.num_rows == 0:
+        return TableFigures(0, 0)
+    sizes = actions.column("size_bytes").to_pylist()
+    return TableFigures(len(sizes), int(sum(int(s or 0) for s in sizes)))
+
+
+def figures_after(
+    base: DeltaTable | None, adds: Iterable[int], removes: Iterable[int], *, overwrite: bool
+) -> TableFigures:
+    """The figures a commit will give: ``base``'s live files (none for ``overwrite`` or a new
+    table), minus the ``removes`` (their sizes, bytes: live files of ``base``), plus the
+    ``adds`` (their sizes, bytes: new paths, a fresh attempt directory)."""
+    start = figures_of(base) if base is not None and not overwrite else TableFigures(0, 0)
+    added, removed = [int(a) for a in adds], [int(r) for r in removes]
+    return TableFigures(start.files + len(added) - len(removed), start.size_bytes + sum(added) - sum(removed))
+
+
+def figures_metadata(figures: TableFigures) -> dict[str, str]:
+    """Commit metadata recording ``figures`` (string values, as Delta custom metadata)."""
+    return {FILES_KEY: str(figures.files), BYTES_KEY: str(figures.size_bytes)}
+
+
+def recorded_figures(commit_info: Mapping[str, Any] | None) -> TableFigures | None:
+    """The figures a ``commitInfo`` dict records, or ``None`` (a commit made before issue 25, a
+    restore, a foreign writer)."""
+    if not commit_info or FILES_KEY not in commit_info or BYTES_KEY not in commit_info:
+        return None
+    try:
+        return TableFigures(int(commit_info[FILES_KEY]), int(commit_info[BYTES_KEY]))
+    except (TypeError, ValueError):
+        return None
+
+
+def integrity_error(
+    table: str, barrier: int | None, version: int, expected: TableFigures, found: TableFigures
+) -> DeltaLogIntegrityError:
+    """The error for a version whose log does not give the recorded figures (names the table, the
+    barrier, the version, both figures and what to do)."""
+    return DeltaLogIntegrityError(
+        f"table {table!r}, barrier {barrier}, Delta version {version}: the Delta log gives {found} but the "
+        f"barrier's commit recorded {expected}; a commit file of the table's _delta_log was edited, lost an "
+        "add or remove action, or was replaced by a copy of another commit, and reading it would serve wrong "
+        "rows. Restore the table's _delta_log (e.g. from a backup), then run `tsb check --integrity "
+        "--topology NAME` to verify every retained barrier",
+        table=table, barrier=barrier, version=version, expected=expected.as_tuple(), found=found.as_tuple(),
+    )
+
+
+def verify_version(
+    location: str, version: int, expected: TableFigures | None, *, name: str, barrier: int | None,
+    table: DeltaTable | pa.Table | None = None,
+) -> bool:
+    """Verify that Delta ``version`` of the table at ``location`` has the ``expected`` figures.
+
+    Verified once per (location, version, expected) per process: later calls return at once.
+
+    Args:
+        location: the table location.
+        version: the Delta version served.
+        expected: the recorded figures (the metastore's WRITTEN row); ``None``: those of the
+            version's ``commitInfo`` (one log-file read), and nothing is verified when it
+            records none (a commit made before issue 25, a restore, a foreign writer).
+        name: the table name for the error; ``barrier``: the barrier served.
+        table: the ``DeltaTable`` already loaded at ``version``, or its add actions (default:
+            the cached :func:`~airflow_provider_tsb.delta.snapshots.snapshot_at`, which the
+            Spark reader then uses too).
+
+    Returns:
+        Whether figures were compared (``False``: nothing recorded to compare with).
+
+    Raises:
+        DeltaLogIntegrityError: the log gives other figures (see :func:`integrity_error`).
+        DeltaLogError: the version cannot be loaded (e.g. a truncated commit file).
+    """
+    from airflow_provider_tsb.delta.log import normalize_location
+    from airflow_provider_tsb.delta.snapshots import snapshot_at
+
+    loc, version = normalize_location(location), int(version)
+    if _VERIFIED.get((loc, version, expected)):
+        return True
+    wanted = expected if expected is not None else recorded_figures(_commit_info(loc, version, name))
+    if wanted is None:
+        return False
+    found = figures_of(table if table is not None else snapshot_at(loc, version).add_actions)
+    if found != wanted:
+        raise integrity_error(name, barrier, version, wanted, found)
+    with _LOCK:
+        if len(_VERIFIED) >= MAX_VERIFIED:  # a long-running api-server: forget, verify again
+            _VERIFIED.clear()
+        _VERIFIED[(loc, version, expected)] = True
+    return True
+
+
+def _commit_info(location: str, version: int, name: str) -> dict[str, Any] | None:
+    """The ``commitInfo`` of ``version``; DeltaLogError naming the table for a commit file that is
+    not JSON (e.g. truncated)."""
+    from airflow_provider_tsb.delta.errors import DeltaLogError
+    from airflow_provider_tsb.delta.log import commit_info
+
+    try:
+        return commit_info(location, version)
+    except ValueError as exc:
+        raise DeltaLogError(
+            f"table {name!r}: commit file {version:020d}.json of the Delta log at {location!r} is not valid JSON "
+            f"({exc}); restore the table's _delta_log, then run `tsb check --integrity`"
+        ) from exc
+
+
+def forget_verified() -> None:
+    """Empty the process cache of verified versions (tests and benchmarks)."""
+    with _LOCK:
+        _VERIFIED.clear()
+
+
+__all__ = [
+    "BYTES_KEY",
+    "FILES_KEY",
+    "TableFigures",
+    "figures_after",
+    "figures_metadata",
+    "figures_of",
+    "forget_verified",
+    "integrity_error",
+    "recorded_figures",
+    "verify_version",
+]

@@ -1,0 +1,184 @@
+"""Sustained barrier rate of a streaming topology (issue 25 item 1).
+
+A chain of ``--jobs`` wordcount-sized streaming jobs (``benchmarks/apps/scale_stage.py``: each
+appends the rows its source gained in the barrier's epoch to its sink), each the process the
+operator starts, as Spark Connect clients of one local server (``--engine submit``: a
+``spark-submit`` each), with the metastore on a throwaway PostgreSQL (``--sqlite``: SQLite).
+For ``--seconds`` seconds, barriers are generated as fast as the topology commits them: a few
+rows are appended to the root table and a barrier generated whenever fewer than
+``--max-in-flight`` barriers are generated but not yet COMMIT (the emitter's backpressure).
+Meanwhile snapshot expiry runs every ``--expiry-every`` seconds on every table, keeping the last
+``--keep`` barriers plus leases, and counts failed cycles.
+
+Figures: ``barriers_per_s`` (barriers COMMIT in the window / seconds), ``generate_p99_ms`` (one
+barrier's generation: root versions, tag checks, barrier log, metastore), ``commit_lag_p99_s``
+(generation to WRITTEN in every sink), ``expiry_failed``. The baseline line is the generation
+alone (``generate_only_p99_ms``: the same bookkeeping with no job running, as fast as it goes),
+so ``bookkeeping_share`` = generation time / time per committed barrier says whether the rate
+is bounded by the jobs or by the bookkeeping. The FLIP-276 invariant (every sink holds the
+root's rows) is checked at REPEATABLE_READ at the end.
+
+    .venv/bin/python benchmarks/barrier_rate.py [--seconds 600] [--jobs 2] [--rows 100]
+        [--max-in-flight 4] [--sqlite] [--engine connect|submit]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from flights_bench import FlightsBench, check_alive, engine_server, median, percentile, wait_committed
+from topology_scale import ROOT, append_root, build_topology, e2e_delays, invariants_hold, shape_edges
+
+
+class ExpiryLoop(threading.Thread):
+    """Snapshot expiry of every table every ``every_s`` seconds; counts cycles and failures."""
+
+    def __init__(self, url: str, tables: list[str], keep: int, every_s: float) -> None:
+        super().__init__(daemon=True)
+        self.url, self.tables, self.keep, self.every_s = url, tables, keep, every_s
+        self.cycles = self.failed = self.removed = 0
+        self.errors: list[str] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        from airflow_provider_tsb.maintenance.expiry import expire_snapshots
+        from airflow_provider_tsb.metastore.store import MetaStore
+
+        store = MetaStore(self.url)
+        while not self._done.wait(self.every_s):
+            for table in self.tables:
+                self.cycles += 1
+                try:
+                    self.removed += expire_snapshots(store, table, self.keep)["removed_files"]
+                except Exception as exc:  # counted and reported: the figure is how many fail
+                    self.failed += 1
+                    self.errors.append(f"{table}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+        store.dispose()
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+
+def generate_only(bench: FlightsBench, rows: int, count: int, start_id: int, hour: int) -> list[float]:
+    """The baseline: ``count`` appends and generations with no job running; ms per generation."""
+    times = []
+    for _ in range(count):
+        append_root(bench, start_id, rows, hour)
+        start_id, hour = start_id + rows, hour + 1
+        tick = time.perf_counter()
+        bench.generate()
+        times.append((time.perf_counter() - tick) * 1000)
+    return times
+
+
+def metastore_url(args: argparse.Namespace, root: Path) -> tuple[str, object | None]:
+    """The metastore URL and the PostgreSQL server to stop (``None`` for SQLite)."""
+    if args.sqlite:
+        return f"sqlite:///{root / 'tsb.db'}", None
+    from tsb_dev.pg import start_postgres
+
+    server = start_postgres()
+    return server.create_database("barrier_rate"), server
+
+
+def run(args: argparse.Namespace, root: Path, remote: str | None) -> list[str]:
+    """The measured run (module doc); its lines."""
+    url, server = metastore_url(args, root)
+    try:
+        return _measure(args, root, remote, url)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str) -> list[str]:
+    topology, env = build_topology("rate_chain", "chain", args.jobs, root / "warehouse")
+    sinks = tuple(sink for _, sink in shape_edges("chain", args.jobs).values())
+    bench = FlightsBench(root, engine=args.engine, remote=remote, topology=topology, sinks=sinks, url=url)
+    next_id, hour = 0, 0
+    append_root(bench, next_id, args.rows, hour)
+    next_id, hour = next_id + args.rows, hour + 1
+    warm_up = bench.generate().barrier
+    procs = [bench.launch(j, "streaming", root / "logs", final_since_ms=int(time.time() * 1000), env_vars=env[j],
+                          trigger_interval_s=0.05) for j in env]
+    expiry = ExpiryLoop(url, [ROOT, *sinks], args.keep, args.expiry_every)
+    try:
+        wait_committed(bench, procs, warm_up, timeout_s=900)
+        print(f"warm-up barrier {warm_up} COMMIT; {len(procs)} jobs streaming", flush=True)
+        expiry.start()
+        generated, gen_ms = [], []
+        started = time.monotonic()
+        while time.monotonic() - started < args.seconds:
+            if bench.in_flight() >= args.max_in_flight:
+                check_alive(procs)
+                time.sleep(0.005)
+                continue
+            append_root(bench, next_id, args.rows, hour)
+            next_id, hour = next_id + args.rows, hour + 1
+            tick = time.perf_counter()
+            generated.append(bench.generate().barrier)
+            gen_ms.append((time.perf_counter() - tick) * 1000)
+        window = time.monotonic() - started
+        committed = [b for b in generated if bench.committed(b)]
+        wait_committed(bench, procs, generated[-1], timeout_s=900)
+        expiry.stop()
+        from airflow_provider_tsb.delta.roots import mark_end_of_input
+
+        mark_end_of_input(bench.location(ROOT))
+        final = bench.generate(final=True).barrier
+        for p in procs:
+            p.wait(timeout_s=600)
+    finally:
+        for p in procs:
+            if p.process.poll() is None:
+                p.process.kill()
+    lags = e2e_delays(bench, generated)
+    baseline = generate_only(bench, args.rows, 50, next_id + 10**6, hour + 10**4)
+    ok = invariants_hold(bench, "chain", args.jobs, final)
+    rate = len(committed) / window
+    share = (sum(gen_ms) / len(gen_ms) / 1000) * rate
+    if expiry.errors:
+        print("expiry errors:", *expiry.errors[:5], sep="\n  ")
+    backend = "sqlite" if args.sqlite else "postgresql"
+    return [
+        f"load={os.getloadavg()[0]:.1f} engine={args.engine} jobs={args.jobs} rows={args.rows} "
+        f"max_in_flight={args.max_in_flight} seconds={window:.0f} metastore={backend} "
+        f"expiry_cycles={expiry.cycles} expiry_removed_files={expiry.removed} invariants={'ok' if ok else 'FAILED'}",
+        f"baseline: generate_only_median_ms={median(baseline):.1f} "
+        f"generate_only_p99_ms={percentile(baseline, 0.99):.1f} "
+        f"bookkeeping_share={share:.2f} commit_lag_median_s={median(lags):.2f}",
+        f"barriers_per_s={rate:.2f} generate_p99_ms={percentile(gen_ms, 0.99):.1f} "
+        f"commit_lag_p99_s={percentile(lags, 0.99):.2f} expiry_failed={expiry.failed}",
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=600.0, help="length of the measured window")
+    parser.add_argument("--jobs", type=int, default=2, help="jobs in the chain")
+    parser.add_argument("--rows", type=int, default=100, help="rows appended to the root per barrier")
+    parser.add_argument("--max-in-flight", type=int, default=4, help="barriers generated but not COMMIT, at most")
+    parser.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles")
+    parser.add_argument("--keep", type=int, default=100, help="barriers expiry keeps")
+    parser.add_argument("--sqlite", action="store_true", help="metastore on SQLite instead of PostgreSQL")
+    parser.add_argument("--engine", default="connect", choices=("connect", "submit"))
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    base = Path(tempfile.mkdtemp(prefix="tsb-rate-"))
+    with engine_server(args.engine, None, base / args.engine) as remote:
+        lines = run(args, base / "run", remote)
+    print(f"(tables and logs in {base})")
+    for line in lines:
+        print(line)
+    return 0 if "invariants=ok" in lines[0] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Cost of verifying a served version's Delta log against its recorded live-file figures (issue 25 item 4).
+
+One real Delta table of ``--files`` data files (default 100, one append each, ``--rows`` rows per
+file), read at its newest version with the Arrow reader ``--reads`` times (default 20) three ways:
+
+* ``plain``: the read as it was before issue 25 (``open_table`` + ``scan_to_arrow``, no check);
+* ``first``: :func:`~airflow_provider_tsb.read.version_reads.read_table_arrow` with the recorded
+  figures and an empty verification cache (every read is a process's first read of the version:
+  the live-file count and size are summed from the loaded snapshot's add actions);
+* ``cached``: the same read with the version verified already (the usual case: once per
+  (table, version) per process).
+
+Also the verification alone (``figures_of`` on the loaded table). Prints the medians and, last
+line, ``plain_ms=<x> first_ms=<y> cached_ms=<z> verify_ms=<v> overhead_first_pct=<p> load=<1 min>``.
+
+    .venv/bin/python benchmarks/integrity_cost.py [--files 100] [--rows 1000] [--reads 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from airflow_provider_tsb.delta.integrity import figures_of, forget_verified  # noqa: E402
+from airflow_provider_tsb.delta.log import open_table  # noqa: E402
+from airflow_provider_tsb.read.version_reads import read_table_arrow, scan_to_arrow  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Served:
+    """A resolved WRITTEN version with its recorded figures (the shape of ``TableVersion``)."""
+
+    table: str
+    location: str
+    version: int
+    barrier: int
+    state: str
+    staged: dict[str, Any] | None
+    file_count: int
+    size_bytes: int
+
+
+def _median_ms(fn: Any, reads: int, before: Any = None) -> float:
+    times = []
+    for _ in range(reads):
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=100)
+    parser.add_argument("--rows", type=int, default=1000)
+    parser.add_argument("--reads", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        loc = str(Path(tmp) / "t")
+        for i in range(args.files):
+            write_deltalake(loc, pa.table({"k": range(i * args.rows, (i + 1) * args.rows)}), mode="append")
+        table = open_table(loc)
+        figures = figures_of(table)
+        served = Served("tsb.bench.t", loc, table.version(), 1, "WRITTEN", None, figures.files, figures.size_bytes)
+        assert read_table_arrow(served).num_rows == args.files * args.rows
+        plain = _median_ms(lambda: scan_to_arrow(open_table(loc, served.version)), args.reads)
+        first = _median_ms(lambda: read_table_arrow(served), args.reads, before=forget_verified)
+        cached = _median_ms(lambda: read_table_arrow(served), args.reads)
+        verify = _median_ms(lambda: figures_of(table), args.reads)
+    load = Path("/proc/loadavg").read_text().split()[0]
+    print(f"table: {figures}, {args.files * args.rows} rows; {args.reads} reads each; load {load}")
+    print(f"plain read {plain:.1f} ms, first verified read {first:.1f} ms, cached {cached:.1f} ms, "
+          f"verification alone {verify:.2f} ms")
+    print(f"plain_ms={plain:.1f} first_ms={first:.1f} cached_ms={cached:.1f} verify_ms={verify:.2f} "
+          f"overhead_first_pct={100 * (first - plain) / plain:.1f} load={load}")
+
+
+if __name__ == "__main__":
+    main()
