@@ -302,3 +302,38 @@ def imported_modules(source: str) -> list[tuple[int, str]]:
 def test_the_import_scanner_finds_nested_test_imports() -> None:
     source = "import os\n\ndef main():\n    from tests.support.pg import start_postgres\n    import tests\n"
     assert [m for _, m in imported_modules(source)] == ["os", "tests.support.pg", "tests"]
+
+
+def test_a_dag_file_imports_no_data_plane_library(tmp_path: Path) -> None:
+    """A DAG file is imported by the dag-processor in a fresh child for every parse; deltalake,
+    pyarrow and networkx cost seconds each on a loaded machine, and a parse over
+    ``dagbag_import_timeout`` deactivates the file's DAGs (docs/airflow.md, "DAG parsing under load")."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import pendulum\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow_provider_tsb.assets import committed_barrier_watcher, table_asset\n"
+        "from airflow_provider_tsb.deadlines import freshness_deadlines\n"
+        "from airflow_provider_tsb.sensors.barrier_committed import TsbBarrierCommittedSensor\n"
+        "from airflow_provider_tsb.sensors.freshness import TsbFreshnessSensor\n"
+        "from airflow_provider_tsb.task_group import TsbTopologyTaskGroup\n"
+        "from airflow_provider_tsb.topology import Topology\n"
+        "t = Topology('t', warehouse='/tmp/wh', freshness=60)\n"
+        "t.root_table('raw.a')\n"
+        "t.job('j', 'j.py', sources=['raw.a'], sinks=['t.b'])\n"
+        "t.job('k', 'k.py', sources=['t.b'], sinks=['t.c'])\n"
+        "asset = table_asset(t, 't.c', watchers=[committed_barrier_watcher(['t.c'])])\n"
+        "with DAG('d', schedule=[asset], start_date=pendulum.datetime(2026, 1, 1, tz='UTC'),\n"
+        "         deadline=freshness_deadlines(t)):\n"
+        "    TsbTopologyTaskGroup(t)\n"
+        "    TsbTopologyTaskGroup(t, group_id='s', mode='streaming')\n"
+        "    TsbBarrierCommittedSensor(task_id='w', tables=['t.c'])\n"
+        "print(sorted(m for m in ('deltalake', 'pyarrow', 'networkx', 'pandas', 'pyspark') if m in sys.modules))\n"
+    )
+    env = {**__import__("os").environ, "AIRFLOW_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -14,17 +14,12 @@ from __future__ import annotations
 import operator
 import posixpath
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, exists, func, select
 from sqlalchemy.orm import Session
 
-from airflow_provider_tsb.delta.integrity import TableFigures, recorded_figures
-from airflow_provider_tsb.delta.log import commit_info
-from airflow_provider_tsb.exceptions import (
-    TopologyError,
-    UnknownBarrierError,
-)
+from airflow_provider_tsb.exceptions import TopologyError, UnknownBarrierError
 from airflow_provider_tsb.metastore.barrier_history import check_version_in_log
 from airflow_provider_tsb.metastore.base import MetastoreCore, table_id_of, table_state_of
 from airflow_provider_tsb.metastore.job_runs import check_fencing_token
@@ -42,6 +37,9 @@ from airflow_provider_tsb.metastore.records import (
     now_ms,
 )
 from airflow_provider_tsb.names import normalize_table_name
+
+if TYPE_CHECKING:
+    from airflow_provider_tsb.delta.integrity import TableFigures
 
 
 def manifest_dirs(manifest: Mapping[str, Any] | None) -> set[str]:
@@ -165,7 +163,8 @@ class TableStateManager:
             _check_generated(s, table, table_id, barrier)
             location = s.scalar(select(TableRow.location).where(TableRow.id == table_id))
             if check_version_in_log(normalize_table_name(table), location, version, barrier) and figures is None:
-                figures = recorded_figures(commit_info(location, version))
+                from airflow_provider_tsb.delta import integrity, log  # deltalake: not at DAG parse time
+                figures = integrity.recorded_figures(log.commit_info(location, version))
             row = s.get(TableBarrierRow, (table_id, barrier))
             if row is None:
                 row = TableBarrierRow(
