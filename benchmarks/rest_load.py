@@ -30,7 +30,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -231,6 +233,22 @@ def figures(samples: list[Sample]) -> str:
     return f"p50_ms={quantile(ms, 50):.1f} p99_ms={quantile(ms, 99):.1f}"
 
 
+def start_profiler(out: str | None, pid: int) -> subprocess.Popen[bytes] | None:
+    """py-spy (``pip install py-spy``) sampling the api-server and its workers into ``out``
+    (collapsed stacks, one line per stack and its sample count), or nothing without ``out``."""
+    if not out:
+        return None
+    spy = str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen([spy, "record", "--subprocesses", "--format", "raw", "--rate", "250", "-o", out,
+                             "--pid", str(pid)], stdout=subprocess.DEVNULL)
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(60)
+
+
 def run(args: argparse.Namespace, url: str, tmp: Path) -> int:
     from tsb_dev.local_airflow import start_airflow
 
@@ -244,7 +262,9 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> int:
         thread.start()
         load_before = os.getloadavg()[0]
         base = hammer(af.base_url, token, gen, args.clients, args.requests, baseline=True)
+        profiler = start_profiler(args.profile, af.processes["api-server"].pid)
         samples = hammer(af.base_url, token, gen, args.clients, args.requests, baseline=False)
+        stop_profiler(profiler)
         load_after = os.getloadavg()[0]
     finally:
         gen.stop.set()
@@ -272,6 +292,7 @@ def main() -> int:
     parser.add_argument("--preload", type=int, default=30, help="barriers generated before the run")
     parser.add_argument("--interval", type=float, default=0.2, help="seconds between generated barriers")
     parser.add_argument("--workers", type=int, default=1, help="api-server workers ([api] workers)")
+    parser.add_argument("--profile", metavar="FILE", help="py-spy the api-server during the load (collapsed stacks)")
     args = parser.parse_args()
     from tsb_dev.pg import start_postgres
 

@@ -56,14 +56,94 @@ _bearer_scheme = HTTPBearer(
 )
 
 
+#: default seconds a validated bearer token's user is kept per process (``[tsb] auth_cache_seconds``)
+DEFAULT_AUTH_CACHE_SECONDS = 5.0
+
+
+class TokenCache:
+    """Users of validated bearer JWTs, kept per process for a few seconds (thread-safe).
+
+    Airflow validates a JWT on every request: the signature, then ``RevokedToken.is_revoked``,
+    a query of Airflow's metadata database run on the event loop. Under many readers that query
+    serializes the api-server (docs/benchmarks.md, "REST API under many readers"). An entry
+    lives ``seconds``, and never past the token's own ``exp``: a revoked (logged out) token is
+    refused at most ``seconds`` later. Keys are SHA-256 digests, not the tokens.
+
+    Args:
+        seconds: time to live (``0``: nothing is kept, every request is validated).
+        maxsize: most tokens kept.
+    """
+
+    def __init__(self, seconds: float, maxsize: int = 10_000) -> None:
+        import threading
+
+        from cachetools import TTLCache
+
+        self.seconds = seconds
+        self._cache: TTLCache[bytes, tuple[float, BaseUser]] = TTLCache(maxsize, max(seconds, 1e-3))
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(token: str) -> bytes:
+        import hashlib
+
+        return hashlib.sha256(token.encode()).digest()
+
+    def get(self, token: str) -> BaseUser | None:
+        """The user of ``token`` if validated within the last ``seconds`` and not expired."""
+        if self.seconds <= 0:
+            return None
+        import time
+
+        with self._lock:
+            entry = self._cache.get(self._key(token))
+        return entry[1] if entry is not None and time.time() < entry[0] else None
+
+    def put(self, token: str, user: BaseUser) -> None:
+        """Keep ``user`` for ``token`` (just validated) until its ``exp`` or ``seconds`` from now."""
+        if self.seconds <= 0:
+            return
+        import time
+
+        import jwt
+
+        exp = jwt.decode(token, options={"verify_signature": False}).get("exp")  # already verified
+        until = time.time() + self.seconds if exp is None else min(float(exp), time.time() + self.seconds)
+        with self._lock:
+            self._cache[self._key(token)] = (until, user)
+
+
+_token_cache: TokenCache | None = None
+
+
+def token_cache() -> TokenCache:
+    """The process's :class:`TokenCache` (from ``[tsb] auth_cache_seconds``, default 5 s, 0: off)."""
+    global _token_cache
+    if _token_cache is None:
+        from airflow_provider_tsb.api.limits import config_seconds
+
+        _token_cache = TokenCache(config_seconds("auth_cache_seconds", DEFAULT_AUTH_CACHE_SECONDS, maximum=300))
+    return _token_cache
+
+
 async def get_current_user(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
 ) -> BaseUser:
-    """Authenticate exactly like the Airflow REST API (bearer JWT first, then ``_token`` cookie)."""
+    """Authenticate exactly like the Airflow REST API (bearer JWT first, then ``_token`` cookie);
+    a bearer token validated in the last ``[tsb] auth_cache_seconds`` is not validated again
+    (:class:`TokenCache`)."""
     from airflow.api_fastapi.core_api.security import get_user
 
-    return await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
+    bearer = credentials.credentials if credentials and credentials.scheme.lower() == "bearer" else None
+    if bearer is None:
+        return await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
+    cache = token_cache()
+    user = cache.get(bearer)
+    if user is None:
+        user = await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
+        cache.put(bearer, user)
+    return user
 
 
 CurrentUser = Annotated[BaseUser, Depends(get_current_user)]

@@ -83,11 +83,25 @@ __all__ = ["create_metaservice_app", "error_response", "get_access", "get_store"
            "router", "status_for"]
 
 
+#: seconds the api-server keeps the metastore it resolved (``$TSB_METASTORE_URL`` or the
+#: ``tsb_default`` connection, which may be a query of Airflow's database or a secrets backend)
+STORE_LOOKUP_SECONDS = 30.0
+_resolved: tuple[float, MetaStore] | None = None
+
+
 def get_store() -> MetaStore:
-    """Dependency: the metastore (``TsbMetastoreHook().get_conn()``; override in tests/apps)."""
+    """Dependency: the metastore (``TsbMetastoreHook().get_conn()``, resolved again after
+    :data:`STORE_LOOKUP_SECONDS`; one engine and pool per URL and process; override in tests/apps)."""
+    import time
+
+    global _resolved
+    if _resolved is not None and time.monotonic() - _resolved[0] < STORE_LOOKUP_SECONDS:
+        return _resolved[1]
     from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 
-    return TsbMetastoreHook().get_conn()
+    store = TsbMetastoreHook().get_conn()
+    _resolved = (time.monotonic(), store)
+    return store
 
 
 StoreDep = Annotated[MetaStore, Depends(get_store)]
@@ -145,14 +159,12 @@ def _pick_topology(store: MetaStore, access: TopologyAccess, name: str | None) -
 def _require_tables(store: MetaStore, access: TopologyAccess, method: Literal["GET", "PUT"], names: list[str]) -> None:
     """The user may ``method`` the topologies of tables ``names``; unknown tables need the
     "all DAGs" permission (so a 404 tells a restricted user nothing)."""
-    topologies: list[str | None] = []
-    for name in names:
-        info = store.registry.table(name, required=False)
-        if info is None:
-            access.require_all_dags(method)
-        else:
-            topologies.append(info.topology)
-    access.require(method, topologies)
+    if access.allows_everything:
+        return
+    found = access.topologies_of(store, names)  # one query for all of Q (or none: kept by the access policy)
+    if any(normalize_table_name(n) not in found for n in names):
+        access.require_all_dags(method)
+    access.require(method, list(dict.fromkeys(found.values())))
 
 
 # ------------------------------------------------------------------ FLIP-276 registration
