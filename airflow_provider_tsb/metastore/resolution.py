@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
-from sqlalchemy import Row, func, select
+from sqlalchemy import Row, Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
@@ -117,6 +118,14 @@ def registered(s: Session, names: list[str]) -> ReadSet:
     return read_set(s, names, rows)
 
 
+#: the statement of :func:`registered_with_expiries` (built once)
+REGISTERED_WITH_EXPIRIES = (
+    select(TableRow.id, TableRow.name, TableRow.location, TableRow.topology, TableExpiryRow)
+    .outerjoin(TableExpiryRow, TableExpiryRow.table_id == TableRow.id)
+    .where(TableRow.name.in_(bindparam("names", expanding=True)))
+)
+
+
 def registered_with_expiries(s: Session, names: list[str]) -> tuple[ReadSet, dict[int, TableExpiry]]:
     """Steps 1 and 2 of a read without a lease in one query: the tables of Q as registered
     (:func:`registered`) and their expiry marks (:func:`~.expiry.expiries`), an outer join.
@@ -124,11 +133,7 @@ def registered_with_expiries(s: Session, names: list[str]) -> tuple[ReadSet, dic
     Raises:
         as :func:`registered`.
     """
-    rows = s.execute(
-        select(TableRow.id, TableRow.name, TableRow.location, TableRow.topology, TableExpiryRow)
-        .outerjoin(TableExpiryRow, TableExpiryRow.table_id == TableRow.id)
-        .where(TableRow.name.in_(names))
-    ).all()
+    rows = s.execute(REGISTERED_WITH_EXPIRIES, {"names": names}).all()
     marks = {r.id: expiry_of(r.name, r.TableExpiryRow) for r in rows if r.TableExpiryRow is not None}
     return read_set(s, names, rows), marks
 
@@ -181,6 +186,26 @@ def rows_at(s: Session, ids: Sequence[int], barrier: int) -> dict[int, TableBarr
     return {row.table_id: row for row in rows}
 
 
+@lru_cache(maxsize=256)
+def consistent_rows_statement(tables: int, states: tuple[str, ...], dialect: str) -> Select[Any]:
+    """The statement of :func:`newest_consistent_rows` for ``tables`` tables (bound parameters
+    ``t0``, ``t1``, ... and ``ids``), built once per shape: building it cost more than running it."""
+    pick_max, pick_min = (func.greatest, func.least) if dialect != "sqlite" else (func.max, func.min)
+    per_table = []
+    for i in range(tables):
+        newest = [
+            select(func.max(TableBarrierRow.barrier_id))
+            .where(TableBarrierRow.table_id == bindparam(f"t{i}"), TableBarrierRow.state == st)
+            .scalar_subquery()
+            for st in states
+        ]
+        per_table.append(newest[0] if len(newest) == 1 else pick_max(*newest))
+    candidate = per_table[0] if len(per_table) == 1 else pick_min(*per_table)
+    return select(TableBarrierRow).where(
+        TableBarrierRow.table_id.in_(bindparam("ids", expanding=True)), TableBarrierRow.barrier_id == candidate
+    )
+
+
 def newest_consistent_rows(
     s: Session, ids: Sequence[int], states: Sequence[str]
 ) -> tuple[int, dict[int, TableBarrierRow]] | None:
@@ -189,20 +214,9 @@ def newest_consistent_rows(
     computed inside the statement, an index seek per table and state), if every table has it in
     one of ``states``; else ``None`` (a table skipped barriers or has none: the caller takes
     the step-by-step path, :func:`candidate_barrier` and :func:`confirm`, which explains)."""
-    pick_max, pick_min = (func.greatest, func.least) if s.get_bind().dialect.name != "sqlite" else (func.max, func.min)
-    per_table = []
-    for table_id in ids:
-        newest = [
-            select(func.max(TableBarrierRow.barrier_id))
-            .where(TableBarrierRow.table_id == table_id, TableBarrierRow.state == st)
-            .scalar_subquery()
-            for st in states
-        ]
-        per_table.append(newest[0] if len(newest) == 1 else pick_max(*newest))
-    candidate = per_table[0] if len(per_table) == 1 else pick_min(*per_table)
-    rows = s.scalars(
-        select(TableBarrierRow).where(TableBarrierRow.table_id.in_(list(ids)), TableBarrierRow.barrier_id == candidate)
-    ).all()
+    statement = consistent_rows_statement(len(ids), tuple(states), s.get_bind().dialect.name)
+    params: dict[str, Any] = {f"t{i}": table_id for i, table_id in enumerate(ids)}
+    rows = s.scalars(statement, {**params, "ids": list(ids)}).all()
     found = {row.table_id: row for row in rows}
     if not rows or any(i not in found or found[i].state not in states for i in ids):
         return None
