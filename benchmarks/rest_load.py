@@ -249,7 +249,34 @@ def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
         profiler.wait(60)
 
 
-def run(args: argparse.Namespace, url: str, tmp: Path) -> int:
+def tree_cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of processes ``pids`` and all their live children (psutil)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for proc in procs:
+            try:
+                t = proc.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+    return total
+
+
+def cpu_phase(pids: dict[str, int], phase: Any) -> tuple[Any, dict[str, float]]:
+    """Run ``phase()``; returns its result and the CPU seconds each process tree used meanwhile."""
+    before = {k: tree_cpu_s([p]) for k, p in pids.items()}
+    result = phase()
+    return result, {k: tree_cpu_s([p]) - before[k] for k, p in pids.items()}
+
+
+def run(args: argparse.Namespace, url: str, tmp: Path, postmaster: int) -> int:
     from tsb_dev.local_airflow import start_airflow
 
     gen = build(url, tmp / "wh", args.tables, args.preload, args.interval)
@@ -261,9 +288,10 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> int:
         hammer(af.base_url, token, gen, args.clients, 3, baseline=False)  # warm-up
         thread.start()
         load_before = os.getloadavg()[0]
-        base = hammer(af.base_url, token, gen, args.clients, args.requests, baseline=True)
-        profiler = start_profiler(args.profile, af.processes["api-server"].pid)
-        samples = hammer(af.base_url, token, gen, args.clients, args.requests, baseline=False)
+        pids = {"api-server": af.processes["api-server"].pid, "postgres": postmaster}
+        base, base_cpu = cpu_phase(pids, lambda: hammer(af.base_url, token, gen, args.clients, args.requests, True))
+        profiler = start_profiler(args.profile, pids["api-server"])
+        samples, cpu = cpu_phase(pids, lambda: hammer(af.base_url, token, gen, args.clients, args.requests, False))
         stop_profiler(profiler)
         load_after = os.getloadavg()[0]
     finally:
@@ -277,6 +305,10 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> int:
     kinds = {k: sum(s.kind == k for s in samples) for k in sorted({s.kind for s in samples})}
     print(f"requests: {len(samples)} {kinds}; barriers {args.preload} preloaded, {gen.committed} at the end; "
           f"{args.tables} tables; api workers {args.workers}")
+    per = {k: f"{v * 1000 / len(samples):.1f}" for k, v in cpu.items()}
+    base_per = {k: f"{v * 1000 / len(base):.1f}" for k, v in base_cpu.items()}
+    print(f"CPU ms per request (api-server with its workers, PostgreSQL incl. the generator's writes): "
+          f"load {per}, baseline {base_per}{' (py-spy attached)' if args.profile else ''}")
     print(f"baseline clients={args.clients} {figures(base)} errors={base_err}")
     print(f"clients={args.clients} {figures(samples)} errors={errors} wrong={wrong} "
           f"load={load_before:.1f},{load_after:.1f}")
@@ -299,7 +331,8 @@ def main() -> int:
     pg = start_postgres()
     try:
         with tempfile.TemporaryDirectory(prefix="tsb-rest-load-") as tmp:
-            return run(args, pg.create_database("tsb_rest_load"), Path(tmp))
+            postmaster = int(Path(pg.data_dir, "postmaster.pid").read_text().split()[0])
+            return run(args, pg.create_database("tsb_rest_load"), Path(tmp), postmaster)
     finally:
         pg.stop()
 

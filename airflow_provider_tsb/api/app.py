@@ -136,13 +136,13 @@ async def get_current_user(
     from airflow.api_fastapi.core_api.security import get_user
 
     bearer = credentials.credentials if credentials and credentials.scheme.lower() == "bearer" else None
-    if bearer is None:
-        return await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
     cache = token_cache()
-    user = cache.get(bearer)
+    user = cache.get(bearer) if bearer is not None else None
     if user is None:
         user = await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
-        cache.put(bearer, user)
+        if bearer is not None:
+            cache.put(bearer, user)
+    request.state.tsb_user = user  # for the authorization policy (airflow_access)
     return user
 
 
@@ -278,6 +278,17 @@ async def delays_page(
     return HTMLResponse(body)
 
 
+def airflow_access(request: Request, store: MetaStore) -> TopologyAccess:
+    """The Airflow app's authorization policy of a request (``app.state.tsb_access``): Airflow's
+    auth manager for the user :func:`get_current_user` authenticated (401 when none did)."""
+    from airflow_provider_tsb.api.airflow_access import AirflowTopologyAccess
+
+    user = getattr(request.state, "tsb_user", None)
+    if user is None:  # get_current_user runs first on every tsb route; fail closed if it did not
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "Not authenticated")
+    return AirflowTopologyAccess(user, store)
+
+
 def create_app() -> FastAPI:
     """Build the FastAPI app that the plugin mounts at ``/tsb``."""
     app = FastAPI(
@@ -288,21 +299,13 @@ def create_app() -> FastAPI:
     app.add_exception_handler(HTTPException, _ui_auth_error)  # type: ignore[arg-type]
     app.include_router(api_router)
     from airflow_provider_tsb.api.limits import BodySizeLimitMiddleware, max_request_body_bytes
-    from airflow_provider_tsb.api.routes import get_access, get_store, install_exception_handlers
+    from airflow_provider_tsb.api.routes import install_exception_handlers
     from airflow_provider_tsb.api.routes import router as metaservice_router
-
-    def airflow_access(
-        user: BaseUser = Depends(get_current_user),  # noqa: B008 - FastAPI dependencies
-        store: object = Depends(get_store),  # noqa: B008
-    ) -> TopologyAccess:
-        from airflow_provider_tsb.api.airflow_access import AirflowTopologyAccess
-
-        return AirflowTopologyAccess(user, store)  # type: ignore[arg-type]
 
     # The MetaService views (/topology, /delays, ...) at /tsb/api/v1, behind Airflow's auth; each
     # route asks the auth manager about the DAGs of the topology it touches (api/access.py).
     app.include_router(metaservice_router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
-    app.dependency_overrides[get_access] = airflow_access
+    app.state.tsb_access = airflow_access
     # The Delta Sharing server at /tsb/sharing (api/sharing.py): the same auth and roles; its
     # file route is authenticated by the URL's signature instead.
     from airflow_provider_tsb.api.sharing import install_sharing

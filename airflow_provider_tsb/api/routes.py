@@ -35,9 +35,10 @@ outside the routes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query
+from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
 
 from airflow_provider_tsb.api.access import EDIT, READ, AllowAll, TopologyAccess
 from airflow_provider_tsb.api.errors import (
@@ -89,12 +90,19 @@ STORE_LOOKUP_SECONDS = 30.0
 _resolved: tuple[float, MetaStore] | None = None
 
 
-def get_store() -> MetaStore:
-    """Dependency: the metastore (``TsbMetastoreHook().get_conn()``, resolved again after
-    :data:`STORE_LOOKUP_SECONDS`; one engine and pool per URL and process; override in tests/apps)."""
+def get_store(request: Request) -> MetaStore:
+    """Dependency: the metastore: the app's ``state.tsb_store`` when set (standalone apps, tests),
+    else ``TsbMetastoreHook().get_conn()``, resolved again after :data:`STORE_LOOKUP_SECONDS` (one
+    engine and pool per URL and process).
+
+    The app's state, not FastAPI's ``dependency_overrides``: with any override FastAPI analyses
+    every dependency's signature again on every request (docs/benchmarks.md)."""
     import time
 
     global _resolved
+    store: MetaStore | None = getattr(request.app.state, "tsb_store", None)
+    if store is not None:
+        return store
     if _resolved is not None and time.monotonic() - _resolved[0] < STORE_LOOKUP_SECONDS:
         return _resolved[1]
     from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
@@ -106,12 +114,19 @@ def get_store() -> MetaStore:
 
 StoreDep = Annotated[MetaStore, Depends(get_store)]
 
+#: ``(request, store) -> TopologyAccess``: the app's authorization policy (``app.state.tsb_access``)
+AccessFactory = Callable[[Request, MetaStore], TopologyAccess]
 
-def get_access() -> TopologyAccess:
-    """Dependency: the authorization policy of the request. Fails closed: an app must override
-    it (the Airflow app with :class:`~airflow_provider_tsb.api.airflow_access.AirflowTopologyAccess`,
-    :func:`create_metaservice_app` with :class:`~airflow_provider_tsb.api.access.AllowAll`)."""
-    raise RuntimeError("the tsb API has no authorization policy: override get_access in the app")
+
+def get_access(request: Request, store: StoreDep) -> TopologyAccess:
+    """Dependency: the authorization policy of the request, built by the app's
+    ``state.tsb_access`` (:data:`AccessFactory`). Fails closed: an app must set it (the Airflow
+    app to :class:`~airflow_provider_tsb.api.airflow_access.AirflowTopologyAccess`,
+    :func:`create_metaservice_app` to :class:`~airflow_provider_tsb.api.access.AllowAll`)."""
+    factory: AccessFactory | None = getattr(request.app.state, "tsb_access", None)
+    if factory is None:
+        raise RuntimeError("the tsb API has no authorization policy: set app.state.tsb_access in the app")
+    return factory(request, store)
 
 
 AccessDep = Annotated[TopologyAccess, Depends(get_access)]
@@ -447,7 +462,7 @@ def create_metaservice_app(
     install_exception_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_body_bytes)
     if store is not None:
-        app.dependency_overrides[get_store] = lambda: store
+        app.state.tsb_store = store
     policy = access or AllowAll()
-    app.dependency_overrides[get_access] = lambda: policy
+    app.state.tsb_access = lambda _request, _store: policy
     return app
