@@ -235,10 +235,10 @@ def _access(user: BaseUser, store: MetaStore | None) -> TopologyAccess | None:
 
 
 def _store_or_none() -> MetaStore | None:
-    from airflow_provider_tsb.api.routes import get_store
+    from airflow_provider_tsb.api.routes import configured_store
 
     try:
-        return get_store()
+        return configured_store()
     except Exception:  # noqa: BLE001 - the page still renders and reports the error
         return None
 

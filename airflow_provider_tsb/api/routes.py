@@ -80,7 +80,8 @@ from airflow_provider_tsb.exceptions import TsbError, UnknownJobError
 from airflow_provider_tsb.metastore.store import MetaStore, now_ms
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
 
-__all__ = ["create_metaservice_app", "error_response", "get_access", "get_store", "install_exception_handlers",
+__all__ = ["configured_store", "create_metaservice_app", "error_response", "get_access", "get_store",
+           "install_exception_handlers",
            "router", "status_for"]
 
 
@@ -90,19 +91,12 @@ STORE_LOOKUP_SECONDS = 30.0
 _resolved: tuple[float, MetaStore] | None = None
 
 
-def get_store(request: Request) -> MetaStore:
-    """Dependency: the metastore: the app's ``state.tsb_store`` when set (standalone apps, tests),
-    else ``TsbMetastoreHook().get_conn()``, resolved again after :data:`STORE_LOOKUP_SECONDS` (one
-    engine and pool per URL and process).
-
-    The app's state, not FastAPI's ``dependency_overrides``: with any override FastAPI analyses
-    every dependency's signature again on every request (docs/benchmarks.md)."""
+def configured_store() -> MetaStore:
+    """The metastore of the Airflow deployment: ``TsbMetastoreHook().get_conn()``, resolved again
+    after :data:`STORE_LOOKUP_SECONDS` (one engine and pool per URL and process)."""
     import time
 
     global _resolved
-    store: MetaStore | None = getattr(request.app.state, "tsb_store", None)
-    if store is not None:
-        return store
     if _resolved is not None and time.monotonic() - _resolved[0] < STORE_LOOKUP_SECONDS:
         return _resolved[1]
     from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
@@ -110,6 +104,16 @@ def get_store(request: Request) -> MetaStore:
     store = TsbMetastoreHook().get_conn()
     _resolved = (time.monotonic(), store)
     return store
+
+
+def get_store(request: Request) -> MetaStore:
+    """Dependency: the metastore: the app's ``state.tsb_store`` when set (standalone apps, tests),
+    else :func:`configured_store`.
+
+    The app's state, not FastAPI's ``dependency_overrides``: with any override FastAPI analyses
+    every dependency's signature again on every request (docs/benchmarks.md)."""
+    store: MetaStore | None = getattr(request.app.state, "tsb_store", None)
+    return store if store is not None else configured_store()
 
 
 StoreDep = Annotated[MetaStore, Depends(get_store)]
