@@ -254,6 +254,9 @@ def tree_cpu_s(pids: list[int]) -> float:
     import psutil
 
     total = 0.0
+    if pids == [os.getpid()]:  # this process alone (the clients and the generator), not the api-server
+        t = psutil.Process().cpu_times()
+        return t.user + t.system
     for pid in pids:
         try:
             root = psutil.Process(pid)
@@ -288,7 +291,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path, postmaster: int) -> int:
         hammer(af.base_url, token, gen, args.clients, 3, baseline=False)  # warm-up
         thread.start()
         load_before = os.getloadavg()[0]
-        pids = {"api-server": af.processes["api-server"].pid, "postgres": postmaster}
+        pids = {"api-server": af.processes["api-server"].pid, "postgres": postmaster, "clients": os.getpid()}
         base, base_cpu = cpu_phase(pids, lambda: hammer(af.base_url, token, gen, args.clients, args.requests, True))
         profiler = start_profiler(args.profile, pids["api-server"])
         samples, cpu = cpu_phase(pids, lambda: hammer(af.base_url, token, gen, args.clients, args.requests, False))
@@ -303,11 +306,13 @@ def run(args: argparse.Namespace, url: str, tmp: Path, postmaster: int) -> int:
     for line in reasons:
         print("  " + line)
     kinds = {k: sum(s.kind == k for s in samples) for k in sorted({s.kind for s in samples})}
+    by_kind = {k: f"{quantile([s.ms for s in samples if s.kind == k], 50):.0f}" for k in kinds}
+    print(f"p50_ms by kind: {by_kind}")
     print(f"requests: {len(samples)} {kinds}; barriers {args.preload} preloaded, {gen.committed} at the end; "
           f"{args.tables} tables; api workers {args.workers}")
     per = {k: f"{v * 1000 / len(samples):.1f}" for k, v in cpu.items()}
     base_per = {k: f"{v * 1000 / len(base):.1f}" for k, v in base_cpu.items()}
-    print(f"CPU ms per request (api-server with its workers, PostgreSQL incl. the generator's writes): "
+    print(f"CPU ms per request (api-server with its workers; PostgreSQL and this process incl. the generator): "
           f"load {per}, baseline {base_per}{' (py-spy attached)' if args.profile else ''}")
     print(f"baseline clients={args.clients} {figures(base)} errors={base_err}")
     print(f"clients={args.clients} {figures(samples)} errors={errors} wrong={wrong} "
