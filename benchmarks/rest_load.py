@@ -17,7 +17,11 @@ than the newest committed before the request was sent or newer than the newest s
 the answer came back. ``errors`` counts non-2xx answers and transport failures.
 
 The baseline is ``GET /tsb/api/v1/health`` (authenticated, no metastore work) by the same
-clients in the same run, before the load. Last lines::
+clients in the same run, before the load. Also printed: the p50 of each request kind and the CPU
+milliseconds per request of the api-server (with its workers), PostgreSQL and this process (the
+clients and the generator), measured with psutil: on a shared machine the load average alone
+does not say what the api-server costs. ``--profile FILE`` records the api-server with py-spy
+(``pip install py-spy``) as collapsed stacks. Last lines::
 
     baseline clients=<n> p50_ms=<q> p99_ms=<q> errors=<n>
     clients=<n> p50_ms=<q> p99_ms=<q> errors=<n> wrong=<n> load=<1-min load average before,after>
