@@ -73,7 +73,7 @@ def create_metastore_engine(url: str, **kwargs: Any) -> Engine:
         else:
             # a process serving many readers (the api-server's 40 threads) keeps its connections:
             # beyond pool_size each checkin closes one and the next checkout forks a backend
-            kwargs.setdefault("pool_size", 10)
+            kwargs.setdefault("pool_size", 20)
             kwargs.setdefault("max_overflow", 20)
             engine = create_engine(parsed, **kwargs)
             if not kwargs.get("pool_pre_ping"):
