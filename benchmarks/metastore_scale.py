@@ -15,7 +15,8 @@ after a table's newest WRITTEN one is PROCESSED, so resolution does real work.
 
 PostgreSQL: ``$TSB_BENCH_PG_URL`` (a server URL whose database part is replaced) or a throwaway
 cluster started with ``tsb_dev/pg.py``. The last line is exactly
-``p99_ms=<REST p99 at the large size> growth=<REST p99 large / REST p99 small>``.
+``p99_ms=<REST p99 at the large size> growth=<REST p99 large / REST p99 small> direct_p99_ms=<in-process
+p99 at the large size> load=<1-minute load average at the start and the end>``.
 
 Usage: ``python benchmarks/metastore_scale.py [--tables 1000] [--barriers 10000] [--queries 2000]``.
 """
@@ -200,6 +201,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=276)
     args = parser.parse_args()
 
+    load_at_start = os.getloadavg()[0]
     server: object
     started_here = None
     if os.environ.get("TSB_BENCH_PG_URL"):
@@ -221,7 +223,8 @@ def main() -> int:
         growth = big["rest"] / small["rest"]
         print(f"direct p99: {big['direct']:.2f} ms at {args.barriers} barriers, {small['direct']:.2f} ms at "
               f"{args.small_barriers} (growth {big['direct'] / small['direct']:.2f})")
-        print(f"p99_ms={big['rest']:.2f} growth={growth:.2f}")
+        print(f"p99_ms={big['rest']:.2f} growth={growth:.2f} direct_p99_ms={big['direct']:.2f} "
+              f"load={load_at_start:.1f},{os.getloadavg()[0]:.1f}")
     finally:
         if started_here is not None:
             started_here.stop()

@@ -25,9 +25,12 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from airflow_provider_tsb.exceptions import TsbError
+
+if TYPE_CHECKING:
+    from airflow_provider_tsb.metastore.store import MetaStore
 
 #: Methods as Airflow's auth manager names them: ``GET`` reads, ``PUT`` edits.
 Method = Literal["GET", "PUT"]
@@ -56,6 +59,13 @@ class TopologyAccess:
     location_roots: Sequence[str] | None = None
     #: whether ``register/source`` with ``root=true`` may create a root table
     api_root_tables: bool = False
+    #: every request is allowed (:class:`AllowAll`): the routes skip reading what to check
+    allows_everything: bool = False
+
+    def topologies_of(self, store: MetaStore, tables: list[str]) -> dict[str, str]:
+        """``{canonical table name: topology}`` of the registered tables among ``tables``
+        (``store.registry.topologies_of``: one query; a subclass may keep the answers)."""
+        return store.registry.topologies_of(tables)
 
     def allowed(self, method: Method, topologies: Iterable[str]) -> set[str]:
         """The subset of ``topologies`` the user may ``method``."""
@@ -113,6 +123,7 @@ class AllowAll(TopologyAccess):
     """Everything allowed, no DAGs (the standalone MetaService app; tests and benchmarks)."""
 
     api_root_tables = True
+    allows_everything = True
 
     def __init__(self, location_roots: Sequence[str] | None = None) -> None:
         self.location_roots = location_roots

@@ -62,14 +62,94 @@ _bearer_scheme = HTTPBearer(
 )
 
 
+#: default seconds a validated bearer token's user is kept per process (``[tsb] auth_cache_seconds``)
+DEFAULT_AUTH_CACHE_SECONDS = 5.0
+
+
+class TokenCache:
+    """Users of validated bearer JWTs, kept per process for a few seconds (thread-safe).
+
+    Airflow validates a JWT on every request: the signature, then ``RevokedToken.is_revoked``,
+    a query of Airflow's metadata database run on the event loop. Under many readers that query
+    serializes the api-server (docs/benchmarks.md, "REST API under many readers"). An entry
+    lives ``seconds``, and never past the token's own ``exp``: a revoked (logged out) token is
+    refused at most ``seconds`` later. Keys are SHA-256 digests, not the tokens.
+
+    Args:
+        seconds: time to live (``0``: nothing is kept, every request is validated).
+        maxsize: most tokens kept.
+    """
+
+    def __init__(self, seconds: float, maxsize: int = 10_000) -> None:
+        import threading
+
+        from cachetools import TTLCache
+
+        self.seconds = seconds
+        self._cache: TTLCache[bytes, tuple[float, BaseUser]] = TTLCache(maxsize, max(seconds, 1e-3))
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(token: str) -> bytes:
+        import hashlib
+
+        return hashlib.sha256(token.encode()).digest()
+
+    def get(self, token: str) -> BaseUser | None:
+        """The user of ``token`` if validated within the last ``seconds`` and not expired."""
+        if self.seconds <= 0:
+            return None
+        import time
+
+        with self._lock:
+            entry = self._cache.get(self._key(token))
+        return entry[1] if entry is not None and time.time() < entry[0] else None
+
+    def put(self, token: str, user: BaseUser) -> None:
+        """Keep ``user`` for ``token`` (just validated) until its ``exp`` or ``seconds`` from now."""
+        if self.seconds <= 0:
+            return
+        import time
+
+        import jwt
+
+        exp = jwt.decode(token, options={"verify_signature": False}).get("exp")  # already verified
+        until = time.time() + self.seconds if exp is None else min(float(exp), time.time() + self.seconds)
+        with self._lock:
+            self._cache[self._key(token)] = (until, user)
+
+
+_token_cache: TokenCache | None = None
+
+
+def token_cache() -> TokenCache:
+    """The process's :class:`TokenCache` (from ``[tsb] auth_cache_seconds``, default 5 s, 0: off)."""
+    global _token_cache
+    if _token_cache is None:
+        from airflow_provider_tsb.api.limits import config_seconds
+
+        _token_cache = TokenCache(config_seconds("auth_cache_seconds", DEFAULT_AUTH_CACHE_SECONDS, maximum=300))
+    return _token_cache
+
+
 async def get_current_user(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
 ) -> BaseUser:
-    """Authenticate exactly like the Airflow REST API (bearer JWT first, then ``_token`` cookie)."""
+    """Authenticate exactly like the Airflow REST API (bearer JWT first, then ``_token`` cookie);
+    a bearer token validated in the last ``[tsb] auth_cache_seconds`` is not validated again
+    (:class:`TokenCache`)."""
     from airflow.api_fastapi.core_api.security import get_user
 
-    return await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
+    bearer = credentials.credentials if credentials and credentials.scheme.lower() == "bearer" else None
+    cache = token_cache()
+    user = cache.get(bearer) if bearer is not None else None
+    if user is None:
+        user = await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
+        if bearer is not None:
+            cache.put(bearer, user)
+    request.state.tsb_user = user  # for the authorization policy (airflow_access)
+    return user
 
 
 CurrentUser = Annotated[BaseUser, Depends(get_current_user)]
@@ -161,10 +241,10 @@ def _access(user: BaseUser, store: MetaStore | None) -> TopologyAccess | None:
 
 
 def _store_or_none() -> MetaStore | None:
-    from airflow_provider_tsb.api.routes import get_store
+    from airflow_provider_tsb.api.routes import configured_store
 
     try:
-        return get_store()
+        return configured_store()
     except Exception:  # noqa: BLE001 - the page still renders and reports the error
         return None
 
@@ -260,6 +340,17 @@ def _mount_static(app: FastAPI) -> None:
     app.mount(f"{STATIC_PREFIX}/vendor", StaticFiles(directory=str(vendor)), name="tsb-static-vendor")
 
 
+def airflow_access(request: Request, store: MetaStore) -> TopologyAccess:
+    """The Airflow app's authorization policy of a request (``app.state.tsb_access``): Airflow's
+    auth manager for the user :func:`get_current_user` authenticated (401 when none did)."""
+    from airflow_provider_tsb.api.airflow_access import AirflowTopologyAccess
+
+    user = getattr(request.state, "tsb_user", None)
+    if user is None:  # get_current_user runs first on every tsb route; fail closed if it did not
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "Not authenticated")
+    return AirflowTopologyAccess(user, store)
+
+
 def create_app() -> FastAPI:
     """Build the FastAPI app that the plugin mounts at ``/tsb``."""
     app = FastAPI(
@@ -273,21 +364,13 @@ def create_app() -> FastAPI:
     app.add_exception_handler(HTTPException, _ui_auth_error)  # type: ignore[arg-type]
     app.include_router(api_router)
     from airflow_provider_tsb.api.limits import BodySizeLimitMiddleware, max_request_body_bytes
-    from airflow_provider_tsb.api.routes import get_access, get_store, install_exception_handlers
+    from airflow_provider_tsb.api.routes import install_exception_handlers
     from airflow_provider_tsb.api.routes import router as metaservice_router
-
-    def airflow_access(
-        user: BaseUser = Depends(get_current_user),  # noqa: B008 - FastAPI dependencies
-        store: object = Depends(get_store),  # noqa: B008
-    ) -> TopologyAccess:
-        from airflow_provider_tsb.api.airflow_access import AirflowTopologyAccess
-
-        return AirflowTopologyAccess(user, store)  # type: ignore[arg-type]
 
     # The MetaService views (/topology, /delays, ...) at /tsb/api/v1, behind Airflow's auth; each
     # route asks the auth manager about the DAGs of the topology it touches (api/access.py).
     app.include_router(metaservice_router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
-    app.dependency_overrides[get_access] = airflow_access
+    app.state.tsb_access = airflow_access
     # The Delta Sharing server at /tsb/sharing (api/sharing.py): the same auth and roles; its
     # file route is authenticated by the URL's signature instead.
     from airflow_provider_tsb.api.sharing import install_sharing

@@ -61,6 +61,29 @@ def config_number(key: str, default: int) -> int:
     return value
 
 
+def config_seconds(key: str, default: float, maximum: float = 3600.0) -> float:
+    """``[tsb] <key>`` from the Airflow config as seconds from 0 to ``maximum`` (``default``
+    without Airflow or when unset).
+
+    Raises:
+        ValueError: the setting is not a number in range (names the setting and the value).
+    """
+    try:
+        from airflow.configuration import conf
+    except ImportError:  # the standalone MetaService app without Airflow
+        return default
+    raw = conf.get("tsb", key, fallback=None)
+    if raw in (None, ""):
+        return default
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0 <= value <= maximum:
+        raise ValueError(f"[tsb] {key} must be a number of seconds from 0 to {maximum:g}, got {raw!r}")
+    return value
+
+
 def max_request_body_bytes() -> int:
     """``[tsb] max_request_body_bytes``: largest request body in bytes (default 1 MiB)."""
     return config_number("max_request_body_bytes", DEFAULT_MAX_BODY_BYTES)

@@ -35,9 +35,10 @@ outside the routes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query
+from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
 
 from airflow_provider_tsb.api.access import EDIT, READ, AllowAll, TopologyAccess
 from airflow_provider_tsb.api.errors import (
@@ -80,25 +81,57 @@ from airflow_provider_tsb.metastore.records import JobStatus
 from airflow_provider_tsb.metastore.store import MetaStore, now_ms
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
 
-__all__ = ["create_metaservice_app", "error_response", "get_access", "get_store", "install_exception_handlers",
+__all__ = ["configured_store", "create_metaservice_app", "error_response", "get_access", "get_store",
+           "install_exception_handlers",
            "router", "status_for"]
 
 
-def get_store() -> MetaStore:
-    """Dependency: the metastore (``TsbMetastoreHook().get_conn()``; override in tests/apps)."""
+#: seconds the api-server keeps the metastore it resolved (``$TSB_METASTORE_URL`` or the
+#: ``tsb_default`` connection, which may be a query of Airflow's database or a secrets backend)
+STORE_LOOKUP_SECONDS = 30.0
+_resolved: tuple[float, MetaStore] | None = None
+
+
+def configured_store() -> MetaStore:
+    """The metastore of the Airflow deployment: ``TsbMetastoreHook().get_conn()``, resolved again
+    after :data:`STORE_LOOKUP_SECONDS` (one engine and pool per URL and process)."""
+    import time
+
+    global _resolved
+    if _resolved is not None and time.monotonic() - _resolved[0] < STORE_LOOKUP_SECONDS:
+        return _resolved[1]
     from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 
-    return TsbMetastoreHook().get_conn()
+    store = TsbMetastoreHook().get_conn()
+    _resolved = (time.monotonic(), store)
+    return store
+
+
+def get_store(request: Request) -> MetaStore:
+    """Dependency: the metastore: the app's ``state.tsb_store`` when set (standalone apps, tests),
+    else :func:`configured_store`.
+
+    The app's state, not FastAPI's ``dependency_overrides``: with any override FastAPI analyses
+    every dependency's signature again on every request (docs/benchmarks.md)."""
+    store: MetaStore | None = getattr(request.app.state, "tsb_store", None)
+    return store if store is not None else configured_store()
 
 
 StoreDep = Annotated[MetaStore, Depends(get_store)]
 
+#: ``(request, store) -> TopologyAccess``: the app's authorization policy (``app.state.tsb_access``)
+AccessFactory = Callable[[Request, MetaStore], TopologyAccess]
 
-def get_access() -> TopologyAccess:
-    """Dependency: the authorization policy of the request. Fails closed: an app must override
-    it (the Airflow app with :class:`~airflow_provider_tsb.api.airflow_access.AirflowTopologyAccess`,
-    :func:`create_metaservice_app` with :class:`~airflow_provider_tsb.api.access.AllowAll`)."""
-    raise RuntimeError("the tsb API has no authorization policy: override get_access in the app")
+
+def get_access(request: Request, store: StoreDep) -> TopologyAccess:
+    """Dependency: the authorization policy of the request, built by the app's
+    ``state.tsb_access`` (:data:`AccessFactory`). Fails closed: an app must set it (the Airflow
+    app to :class:`~airflow_provider_tsb.api.airflow_access.AirflowTopologyAccess`,
+    :func:`create_metaservice_app` to :class:`~airflow_provider_tsb.api.access.AllowAll`)."""
+    factory: AccessFactory | None = getattr(request.app.state, "tsb_access", None)
+    if factory is None:
+        raise RuntimeError("the tsb API has no authorization policy: set app.state.tsb_access in the app")
+    return factory(request, store)
 
 
 AccessDep = Annotated[TopologyAccess, Depends(get_access)]
@@ -146,14 +179,12 @@ def _pick_topology(store: MetaStore, access: TopologyAccess, name: str | None) -
 def _require_tables(store: MetaStore, access: TopologyAccess, method: Literal["GET", "PUT"], names: list[str]) -> None:
     """The user may ``method`` the topologies of tables ``names``; unknown tables need the
     "all DAGs" permission (so a 404 tells a restricted user nothing)."""
-    topologies: list[str | None] = []
-    for name in names:
-        info = store.registry.table(name, required=False)
-        if info is None:
-            access.require_all_dags(method)
-        else:
-            topologies.append(info.topology)
-    access.require(method, topologies)
+    if access.allows_everything:
+        return
+    found = access.topologies_of(store, names)  # one query for all of Q (or none: kept by the access policy)
+    if any(normalize_table_name(n) not in found for n in names):
+        access.require_all_dags(method)
+    access.require(method, list(dict.fromkeys(found.values())))
 
 
 # ------------------------------------------------------------------ FLIP-276 registration
@@ -439,7 +470,7 @@ def create_metaservice_app(
     install_exception_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_body_bytes)
     if store is not None:
-        app.dependency_overrides[get_store] = lambda: store
+        app.state.tsb_store = store
     policy = access or AllowAll()
-    app.dependency_overrides[get_access] = lambda: policy
+    app.state.tsb_access = lambda _request, _store: policy
     return app

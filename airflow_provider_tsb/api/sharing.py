@@ -63,9 +63,13 @@ _CODES = {400: "INVALID_PARAMETER_VALUE", 403: "PERMISSION_DENIED", 404: "RESOUR
           413: "RESOURCE_LIMIT_EXCEEDED", 503: "TEMPORARILY_UNAVAILABLE", 401: "UNAUTHENTICATED"}
 
 
-def url_seconds() -> int:
+def url_seconds(request: Request) -> int:
     """Dependency: lifetime of file URLs and query leases, seconds (``[tsb] sharing_url_seconds``,
-    default 900; at most ``[tsb] max_lease_seconds``, the longest lease a reader may take)."""
+    default 900; at most ``[tsb] max_lease_seconds``, the longest lease a reader may take; the
+    app's ``state.tsb_url_seconds`` when set, :func:`create_sharing_app`)."""
+    fixed: int | None = getattr(request.app.state, "tsb_url_seconds", None)
+    if fixed is not None:
+        return fixed
     return min(config_number("sharing_url_seconds", DEFAULT_URL_SECONDS), max_lease_seconds())
 
 
@@ -312,10 +316,10 @@ def create_sharing_app(store: MetaStore, access: TopologyAccess | None = None, *
     install_sharing(app, prefix=prefix)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
     policy = access or AllowAll()
-    app.dependency_overrides[get_store] = lambda: store
-    app.dependency_overrides[get_access] = lambda: policy
+    app.state.tsb_store = store
+    app.state.tsb_access = lambda _request, _store: policy
     if seconds is not None:
-        app.dependency_overrides[url_seconds] = lambda: seconds
+        app.state.tsb_url_seconds = seconds
     return app
 
 

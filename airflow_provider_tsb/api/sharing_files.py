@@ -22,9 +22,12 @@ import json
 import os
 import posixpath
 import secrets
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from cachetools import TTLCache
 
 from airflow_provider_tsb.api.access import AccessDeniedError
 from airflow_provider_tsb.metastore.records import BarrierState, TableVersion, now_ms
@@ -123,8 +126,38 @@ def _partition_values(row: Mapping[str, Any]) -> dict[str, str | None]:
             if k.startswith("partition.")}
 
 
-def snapshot_files(location: str, version: int) -> list[DataFile]:
-    """The files of the Delta table at ``location``, ``version`` (one snapshot load).
+@dataclass(frozen=True)
+class Snapshot:
+    """What a Delta Sharing answer needs of one committed Delta version (immutable).
+
+    Attributes:
+        meta_id: the table's ``metaData.id``.
+        schema_json: the schema as Delta's JSON string.
+        partition_columns: partition column names.
+        configuration: the table properties.
+        files: the version's Parquet files.
+    """
+
+    meta_id: str
+    schema_json: str
+    partition_columns: tuple[str, ...]
+    configuration: dict[str, str]
+    files: tuple[DataFile, ...]
+
+
+#: seconds a loaded snapshot is kept per process (a committed Delta version never changes; the
+#: bound covers a table dropped and created again at the same location)
+SNAPSHOT_CACHE_SECONDS = 60.0
+#: snapshots kept per process
+SNAPSHOT_CACHE_SIZE = 256
+_snapshots: TTLCache[tuple[str, int], Snapshot] = TTLCache(SNAPSHOT_CACHE_SIZE, SNAPSHOT_CACHE_SECONDS)
+_snapshots_lock = threading.Lock()
+
+
+def snapshot(location: str, version: int) -> Snapshot:
+    """The :class:`Snapshot` of the Delta table at ``location``, ``version``: one snapshot load
+    (delta-rs), then kept per process for :data:`SNAPSHOT_CACHE_SECONDS` (loading it was most of
+    a query's time: docs/benchmarks.md).
 
     Raises:
         TableNotFoundError, DeltaLogError: as :func:`~airflow_provider_tsb.delta.log.open_table`.
@@ -135,9 +168,30 @@ def snapshot_files(location: str, version: int) -> list[DataFile]:
 
     from airflow_provider_tsb.delta.log import open_table
 
-    rows = pa.table(open_table(location, version).get_add_actions(flatten=True)).to_pylist()
-    return [DataFile(unquote(r["path"]), int(r["size_bytes"]), _partition_values(r), r.get("num_records"))
-            for r in rows]
+    key = (os.fspath(location), version)
+    with _snapshots_lock:
+        found = _snapshots.get(key)
+    if found is not None:
+        return found
+    dt = open_table(location, version)
+    meta = dt.metadata()
+    rows = pa.table(dt.get_add_actions(flatten=True)).to_pylist()
+    files = tuple(DataFile(unquote(r["path"]), int(r["size_bytes"]), _partition_values(r), r.get("num_records"))
+                  for r in rows)
+    found = Snapshot(meta.id, dt.schema().to_json(), tuple(meta.partition_columns),
+                     dict(meta.configuration or {}), files)
+    with _snapshots_lock:
+        _snapshots[key] = found
+    return found
+
+
+def snapshot_files(location: str, version: int) -> list[DataFile]:
+    """The files of the Delta table at ``location``, ``version`` (:func:`snapshot`).
+
+    Raises:
+        TableNotFoundError, DeltaLogError: as :func:`~airflow_provider_tsb.delta.log.open_table`.
+    """
+    return list(snapshot(location, version).files)
 
 
 def version_files(tv: TableVersion) -> list[DataFile]:

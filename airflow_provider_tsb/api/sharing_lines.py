@@ -21,7 +21,7 @@ from typing import Any
 
 from fastapi.responses import FileResponse, Response
 
-from airflow_provider_tsb.api.sharing_files import DataFile, local_file, snapshot_files, version_files
+from airflow_provider_tsb.api.sharing_files import DataFile, local_file, snapshot, snapshot_files, version_files
 from airflow_provider_tsb.api.sharing_model import BarrierSteps
 from airflow_provider_tsb.delta.errors import TableNotFoundError
 from airflow_provider_tsb.exceptions import InconsistentReadError
@@ -32,17 +32,14 @@ Signer = Callable[[str, str], tuple[str, str]]
 
 
 def _header(location: str, version: int | None, table: str) -> list[dict[str, Any]]:
-    from airflow_provider_tsb.delta.log import open_table
-
     if version is None:
         raise InconsistentReadError(f"table {table} has no committed Delta version at this barrier yet")
-    dt = open_table(location, version)
-    meta = dt.metadata()
+    snap = snapshot(location, version)
     return [
         {"protocol": {"minReaderVersion": 1}},
         {"metaData": {
-            "id": meta.id, "format": {"provider": "parquet"}, "schemaString": dt.schema().to_json(),
-            "partitionColumns": list(meta.partition_columns), "configuration": dict(meta.configuration or {}),
+            "id": snap.meta_id, "format": {"provider": "parquet"}, "schemaString": snap.schema_json,
+            "partitionColumns": list(snap.partition_columns), "configuration": dict(snap.configuration),
         }},
     ]
 

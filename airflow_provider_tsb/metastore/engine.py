@@ -9,6 +9,7 @@ that two writers queue instead of failing with ``database is locked`` (SQLite do
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -70,9 +71,13 @@ def create_metastore_engine(url: str, **kwargs: Any) -> Engine:
             )
             _configure_sqlite(engine)
         else:
-            kwargs.setdefault("pool_pre_ping", True)
-            kwargs.setdefault("pool_size", 5)
+            # a process serving many readers (the api-server's 40 threads) keeps its connections:
+            # beyond pool_size each checkin closes one and the next checkout forks a backend
+            kwargs.setdefault("pool_size", 20)
+            kwargs.setdefault("max_overflow", 20)
             engine = create_engine(parsed, **kwargs)
+            if not kwargs.get("pool_pre_ping"):
+                ping_when_idle(engine)
     except ImportError as exc:
         raise MetastoreError(
             f"the driver for metastore URL {shown} is not installed ({exc}); for PostgreSQL "
@@ -96,6 +101,40 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("tsb_write") else "BEGIN")
+
+
+#: seconds a pooled connection may sit idle before its next checkout pings it
+PING_AFTER_IDLE_S = 2.0
+
+
+def ping_when_idle(engine: Engine, idle_s: float = PING_AFTER_IDLE_S) -> None:
+    """Ping a pooled connection at checkout only when it was idle for over ``idle_s`` seconds.
+
+    SQLAlchemy's ``pool_pre_ping`` pings at every checkout: one more round trip per
+    transaction, 5 % of the api-server's time under 50 readers (docs/benchmarks.md). A
+    connection used within the last ``idle_s`` seconds is handed out as is; one that sat idle
+    (where a database restart or an idle timeout strikes) is pinged and, if dead, replaced --
+    SQLAlchemy's "pessimistic disconnect handling" with a ``checkout`` event ("Dealing with
+    Disconnects" in its pooling docs). A connection that dies while busy fails that one call,
+    SQLAlchemy invalidates the pool, and :mod:`.retry` retries the transient error.
+    """
+    from sqlalchemy.exc import DisconnectionError
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["tsb_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("tsb_idle_since")
+        if since is None or time.monotonic() - since <= idle_s:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)  # what pool_pre_ping runs
+        except Exception as exc:  # any driver error: the connection is unusable
+            raise DisconnectionError(f"pooled metastore connection is dead: {exc}") from exc
+        if not alive:
+            raise DisconnectionError("pooled metastore connection is dead")
 
 
 def is_sqlite(engine: Engine) -> bool:

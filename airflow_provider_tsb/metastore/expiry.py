@@ -49,7 +49,8 @@ from airflow_provider_tsb.metastore.records import (
 from airflow_provider_tsb.names import normalize_table_name
 
 
-def _expiry_of(name: str, row: TableExpiryRow) -> TableExpiry:
+def expiry_of(name: str, row: TableExpiryRow) -> TableExpiry:
+    """The :class:`TableExpiry` of table ``name`` from its ``tsb_table_expiry`` row."""
     return TableExpiry(
         table=name,
         horizon=int(row.horizon),
@@ -81,7 +82,7 @@ def expiries(s: Session, table_ids: Sequence[int]) -> dict[int, TableExpiry]:
         .join(TableRow, TableRow.id == TableExpiryRow.table_id)
         .where(TableExpiryRow.table_id.in_(list(table_ids)))
     ).all()
-    return {row.table_id: _expiry_of(name, row) for row, name in rows}
+    return {row.table_id: expiry_of(name, row) for row, name in rows}
 
 
 def check_not_expired(
@@ -209,7 +210,7 @@ class ExpiryManager:
             newest = self._retained(s, table_id, policy)
             floor = self._consumer_floor(s, table_id) if consumers else None
             prev_row = s.get(TableExpiryRow, table_id)
-            prev = _expiry_of(canonical, prev_row) if prev_row is not None else None
+            prev = expiry_of(canonical, prev_row) if prev_row is not None else None
             horizon = latest_version if floor is None else min(latest_version, floor)
             if prev is not None:
                 horizon = max(horizon, prev.horizon)

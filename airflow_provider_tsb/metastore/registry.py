@@ -77,6 +77,12 @@ class RegistryManager:
         with self._core.transaction() as s:
             return reads.table(s, name, required=required)
 
+    def topologies_of(self, names: list[str]) -> dict[str, str]:
+        """``{canonical table name: topology}`` of the registered tables among ``names``, in one
+        query (unregistered names are absent; the REST API's authorization of a read)."""
+        with self._core.transaction() as s:
+            return reads.topologies_of(s, names)
+
     def tables(self, topology: str | None = None) -> list[TableInfo]:
         """All registered tables (of one topology; shared root tables included), ordered by name."""
         with self._core.transaction() as s:

@@ -85,6 +85,14 @@ def _job_info_of(row: JobRow, sources: tuple[str, ...], sinks: tuple[str, ...]) 
     )
 
 
+def topologies_of(s: Session, names: list[str]) -> dict[str, str]:
+    """``{canonical table name: its topology}`` of the registered tables among ``names`` (one
+    query; unregistered names are absent)."""
+    canonical = list(dict.fromkeys(normalize_table_name(n) for n in names))
+    rows = s.execute(select(TableRow.name, TableRow.topology).where(TableRow.name.in_(canonical)))
+    return {name: topology for name, topology in rows}
+
+
 def table(s: Session, name: str, *, required: bool = True) -> TableInfo | None:
     """The registered table ``name`` (``None`` when missing and not ``required``).
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
-from sqlalchemy import Row, func, select
+from sqlalchemy import Row, Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
@@ -37,10 +38,11 @@ from airflow_provider_tsb.exceptions import (
 from airflow_provider_tsb.metastore.barrier_history import unknown_barrier_error
 from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.domains import domain_name
-from airflow_provider_tsb.metastore.expiry import check_not_expired, expired_error, expiries, lock_tables
+from airflow_provider_tsb.metastore.expiry import check_not_expired, expired_error, expiries, expiry_of, lock_tables
 from airflow_provider_tsb.metastore.leases import LeaseManager, lease_versions
 from airflow_provider_tsb.metastore.models import (
     TableBarrierRow,
+    TableExpiryRow,
     TableRow,
 )
 from airflow_provider_tsb.metastore.records import (
@@ -113,6 +115,32 @@ def registered(s: Session, names: list[str]) -> ReadSet:
     rows = s.execute(
         select(TableRow.id, TableRow.name, TableRow.location, TableRow.topology).where(TableRow.name.in_(names))
     ).all()
+    return read_set(s, names, rows)
+
+
+#: the statement of :func:`registered_with_expiries` (built once)
+REGISTERED_WITH_EXPIRIES = (
+    select(TableRow.id, TableRow.name, TableRow.location, TableRow.topology, TableExpiryRow)
+    .outerjoin(TableExpiryRow, TableExpiryRow.table_id == TableRow.id)
+    .where(TableRow.name.in_(bindparam("names", expanding=True)))
+)
+
+
+def registered_with_expiries(s: Session, names: list[str]) -> tuple[ReadSet, dict[int, TableExpiry]]:
+    """Steps 1 and 2 of a read without a lease in one query: the tables of Q as registered
+    (:func:`registered`) and their expiry marks (:func:`~.expiry.expiries`), an outer join.
+
+    Raises:
+        as :func:`registered`.
+    """
+    rows = s.execute(REGISTERED_WITH_EXPIRIES, {"names": names}).all()
+    marks = {r.id: expiry_of(r.name, r.TableExpiryRow) for r in rows if r.TableExpiryRow is not None}
+    return read_set(s, names, rows), marks
+
+
+def read_set(s: Session, names: list[str], rows: Sequence[Row[Any]]) -> ReadSet:
+    """The :class:`ReadSet` of Q from its ``tsb_table`` rows (``id``, ``name``, ``location``,
+    ``topology``). Raises as :func:`registered`."""
     by_name = {r.name: r for r in rows}
     missing = [n for n in names if n not in by_name]
     if missing:
@@ -156,6 +184,43 @@ def rows_at(s: Session, ids: Sequence[int], barrier: int) -> dict[int, TableBarr
         select(TableBarrierRow).where(TableBarrierRow.barrier_id == barrier, TableBarrierRow.table_id.in_(list(ids)))
     ).all()
     return {row.table_id: row for row in rows}
+
+
+@lru_cache(maxsize=256)
+def consistent_rows_statement(tables: int, states: tuple[str, ...], dialect: str) -> Select[Any]:
+    """The statement of :func:`newest_consistent_rows` for ``tables`` tables (bound parameters
+    ``t0``, ``t1``, ... and ``ids``), built once per shape: building it cost more than running it."""
+    pick_max, pick_min = (func.greatest, func.least) if dialect != "sqlite" else (func.max, func.min)
+    per_table = []
+    for i in range(tables):
+        newest = [
+            select(func.max(TableBarrierRow.barrier_id))
+            .where(TableBarrierRow.table_id == bindparam(f"t{i}"), TableBarrierRow.state == st)
+            .scalar_subquery()
+            for st in states
+        ]
+        per_table.append(newest[0] if len(newest) == 1 else pick_max(*newest))
+    candidate = per_table[0] if len(per_table) == 1 else pick_min(*per_table)
+    return select(TableBarrierRow).where(
+        TableBarrierRow.table_id.in_(bindparam("ids", expanding=True)), TableBarrierRow.barrier_id == candidate
+    )
+
+
+def newest_consistent_rows(
+    s: Session, ids: Sequence[int], states: Sequence[str]
+) -> tuple[int, dict[int, TableBarrierRow]] | None:
+    """Step 3 in one round trip when nothing is unusual: the rows of the tables at the candidate
+    barrier (the oldest of the tables' newest barriers in ``states``: :func:`newest_barriers`
+    computed inside the statement, an index seek per table and state), if every table has it in
+    one of ``states``; else ``None`` (a table skipped barriers or has none: the caller takes
+    the step-by-step path, :func:`candidate_barrier` and :func:`confirm`, which explains)."""
+    statement = consistent_rows_statement(len(ids), tuple(states), s.get_bind().dialect.name)
+    params: dict[str, Any] = {f"t{i}": table_id for i, table_id in enumerate(ids)}
+    rows = s.scalars(statement, {**params, "ids": list(ids)}).all()
+    found = {row.table_id: row for row in rows}
+    if not rows or any(i not in found or found[i].state not in states for i in ids):
+        return None
+    return rows[0].barrier_id, found
 
 
 def newest_common(s: Session, ids: Sequence[int], states: Sequence[str], at_most: int) -> int | None:
@@ -306,12 +371,17 @@ def with_lease(
 def resolve_in(s: Session, names: list[str], opts: ReadOptions) -> Resolution:
     """Steps 1-6 in transaction ``s`` (a write transaction when ``opts.lease_seconds`` is set);
     READ_COMMITTED, REPEATABLE_READ and AS OF. Raises as :meth:`ResolutionManager.resolve`."""
-    q = registered(s, names)
     if opts.lease_seconds is not None:
+        q = registered(s, names)
         lock_tables(s, q.ids)  # the lock snapshot expiry marks under (metastore/expiry.py)
-    marks = expiries(s, q.ids)
+        marks = expiries(s, q.ids)
+    else:
+        q, marks = registered_with_expiries(s, names)
+    fast = None if opts.as_of is not None else newest_consistent_rows(s, q.ids, states_read(opts.level))
     if opts.as_of is not None:
         barrier, found = pinned_barrier(s, q, opts.as_of)
+    elif fast is not None:
+        barrier, found = fast
     else:
         barrier, found = confirm(s, q, candidate_barrier(s, q, opts.level), opts.level)
     check_monotonic(q, opts.level, barrier, opts.min_barrier)
