@@ -43,14 +43,21 @@ MAX_ECHO = 100
 MAX_DETAIL = 2000
 
 
-def config_number(key: str, default: int) -> int:
-    """``[tsb] <key>`` from the Airflow config as a positive integer (``default`` without Airflow)."""
+def _setting(key: str) -> str | None:
+    """``[tsb] <key>`` from the Airflow config as written; ``None`` when unset or without Airflow
+    (the standalone MetaService app)."""
     try:
         from airflow.configuration import conf
-    except ImportError:  # the standalone MetaService app without Airflow
-        return default
+    except ImportError:
+        return None
     raw = conf.get("tsb", key, fallback=None)
-    if raw in (None, ""):
+    return None if raw in (None, "") else str(raw)
+
+
+def config_number(key: str, default: int) -> int:
+    """``[tsb] <key>`` from the Airflow config as a positive integer (``default`` without Airflow)."""
+    raw = _setting(key)
+    if raw is None:
         return default
     try:
         value = int(float(raw))
@@ -68,12 +75,8 @@ def config_seconds(key: str, default: float, maximum: float = 3600.0) -> float:
     Raises:
         ValueError: the setting is not a number in range (names the setting and the value).
     """
-    try:
-        from airflow.configuration import conf
-    except ImportError:  # the standalone MetaService app without Airflow
-        return default
-    raw = conf.get("tsb", key, fallback=None)
-    if raw in (None, ""):
+    raw = _setting(key)
+    if raw is None:
         return default
     try:
         value = float(raw)
