@@ -28,7 +28,7 @@ def check_lease_seconds(seconds: object) -> float:
     return float(seconds)
 
 #: Longest ``wait_s`` one ``POST /versions`` request may hold a server thread for (seconds);
-#: :class:`~airflow_provider_tsb.client.TsbClient` splits a longer wait into several requests.
+#: :class:`~airflow_provider_tsb.read.client.TsbClient` splits a longer wait into several requests.
 MAX_REQUEST_WAIT_S = 30.0
 
 
@@ -82,7 +82,7 @@ class ReadOptions:
 
     Used by :meth:`store.resolution.resolve <airflow_provider_tsb.metastore.resolution.ResolutionManager.resolve>`,
     the REST API's ``POST /versions`` body, :meth:`TsbClient.versions
-    <airflow_provider_tsb.client.TsbClient.versions>` and the readers
+    <airflow_provider_tsb.read.client.TsbClient.versions>` and the readers
     (:func:`airflow_provider_tsb.read.readers.read_tables` and friends), like delta-rs passes
     ``CommitProperties`` instead of long keyword lists.
 

@@ -14,11 +14,11 @@ from fastapi.testclient import TestClient
 
 from airflow_provider_tsb.api.routes import create_metaservice_app
 from airflow_provider_tsb.cli import main
-from airflow_provider_tsb.client import TsbClient
 from airflow_provider_tsb.consistency import ReadOptions
 from airflow_provider_tsb.exceptions import StaleReadError
 from airflow_provider_tsb.metastore.records import now_ms
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.read.client import TsbClient
 from airflow_provider_tsb.topology import Topology
 
 WORDS, WC, CC = "tsb.raw.words", "tsb.mart.word_count", "tsb.mart.count_of_counts"

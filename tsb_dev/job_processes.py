@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_provider_tsb.checker import wordcount_topology
+from airflow_provider_tsb.maintenance.checker import wordcount_topology
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
 

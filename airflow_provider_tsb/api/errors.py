@@ -26,7 +26,6 @@ from starlette.responses import Response
 
 from airflow_provider_tsb.api.access import AccessDeniedError
 from airflow_provider_tsb.api.limits import non_finite_number_error, short_text, validation_error_response
-from airflow_provider_tsb.client import BadRequestError
 from airflow_provider_tsb.exceptions import (
     BarrierNotReadyError,
     CycleError,
@@ -38,6 +37,7 @@ from airflow_provider_tsb.exceptions import (
     TopologyError,
     TsbError,
 )
+from airflow_provider_tsb.read.client import BadRequestError
 
 
 def status_for(exc: BaseException) -> int:

@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from airflow_provider_tsb.client import BadRequestError
 from airflow_provider_tsb.consistency import ConsistencyLevel
 from airflow_provider_tsb.exceptions import TsbError
 from airflow_provider_tsb.metastore.records import Resolution, TableInfo, now_ms
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.read.client import BadRequestError
 
 #: suffix of the READ_COMMITTED variant of a share
 RC_SUFFIX = "--read-committed"

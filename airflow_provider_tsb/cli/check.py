@@ -1,5 +1,5 @@
 """``tsb check``: run the example topologies under concurrent readers and count anomalies per
-consistency level (:mod:`airflow_provider_tsb.checker`); exit 1 when READ_COMMITTED,
+consistency level (:mod:`airflow_provider_tsb.maintenance.checker`); exit 1 when READ_COMMITTED,
 REPEATABLE_READ or AS OF saw one.
 
     tsb check [--wordcount-barriers N] [--flights-barriers N] [--kill] [--remote sc://HOST:PORT] [--json]
@@ -74,7 +74,7 @@ def _cmd(args: argparse.Namespace) -> int:
     workdir = args.workdir or tempfile.mkdtemp(prefix="tsb-check-")
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
     start = time.monotonic()
-    from airflow_provider_tsb.checker import format_summary, run_check
+    from airflow_provider_tsb.maintenance.checker import format_summary, run_check
 
     summary = run_check(workdir, wordcount_barriers=args.wordcount_barriers,
                         flights_barriers=args.flights_barriers, interval_s=args.interval, log=log, kill=args.kill,

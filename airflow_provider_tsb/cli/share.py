@@ -35,7 +35,7 @@ def token_expiry(token: str) -> str | None:
 
 def build_profile(api_url: str, token: str) -> dict[str, Any]:
     """The profile JSON for Airflow at ``api_url`` (its base URL, or the tsb API root) and ``token``."""
-    from airflow_provider_tsb.client import airflow_base
+    from airflow_provider_tsb.read.client import airflow_base
 
     profile: dict[str, Any] = {"shareCredentialsVersion": 1, "endpoint": airflow_base(api_url) + SHARING_PATH,
                                "bearerToken": token}
@@ -48,7 +48,7 @@ def build_profile(api_url: str, token: str) -> dict[str, Any]:
 def cmd_profile(args: argparse.Namespace) -> int:
     import httpx
 
-    from airflow_provider_tsb.client import fetch_token
+    from airflow_provider_tsb.read.client import fetch_token
     from airflow_provider_tsb.read.versions import API_PASSWORD_ENV, API_TOKEN_ENV, API_USER_ENV
 
     if not args.api_url:

@@ -2,7 +2,7 @@
 
 :func:`resolve_versions` resolves tables Q with :class:`~airflow_provider_tsb.consistency.ReadOptions`
 at one of the four levels of FLIP-276 "Data Consistency Type", through the REST API when an
-``api_url`` is given (see :class:`~airflow_provider_tsb.client.TsbClient`) or from the
+``api_url`` is given (see :class:`~airflow_provider_tsb.read.client.TsbClient`) or from the
 metastore (:meth:`store.resolution.resolve <airflow_provider_tsb.metastore.resolution.ResolutionManager.resolve>`)
 otherwise, and returns :meth:`Resolution.to_dict
 <airflow_provider_tsb.metastore.records.Resolution.to_dict>`.
@@ -67,7 +67,7 @@ def resolve_versions(
     opts = ReadOptions.of(level, **options)
     names = list(tables)
     if api_url:
-        from airflow_provider_tsb.client import TsbClient, fetch_token
+        from airflow_provider_tsb.read.client import TsbClient, fetch_token
 
         token = token or os.environ.get(API_TOKEN_ENV)
         username = username or os.environ.get(API_USER_ENV)

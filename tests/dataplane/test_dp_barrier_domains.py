@@ -52,11 +52,11 @@ def test_two_teams_on_one_root_table_read_together_with_an_invariant_across_both
 
     from airflow_provider_tsb.api.routes import create_metaservice_app
     from airflow_provider_tsb.cli import main
-    from airflow_provider_tsb.client import TsbClient
     from airflow_provider_tsb.dag_loading import load_dag_files
     from airflow_provider_tsb.exceptions import InconsistentReadError
     from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
     from airflow_provider_tsb.metastore.store import MetaStore
+    from airflow_provider_tsb.read.client import TsbClient
     from airflow_provider_tsb.read.readers import read_tables_arrow
     from tsb_examples.ingest import ingest_next_words
 

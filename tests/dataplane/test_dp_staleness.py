@@ -100,8 +100,8 @@ def test_bounded_staleness_names_the_held_back_job_then_reads_fresh(
 
     from airflow_provider_tsb.api.routes import create_metaservice_app
     from airflow_provider_tsb.cli import main
-    from airflow_provider_tsb.client import TsbClient
     from airflow_provider_tsb.hooks.barrier import read_root_versions
+    from airflow_provider_tsb.read.client import TsbClient
     from airflow_provider_tsb.read.readers import read_tables_arrow
     from airflow_provider_tsb.sensors.barrier_committed import TsbBarrierCommittedSensor
     from airflow_provider_tsb.sensors.freshness import TsbFreshnessSensor

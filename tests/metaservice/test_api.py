@@ -9,7 +9,6 @@ from deltalake import DeltaTable
 from fastapi.testclient import TestClient
 
 from airflow_provider_tsb.api.routes import create_metaservice_app
-from airflow_provider_tsb.client import TsbClient
 from airflow_provider_tsb.consistency import UnknownConsistencyLevelError
 from airflow_provider_tsb.exceptions import (
     CycleError,
@@ -19,6 +18,7 @@ from airflow_provider_tsb.exceptions import (
     UnknownTableError,
 )
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.read.client import TsbClient
 from tests.support.metaservice import AMOUNT, ORDERS, PRICE, TOTAL, build_shop
 
 PREFIX = "/tsb/api/v1"

@@ -441,8 +441,8 @@ def test_freshness_on_the_running_server(dep: Deployment) -> None:
     sales_job commits every barrier nothing misses. Runs last: it adds barriers to sales."""
     from deltalake import DeltaTable
 
-    from airflow_provider_tsb.client import TsbClient
     from airflow_provider_tsb.lineage import Table
+    from airflow_provider_tsb.read.client import TsbClient
 
     sink = "tsb.sales.out"
     dep.store.registry.register_table("sales", Table(sink, "intermediate", freshness_s=0.5))

@@ -17,9 +17,9 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from airflow_provider_tsb.checker import WORD_COUNT, WORDCOUNT_INVARIANTS, WORDS, ConsistencyChecker
 from airflow_provider_tsb.consistency import ConsistencyLevel
 from airflow_provider_tsb.exceptions import StagedFilesGoneError
+from airflow_provider_tsb.maintenance.checker import WORD_COUNT, WORDCOUNT_INVARIANTS, WORDS, ConsistencyChecker
 from airflow_provider_tsb.metastore.records import BarrierState, Resolution, TableVersion
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.readers import read_tables_arrow

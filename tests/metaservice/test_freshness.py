@@ -22,9 +22,9 @@ from fastapi.testclient import TestClient
 
 from airflow_provider_tsb.api.routes import create_metaservice_app
 from airflow_provider_tsb.cli import main
-from airflow_provider_tsb.client import TsbClient
 from airflow_provider_tsb.exceptions import TopologyError
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.read.client import TsbClient
 from airflow_provider_tsb.topology import Topology
 from tests.support.metaservice import AMOUNT, ORDERS, PRICE, TOTAL, build_shop
 

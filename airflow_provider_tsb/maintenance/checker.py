@@ -210,7 +210,7 @@ class ConsistencyChecker:
 
 
 def _repo() -> Path:
-    return Path(os.environ.get("TSB_REPO") or Path(__file__).resolve().parents[1])
+    return Path(os.environ.get("TSB_REPO") or Path(__file__).resolve().parents[2])
 
 
 def _load_app(path: Path) -> Any:
