@@ -242,46 +242,46 @@ def read_changes(spark: SparkSession, location: str, from_version: int | None, t
         actions = commits[version]
         if actions is None:
             raise DeltaLogError(f"Delta log of {loc!r} has no commit {version}: cannot read its changes")
-        cdc = [a["cdc"] for a in actions if "cdc" in a]
-        by_kind: dict[str, dict[tuple[tuple[str, str | None], ...], list[str]]] = defaultdict(lambda: defaultdict(list))
-        if cdc:
-            for entry in cdc:
-                key = _group_key(entry.get("partitionValues"), partition_columns)
-                by_kind["cdc"][key].append(join(loc, entry["path"]))
-        else:
-            for kind, name in (("insert", "add"), ("delete", "remove")):
-                for a in actions:
-                    entry = a.get(name)
-                    if entry and entry.get("dataChange", True):
-                        key = _group_key(entry.get("partitionValues"), partition_columns)
-                        by_kind[kind][key].append(join(loc, entry["path"]))
-        for kind, groups in by_kind.items():
-            if kind == "cdc":
-                df = read_files(
-                    spark,
-                    schema,
-                    partition_columns,
-                    groups,
-                    extra={COMMIT_VERSION: F.lit(version).cast(LongType())},
-                    file_schema_extra=[StructField(CHANGE_TYPE, StringType(), True)],
-                )
-            else:
-                df = read_files(
-                    spark,
-                    schema,
-                    partition_columns,
-                    groups,
-                    extra={
-                        CHANGE_TYPE: F.lit(kind),
-                        COMMIT_VERSION: F.lit(version).cast(LongType()),
-                    },
-                )
+        for kind, groups in _changed_files(loc, actions, partition_columns).items():
+            df = _read_change_files(spark, schema, partition_columns, groups, kind, version)
             if df is not None:
                 frames.append(df)
     cols = [f.name for f in change_schema(schema).fields]
     if not frames:
         return spark.createDataFrame([], change_schema(schema))
     return reduce(lambda a, b: a.unionByName(b), (f.select(*cols) for f in frames))
+
+
+def _changed_files(loc: str, actions: list[dict[str, Any]], partition_columns: list[str]
+                   ) -> dict[str, dict[tuple[tuple[str, str | None], ...], list[str]]]:
+    """The data files of one commit's change, ``{kind: {partition key: [file URL]}}``: its ``cdc``
+    files (kind ``cdc``) when it has any, else its ``add`` (``insert``) and ``remove``
+    (``delete``) actions with ``dataChange`` (Delta protocol, "Change Data Files")."""
+    by_kind: dict[str, dict[tuple[tuple[str, str | None], ...], list[str]]] = defaultdict(lambda: defaultdict(list))
+    cdc = [a["cdc"] for a in actions if "cdc" in a]
+    if cdc:
+        for entry in cdc:
+            by_kind["cdc"][_group_key(entry.get("partitionValues"), partition_columns)].append(join(loc, entry["path"]))
+        return by_kind
+    for kind, name in (("insert", "add"), ("delete", "remove")):
+        for a in actions:
+            entry = a.get(name)
+            if entry and entry.get("dataChange", True):
+                key = _group_key(entry.get("partitionValues"), partition_columns)
+                by_kind[kind][key].append(join(loc, entry["path"]))
+    return by_kind
+
+
+def _read_change_files(spark: SparkSession, schema: StructType, partition_columns: list[str],
+                       groups: dict[tuple[tuple[str, str | None], ...], list[str]], kind: str,
+                       version: int) -> DataFrame | None:
+    """One kind of one commit's changed files as rows with ``_commit_version`` (and
+    ``_change_type``: the files' own column for ``cdc``, else ``kind``); ``None`` for no files."""
+    extra = {COMMIT_VERSION: F.lit(version).cast(LongType())}
+    if kind == "cdc":
+        return read_files(spark, schema, partition_columns, groups, extra=extra,
+                          file_schema_extra=[StructField(CHANGE_TYPE, StringType(), True)])
+    return read_files(spark, schema, partition_columns, groups, extra={CHANGE_TYPE: F.lit(kind), **extra})
 
 
 def change_sign() -> Column:

@@ -138,16 +138,7 @@ def plan_pending_barriers(
         UnknownBarrierError: ``after`` is not WRITTEN in every input (inputs were restored
             without their downstream sinks).
     """
-    previous_barrier: int | None = None
-    previous_inputs: dict[str, int] = {}
-    if after is not None:
-        prev = input_versions(after)
-        if prev is None:
-            raise UnknownBarrierError(
-                f"job {job_id}: its sinks are at barrier {after}, which is not WRITTEN in all its inputs "
-                f"{sorted(inputs)}; were the inputs restored without their downstream sinks?"
-            )
-        previous_barrier, previous_inputs = after, prev
+    previous_barrier, previous_inputs = _starting_point(job_id, inputs, after, input_versions)
     plans: list[BarrierPlan] = []
     for barrier in generated:
         if limit is not None and len(plans) >= limit:
@@ -171,3 +162,18 @@ def plan_pending_barriers(
         )
         previous_barrier, previous_inputs = barrier.barrier, versions
     return plans
+
+
+def _starting_point(job_id: str, inputs: Sequence[str], after: int | None,
+                    input_versions: Callable[[int], dict[str, int] | None]) -> tuple[int | None, dict[str, int]]:
+    """``(after, its input versions)``: where a job's next barrier starts, ``(None, {})`` for
+    empty sinks. Raises :class:`UnknownBarrierError` as :func:`plan_pending_barriers` says."""
+    if after is None:
+        return None, {}
+    versions = input_versions(after)
+    if versions is None:
+        raise UnknownBarrierError(
+            f"job {job_id}: its sinks are at barrier {after}, which is not WRITTEN in all its inputs "
+            f"{sorted(inputs)}; were the inputs restored without their downstream sinks?"
+        )
+    return after, versions

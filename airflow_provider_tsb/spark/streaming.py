@@ -141,7 +141,6 @@ def run_streaming(
     Raises:
         pyspark.errors.StreamingQueryException: a micro-batch failed (e.g. misaligned input).
     """
-    progress = _Progress()
     base = start_run(app, catalog, locations)
     final = catalog.final_barrier(app.job_id, final_since_ms) if final_since_ms is not None else None
     if base is not None and final is not None and base >= final:
@@ -157,17 +156,35 @@ def run_streaming(
         catalog.heartbeat(app.job_id)
         return done
     ckpt = checkpoint or os.path.join(locations[sorted(app.sinks)[0]], "_tsb_checkpoints", app.job_id)
+    done = _run_source_query(
+        spark, app, catalog, locations, ckpt, base, until_barrier=until_barrier, max_barriers=max_barriers,
+        idle_timeout_s=idle_timeout_s, final_since_ms=final_since_ms, wait_s=trigger_interval_s,
+        poll_s=poll_interval_s,
+    )
+    catalog.heartbeat(app.job_id)
+    return done
+
+
+def _run_source_query(
+    spark: SparkSession, app: TsbApp, catalog: BarrierCatalog, locations: Mapping[str, str], ckpt: str,
+    base: int | None, *, until_barrier: int | None, max_barriers: int | None, idle_timeout_s: float | None,
+    final_since_ms: int | None, wait_s: float, poll_s: float,
+) -> list[int]:
+    """The submit engine's part of :func:`run_streaming`: the barrier source's streaming query,
+    restarted from its checkpoint ``ckpt`` when a Python worker missed its start-up window;
+    returns the barriers committed."""
+    progress = _Progress()
     restarts = 0
     while True:
         remaining = None if max_barriers is None else max_barriers - len(progress.barriers)
         query = _start_query(
             spark, app, catalog, locations, progress, ckpt, until_barrier=until_barrier, max_barriers=remaining,
-            final_since_ms=final_since_ms, after=base, wait_s=trigger_interval_s, poll_s=poll_interval_s,
+            final_since_ms=final_since_ms, after=base, wait_s=wait_s, poll_s=poll_s,
         )
         _watch(query, progress, until_barrier=until_barrier, max_barriers=max_barriers, idle_timeout_s=idle_timeout_s)
         exc = query.exception()
         if exc is None:
-            break
+            return progress.barriers
         if not python_worker_start_failed(exc) or restarts >= MAX_QUERY_RESTARTS:
             raise exc
         restarts += 1
@@ -179,8 +196,6 @@ def run_streaming(
         )
         time.sleep(wait)
         base = sinks_base_barrier(app, locations)
-    catalog.heartbeat(app.job_id)
-    return progress.barriers
 
 
 #: times a streaming query is restarted (from its checkpoint) after a Python worker failed to start
