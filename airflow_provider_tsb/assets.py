@@ -3,7 +3,7 @@
 Each table is an Airflow :class:`~airflow.sdk.Asset` named by its canonical table name, with
 the Delta location as URI (``file:///...`` for local paths), in the asset group ``tsb``. The
 asset's own ``extra`` holds ``tsb_topology`` and ``tsb_history``: the path of the table's
-barrier history in the TSB UI (:func:`~airflow_provider_tsb.history.history_path`; Airflow
+barrier history in the TSB UI (:func:`~airflow_provider_tsb.ui.links.history_path`; Airflow
 shows an asset's extra on its page, Airflow docs "Asset definitions", "extra").
 
 The job operator emits one asset event per sink and run (Airflow docs "Asset events",
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetWatcher
 
-from airflow_provider_tsb.history import history_path, iso_utc
 from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.topology import Topology
+from airflow_provider_tsb.ui.links import history_path, iso_utc
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.metastore.store import MetaStore

@@ -16,6 +16,7 @@ server (``remote``: its URL).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import importlib.util
 import os
@@ -36,15 +37,20 @@ SINKS = ("flights.flights_enriched", "flights.carrier_daily_delay", "flights.car
 
 
 @contextlib.contextmanager
-def engine_server(engine: str, remote: str | None, root: Path) -> Iterator[str | None]:
+def engine_server(engine: str, remote: str | None, root: Path, driver_memory: str | None = None
+                  ) -> Iterator[str | None]:
     """The Connect server URL of a benchmark: ``remote``, or a local server started in
-    ``root/spark`` for the run and stopped after it (``None`` for the submit engine)."""
+    ``root/spark`` for the run and stopped after it (``None`` for the submit engine);
+    ``driver_memory``: its heap (``tsb spark start --driver-memory``), default the server's own."""
     if engine != "connect" or remote:
         yield remote
         return
     from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
 
-    server = ConnectServer(root / "spark", ConnectServerOptions(port=free_port()))
+    options = ConnectServerOptions(port=free_port())
+    if driver_memory:
+        options = dataclasses.replace(options, driver_memory=driver_memory)
+    server = ConnectServer(root / "spark", options)
     status = server.start()
     print(f"Spark Connect server {status.url} (pid {status.pid}, log {status.log})", flush=True)
     try:

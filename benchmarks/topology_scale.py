@@ -92,27 +92,35 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.pids = pids
         self.peak_rss = 0
+        #: ``{pid: RSS of its tree, bytes}`` at the peak
+        self.peak_split: dict[int, int] = {}
         self.peak_processes = 0
         self.loads: list[float] = []
         self._done = threading.Event()
 
     def run(self) -> None:
         while not self._done.wait(1.0):
+            rss_of: dict[int, int] = {}
             procs: dict[int, psutil.Process] = {}
             for pid in self.pids:
                 try:
                     top = psutil.Process(pid)
-                    for p in [top, *top.children(recursive=True)]:
-                        procs[p.pid] = p
+                    tree = [top, *top.children(recursive=True)]
                 except psutil.NoSuchProcess:
                     continue
-            rss = 0
-            for p in procs.values():
-                try:
-                    rss += p.memory_info().rss
-                except psutil.NoSuchProcess:
-                    pass
-            self.peak_rss = max(self.peak_rss, rss)
+                rss_of[pid] = 0
+                for p in tree:
+                    if p.pid in procs:
+                        continue
+                    procs[p.pid] = p
+                    try:
+                        rss_of[pid] += p.memory_info().rss
+                    except psutil.NoSuchProcess:
+                        pass
+            rss = sum(rss_of.values())
+            if rss > self.peak_rss:
+                self.peak_rss = rss
+                self.peak_split = {pid: rss_of.get(pid, 0) for pid in self.pids}
             self.peak_processes = max(self.peak_processes, len(procs))
             self.loads.append(os.getloadavg()[0])
 
@@ -207,8 +215,13 @@ def run_one(shape: str, n: int, engine: str, remote: str | None, root: Path, arg
     delays = e2e_delays(bench, measured)
     ok = len(delays) == len(measured) and all(invariants_hold(bench, shape, n, b) for b in [*measured, final])
     load = sum(sampler.loads) / max(1, len(sampler.loads))
+    server_rss = sampler.peak_split.get(server_pid, 0) if server_pid else 0
+    clients = [v for pid, v in sampler.peak_split.items() if pid != server_pid]
+    print(f"  at the peak: server {server_rss / 1e9:.2f} GB, {len(clients)} job processes "
+          f"{sum(clients) / 1e9:.2f} GB (largest {max(clients, default=0) / 1e6:.0f} MB)", flush=True)
     return (f"shape={shape} engine={engine} jobs={n} e2e_median_s={median(delays):.2f} "
             f"e2e_p95_s={percentile(delays, 0.95):.2f} rss_gb={sampler.peak_rss / 1e9:.2f} "
+            f"server_rss_gb={server_rss / 1e9:.2f} "
             f"processes={sampler.peak_processes} load={load:.1f} invariants={'ok' if ok else 'FAILED'}")
 
 
@@ -223,12 +236,14 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between barriers (at least)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a barrier may take")
     parser.add_argument("--keep", help="keep warehouses and logs in this directory")
+    parser.add_argument("--server-memory", default=None,
+                        help="the Connect server's heap (spark.driver.memory, e.g. 1g; default tsb spark start's)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-scale-"))
     lines = []
     for engine in args.engines.split(","):
-        with engine_server(engine, None, base / engine) as remote:
+        with engine_server(engine, None, base / engine, args.server_memory) as remote:
             server_pid = None
             if remote:
                 from airflow_provider_tsb.spark.connect_server import ConnectServer

@@ -22,10 +22,10 @@ from urllib.parse import quote_plus
 from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.exceptions import TsbError
-from airflow_provider_tsb.history import history_path, iso_utc
 from airflow_provider_tsb.metastore.engine import METASTORE_URL_ENV, default_sqlite_url
 from airflow_provider_tsb.metastore.store import CommitState, MetaStore, now_ms
 from airflow_provider_tsb.names import normalize_table_name
+from airflow_provider_tsb.ui.links import history_path, iso_utc
 
 _ENGINES: dict[str, MetaStore] = {}
 

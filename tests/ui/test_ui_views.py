@@ -69,7 +69,7 @@ def test_lineage_graph(page: Page, airflow_server: AirflowHandle, screenshot_dir
 
 def test_asset_history_link_opens_the_tables_barrier_history(page: Page, airflow_server: AirflowHandle) -> None:
     """The ``tsb_history`` link of a tsb asset's extra (docs/airflow.md) opens the table's history."""
-    from airflow_provider_tsb.history import history_path
+    from airflow_provider_tsb.ui.links import history_path
 
     link = history_path("flights", "flights.carrier_ranking")
     _open(page, f"{airflow_server.base_url}{link}", "#tsb-history tr[data-barrier]")

@@ -1,4 +1,4 @@
-"""Links to a table's barrier history in the TSB UI, and timestamps as Airflow shows them.
+"""Links into the TSB UI (a table's barrier history), and timestamps as Airflow shows them.
 
 Shared by the asset definitions (:mod:`airflow_provider_tsb.assets`) and the metastore hook
 (the ``AssetWatcher`` trigger's events); no Airflow import.
