@@ -18,8 +18,6 @@ from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
 from tests.support.metaservice import PRICE, build_shop
 
-pytestmark = pytest.mark.unit
-
 PREFIX = "/tsb/api/v1"
 
 

@@ -28,7 +28,6 @@ from airflow_provider_tsb.read.client import TsbClient
 from airflow_provider_tsb.topology import Topology
 from tests.support.metaservice import AMOUNT, ORDERS, PRICE, TOTAL, build_shop
 
-pytestmark = pytest.mark.unit
 PREFIX = "/tsb/api/v1"
 
 
