@@ -156,7 +156,7 @@ def flat_calls(source: str, filename: str = "<source>") -> list[str]:
             target = node.func
         else:
             continue
-        receiver = ast.get_source_segment(source, target.value) or ""
+        receiver = ast.unparse(target.value)  # get_source_segment re-splits the source per call
         if STORE_RECEIVER.search(receiver):
             found.append((node.lineno, f"{filename}:{node.lineno}: {receiver}.{target.attr}"))
     return [text for _, text in sorted(found)]

@@ -95,21 +95,21 @@ def test_event_trigger_announces_each_committed_barrier_once_in_order(tsb_env) -
     _barrier(store, 1_000, {WORDS: 0, COUNTS: 0}, 0)  # committed before the watcher started
     trigger = TsbBarrierCommittedEventTrigger([COUNTS, WORDS], poll_interval_s=0.05)
     trigger.asset_state_store = state = _StateStore()
-    assert _run(_events(trigger, 1, timeout=0.5)) == []  # backlog not replayed; nothing new
+    assert _run(_events(trigger, 1, timeout=0.4)) == []  # backlog not replayed; nothing new
     assert state.values == {"tsb_committed_barrier:tsb.wordcount.count_of_counts,tsb.wordcount.word_count": 1}
     _barrier(store, 2_000, {WORDS: 1, COUNTS: 1}, 1)
     _barrier(store, 3_000, {WORDS: 2}, 2)  # not committed: count_of_counts lags
     _barrier(store, 4_000, {WORDS: 3, COUNTS: 2}, 3)
-    events = _run(_events(trigger, 3, timeout=1.0))
+    events = _run(_events(trigger, 3, timeout=0.4))  # 8 polls: a third event would show
     assert [e["barrier"] for e in events] == [2, 4]
     assert events[0]["versions"] == {COUNTS: 1, WORDS: 1} and events[0]["commit_state"] == "COMMIT"
     assert events[1]["barrier_ts_ms"] == 4_000 and events[1]["barrier_ts"] == "1970-01-01T00:00:04.000+00:00"
     assert events[1]["topology"] == "wordcount" and events[1]["lag_s"] >= 0
     # a restarted triggerer goes on after the stored barrier: 3 commits late, 2 and 4 are not repeated
     store.table_states.record_written(COUNTS, 3, 5, "wordcount_counts")
-    assert [e["barrier"] for e in _run(_events(trigger, 2, timeout=1.0))] == []
+    assert [e["barrier"] for e in _run(_events(trigger, 2, timeout=0.4))] == []
     state.values[trigger.watermark_key] = 2
-    assert [e["barrier"] for e in _run(_events(trigger, 3, timeout=1.0))] == [3, 4]
+    assert [e["barrier"] for e in _run(_events(trigger, 3, timeout=0.4))] == [3, 4]
     replay = TsbBarrierCommittedEventTrigger([WORDS], poll_interval_s=0.05, from_barrier=0)
     assert [e["barrier"] for e in _run(_events(replay, 3, timeout=1.0))] == [1, 2, 3]
 

@@ -212,7 +212,7 @@ def test_emitter_generates_a_final_barrier_at_end_of_input(tsb_env) -> None:
     # new data reopens the input; the next stretch emits barriers and, on its duration, a final one
     ingest_next_words(words, run_key="r3", lines=20)
     assert not input_ended(words)
-    short = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=1)
+    short = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=0.5)
     assert short.execute(run_context("run-2")) == [2, 3]
     assert [tsb_env.store.barriers.barrier("wordcount", b).final for b in (2, 3)] == [False, True]
 
@@ -268,9 +268,9 @@ def test_emitter_ignores_the_end_of_input_mark_an_earlier_run_left(tsb_env) -> N
     assert input_ended(words) and not input_ended(words, int(started.timestamp() * 1000))
 
     def arrive() -> None:  # this run's data, then this run's end
-        time.sleep(0.6)
+        time.sleep(0.3)
         ingest_next_words(words, run_key="r2", lines=10)
-        time.sleep(0.6)
+        time.sleep(0.3)
         mark_end_of_input(words)
 
     feeder = threading.Thread(target=arrive)
@@ -298,7 +298,7 @@ def test_emitter_waits_for_root_tables_and_checks_its_interval(tsb_env) -> None:
     templated.interval_s = "soon"  # what a bad rendered template leaves
     with pytest.raises(ValueError, match="e: interval_s must be a positive number of seconds, got 'soon'"):
         templated.execute(run_context("run-1"))
-    waiting = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.2, duration_s=1)
+    waiting = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=0.4)
     assert waiting.execute(run_context("run-1")) == []  # no root table yet: nothing to generate
     assert tsb_env.store.barriers.latest_barrier("wordcount") is None
 
@@ -310,7 +310,7 @@ def test_emitter_backpressure_keeps_at_most_max_in_flight_uncommitted(tsb_env) -
     topo = wordcount_topology(tsb_env.warehouse)
     words = topo.location("raw.words")
     ingest_next_words(words, run_key="r1", lines=5)
-    emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=1.0,
+    emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=0.5,
                                         max_in_flight=2, final_on_stop=False)
     stop = threading.Event()
 
@@ -331,7 +331,7 @@ def test_emitter_backpressure_keeps_at_most_max_in_flight_uncommitted(tsb_env) -
     tsb_env.store.table_states.record_written("wordcount.word_count", 1, 0, "wordcount_words")
     tsb_env.store.table_states.record_written("wordcount.count_of_counts", 1, 0, "wordcount_counts")
     ingest_next_words(words, run_key="more", lines=5)
-    again = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=0.5,
+    again = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=0.3,
                                       max_in_flight=2, final_on_stop=False)
     assert again.execute(run_context("run-2")) == [3]  # barrier 1 committed: room for one more
 
