@@ -5,7 +5,7 @@ table holding exactly barriers 1..k; then the "jobs" commit more barriers and it
 
 The tables are real Delta tables written with the jobs' commit convention (delta-rs, epoch-scoped
 txn), the metastore is SQLite, ``tsb`` runs as its own process. No Spark: the data-plane version
-with the real apps is ``tests/dataplane/test_dp_revision.py``.
+with the real apps is ``tests/maintenance/test_revision.py``.
 
     python -m dev.revision_kills --iterations 30
 

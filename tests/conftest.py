@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +22,12 @@ import pytest
 from airflow_provider_tsb.metastore.store import MetaStore
 from tsb_dev.pg import PostgresServer, start_postgres
 
-pytest_plugins = ["tests.support.airflow_fixtures"]
+pytest_plugins = ["tests.support.airflow_fixtures", "tests.support.fixtures"]
+
+# Spark's Python workers and drivers: this venv's interpreter ("Python worker failed to connect
+# back" otherwise; see README, "Facts about this machine")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 #: markers of the tiers heavier than ``unit``
 HEAVY_MARKERS = ("spark", "postgres", "airflow", "browser", "e2e", "slow", "cluster")

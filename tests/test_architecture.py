@@ -283,6 +283,25 @@ def test_dev_and_benchmarks_do_not_need_the_tests() -> None:
     assert found == []
 
 
+#: test folders that mirror no package folder: whole-topology runs under the real scheduler, helpers
+CROSS_CUTTING_TEST_FOLDERS = {"e2e", "support"}
+
+
+def test_the_tests_mirror_the_package() -> None:
+    """One test folder per package folder, and none besides the cross-cutting ones (issue 22
+    item 6): tests of ``airflow_provider_tsb/spark/`` live in ``tests/spark/``, tests of a module
+    at the package root at the root of ``tests/``. Tiers are markers (tests/conftest.py), not folders."""
+    def folders(root: Path) -> set[str]:
+        return {p.name for p in root.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+
+    package = folders(PACKAGE)
+    tests = folders(REPO / "tests")
+    assert sorted(package - tests) == [], "a package folder without its test folder"
+    assert sorted(tests - package - CROSS_CUTTING_TEST_FOLDERS) == [], "a test folder that mirrors no package folder"
+    for folder in sorted(package & tests):
+        assert any((REPO / "tests" / folder).rglob("test_*.py")), f"tests/{folder}/ holds no test module"
+
+
 def imported_modules(source: str) -> list[tuple[int, str]]:
     """``(line, module)`` of every import in ``source``, nested ones included."""
     found = []

@@ -1,4 +1,5 @@
-"""Helpers of the data-plane tests (``tests/dataplane``): the wordcount apps, plans and reads at a barrier."""
+"""Helpers of the data-plane tests (``tests/spark``, ``tests/delta``, ``tests/maintenance``): the wordcount
+apps, plans and reads at a barrier."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ Commit atomicity (Delta protocol, "Delta Log Entries": a commit file must be cre
 does not exist): Azure and Google Cloud Storage give it natively. On S3, delta-rs 1.x writes the
 commit file with a conditional put (``If-None-Match: *``, supported by AWS S3 since 2024), so
 two writers racing for one version cannot overwrite each other (the loser retries on the next
-version; ``tests/test_object_storage.py`` shows it against moto's S3 server). An S3-compatible
+version; ``tests/delta/test_object_storage.py`` shows it against moto's S3 server). An S3-compatible
 store without conditional writes needs a locking provider (``AWS_S3_LOCKING_PROVIDER=dynamodb``
 with ``DELTA_DYNAMO_TABLE_NAME``); ``AWS_S3_ALLOW_UNSAFE_RENAME=true`` is safe only with a
 single writer per table, which a topology guarantees for its sink tables (one writer job) but

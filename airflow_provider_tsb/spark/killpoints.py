@@ -2,7 +2,7 @@
 
 This module is not part of the commit protocol. :mod:`airflow_provider_tsb.spark.barrier_commit`
 and :mod:`airflow_provider_tsb.spark.outputs` call it at three places so that tests
-(``tests/dataplane/test_dp_crash.py``, ``tests/e2e/test_flights_streaming.py``) can SIGKILL a
+(``tests/spark/test_crash.py``, ``tests/e2e/test_flights_streaming.py``) can SIGKILL a
 real Spark driver at the worst moments and check that a rerun commits every barrier exactly
 once. Without ``TSB_KILL_AT`` in the driver's environment every call returns at once and does
 nothing; never set it in production.

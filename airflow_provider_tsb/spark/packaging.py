@@ -11,7 +11,7 @@ stale zip.
 What runs on executors is only :data:`EXECUTOR_MODULES` (the streaming source's ``read()``,
 unpickled in an executor's Python worker); they import nothing beyond the standard library and
 pyspark, so the executors' interpreter needs only what a Spark image carries (pyspark's own
-dependencies: pyarrow, pandas, numpy). ``tests/cluster/test_executor_imports.py`` imports them
+dependencies: pyarrow, pandas, numpy). ``tests/spark/cluster/test_executor_imports.py`` imports them
 in such a bare interpreter. Everything else (delta-rs, the metastore, Airflow) runs on the
 driver. See ``docs/design.md`` "Where the code runs".
 """

@@ -1,5 +1,5 @@
 """A small merge topology committed through the project's commit path (no Spark), and the edits
-of its Delta log that issue 25 item 4's probe made (tests/test_delta_integrity.py).
+of its Delta log that issue 25 item 4's probe made (tests/delta/test_integrity.py).
 
 Topology ``integrity``: root ``tsb.ig.events``; job ``merge_job`` writes ``tsb.ig.sink`` with
 :func:`~airflow_provider_tsb.delta.commit.commit_barrier_files`, as the Spark outputs do:

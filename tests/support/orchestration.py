@@ -1,4 +1,4 @@
-"""Helpers of the operator tests (``tests/orchestration``): the example topology and a task context."""
+"""Helpers of the operator tests (``tests/operators``, ``tests/triggers``): the example topology and a task context."""
 
 from __future__ import annotations
 

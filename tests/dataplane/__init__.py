@@ -1,1 +1,0 @@
-"""Tests of the data plane: Spark apps, Delta commits, crash and replay."""

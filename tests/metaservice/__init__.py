@@ -1,1 +1,0 @@
-"""Tests of the MetaService: versions, readers, REST API, consistency checker."""

@@ -1,1 +1,0 @@
-"""Tests of the orchestration: operators, sensor, trigger, task group."""
