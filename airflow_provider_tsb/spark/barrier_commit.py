@@ -179,7 +179,7 @@ def write_barrier(
             ``delete_when`` Spark cannot resolve.
         SchemaChangeError: ``df`` drops a column of the table, changes a type, adds a
             ``NOT NULL`` column, or ``partition_by`` differs from the table's (nothing written).
-        DuplicateKeyError: a ``merge`` output has several rows for one key (nothing written).
+        DuplicateKeyError: a ``merge`` output has several rows for one key (nothing committed).
         FencedError: a newer attempt of the job started (this one is a zombie): nothing of this
             attempt is committed or reported, and its unserved files are deleted.
         deltalake.exceptions.CommitFailedError: a concurrent writer conflicted (not another

@@ -5,7 +5,9 @@ directory, the driver reads their footers (steps c and d of the commit protocol 
 Modes (:class:`~airflow_provider_tsb.spark.write_options.WriteOptions`): ``append`` adds the
 rows; ``overwrite`` replaces the table; ``merge`` upserts and deletes by key columns, rewriting
 only the files that hold an affected key (their ``remove`` actions and the new files' ``add``
-actions in the barrier's commit; see :mod:`airflow_provider_tsb.spark.outputs_merge`).
+actions in the barrier's commit; see :mod:`airflow_provider_tsb.spark.outputs_merge`). A merge
+without ``delete_when`` writes its output first and checks its keys on the written files
+(:func:`_stage_upserts`), so it costs the output one Spark job, as an append does.
 Partitioned sinks (``partition_by``) are written as Hive-style ``col=value/`` directories under
 the attempt directory and committed with their partition values. A barrier's output may add
 nullable columns (schema evolution, :mod:`airflow_provider_tsb.spark.outputs_schema`). With
@@ -17,7 +19,8 @@ facility, inert unless ``TSB_KILL_AT`` is set (:mod:`airflow_provider_tsb.spark.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from deltalake import Schema as DeltaSchema
@@ -28,19 +31,23 @@ from pyspark.sql.types import StructType
 from pyspark.storagelevel import StorageLevel
 
 from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile
-from airflow_provider_tsb.delta.log import filesystem
+from airflow_provider_tsb.delta.log import filesystem, normalize_location
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.delta.snapshots import snapshot_at
-from airflow_provider_tsb.spark.inputs import spark_schema
+from airflow_provider_tsb.spark.inputs import read_files, spark_schema
 from airflow_provider_tsb.spark.killpoints import crash_point_during
 from airflow_provider_tsb.spark.outputs_compaction import Compaction, compacted_rows, plan_compaction, rearranged
 from airflow_provider_tsb.spark.outputs_merge import (
     DELETE_FLAG,
     DuplicateKeyError,
+    KeySummary,
+    affected_files,
     check_unique_keys,
+    kept_rows,
     merge_rows,
     plan_merge,
     split_deletes,
+    summarize_staged_keys,
 )
 from airflow_provider_tsb.spark.outputs_schema import (
     SchemaChangeError,
@@ -103,7 +110,8 @@ def stage_output(
     Raises:
         SchemaChangeError: ``df`` lacks a key or partition column, drops a column of the table,
             changes a type, adds a ``NOT NULL`` column, or the partition columns differ.
-        DuplicateKeyError: a ``merge`` output has several rows for one key (nothing written).
+        DuplicateKeyError: a ``merge`` output has several rows for one key (nothing reported or
+            committed; an upserts-only merge's written files are deleted).
         ValueError: a ``delete_when`` Spark cannot resolve on the output.
     """
     columns = df.columns  # one schema request (a Spark Connect round trip)
@@ -113,12 +121,30 @@ def stage_output(
             f"table {target.table}, barrier {target.barrier}: the output has no column(s) {missing} named in the "
             f"sink's keys / partition_by (output columns: {columns})"
         )
-    out, schema, removed, cached = _shape_output(spark, df, target, options, log)
+    if options.mode == "merge" and not options.delete_when:
+        files, schema, removed = _stage_upserts(spark, df, target, options, log, rel_dir)
+    else:
+        out, schema, removed, cached = _shape_output(spark, df, target, options, log)
+        files = _write(out, target, options, log, rel_dir, cached=cached)
+    if log.version is not None and options.mode != "overwrite" and options.compaction is not None:
+        adds, gone = _compact(spark, log, rel_dir, schema, options, removed, files)
+        files, removed = files + adds, removed + gone
+    return Staged(files, schema, removed)
+
+
+def _write(
+    out: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog, rel_dir: str, *,
+    cached: DataFrame | None = None, known: Collection[str] | None = None,
+) -> list[StagedFile]:
+    """The executors write ``out`` (coalesced to ``max_files``) into the attempt directory; the
+    driver reads the footers of the files this write added. ``cached``: a persisted frame to
+    release after the write; ``known``: the paths of an earlier write into the directory
+    (``None``: the directory is new)."""
     if options.max_files:
         out = out.coalesce(options.max_files)
     fs, root = filesystem(log.location)
     # "error" (errorifexists): the attempt directory is new; Spark Connect knows only this spelling
-    writer = out.write.mode("error").option("compression", "snappy")
+    writer = out.write.mode("error" if known is None else "append").option("compression", "snappy")
     if options.partition_by:
         writer = writer.partitionBy(*options.partition_by)
     try:
@@ -130,34 +156,99 @@ def stage_output(
         if cached is not None:
             cached.unpersist()
     with phase("footers"):
-        files = staged_files(log.location, rel_dir, options.partition_by)
-    if log.version is not None and options.mode != "overwrite" and options.compaction is not None:
-        adds, gone = _compact(spark, log, rel_dir, schema, options, removed, files)
-        files, removed = files + adds, removed + gone
-    return Staged(files, schema, removed)
+        return [f for f in staged_files(log.location, rel_dir, options.partition_by) if f.path not in (known or ())]
 
 
-def _shape_output(
+def _aligned(
     spark: SparkSession, df: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog,
-) -> tuple[DataFrame, StructType, list[RemovedFile], DataFrame | None]:
-    """The rows to write in the table's schema after the barrier, the files a merge removes, and
-    the persisted output to release after the write (``None``: nothing persisted)."""
-    merge = options.mode == "merge"
+) -> tuple[DataFrame, StructType]:
+    """``df`` in the table's schema after the barrier (checked against the table's), and that
+    schema; a new table's is ``df``'s, nullable."""
     if log.table is None:
-        out = df
-        if merge:  # a new table: the deletes delete nothing
-            flagged = _flag_deletes(df, options.delete_when, target)
-            check_unique_keys(flagged, options.keys, table=target.table, barrier=target.barrier)
-            out = flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG)
-        return out, nullable_schema(df.schema), [], None
+        return df, nullable_schema(df.schema)
     check_partition_columns(target.table, log.location, log.table.metadata().partition_columns, options.partition_by)
     declared = spark.createDataFrame([], options.schema).schema if options.schema else None
     schema = evolve_schema(df.schema, spark_schema(log.table), table=target.table, barrier=target.barrier,
                            declared=declared)
     if options.mode == "overwrite":
         schema = nullable_schema(schema)
-    out = align_to_table(df, log.location, schema)
-    if not merge:
+    return align_to_table(df, log.location, schema), schema
+
+
+def _stage_upserts(
+    spark: SparkSession, df: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog, rel_dir: str,
+) -> tuple[list[StagedFile], StructType, list[RemovedFile]]:
+    """A merge without ``delete_when``, in one pass over the output: the executors write it
+    straight from its plan (no cache, no separate action before), then its keys are checked
+    for uniqueness on the written files (:func:`_check_staged_keys`; a duplicate deletes the
+    attempt directory before anything is reported or committed), and the table's files holding
+    one of its keys are found and their other rows written next to it (a second write, only
+    when such files exist)."""
+    out, schema = _aligned(spark, df, target, options, log)
+    files = _write(out, target, options, log, rel_dir)
+    summary = _check_staged_keys(spark, files, schema, target, options, log, rel_dir)
+    if log.table is None:
+        return files, schema, []
+    with phase("delta_log"):
+        snapshot = snapshot_at(log.location, int(log.version or 0))
+    if snapshot.add_actions.num_rows == 0:
+        return files, schema, []
+    update_keys = _staged_rows(spark, log.location, files, schema, options.partition_by).select(*options.keys)
+    affected, _, _ = affected_files(spark, log.location, snapshot, update_keys, options.keys, summary.bounds)
+    kept = kept_rows(spark, log.location, snapshot, affected, update_keys, options.keys, schema)
+    if kept is None:
+        return files, schema, []
+    more = _write(kept[0], target, options, log, rel_dir, known={f.path for f in files})
+    return files + more, schema, kept[1]
+
+
+def _check_staged_keys(
+    spark: SparkSession, files: Sequence[StagedFile], schema: StructType, target: WriteTarget,
+    options: WriteOptions, log: SinkLog, rel_dir: str,
+) -> KeySummary:
+    """The written output's :class:`KeySummary`, on the driver when it is small
+    (:func:`summarize_staged_keys`), else one Spark action over the written files.
+
+    Raises:
+        DuplicateKeyError: two rows of the output share a key; the attempt directory is deleted.
+    """
+    fs, root = filesystem(log.location)
+    try:
+        summary = summarize_staged_keys(fs, root, files, options.keys, table=target.table, barrier=target.barrier)
+        if summary is None:
+            rows = _staged_rows(spark, log.location, files, schema, options.partition_by)
+            summary = check_unique_keys(rows, options.keys, table=target.table, barrier=target.barrier)
+    except DuplicateKeyError:
+        fs.delete_dir(f"{root}/{rel_dir}")
+        raise
+    return summary
+
+
+def _staged_rows(
+    spark: SparkSession, location: str, files: Sequence[StagedFile], schema: StructType, partition_by: Sequence[str],
+) -> DataFrame:
+    """The rows of staged files (lazy), in ``schema``; an empty frame without files."""
+    groups: dict[tuple[tuple[str, str | None], ...], list[str]] = defaultdict(list)
+    for f in files:
+        groups[tuple((c, f.partition_values.get(c)) for c in partition_by)].append(
+            f"{normalize_location(location)}/{f.path}")
+    rows = read_files(spark, schema, partition_by, groups)
+    return rows if rows is not None else spark.createDataFrame([], schema)
+
+
+def _shape_output(
+    spark: SparkSession, df: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog,
+) -> tuple[DataFrame, StructType, list[RemovedFile], DataFrame | None]:
+    """The rows to write in the table's schema after the barrier, the files a merge removes, and
+    the persisted output to release after the write (``None``: nothing persisted). A merge here
+    has a ``delete_when`` (the others: :func:`_stage_upserts`)."""
+    merge = options.mode == "merge"
+    if log.table is None and merge:  # a new table: the deletes delete nothing
+        flagged = _flag_deletes(df, options.delete_when, target)
+        check_unique_keys(flagged, options.keys, table=target.table, barrier=target.barrier)
+        return flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG), nullable_schema(df.schema), [], None
+    out, schema = _aligned(spark, df, target, options, log)
+    if not merge or log.table is None:
         return out, schema, [], None
     # read three times (key bounds, affected files, the write): computed once
     cached = _flag_deletes(out, options.delete_when, target).persist(StorageLevel.MEMORY_AND_DISK)

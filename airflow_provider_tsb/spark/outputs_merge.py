@@ -1,5 +1,5 @@
 """Merge (upsert and delete by key) of a barrier's output into a sink table, rewriting only the
-files that hold affected keys (copy-on-write; driver side, lazy plans plus two small actions).
+files that hold affected keys (copy-on-write; driver side, lazy plans plus small actions).
 
 For a ``merge`` sink with key columns ``keys`` and an optional ``delete_when`` SQL condition:
 
@@ -17,7 +17,22 @@ For a ``merge`` sink with key columns ``keys`` and an optional ``delete_when`` S
 Files without an affected key are untouched: the commit's ``remove`` count is the number of
 files that held an affected key. The output must hold at most one row per key (deduplicate in
 ``process``): :func:`check_unique_keys` refuses a barrier whose output has two rows for one
-key before anything is written (rows with a null key component are inserted as they are).
+key before anything is reported or committed (rows with a null key component are inserted as
+they are).
+
+Two orders of these steps (:mod:`airflow_provider_tsb.spark.outputs`):
+
+* with ``delete_when`` (:func:`plan_merge`): the flagged output is persisted, one action checks
+  its keys and fills the cache, the affected files are found, and one write stores the kept
+  rows with the upserts;
+* without it (the upserts-only merge of most aggregating jobs): the output is written first,
+  straight from its plan (one Spark job, as a plain write; no cache, no action before it),
+  then its keys are checked on the written files (:func:`summarize_staged_keys`: on the driver
+  from their key columns when small, else one Spark action over them; a duplicate deletes the
+  attempt directory), the bounds come from the same pass, and only when candidate files exist
+  is the semi-join run (:func:`affected_files`, against the written files' keys) and the kept
+  rows written as a second write into the attempt directory (:func:`kept_rows`), so such a
+  barrier adds up to twice ``max_files`` files (auto compaction bounds the count).
 """
 
 from __future__ import annotations
@@ -30,11 +45,15 @@ from functools import reduce
 from typing import Any
 from urllib.parse import unquote
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from airflow_provider_tsb.delta.commit import RemovedFile
+from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile
 from airflow_provider_tsb.delta.log import join
 from airflow_provider_tsb.delta.snapshots import snapshot_at
 from airflow_provider_tsb.spark.inputs import partition_literal, read_files, spark_schema
@@ -42,10 +61,13 @@ from airflow_provider_tsb.spark.outputs_schema import with_columns_of
 
 DELETE_FLAG = "__tsb_delete"
 FILE_COLUMN = "__tsb_file"
+#: most rows of a merge output whose keys the driver checks itself (:func:`summarize_staged_keys`)
+DRIVER_KEY_ROWS = 1_000_000
 
 
 class DuplicateKeyError(ValueError):
-    """A merge sink's output holds several rows for one key (raised before any file is written)."""
+    """A merge sink's output holds several rows for one key (raised before anything is reported
+    or committed; files already written for the check are deleted)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +97,18 @@ def summarize_keys(df: DataFrame, keys: Sequence[str]) -> KeySummary:
     return KeySummary(int(row["max_rows"] or 0), {k: (row[f"lo_{i}"], row[f"hi_{i}"]) for i, k in enumerate(keys)})
 
 
+def duplicate_key_error(table: str, barrier: int, keys: Sequence[str], dups: Sequence[Mapping[str, Any]]
+                        ) -> DuplicateKeyError:
+    """The error of a merge output with several rows for one key: ``dups`` are up to three
+    ``{key column: value, ..., "count": rows}``."""
+    shown = ", ".join(f"{dict(zip(keys, [r[k] for k in keys], strict=True))} ({r['count']} rows)" for r in dups)
+    return DuplicateKeyError(
+        f"table {table}, barrier {barrier}: the merge output has several rows for one key: {shown}. A merge "
+        f"sink takes at most one row per key {list(keys)}: deduplicate in process(), e.g. "
+        "df.dropDuplicates(keys), or keep the newest row of each key with a window"
+    )
+
+
 def check_unique_keys(
     df: DataFrame, keys: Sequence[str], *, table: str, barrier: int, summary: KeySummary | None = None,
 ) -> KeySummary:
@@ -92,13 +126,37 @@ def check_unique_keys(
     complete = reduce(lambda a, b: a & b, [F.col(k).isNotNull() for k in keys])
     dups = df.where(complete).groupBy(*keys).count().where(F.col("count") > 1).limit(3).collect()
     if dups:
-        shown = ", ".join(f"{dict(zip(keys, [r[k] for k in keys], strict=True))} ({r['count']} rows)" for r in dups)
-        raise DuplicateKeyError(
-            f"table {table}, barrier {barrier}: the merge output has several rows for one key: {shown}. A merge "
-            f"sink takes at most one row per key {list(keys)}: deduplicate in process(), e.g. "
-            "df.dropDuplicates(keys), or keep the newest row of each key with a window"
-        )
+        raise duplicate_key_error(table, barrier, keys, [r.asDict() for r in dups])
     return summary
+
+
+def summarize_staged_keys(
+    fs: pafs.FileSystem, root: str, files: Sequence[StagedFile], keys: Sequence[str], *, table: str, barrier: int,
+) -> KeySummary | None:
+    """:func:`check_unique_keys` of a merge output already written to ``files`` (paths relative
+    to ``root`` on ``fs``), computed on the driver from the files' key columns (pyarrow, no
+    Spark job); ``None`` when the driver should not do it: more than
+    :data:`DRIVER_KEY_ROWS` rows (the footers' counts), a key that is a partition column (not
+    in the files) or of a floating-point type (Spark's grouping normalizes NaN and -0.0).
+
+    Raises:
+        DuplicateKeyError: as :func:`check_unique_keys`.
+    """
+    if sum(f.num_records for f in files) > DRIVER_KEY_ROWS or any(k in f.partition_values for f in files for k in keys):
+        return None
+    parts = [pq.read_table(f"{root}/{f.path}", columns=list(keys), filesystem=fs) for f in files]
+    if not parts:
+        return KeySummary(0, {k: (None, None) for k in keys})
+    rows = pa.concat_tables(parts).drop_null()
+    if any(pa.types.is_floating(rows.schema.field(k).type) for k in keys):
+        return None
+    counts = rows.group_by(list(keys)).aggregate([([], "count_all")]).rename_columns([*keys, "count"])
+    most = pc.max(counts.column("count")).as_py() or 0
+    if most > 1:
+        dups = counts.filter(pc.greater(counts.column("count"), 1)).slice(0, 3).to_pylist()
+        raise duplicate_key_error(table, barrier, keys, dups)
+    bounds = {k: tuple(pc.min_max(rows.column(k)).values()) for k in keys}
+    return KeySummary(int(most), {k: (lo.as_py(), hi.as_py()) for k, (lo, hi) in bounds.items()})
 
 
 def merge_rows(current: DataFrame, update: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -201,33 +259,23 @@ def _key_files(
     return reduce(lambda a, b: a.unionByName(b), frames)
 
 
-def plan_merge(
-    spark: SparkSession, location: str, version: int, flagged: DataFrame, keys: Sequence[str], schema: StructType,
-    summary: KeySummary | None = None,
-) -> MergePlan:
-    """Plan a merge of ``flagged`` (the output with :data:`DELETE_FLAG`) into version ``version``.
-
-    ``schema``: the table's schema after this barrier (new columns of the affected files' kept
-    rows are null). ``summary``: the output's :class:`KeySummary` when already known (else one
-    Spark action computes it); one more small action finds the affected paths.
-    """
-    snapshot = snapshot_at(location, version)
-    old_schema = spark_schema(snapshot)
-    partition_columns = list(snapshot.partition_columns)
-    upserts = flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG).select(*schema.fieldNames())
+def affected_files(
+    spark: SparkSession, location: str, snapshot: Any, update_keys: DataFrame, keys: Sequence[str],
+    bounds: Mapping[str, tuple[Any, Any]],
+) -> tuple[list[Mapping[str, Any]], int, int]:
+    """The files of ``snapshot`` holding a key of ``update_keys`` (the output's key columns):
+    ``(affected entries, candidates read, active files)``. The candidates are the files whose
+    key statistics overlap ``bounds`` (the output's :attr:`KeySummary.bounds`); one small Spark
+    action semi-joins their key columns with ``update_keys`` (none without candidates)."""
     entries = _active_files(snapshot, keys)
-    if not entries:
-        return MergePlan(upserts, [], 0, 0)
-    update_keys = flagged.select(*keys).distinct()
-    bounds = (summary or summarize_keys(flagged, keys)).bounds
-    if all(lo is None for lo, _hi in bounds.values()):  # no rows (or only null keys)
-        return MergePlan(upserts, [], 0, len(entries))
+    if not entries or all(lo is None for lo, _hi in bounds.values()):  # no rows (or only null keys)
+        return [], 0, len(entries)
     ranges = {k: (_stat(lo), _stat(hi)) for k, (lo, hi) in bounds.items()}
     candidates = [e for e in entries if _overlaps(e, ranges)]
     if not candidates:
-        return MergePlan(upserts, [], 0, len(entries))
+        return [], 0, len(entries)
     hits = (
-        _key_files(spark, location, candidates, old_schema, partition_columns, keys)
+        _key_files(spark, location, candidates, spark_schema(snapshot), list(snapshot.partition_columns), keys)
         .join(update_keys, on=list(keys), how="left_semi")
         .select(FILE_COLUMN).distinct().collect()
     )
@@ -240,10 +288,44 @@ def plan_merge(
         for entry in by_name.get(uri.rsplit("/", 1)[-1], []):
             if uri.endswith("/" + unquote(entry["path"])) and entry not in affected:
                 affected.append(entry)
-    removed = [RemovedFile(e["path"], e["size"], dict(e["partitionValues"])) for e in affected]
+    return affected, len(candidates), len(entries)
+
+
+def kept_rows(
+    spark: SparkSession, location: str, snapshot: Any, affected: Sequence[Mapping[str, Any]], update_keys: DataFrame,
+    keys: Sequence[str], schema: StructType,
+) -> tuple[DataFrame, list[RemovedFile]] | None:
+    """The rows of the ``affected`` files whose key is not in ``update_keys``, in ``schema``
+    (lazy), and the files' ``remove`` actions; ``None`` without affected files."""
     if not affected:
-        return MergePlan(upserts, [], len(candidates), len(entries))
-    old_rows = read_files(spark, old_schema, partition_columns, _groups(location, affected, partition_columns))
+        return None
+    partition_columns = list(snapshot.partition_columns)
+    old_rows = read_files(spark, spark_schema(snapshot), partition_columns,
+                          _groups(location, affected, partition_columns))
     assert old_rows is not None
     kept = with_columns_of(old_rows.join(update_keys, on=list(keys), how="left_anti"), schema)
-    return MergePlan(kept.unionByName(upserts), removed, len(candidates), len(entries))
+    removed = [RemovedFile(e["path"], e["size"], dict(e["partitionValues"])) for e in affected]
+    return kept, removed
+
+
+def plan_merge(
+    spark: SparkSession, location: str, version: int, flagged: DataFrame, keys: Sequence[str], schema: StructType,
+    summary: KeySummary | None = None,
+) -> MergePlan:
+    """Plan a merge of ``flagged`` (the output with :data:`DELETE_FLAG`) into version ``version``.
+
+    ``schema``: the table's schema after this barrier (new columns of the affected files' kept
+    rows are null). ``summary``: the output's :class:`KeySummary` when already known (else one
+    Spark action computes it); one more small action finds the affected paths.
+    """
+    snapshot = snapshot_at(location, version)
+    upserts = flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG).select(*schema.fieldNames())
+    update_keys = flagged.select(*keys).distinct()
+    if snapshot.add_actions.num_rows == 0:
+        return MergePlan(upserts, [], 0, 0)
+    bounds = (summary or summarize_keys(flagged, keys)).bounds
+    affected, candidates, files = affected_files(spark, location, snapshot, update_keys, keys, bounds)
+    kept = kept_rows(spark, location, snapshot, affected, update_keys, keys, schema)
+    if kept is None:
+        return MergePlan(upserts, [], candidates, files)
+    return MergePlan(kept[0].unionByName(upserts), kept[1], candidates, files)

@@ -31,7 +31,8 @@ class WriteOptions:
         keys: key columns (``merge`` only).
         partition_by: partition columns of a table the write creates (an existing table's
             must be the same).
-        max_files: coalesce the output to at most this many files (per partition written).
+        max_files: coalesce the output to at most this many files (per partition written); an
+            upserts-only merge that rewrites files writes their kept rows as up to as many more.
         delete_when: ``merge`` only: a Spark SQL condition on the output's rows that deletes
             their key.
         schema: the sink's declared Spark DDL (``Sink.schema``), for ``NOT NULL`` of new columns.
