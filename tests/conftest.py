@@ -35,6 +35,7 @@ HEAVY_MARKERS = ("spark", "postgres", "airflow", "browser", "e2e", "slow", "clus
 FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "spark": ("spark",),
     "spark_remote": ("spark",),
+    "class_data": ("spark",),
     "postgres": ("postgres",),
     "airflow_server": ("airflow",),
     "browser": ("browser",),
@@ -56,7 +57,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def class_data() -> str:
+    """The Java options of the class-data archive every local ``spark-submit`` driver maps, as a
+    job's gets them (:mod:`airflow_provider_tsb.spark.class_data`): written once per machine
+    (about 15 s), before the session's first driver, instead of in the background by it."""
+    from airflow_provider_tsb.spark.class_data import ClassDataArchive
+
+    archive = ClassDataArchive()
+    archive.create()
+    return archive.java_options()
+
+
+@pytest.fixture(scope="session")
+def spark_remote(tmp_path_factory: pytest.TempPathFactory, class_data: str) -> Iterator[str]:
     """The URL of the test session's one Spark Connect server (``sc://127.0.0.1:PORT``).
 
     ``$TSB_TEST_SPARK_REMOTE`` names a running server to use instead; otherwise a local server
@@ -103,6 +116,7 @@ def engine(request: pytest.FixtureRequest) -> Engine:
     """Each engine in turn (issue 21: the data-plane tier runs on both)."""
     if request.param == "connect":
         return Engine("connect", request.getfixturevalue("spark_remote"))
+    request.getfixturevalue("class_data")
     return Engine("submit", None)
 
 

@@ -60,8 +60,13 @@ def job_command(dep: Deployment, job_id: str, barrier: int, remote: str | None =
     if remote:
         args = [sys.executable, job.application, "--conf", "spark.sql.shuffle.partitions=2"]
     else:
+        from airflow_provider_tsb.spark.class_data import ClassDataArchive
+
+        # the examples' small-machine JIT setting (tsb_examples.spark_conf) and the class-data
+        # archive in the driver's Java options, as configure_submit gives it
+        java = f"-XX:TieredStopAtLevel=1 {ClassDataArchive(spark_submit=SPARK_SUBMIT).ensure()}".strip()
         args = [SPARK_SUBMIT, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-                "--conf", "spark.sql.shuffle.partitions=2", job.application]
+                "--conf", "spark.sql.shuffle.partitions=2", "--driver-java-options", java, job.application]
     args += ["--mode", "batch", "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", str(barrier)]
     for name in sorted({*job.sources, *job.sinks}):
         args += ["--table", f"{name}={dep.location(name)}"]
@@ -71,7 +76,7 @@ def job_command(dep: Deployment, job_id: str, barrier: int, remote: str | None =
 def job_env(url: str, remote: str | None = None, **extra: str) -> dict[str, str]:
     """The job's environment: the metastore URL (never on the command line), the interpreter, and
     the Spark Connect server (``$SPARK_REMOTE``) for a client."""
-    from airflow_provider_tsb.spark.connect_server import CONNECT_MARKERS
+    from airflow_provider_tsb.spark.installation import CONNECT_MARKERS
 
     env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR", *CONNECT_MARKERS)}
     if remote:

@@ -9,14 +9,20 @@ jobs, so the demo, the benchmarks that launch those jobs and the tests run with 
 
 from __future__ import annotations
 
-#: 4 shuffle partitions (Spark's default of 200 is for clusters), no Spark UI, UTC sessions and a
+#: 4 shuffle partitions (Spark's default of 200 is for clusters), no Spark UI, UTC sessions, a
 #: 1 GB driver (Spark configuration docs: ``spark.sql.shuffle.partitions``, ``spark.ui.enabled``,
-#: ``spark.sql.session.timeZone``, ``spark.driver.memory``)
+#: ``spark.sql.session.timeZone``, ``spark.driver.memory``), and a driver JVM that compiles with
+#: the JIT's first tier only (``-XX:TieredStopAtLevel=1``): a barrier's driver on a small
+#: machine lives seconds, and the optimizing tier's compiler threads cost it more CPU than they
+#: save (a ``wordcount_words`` barrier under ``spark-submit``: 13.3 -> 8.1 CPU-s, 8.0 -> 6.3 s;
+#: ``benchmarks/submit_start.py``). ``spark.driver.extraJavaOptions`` is a driver setting: a
+#: Spark Connect job leaves it to the server.
 LOCAL_SPARK_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "1g",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
 }
 
 

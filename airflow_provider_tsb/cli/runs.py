@@ -120,7 +120,8 @@ def cmd_job_run(args: argparse.Namespace) -> int:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
     from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine, connect_markers_hidden
-    from airflow_provider_tsb.hooks.spark_job import Submit, TsbSparkJobHook, configure_submit
+    from airflow_provider_tsb.hooks.spark_job import Submit, TsbSparkJobHook
+    from airflow_provider_tsb.hooks.submit_conf import configure_submit
 
     _use_metastore(args)
     topology = find_topology(args.dags, job=args.job)
@@ -134,7 +135,7 @@ def cmd_job_run(args: argparse.Namespace) -> int:
             application_args=application_args, env_vars=env,
         )
         with connect_markers_hidden():
-            configure_submit(hook, args.spark_conn_id).submit(job.application)
+            configure_submit(hook, args.spark_conn_id, write_class_data=True).submit(job.application)
 
     runner: Submit = submit
     if engine.kind == "connect":

@@ -3,6 +3,7 @@
     tsb spark start [--port 15002] [--master local[*]] [--conf KEY=VALUE ...]   # prints its URL
     tsb spark status [--format json]      # exit 0 running, 1 stopped or stale
     tsb spark stop
+    tsb spark archive [--delete]           # the class-data archive of local spark-submit drivers
 
 The server's state (pid, port, log) is in ``--home`` (default ``$TSB_SPARK_HOME``, else
 ``$AIRFLOW_HOME/tsb-spark``). Point a Spark connection of type ``spark_connect`` at the printed
@@ -82,6 +83,28 @@ def cmd_spark_status(args: argparse.Namespace) -> int:
     return 0 if status.state == "running" else 1
 
 
+def cmd_spark_archive(args: argparse.Namespace) -> int:
+    from airflow_provider_tsb.spark.class_data import ClassDataArchive, ClassDataError
+    from airflow_provider_tsb.spark.connect_server import SparkServerError, check_java
+
+    try:
+        check_java()
+        archive = ClassDataArchive(args.directory)
+    except SparkServerError as exc:
+        raise SparkCommandError(str(exc)) from exc
+    if args.delete:
+        print(f"deleted {archive.path}" if archive.delete() else f"no class-data archive at {archive.path}")
+        return 0
+    try:
+        seconds = archive.create()
+    except ClassDataError as exc:
+        raise SparkCommandError(str(exc)) from exc
+    size_mb = archive.path.stat().st_size / 2**20
+    print(f"{'wrote' if seconds else 'already there:'} {archive.path} ({size_mb:.0f} MB"
+          + (f", {seconds:.1f} s)" if seconds else ")"))
+    return 0
+
+
 def register(sub: Any) -> None:
     """Add ``tsb spark start | stop | status`` to the ``tsb`` command line."""
     spark = sub.add_parser("spark", help="the local Spark Connect server the jobs share").add_subparsers(
@@ -108,3 +131,9 @@ def register(sub: Any) -> None:
     home(p)
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_spark_status)
+    p = spark.add_parser("archive", help="write the class-data archive that starts local spark-submit drivers "
+                                         "in about 5 s instead of 9 (once per Java and Spark installation)")
+    p.add_argument("--directory", default=None,
+                   help="where archives are kept (default $TSB_CLASS_DATA_DIR, else ~/.cache/airflow-provider-tsb)")
+    p.add_argument("--delete", action="store_true", help="delete the archive instead")
+    p.set_defaults(func=cmd_spark_archive)

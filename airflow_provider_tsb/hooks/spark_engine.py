@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from airflow_provider_tsb.exceptions import TsbError
-from airflow_provider_tsb.spark.connect_server import CONNECT_MARKERS
+from airflow_provider_tsb.spark.installation import CONNECT_MARKERS
 
 #: connection types of Airflow's Spark provider
 CONNECT_CONN_TYPE = "spark_connect"
@@ -71,7 +71,7 @@ class SparkEngine:
         conn_id: the Spark connection it came from.
         remote: ``connect``: the server's URL (``sc://...``; may hold a token: keep it out of logs).
         conf: Spark settings of the connection's extra (``conf``; see
-            :func:`~airflow_provider_tsb.hooks.spark_job.connection_conf`).
+            :func:`~airflow_provider_tsb.hooks.submit_conf.connection_conf`).
     """
 
     kind: EngineKind
@@ -90,7 +90,7 @@ class SparkEngine:
         """
         from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook
 
-        from airflow_provider_tsb.hooks.spark_job import connection_conf
+        from airflow_provider_tsb.hooks.submit_conf import connection_conf
 
         try:
             conn = BaseHook.get_connection(conn_id)

@@ -18,11 +18,8 @@ the templating and the call; this hook holds the logic, as in Airflow's Spark pr
 7. gives the asset-event extras, ``{"barrier": n, "version": v, ...}`` per sink (Airflow docs,
    "Asset events": ``outlet_events[asset].extra``), through :meth:`TsbSparkJobHook.emit_asset_events`.
 
-What ``spark-submit`` gets beyond the app's command line (:func:`configure_submit`): the Spark
-settings of the Spark connection's extra (cluster-wide resources: executor cores and memory,
-dynamic allocation, shuffle partitions), under the job's declared conf and the operator's; and,
-for a cluster master, ``--py-files`` with the provider zipped
-(:func:`airflow_provider_tsb.spark.packaging.package_zip`), since executors have nothing of it.
+What ``spark-submit`` gets beyond the app's command line is
+:mod:`airflow_provider_tsb.hooks.submit_conf`'s.
 """
 
 from __future__ import annotations
@@ -35,20 +32,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook
+from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.assets import barrier_event_extra, table_asset
 from airflow_provider_tsb.exceptions import BarrierNotReadyError, TsbError, UnknownJobError
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.metastore.store import BarrierState, JobStatus, MetaStore, now_ms
 from airflow_provider_tsb.topology import Job, Table, Topology
-
-#: Spark connection extra holding Spark properties, ``{"conf": {"spark.executor.memory": "2g"}}``
-#: (top-level ``spark.*`` keys of the extra count too)
-CONN_CONF_KEY = "conf"
-#: Spark connection extra: ship the provider as ``--py-files`` (``true``/``false``; default: for
-#: any master but ``local``)
-CONN_SHIP_KEY = "tsb-ship-package"
 
 #: ``submit(application_args, env)``: runs the app with ``spark-submit`` and returns when it has
 #: exited successfully; raises otherwise (the operator passes its ``SparkSubmitOperator.execute``)
@@ -122,87 +112,6 @@ class JobRunOptions:
     trigger_interval_s: float = 1.0
     poll_interval_s: float = 0.05
     heartbeat_interval_s: float = 10.0
-
-
-def connection_conf(extra: Mapping[str, Any], conn_id: str) -> dict[str, str]:
-    """Spark properties in a Spark connection's extra: ``extra["conf"]`` (a JSON object) updated
-    with the extra's top-level ``spark.*`` keys; values as strings (``true``, ``2g``, ``8``).
-
-    Raises:
-        ValueError: ``conf`` is not a JSON object, or a property name does not start with
-            ``spark.`` (names the connection and the key).
-    """
-    conf = extra.get(CONN_CONF_KEY) or {}
-    if isinstance(conf, str):
-        try:
-            conf = json.loads(conf)
-        except ValueError:
-            conf = None
-    if not isinstance(conf, Mapping):
-        raise ValueError(
-            f"Spark connection {conn_id!r}: extra {CONN_CONF_KEY!r} must be a JSON object of Spark properties, "
-            f'e.g. {{"{CONN_CONF_KEY}": {{"spark.executor.memory": "2g"}}}}; got {extra.get(CONN_CONF_KEY)!r}'
-        )
-    merged = {**conf, **{k: v for k, v in extra.items() if k.startswith("spark.")}}
-    bad = sorted(k for k in merged if not str(k).startswith("spark."))
-    if bad:
-        raise ValueError(f"Spark connection {conn_id!r}: {bad} in extra {CONN_CONF_KEY!r} are not Spark properties "
-                         "(names start with 'spark.')")
-    return {str(k): _conf_value(v) for k, v in merged.items()}
-
-
-def _conf_value(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _connection_extra(conn_id: str) -> dict[str, Any]:
-    """The extra of ``conn_id`` (``{}`` when the connection does not exist: ``spark-submit``'s
-    own defaults apply, as in ``SparkSubmitHook``)."""
-    try:
-        return dict(BaseHook.get_connection(conn_id).extra_dejson)
-    except AirflowNotFoundException:
-        return {}
-
-
-def ships_package(master: str, extra: Mapping[str, Any], ship_package: bool | None) -> bool:
-    """Whether ``--py-files`` carries the provider: ``ship_package`` when given, else the
-    connection's ``tsb-ship-package`` extra, else for every master but ``local[...]`` (a local
-    master's executors are the driver's own process and interpreter)."""
-    if ship_package is not None:
-        return ship_package
-    flag = extra.get(CONN_SHIP_KEY)
-    if flag is not None:
-        return str(flag).lower() in ("1", "true", "yes")
-    return not master.startswith("local")
-
-
-#: Spark settings of the tsb streaming source's Python workers on a busy machine, under every
-#: other conf: a worker has this long to answer the driver's authentication once it has
-#: connected back (Spark's ``spark.python.authenticate.socketTimeout``, default 15 s)
-SUBMIT_DEFAULT_CONF: dict[str, str] = {"spark.python.authenticate.socketTimeout": "120s"}
-
-
-def configure_submit(hook: Any, conn_id: str, *, ship_package: bool | None = None) -> Any:
-    """Complete an Airflow ``SparkSubmitHook`` for a tsb job (in place; returns it).
-
-    * Spark conf: :func:`connection_conf` of ``conn_id`` under the hook's own conf (the job's
-      declared conf updated with the operator's), so the connection sets cluster-wide
-      resources and a job overrides what it must; :data:`SUBMIT_DEFAULT_CONF` under all of them;
-    * ``--py-files``: the provider's zip added to the hook's own when :func:`ships_package`.
-
-    Raises:
-        ValueError: the connection's ``conf`` extra is malformed (see :func:`connection_conf`).
-    """
-    extra = _connection_extra(conn_id)
-    hook._conf = {**SUBMIT_DEFAULT_CONF, **connection_conf(extra, conn_id), **(hook._conf or {})}
-    if ships_package(str(hook._connection.get("master") or ""), extra, ship_package):
-        from airflow_provider_tsb.spark.packaging import package_zip
-
-        shipped = package_zip()
-        existing = [p for p in (hook._py_files or "").split(",") if p]
-        if shipped not in existing:
-            hook._py_files = ",".join([*existing, shipped])
-    return hook
 
 
 class TsbSparkJobHook(BaseHook):

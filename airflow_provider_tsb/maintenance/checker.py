@@ -268,7 +268,7 @@ def job_process(
     cmd += ["--mode", "batch", "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", str(barrier)]
     for name in sorted({*job.sources, *job.sinks}):
         cmd += ["--table", f"{name}={topo.location(name)}"]
-    from airflow_provider_tsb.spark.connect_server import CONNECT_MARKERS
+    from airflow_provider_tsb.spark.installation import CONNECT_MARKERS
 
     env = {k: v for k, v in os.environ.items() if k not in ("TSB_KILL_AT", "TSB_KILL_ONCE_DIR", *CONNECT_MARKERS)}
     env.update(TSB_METASTORE_URL=url, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,

@@ -13,7 +13,7 @@ memory, dynamic allocation, shuffle partitions, the executors' Python), then the
 conf (:meth:`Topology.job(conf=...) <airflow_provider_tsb.topology.Topology.job>`), then the
 operator's ``conf``. Small-machine tuning is the DAG author's to set (the example DAGs use
 ``tsb_examples.spark_conf.LOCAL_SPARK_CONF``). On a cluster master the provider itself goes to
-the executors as ``--py-files`` (see :func:`~airflow_provider_tsb.hooks.spark_job.configure_submit`).
+the executors as ``--py-files`` (see :func:`~airflow_provider_tsb.hooks.submit_conf.configure_submit`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow_provider_tsb.assets import table_asset
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine, connect_markers_hidden
-from airflow_provider_tsb.hooks.spark_job import JobRunOptions, TsbSparkJobHook, configure_submit, declared_job
+from airflow_provider_tsb.hooks.spark_job import JobRunOptions, TsbSparkJobHook, declared_job
+from airflow_provider_tsb.hooks.submit_conf import configure_submit
 from airflow_provider_tsb.topology import Job, Topology
 
 
@@ -143,6 +144,7 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         self._job_hook: TsbSparkJobHook | None = None
         self._lineage: dict[str, Any] = {}
         self._connect_client: ConnectClient | None = None
+        self._submitting = False
 
     @property
     def job(self) -> Job:
@@ -217,14 +219,19 @@ class TsbSparkJobOperator(SparkSubmitOperator):
     def _get_hook(self) -> SparkSubmitHook:
         """Airflow's ``SparkSubmitHook`` with the Spark connection's conf under the job's and, on a
         cluster, the provider in ``--py-files`` (:func:`configure_submit`)."""
-        return configure_submit(super()._get_hook(), self._conn_id, ship_package=self.ship_package)
+        return configure_submit(super()._get_hook(), self._conn_id, ship_package=self.ship_package,
+                                write_class_data=self._submitting)
 
     def _spark_submit(self, context: Any, application_args: list[str], env: dict[str, str]) -> None:
         """``SparkSubmitOperator.execute`` with the app's command line and environment."""
         self.application_args = application_args
         self.env_vars = env
-        with connect_markers_hidden():  # the driver is never a Spark Connect client
-            super().execute(context)
+        self._submitting = True
+        try:
+            with connect_markers_hidden():  # the driver is never a Spark Connect client
+                super().execute(context)
+        finally:
+            self._submitting = False
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage inputs (with the Delta versions read) and outputs (versions written).

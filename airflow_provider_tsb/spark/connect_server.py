@@ -15,30 +15,31 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
-import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.spark.installation import (
+    CONNECT_MARKERS,
+    SparkInstallationError,
+    check_java,
+    driver_env,
+    spark_submit,
+)
 
-#: pyspark 4.2 warns at every Spark Connect import that it "does not yet fully support pandas >=
-#: 3.0.0"; tsb's apps do not use its pandas API, and the line drowned the demo's and jobs' output
-warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+__all__ = ["CONNECT_MARKERS", "ConnectServer", "ConnectServerOptions", "ServerStatus", "SparkServerError",
+           "check_java", "spark_submit"]
+
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: the line Spark logs once the gRPC service listens
 READY_LINE = "Spark Connect server started"
-#: what pyspark puts in a process's environment once it made a Spark Connect session
-#: (``SparkSession.builder.remote``): a child process inheriting them believes it is a client too
-CONNECT_MARKERS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_REMOTE")
 #: state folder of the local server, unless given: ``$TSB_SPARK_HOME``
 HOME_ENV = "TSB_SPARK_HOME"
 DEFAULT_PORT = 15002
@@ -81,6 +82,8 @@ class ConnectServerOptions:
         driver_memory: the server driver's heap (``spark.driver.memory``), e.g. ``2g``.
         conf: more Spark properties; they win over :data:`SERVER_CONF`.
         startup_timeout_s: seconds to wait for the server to answer.
+        class_data: map the class-data archive of Spark's driver classes
+            (:mod:`airflow_provider_tsb.spark.class_data`; started in the background when missing).
     """
 
     port: int = DEFAULT_PORT
@@ -89,6 +92,7 @@ class ConnectServerOptions:
     driver_memory: str = "2g"
     conf: Mapping[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 120.0
+    class_data: bool = True
 
 
 @dataclass(frozen=True)
@@ -163,7 +167,8 @@ class ConnectServer:
         (with the port it has, which may differ from :attr:`options`).
 
         Raises:
-            SparkServerError: Java 17+ is missing, pyspark's ``spark-submit`` is missing, the
+            SparkServerError: Java 17+ is missing, pyspark's ``spark-submit`` is missing (see
+                :mod:`airflow_provider_tsb.spark.installation`), the
                 port is taken by another process, or the server exited or did not answer within
                 ``startup_timeout_s`` (the message holds the end of its log and the log's path).
         """
@@ -173,17 +178,19 @@ class ConnectServer:
         if current.state == "stale":
             self._forget()
         opts = self.options
-        check_java()
+        try:
+            check_java()
+            command = self.command()
+        except SparkInstallationError as exc:
+            raise SparkServerError(str(exc)) from exc
         if port_open(opts.bind_address, opts.port):
             raise SparkServerError(
                 f"port {opts.port} on {opts.bind_address} is in use by another process; choose another with "
                 "--port, or stop that process"
             )
         self.home.mkdir(parents=True, exist_ok=True)
-        command = self.command()
         # the server is a Spark driver, never a client (pyspark marks a client's environment)
-        env = {k: v for k, v in os.environ.items() if k not in (*CONNECT_MARKERS, "PYSPARK_GATEWAY_PORT")}
-        env["PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
+        env = driver_env()
         with self.log_file.open("ab") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                        start_new_session=True, cwd=self.home)
@@ -198,6 +205,10 @@ class ConnectServer:
         opts = self.options
         conf = {**SERVER_CONF, "spark.connect.grpc.binding.port": str(opts.port),
                 "spark.connect.grpc.binding.address": opts.bind_address, **dict(opts.conf)}
+        if opts.class_data:
+            from airflow_provider_tsb.spark.class_data import ClassDataArchive, with_driver_java_options
+
+            conf = with_driver_java_options(conf, ClassDataArchive(spark_submit=spark_submit()).ensure())
         args = [spark_submit(), "--class", SERVER_CLASS, "--name", "tsb-spark-connect", "--master", opts.master,
                 "--driver-memory", opts.driver_memory]
         for key, value in conf.items():
@@ -263,47 +274,6 @@ class ConnectServer:
 
     def _forget(self) -> None:
         self.state_file.unlink(missing_ok=True)
-
-
-def spark_submit() -> str:
-    """``$SPARK_HOME/bin/spark-submit`` when set and present, else the one pyspark ships.
-
-    Raises:
-        SparkServerError: neither exists (install pyspark 4 with ``pip install pyspark``).
-    """
-    home = os.environ.get("SPARK_HOME")
-    candidates = [Path(home) / "bin" / "spark-submit"] if home else []
-    try:
-        import pyspark
-
-        candidates.append(Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit")
-    except ImportError:
-        pass
-    for candidate in candidates:
-        if candidate.is_file():
-            return str(candidate)
-    raise SparkServerError(
-        f"spark-submit not found (looked at {[str(c) for c in candidates]}); install pyspark 4 "
-        "(pip install 'pyspark>=4') or set SPARK_HOME to a Spark 4 installation"
-    )
-
-
-def check_java() -> None:
-    """Raise :class:`SparkServerError` unless Java 17+ is on ``PATH`` or under ``$JAVA_HOME``."""
-    java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    hint = "install Java 17+ (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
-    if not java or not Path(java).exists():
-        raise SparkServerError(f"Spark needs Java 17+, and no java was found on PATH or in JAVA_HOME; {hint}")
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SparkServerError(f"cannot run {java} -version ({exc}); {hint}") from exc
-    text = out.stderr or out.stdout
-    version = text.split('"')[1] if '"' in text else ""
-    major = version.split(".")[0] if version else ""
-    if not major.isdigit() or int(major) < 17:
-        raise SparkServerError(f"Spark needs Java 17+, found {text.splitlines()[0] if text else 'nothing'}; {hint}")
 
 
 def port_open(host: str, port: int, timeout_s: float = 1.0) -> bool:

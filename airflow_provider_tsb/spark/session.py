@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping
 
 # first: it quiets pyspark's pandas warning before pyspark is imported
-from airflow_provider_tsb.spark.connect_server import CONNECT_MARKERS  # isort: skip
+from airflow_provider_tsb.spark.installation import CONNECT_MARKERS  # isort: skip
 from pyspark.sql import SparkSession  # noqa: I001
 
 log = logging.getLogger("airflow_provider_tsb.spark")
