@@ -19,7 +19,10 @@ REPEATABLE_READ: each sink holds the root's rows times the paths from the root t
 
 One line per run:
 ``shape=<chain|fan> engine=<e> jobs=<N> e2e_median_s=<s> e2e_p95_s=<s> rss_gb=<peak GB>
-processes=<peak> load=<1-min load average, mean> invariants=<ok|FAILED>``.
+pss_gb=<peak GB> server_rss_gb=<GB> processes=<peak> load=<1-min load average, mean>
+invariants=<ok|FAILED>``. ``rss_gb`` sums each process's resident set, so a page that k
+processes share (pyspark's, pandas' and delta-rs' libraries in every job process) counts k
+times; ``pss_gb`` sums proportional set sizes, each page once: the memory the topology holds.
 
     .venv/bin/python benchmarks/topology_scale.py [--jobs 3,6,12] [--shapes chain,fan]
         [--engines connect,submit] [--barriers 20]
@@ -84,16 +87,34 @@ def build_topology(name: str, shape: str, n: int, warehouse: Path):
     return topology, env
 
 
+def pss_bytes(pid: int) -> int:
+    """The proportional set size of a process (``Pss`` of ``/proc/PID/smaps_rollup``, Linux 4.14+):
+    its private pages plus its share of the pages it maps with other processes (shared libraries,
+    a fork's copy-on-write pages), so a sum over processes counts each page once."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 class Sampler(threading.Thread):
-    """Samples, every second, the RSS and process count of some processes and all their
-    descendants; keeps the peaks."""
+    """Samples, every second, the memory and process count of some processes and all their
+    descendants; keeps the peaks: of the summed RSS (a page mapped by k processes counted k
+    times) and of the summed PSS (each page once: what the machine holds for them)."""
 
     def __init__(self, pids: list[int]) -> None:
         super().__init__(daemon=True)
         self.pids = pids
         self.peak_rss = 0
-        #: ``{pid: RSS of its tree, bytes}`` at the peak
+        self.peak_pss = 0
+        #: ``{pid: RSS of its tree, bytes}`` at the RSS peak
         self.peak_split: dict[int, int] = {}
+        #: ``{pid: PSS of its tree, bytes}`` at the PSS peak
+        self.peak_pss_split: dict[int, int] = {}
         self.peak_processes = 0
         self.loads: list[float] = []
         self._done = threading.Event()
@@ -101,6 +122,7 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self._done.wait(1.0):
             rss_of: dict[int, int] = {}
+            pss_of: dict[int, int] = {}
             procs: dict[int, psutil.Process] = {}
             for pid in self.pids:
                 try:
@@ -108,7 +130,7 @@ class Sampler(threading.Thread):
                     tree = [top, *top.children(recursive=True)]
                 except psutil.NoSuchProcess:
                     continue
-                rss_of[pid] = 0
+                rss_of[pid] = pss_of[pid] = 0
                 for p in tree:
                     if p.pid in procs:
                         continue
@@ -117,10 +139,14 @@ class Sampler(threading.Thread):
                         rss_of[pid] += p.memory_info().rss
                     except psutil.NoSuchProcess:
                         pass
-            rss = sum(rss_of.values())
+                    pss_of[pid] += pss_bytes(p.pid)
+            rss, pss = sum(rss_of.values()), sum(pss_of.values())
             if rss > self.peak_rss:
                 self.peak_rss = rss
                 self.peak_split = {pid: rss_of.get(pid, 0) for pid in self.pids}
+            if pss > self.peak_pss:
+                self.peak_pss = pss
+                self.peak_pss_split = {pid: pss_of.get(pid, 0) for pid in self.pids}
             self.peak_processes = max(self.peak_processes, len(procs))
             self.loads.append(os.getloadavg()[0])
 
@@ -217,11 +243,15 @@ def run_one(shape: str, n: int, engine: str, remote: str | None, root: Path, arg
     load = sum(sampler.loads) / max(1, len(sampler.loads))
     server_rss = sampler.peak_split.get(server_pid, 0) if server_pid else 0
     clients = [v for pid, v in sampler.peak_split.items() if pid != server_pid]
-    print(f"  at the peak: server {server_rss / 1e9:.2f} GB, {len(clients)} job processes "
+    print(f"  at the RSS peak: server {server_rss / 1e9:.2f} GB, {len(clients)} job processes "
           f"{sum(clients) / 1e9:.2f} GB (largest {max(clients, default=0) / 1e6:.0f} MB)", flush=True)
+    server_pss = sampler.peak_pss_split.get(server_pid, 0) if server_pid else 0
+    client_pss = [v for pid, v in sampler.peak_pss_split.items() if pid != server_pid]
+    print(f"  at the PSS peak: server {server_pss / 1e9:.2f} GB, {len(client_pss)} job processes "
+          f"{sum(client_pss) / 1e9:.2f} GB (largest {max(client_pss, default=0) / 1e6:.0f} MB)", flush=True)
     return (f"shape={shape} engine={engine} jobs={n} e2e_median_s={median(delays):.2f} "
             f"e2e_p95_s={percentile(delays, 0.95):.2f} rss_gb={sampler.peak_rss / 1e9:.2f} "
-            f"server_rss_gb={server_rss / 1e9:.2f} "
+            f"pss_gb={sampler.peak_pss / 1e9:.2f} server_rss_gb={server_rss / 1e9:.2f} "
             f"processes={sampler.peak_processes} load={load:.1f} invariants={'ok' if ok else 'FAILED'}")
 
 

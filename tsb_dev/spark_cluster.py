@@ -101,6 +101,11 @@ def _daemon_env(root: Path) -> dict[str, str]:
            "SPARK_LOG_DIR": str(root / "logs"), "SPARK_NO_DAEMONIZE": "1"}
     for var in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "VIRTUAL_ENV"):
         env.pop(var, None)  # the workers know no Python of ours: the driver's conf names it
+    from airflow_provider_tsb.spark.class_data import ClassDataArchive
+
+    # the master and workers are JVMs of the same Java and jars: they map the class-data archive too
+    archive = ClassDataArchive().java_options()
+    env["SPARK_DAEMON_JAVA_OPTS"] = f"{env.get('SPARK_DAEMON_JAVA_OPTS', '')} {archive}".strip()
     return env
 
 

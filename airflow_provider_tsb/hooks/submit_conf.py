@@ -6,8 +6,9 @@
 * for a cluster master, ``--py-files`` with the provider zipped
   (:func:`airflow_provider_tsb.spark.packaging.package_zip`), since executors have nothing of it
   (:func:`ships_package`);
-* for a driver that runs on this machine, the class-data archive of Spark's driver classes
-  (:func:`uses_class_data`, :mod:`airflow_provider_tsb.spark.class_data`).
+* for a driver that runs on this machine, the class-data archive of Spark's classes
+  (:func:`uses_class_data`, :mod:`airflow_provider_tsb.spark.class_data`), and for executors
+  too when the cluster is this machine.
 
 The Spark connection is Airflow's Spark provider's (``SparkSubmitHook``); its extra may hold
 ``conf``, ``tsb-ship-package`` and ``tsb-class-data``.
@@ -126,11 +127,11 @@ def configure_submit(
     extra = _connection_extra(conn_id)
     hook._conf = {**SUBMIT_DEFAULT_CONF, **connection_conf(extra, conn_id), **(hook._conf or {})}
     if uses_class_data(hook._connection, extra):
-        from airflow_provider_tsb.spark.class_data import ClassDataArchive, with_driver_java_options
+        from airflow_provider_tsb.spark.class_data import ClassDataArchive, with_class_data
 
         archive = ClassDataArchive()
-        hook._conf = with_driver_java_options(hook._conf, archive.ensure() if write_class_data
-                                              else archive.java_options())
+        options = archive.ensure() if write_class_data else archive.java_options()
+        hook._conf = with_class_data(hook._conf, options, str(hook._connection.get("master") or "local"))
     if ships_package(str(hook._connection.get("master") or ""), extra, ship_package):
         from airflow_provider_tsb.spark.packaging import package_zip
 

@@ -263,8 +263,12 @@ def job_process(
     if remote:
         cmd = [sys.executable, job.application]
     else:
-        cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]", "--conf",
-               "spark.ui.enabled=false", job.application]
+        from airflow_provider_tsb.spark.class_data import ClassDataArchive
+
+        submit = str(Path(sys.executable).parent / "spark-submit")
+        java = ClassDataArchive(spark_submit=submit).ensure()  # as configure_submit gives it
+        cmd = [submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+               *(["--driver-java-options", java] if java else []), job.application]
     cmd += ["--mode", "batch", "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", str(barrier)]
     for name in sorted({*job.sources, *job.sinks}):
         cmd += ["--table", f"{name}={topo.location(name)}"]

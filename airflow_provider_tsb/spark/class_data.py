@@ -26,6 +26,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ ARCHIVE_APP = Path(__file__).with_name("class_data_app.py")
 #: use shared archive" when another Java reads it) are not the job's: off
 QUIET_LOGGING = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
 #: archives kept in the folder (the newest; older Java or Spark installations' go)
 KEEP_ARCHIVES = 3
 
@@ -183,13 +185,30 @@ class ClassDataArchive:
         return False
 
 
-def with_driver_java_options(conf: Mapping[str, str], options: str) -> dict[str, str]:
-    """``conf`` (Spark properties) with ``options`` appended to ``spark.driver.extraJavaOptions``
-    (the conf's own options first)."""
-    current = conf.get(DRIVER_JAVA_OPTIONS, "").strip()
-    if not options or options in current:
-        return dict(conf)
-    return {**conf, DRIVER_JAVA_OPTIONS: f"{current} {options}".strip()}
+def executors_run_here(master: str) -> bool:
+    """Whether the executors of ``master`` run on this machine besides the driver: a
+    ``local-cluster[...]`` master, or a standalone ``spark://`` master whose every host is a
+    loopback address or this host's name (a cluster of one machine). ``local[...]`` has no
+    executor process (the driver runs the tasks)."""
+    if master.startswith("local-cluster"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    here = {"127.0.0.1", "localhost", "::1", "[::1]", socket.gethostname()}
+    return all(host.rsplit(":", 1)[0] in here for host in master[len("spark://"):].split(","))
+
+
+def with_class_data(conf: Mapping[str, str], options: str, master: str = "local") -> dict[str, str]:
+    """``conf`` (Spark properties) with the archive's Java ``options`` appended to
+    ``spark.driver.extraJavaOptions`` (the conf's own options first) and, when the executors of
+    ``master`` run on this machine (:func:`executors_run_here`), to
+    ``spark.executor.extraJavaOptions``. Nothing for empty ``options`` (no archive yet)."""
+    out = dict(conf)
+    for key in (DRIVER_JAVA_OPTIONS, EXECUTOR_JAVA_OPTIONS) if executors_run_here(master) else (DRIVER_JAVA_OPTIONS,):
+        current = out.get(key, "").strip()
+        if options and options not in current:
+            out[key] = f"{current} {options}".strip()
+    return out
 
 
 def _mtime(path: str) -> int:

@@ -206,9 +206,9 @@ class ConnectServer:
         conf = {**SERVER_CONF, "spark.connect.grpc.binding.port": str(opts.port),
                 "spark.connect.grpc.binding.address": opts.bind_address, **dict(opts.conf)}
         if opts.class_data:
-            from airflow_provider_tsb.spark.class_data import ClassDataArchive, with_driver_java_options
+            from airflow_provider_tsb.spark.class_data import ClassDataArchive, with_class_data
 
-            conf = with_driver_java_options(conf, ClassDataArchive(spark_submit=spark_submit()).ensure())
+            conf = with_class_data(conf, ClassDataArchive(spark_submit=spark_submit()).ensure(), opts.master)
         args = [spark_submit(), "--class", SERVER_CLASS, "--name", "tsb-spark-connect", "--master", opts.master,
                 "--driver-memory", opts.driver_memory]
         for key, value in conf.items():

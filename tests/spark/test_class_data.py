@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_tsb.hooks.submit_conf import configure_submit, uses_class_data
-from airflow_provider_tsb.spark.class_data import ClassDataArchive, with_driver_java_options
+from airflow_provider_tsb.spark.class_data import ClassDataArchive, executors_run_here, with_class_data
 from tsb_dev.job_processes import job_command, job_env, wordcount_deployment
 
 TSB = str(Path(sys.executable).parent / "tsb")
@@ -71,10 +71,22 @@ def test_which_drivers_get_the_archive(connection: dict, extra: dict, expected: 
 
 def test_the_archive_goes_after_the_jobs_own_java_options() -> None:
     conf = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1", "spark.ui.enabled": "false"}
-    got = with_driver_java_options(conf, "-XX:SharedArchiveFile=/a.jsa")
+    got = with_class_data(conf, "-XX:SharedArchiveFile=/a.jsa")
     assert got["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile=/a.jsa"
-    assert with_driver_java_options(got, "-XX:SharedArchiveFile=/a.jsa") == got  # not twice
-    assert with_driver_java_options(conf, "") == conf  # no archive yet: nothing added
+    assert "spark.executor.extraJavaOptions" not in got  # local[...]: no executor process
+    assert with_class_data(got, "-XX:SharedArchiveFile=/a.jsa") == got  # not twice
+    assert with_class_data(conf, "") == conf  # no archive yet: nothing added
+    here = with_class_data(conf, "-XX:SharedArchiveFile=/a.jsa", "spark://127.0.0.1:7077")
+    assert here["spark.executor.extraJavaOptions"] == "-XX:SharedArchiveFile=/a.jsa"
+
+
+@pytest.mark.parametrize(("master", "expected"), [
+    ("local[2]", False), ("local-cluster[2,1,1024]", True), ("spark://127.0.0.1:7077", True),
+    ("spark://localhost:7077,127.0.0.1:7078", True), ("spark://spark-master:7077", False), ("yarn", False),
+    ("k8s://https://kube:6443", False),
+])
+def test_executors_get_the_archive_only_on_this_machine(master: str, expected: bool) -> None:
+    assert executors_run_here(master) is expected
 
 
 def test_the_operators_submit_carries_the_archive(class_data: str, monkeypatch: pytest.MonkeyPatch) -> None:
