@@ -8,6 +8,9 @@ MODE ?= streaming
 ENGINE ?= connect
 DAYS ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers of make test: the suite waits on Airflow, Spark and subprocesses about a
+# third of its time, so two workers fill this 2-core machine (tests/conftest.py groups the tests)
+TEST_WORKERS ?= 2
 # Python's bytecode cache. uv compiles nothing at install (pip compiles by default), and an
 # environment with PYTHONDONTWRITEBYTECODE=1 (this development machine's) writes no cache either:
 # every Airflow task, Spark driver, Connect client and CLI process then compiled every module it
@@ -54,7 +57,7 @@ demo-stop: install
 	$(PY) -m dev.demo stop
 
 test: install check-java
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-unit: install
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
@@ -72,6 +75,7 @@ bench: install check-java
 	$(PY) benchmarks/metastore_scale.py
 	$(PY) benchmarks/ui_scale.py
 	$(PY) benchmarks/cli_startup.py
+	$(PY) benchmarks/submit_start.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache test-output site

@@ -45,15 +45,65 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: test files that share an expensive session or package fixture run in one xdist worker:
+#: ``{path prefix: group}`` (every other file is a group of its own)
+SHARED_GROUPS: dict[str, str] = {
+    "tests/spark/cluster/": "cluster",  # the standalone cluster and its Connect server
+    "tests/ui/": "ui",  # the UI package's own Airflow
+    "tests/test_guide.py": "guide",  # followed_guide: the guide followed once
+    "tests/e2e/test_guide_airflow.py": "guide",
+    "tests/test_airflow_harness.py": "shared-airflow",  # airflow_server: the session's shared Airflow
+    "tests/plugins/test_plugin_auth.py": "shared-airflow",
+}
+
+
+def xdist_group(nodeid: str) -> str:
+    """The xdist group of a test (``make test`` runs ``-n 2`` with the scheduler of :func:`pytest_xdist_make_scheduler`): its file's
+    :data:`SHARED_GROUPS` group, else its file, so a module's tests keep their order in one
+    worker (some go on from what an earlier one left) and its module fixtures are built once."""
+    path = nodeid.split("::", 1)[0]
+    return next((group for prefix, group in SHARED_GROUPS.items() if path.startswith(prefix)), path)
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with the tiers of its fixtures, and ``unit`` when it has no heavier marker."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with the tiers of its fixtures, and ``unit`` when it has no heavier marker;
+    in an xdist worker, put the long groups first (:func:`long_groups_first`)."""
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
             for marker in FIXTURE_MARKERS.get(fixture, ()):
                 item.add_marker(marker)
         if not any(item.get_closest_marker(m) for m in HEAVY_MARKERS):
             item.add_marker("unit")
+    if hasattr(config, "workerinput"):
+        long_groups_first(items)
+
+
+#: markers of the tests whose groups go to the xdist workers first: the longest groups, so
+#: that no worker is left with one of them while the other has nothing to do
+LONG_MARKERS = ("e2e", "cluster", "airflow", "browser")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``make test``'s ``-n 2``: whole :func:`xdist_group` groups go to a worker, in collection
+    order (xdist's ``loadscope`` scheduler with the groups as scopes; its ``loadgroup`` reads
+    the node id suffix that xdist 3.8 can no longer set under pytest 9.2)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    config.option.loadscopereorder = False
+    return GroupScheduling(config, log)
+
+
+def long_groups_first(items: list[pytest.Item]) -> None:
+    """Sort ``items`` in place: the groups that hold a test marked with one of
+    :data:`LONG_MARKERS` first (an xdist worker's collection is the order the controller
+    schedules by); tests keep their order within a group."""
+    long_groups = {xdist_group(i.nodeid) for i in items if any(i.get_closest_marker(m) for m in LONG_MARKERS)}
+    items.sort(key=lambda i: xdist_group(i.nodeid) not in long_groups)
 
 
 @pytest.fixture(scope="session")
