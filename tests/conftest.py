@@ -58,9 +58,10 @@ SHARED_GROUPS: dict[str, str] = {
 
 
 def xdist_group(nodeid: str) -> str:
-    """The xdist group of a test (``make test`` runs ``-n 2`` with the scheduler of :func:`pytest_xdist_make_scheduler`): its file's
-    :data:`SHARED_GROUPS` group, else its file, so a module's tests keep their order in one
-    worker (some go on from what an earlier one left) and its module fixtures are built once."""
+    """The xdist group of a test (``make test`` runs ``-n 2``, scheduled by
+    :func:`pytest_xdist_make_scheduler`): its file's :data:`SHARED_GROUPS` group, else its file,
+    so a module's tests keep their order in one worker (some go on from what an earlier one
+    left) and its module fixtures are built once."""
     path = nodeid.split("::", 1)[0]
     return next((group for prefix, group in SHARED_GROUPS.items() if path.startswith(prefix)), path)
 

@@ -12,8 +12,9 @@ installed: the same tables as a local run, on both engines.
   executors, the bare executor Python) and the provider shipped as ``--py-files``.
 
 Batch: the three jobs one after the other over two days; streaming: the three jobs at once
-(spark-submit: the first one), stopping after the final barrier. Both are compared, barrier by barrier and row by row, with
-the same apps run on the local Spark of the tests (the session's Connect server).
+(spark-submit: the first one), stopping after the final barrier. Both are compared, barrier by
+barrier and row by row, with the same apps run on the local Spark of the tests (the session's
+Connect server).
 """
 
 from __future__ import annotations
