@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -49,10 +50,11 @@ class LocationNotAllowedError(TsbError, ValueError):
     """422: a table location outside the allowed roots (``[tsb] allowed_location_roots``)."""
 
 
-class TopologyAccess:
+class TopologyAccess(ABC):
     """The authorization policy of one request (see module docstring).
 
-    Subclasses implement :meth:`allowed`, :meth:`dags_of_tables` and :meth:`dags_of`.
+    Subclasses implement its abstract methods: :meth:`allowed`, :meth:`dags_of`,
+    :meth:`dags_of_tables` and :meth:`all_dags`.
     """
 
     #: roots under which new tables may be placed (``None``: anywhere)
@@ -67,22 +69,26 @@ class TopologyAccess:
         (``store.registry.topologies_of``: one query; a subclass may keep the answers)."""
         return store.registry.topologies_of(tables)
 
+    @abstractmethod
     def allowed(self, method: Method, topologies: Iterable[str]) -> set[str]:
         """The subset of ``topologies`` the user may ``method``."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def dags_of(self, topology: str) -> frozenset[str]:
         """Ids of the DAGs that run ``topology`` (empty when none does)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def dags_of_tables(self, tables: Iterable[str]) -> Mapping[str, frozenset[str]]:
         """{table: ids of the DAGs that declare it as an outlet}, for tables some DAG declares."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def all_dags(self, method: Method) -> bool:
         """Whether the user may ``method`` every DAG (Airflow's ``DagDetails(id=None)`` check): what
         a topology no DAG runs, an unknown name, or an unknown job or table needs."""
-        raise NotImplementedError
+        ...
 
     def require_all_dags(self, method: Method) -> None:
         """Raise :class:`AccessDeniedError` unless :meth:`all_dags`."""
