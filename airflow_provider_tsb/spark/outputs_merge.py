@@ -54,7 +54,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile
-from airflow_provider_tsb.delta.log import join
+from airflow_provider_tsb.delta.log import filesystem, join
 from airflow_provider_tsb.delta.snapshots import snapshot_at
 from airflow_provider_tsb.spark.inputs import partition_literal, read_files, spark_schema
 from airflow_provider_tsb.spark.outputs_schema import with_columns_of
@@ -78,10 +78,13 @@ class KeySummary:
     Attributes:
         max_rows_per_key: the most rows one key has (0 for an output without keys).
         bounds: ``{key column: (min, max)}`` over the output's keys (``(None, None)`` when empty).
+        rows: the output's complete keys (one column per key) when the driver computed the
+            summary from a non-empty output (:func:`summarize_staged_keys`), else ``None``.
     """
 
     max_rows_per_key: int
     bounds: dict[str, tuple[Any, Any]]
+    rows: pa.Table | None = None
 
 
 def summarize_keys(df: DataFrame, keys: Sequence[str]) -> KeySummary:
@@ -156,7 +159,7 @@ def summarize_staged_keys(
         dups = counts.filter(pc.greater(counts.column("count"), 1)).slice(0, 3).to_pylist()
         raise duplicate_key_error(table, barrier, keys, dups)
     bounds = {k: tuple(pc.min_max(rows.column(k)).values()) for k in keys}
-    return KeySummary(int(most), {k: (lo.as_py(), hi.as_py()) for k, (lo, hi) in bounds.items()})
+    return KeySummary(int(most), {k: (lo.as_py(), hi.as_py()) for k, (lo, hi) in bounds.items()}, rows)
 
 
 def merge_rows(current: DataFrame, update: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -207,11 +210,13 @@ def _active_files(snapshot: Any, keys: Sequence[str]) -> list[dict[str, Any]]:
     names = set(actions.column_names)
     part = [c for c in actions.column_names if c.startswith("partition.")]
     stats = [f"{k}.{c}" for c in keys for k in ("min", "max") if f"{k}.{c}" in names]
-    rows = actions.select(["path", "size_bytes", *part, *stats]).to_pylist() if actions.num_rows else []
+    counted = ["num_records"] if "num_records" in names else []
+    rows = actions.select(["path", "size_bytes", *counted, *part, *stats]).to_pylist() if actions.num_rows else []
     return [
         {
             "path": r["path"],
             "size": int(r["size_bytes"]),
+            "num_records": r.get("num_records"),
             "partitionValues": {c[len("partition.") :]: (None if r[c] is None else str(r[c])) for c in part},
             "min": {c: r.get(f"min.{c}") for c in keys},
             "max": {c: r.get(f"max.{c}") for c in keys},
@@ -261,12 +266,15 @@ def _key_files(
 
 def affected_files(
     spark: SparkSession, location: str, snapshot: Any, update_keys: DataFrame, keys: Sequence[str],
-    bounds: Mapping[str, tuple[Any, Any]],
+    bounds: Mapping[str, tuple[Any, Any]], *, output_keys: pa.Table | None = None,
 ) -> tuple[list[Mapping[str, Any]], int, int]:
     """The files of ``snapshot`` holding a key of ``update_keys`` (the output's key columns):
     ``(affected entries, candidates read, active files)``. The candidates are the files whose
-    key statistics overlap ``bounds`` (the output's :attr:`KeySummary.bounds`); one small Spark
-    action semi-joins their key columns with ``update_keys`` (none without candidates)."""
+    key statistics overlap ``bounds`` (the output's :attr:`KeySummary.bounds`). With
+    ``output_keys`` (:attr:`KeySummary.rows`) and candidates of at most
+    :data:`DRIVER_KEY_ROWS` rows, the driver semi-joins their key columns itself
+    (:func:`_affected_on_driver`, pyarrow, no Spark job); otherwise one small Spark action
+    semi-joins them with ``update_keys`` (none without candidates)."""
     entries = _active_files(snapshot, keys)
     if not entries or all(lo is None for lo, _hi in bounds.values()):  # no rows (or only null keys)
         return [], 0, len(entries)
@@ -274,6 +282,10 @@ def affected_files(
     candidates = [e for e in entries if _overlaps(e, ranges)]
     if not candidates:
         return [], 0, len(entries)
+    if output_keys is not None:
+        on_driver = _affected_on_driver(location, candidates, keys, output_keys, list(snapshot.partition_columns))
+        if on_driver is not None:
+            return on_driver, len(candidates), len(entries)
     hits = (
         _key_files(spark, location, candidates, spark_schema(snapshot), list(snapshot.partition_columns), keys)
         .join(update_keys, on=list(keys), how="left_semi")
@@ -289,6 +301,35 @@ def affected_files(
             if uri.endswith("/" + unquote(entry["path"])) and entry not in affected:
                 affected.append(entry)
     return affected, len(candidates), len(entries)
+
+
+def _affected_on_driver(
+    location: str, candidates: Sequence[Mapping[str, Any]], keys: Sequence[str], output_keys: pa.Table,
+    partition_columns: Sequence[str],
+) -> list[Mapping[str, Any]] | None:
+    """The ``candidates`` holding one of ``output_keys`` (complete keys, no floating point: see
+    :func:`summarize_staged_keys`), found on the driver: each candidate's key columns are read
+    with pyarrow and semi-joined with ``output_keys``. ``None`` (the caller asks Spark) for
+    candidates of more than :data:`DRIVER_KEY_ROWS` rows in all or of unknown row counts, a key
+    that is a partition column, a file outside the table root, or key columns pyarrow cannot
+    read or cast to the output's types."""
+    if any(k in partition_columns for k in keys) or any("://" in e["path"] for e in candidates):
+        return None
+    counts = [e.get("num_records") for e in candidates]
+    if any(c is None for c in counts) or sum(counts) > DRIVER_KEY_ROWS:  # type: ignore[arg-type]
+        return None
+    fs, root = filesystem(location)
+    wanted = output_keys.select(list(keys))
+    affected = []
+    try:
+        for entry in candidates:
+            held = pq.read_table(f"{root}/{unquote(entry['path'])}", columns=list(keys), filesystem=fs)
+            held = held.select(list(keys)).cast(wanted.schema).drop_null()
+            if held.num_rows and held.join(wanted, list(keys), join_type="left semi").num_rows:
+                affected.append(entry)
+    except (pa.ArrowException, KeyError, ValueError):
+        return None
+    return affected
 
 
 def kept_rows(
