@@ -319,12 +319,13 @@ def _affected_on_driver(
     if any(c is None for c in counts) or sum(counts) > DRIVER_KEY_ROWS:  # type: ignore[arg-type]
         return None
     fs, root = filesystem(location)
-    wanted = output_keys.select(list(keys))
+    types = pa.schema([pa.field(k, output_keys.schema.field(k).type) for k in keys])  # nullable
+    wanted = output_keys.select(list(keys)).cast(types)
     affected = []
     try:
         for entry in candidates:
             held = pq.read_table(f"{root}/{unquote(entry['path'])}", columns=list(keys), filesystem=fs)
-            held = held.select(list(keys)).cast(wanted.schema).drop_null()
+            held = held.select(list(keys)).drop_null().cast(types)
             if held.num_rows and held.join(wanted, list(keys), join_type="left semi").num_rows:
                 affected.append(entry)
     except (pa.ArrowException, KeyError, ValueError):
