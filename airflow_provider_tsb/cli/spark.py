@@ -29,16 +29,19 @@ class SparkCommandError(TsbError):
 
 
 def _server(args: argparse.Namespace) -> Any:
-    from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
+    from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions, SparkServerError
 
-    options = ConnectServerOptions(
-        **{k: v for k, v in {
-            "port": getattr(args, "port", None), "bind_address": getattr(args, "bind_address", None),
-            "master": getattr(args, "master", None), "driver_memory": getattr(args, "driver_memory", None),
-            "startup_timeout_s": getattr(args, "timeout", None),
-        }.items() if v is not None},
-        conf=_conf(getattr(args, "conf", None) or []),
-    )
+    try:
+        options = ConnectServerOptions(
+            **{k: v for k, v in {
+                "port": getattr(args, "port", None), "bind_address": getattr(args, "bind_address", None),
+                "master": getattr(args, "master", None), "driver_memory": getattr(args, "driver_memory", None),
+                "startup_timeout_s": getattr(args, "timeout", None),
+            }.items() if v is not None},
+            conf=_conf(getattr(args, "conf", None) or []),
+        )
+    except SparkServerError as exc:
+        raise SparkCommandError(str(exc)) from exc
     return ConnectServer(args.home, options)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -40,6 +41,9 @@ __all__ = ["CONNECT_MARKERS", "ConnectServer", "ConnectServerOptions", "ServerSt
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: the line Spark logs once the gRPC service listens
 READY_LINE = "Spark Connect server started"
+#: a line of a failed start's log that names the cause: an exception with its message, a JVM
+#: option it refused, or spark-submit's own ``Error:`` lines
+START_ERROR = re.compile(r"^(Exception in thread|Error:|[\w.$]+(Exception|Error): |Invalid |Unrecognized )")
 #: state folder of the local server, unless given: ``$TSB_SPARK_HOME``
 HOME_ENV = "TSB_SPARK_HOME"
 DEFAULT_PORT = 15002
@@ -63,6 +67,10 @@ SERVER_CONF: dict[str, str] = {
     # sessions of clients that died are released after 30 idle minutes (default 60)
     "spark.connect.session.manager.defaultSessionTimeout": "30min",
 }
+
+
+#: a JVM memory size as ``spark.driver.memory`` takes it (Spark's ``JavaUtils.byteStringAs``)
+JVM_MEMORY = re.compile(r"[1-9][0-9]*([kmgtp]b?)?", re.IGNORECASE)
 
 
 class SparkServerError(TsbError):
@@ -93,6 +101,24 @@ class ConnectServerOptions:
     conf: Mapping[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 120.0
     class_data: bool = True
+
+    def __post_init__(self) -> None:
+        """Refuse options the JVM or gRPC would refuse later with a stack trace in the log.
+
+        Raises:
+            SparkServerError: a port outside 1-65535, a heap size that is not a JVM memory size
+                (``768m``, ``2g``; Spark's ``spark.driver.memory`` syntax), or a startup timeout
+                that is not a positive number of seconds.
+        """
+        if not (isinstance(self.port, int) and 0 < self.port < 65536):
+            raise SparkServerError(f"--port {self.port!r}: a TCP port is a number from 1 to 65535")
+        if not JVM_MEMORY.fullmatch(str(self.driver_memory)):
+            raise SparkServerError(
+                f"--driver-memory {self.driver_memory!r}: the server's heap is a JVM memory size, a number "
+                "with an optional unit k, m, g or t (e.g. 768m or 2g; a bare number is MiB)"
+            )
+        if not 0 < self.startup_timeout_s < float("inf"):
+            raise SparkServerError(f"--timeout {self.startup_timeout_s!r}: a number of seconds > 0")
 
 
 @dataclass(frozen=True)
@@ -134,6 +160,7 @@ class ConnectServer:
     def __init__(self, home: Path | str | None = None, options: ConnectServerOptions | None = None) -> None:
         self.home = Path(home) if home is not None else default_home()
         self.options = options or ConnectServerOptions()
+        self._log_start = 0  # byte offset in the log where the last start's lines begin
 
     @property
     def state_file(self) -> Path:
@@ -192,6 +219,7 @@ class ConnectServer:
         # the server is a Spark driver, never a client (pyspark marks a client's environment)
         env = driver_env()
         with self.log_file.open("ab") as log:
+            self._log_start = log.tell()  # this start's lines begin here (the log is appended to)
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                        start_new_session=True, cwd=self.home)
         url = f"sc://{_url_host(opts.bind_address)}:{opts.port}"
@@ -221,17 +249,19 @@ class ConnectServer:
             if process.poll() is not None:
                 self._forget()
                 raise SparkServerError(
-                    f"the Spark Connect server exited with code {process.returncode} before it was ready; "
-                    f"the end of its log {self.log_file}:\n{self.log_tail()}"
+                    f"the Spark Connect server exited with code {process.returncode} before it was ready: "
+                    f"{self.start_error()}\nThe end of this start's log ({self.log_file}):\n"
+                    f"{self.log_tail(since=self._log_start)}"
                 )
-            if READY_LINE in self._log_text() and port_open(self.options.bind_address, self.options.port):
+            if READY_LINE in self._log_text(self._log_start) and port_open(self.options.bind_address,
+                                                                            self.options.port):
                 if health(url):
                     return
             time.sleep(0.25)
         self.stop()
         raise SparkServerError(
             f"the Spark Connect server did not answer at {url} within {self.options.startup_timeout_s:g} s "
-            f"(stopped it); the end of its log {self.log_file}:\n{self.log_tail()}"
+            f"(stopped it); the end of this start's log ({self.log_file}):\n{self.log_tail(since=self._log_start)}"
         )
 
     # ------------------------------------------------------------------ stop
@@ -251,13 +281,25 @@ class ConnectServer:
         return was_running
 
     # ------------------------------------------------------------------ helpers
-    def log_tail(self, lines: int = 20) -> str:
-        """The last ``lines`` lines of the server's log."""
-        return "\n".join(self._log_text().splitlines()[-lines:])
+    def log_tail(self, lines: int = 20, *, since: int = 0) -> str:
+        """The last ``lines`` lines of the server's log (from byte offset ``since``)."""
+        return "\n".join(self._log_text(since).splitlines()[-lines:])
 
-    def _log_text(self) -> str:
+    def start_error(self) -> str:
+        """The line of the last start's log that says why the server failed: the JVM's or
+        Spark's first error (``Invalid maximum heap size: -Xmx12zz``, ``...SparkException: Could
+        not parse Master URL: 'bogus://x'``), else its last line."""
+        lines = [line.strip() for line in self._log_text(self._log_start).splitlines() if line.strip()]
+        for line in lines:
+            if START_ERROR.search(line):
+                return line
+        return lines[-1] if lines else "(its log is empty)"
+
+    def _log_text(self, since: int = 0) -> str:
         try:
-            return self.log_file.read_text(errors="replace")
+            with self.log_file.open("rb") as handle:
+                handle.seek(since)
+                return handle.read().decode(errors="replace")
         except FileNotFoundError:
             return ""
 

@@ -104,3 +104,26 @@ def test_a_stale_state_file_is_reported_and_replaced(tmp_path: Path) -> None:
 def test_bad_conf_is_a_usage_error(tmp_path: Path) -> None:
     out = tsb("start", "--home", str(tmp_path), "--conf", "executor.memory=1g")
     assert out.returncode == 2 and "--conf takes a Spark property" in out.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--port", "99999"), "--port 99999: a TCP port is a number from 1 to 65535"),
+    (("--driver-memory", "12zz"), "--driver-memory '12zz': the server's heap is a JVM memory size"),
+    (("--timeout", "0"), "--timeout 0.0: a number of seconds > 0"),
+])
+def test_bad_options_are_named_before_a_jvm_starts(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    out = tsb("start", "--home", str(tmp_path), *args)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "server.log").exists()
+
+
+@pytest.mark.spark
+def test_a_failed_start_names_its_cause_from_its_own_log_lines(tmp_path: Path) -> None:
+    (tmp_path / "server.log").write_text("a line of an earlier start\n")
+    out = tsb("start", "--home", str(tmp_path), "--port", str(free_port()), "--master", "bogus://x")
+    assert out.returncode == 2, out.stderr
+    first = out.stderr.splitlines()[0]
+    assert "exited with code 1 before it was ready: " in first, out.stderr
+    assert "SparkException: Master must either be yarn or start with spark, k8s, or local" in first, out.stderr
+    assert "a line of an earlier start" not in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "server.json").exists()
