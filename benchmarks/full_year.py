@@ -18,9 +18,16 @@ same rows. Last line:
     seconds=<batch catch-up> streaming_seconds=<s> barriers=<n> ratio=<batch/plain>
 
     .venv/bin/python benchmarks/full_year.py [--days 365] [--arms batch,streaming,plain] [--engine submit|connect]
+        [--warmup-days N]
 
 ``--engine connect`` runs every arm's jobs (``plain.py`` included) as Spark Connect clients of
-one server (``--remote``, or a local one started for the run): no JVM start per job.
+one server (``--remote``, or a local one started for the run): no JVM start per job. The arms
+then share one JVM, which compiles Spark's and the server's hot code as they run: on a fresh
+server the flights jobs' first barriers take 2-4 times as long as after 60 barriers, so the
+arm that ran first paid the whole warm-up (tsb's batch arm, against a plain arm that ran on a
+warm server). ``--warmup-days`` (default 60 on Connect) first runs the batch and the plain arm
+over that many days on throwaway copies, untimed. With ``spark-submit`` every job starts its
+own JVM in every arm, so no warm-up is needed (default 0).
 """
 
 from __future__ import annotations
@@ -103,9 +110,16 @@ def main() -> int:
     parser.add_argument("--engine", choices=("submit", "connect"), default="submit",
                         help="a spark-submit per job (default), or Spark Connect clients of one server")
     parser.add_argument("--remote", help="connect: the server's URL (default: start a local one)")
+    parser.add_argument("--warmup-days", type=int, default=None,
+                        help="untimed batch and plain runs over this many days first, each on its own copy "
+                             "(default 60 with --engine connect, 0 with submit)")
     args = parser.parse_args()
     if not 1 <= args.days <= 365:
         parser.error("--days must be 1..365")
+    if args.warmup_days is None:
+        args.warmup_days = 60 if args.engine == "connect" else 0
+    if not 0 <= args.warmup_days <= 365:
+        parser.error("--warmup-days must be 0..365")
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-year-"))
     with engine_server(args.engine, args.remote, base) as remote:
         return run_arms(args, base, remote)
@@ -117,6 +131,11 @@ def run_arms(args: argparse.Namespace, base: Path, remote: str | None) -> int:
     from tsb_examples.datasets import nycflights13 as nyc
 
     days = nyc.days(dt.date(2013, 1, 1), args.days)
+    if args.warmup_days:
+        warm = nyc.days(dt.date(2013, 1, 1), args.warmup_days)
+        for arm, runner in (("batch", run_batch), ("plain", run_plain)):
+            spent = runner(prepare(base / "warmup" / arm, warm, args.engine, remote))
+            print(f"warm-up {arm}: {len(warm)} days in {spent:.1f} s (not counted)", flush=True)
     seconds: dict[str, float] = {}
     benches: dict[str, FlightsBench] = {}
     for arm in arms:
