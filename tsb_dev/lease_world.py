@@ -192,7 +192,7 @@ def role_reader(cfg: dict[str, Any]) -> dict[str, Any]:
 def role_consumer(cfg: dict[str, Any]) -> dict[str, Any]:
     from airflow_provider_tsb.delta.log import open_table
     from airflow_provider_tsb.read.version_reads import scan_to_arrow
-    from airflow_provider_tsb.spark.input_leases import input_lease
+    from airflow_provider_tsb.spark.input_leases import InputLease
     from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 
     store, loc = MetaStore(cfg["url"]), cfg["locations"]
@@ -211,15 +211,21 @@ def role_consumer(cfg: dict[str, Any]) -> dict[str, Any]:
             continue
         idle_since = time.monotonic()
         plan = plans[0]
-        lease = input_lease(catalog, "sum_job", plan) if cfg.get("lease", True) else contextlib.nullcontext()
+        lease = InputLease(catalog, "sum_job", plan) if cfg.get("lease", True) else None
         try:
-            with lease:
+            try:
+                if lease is not None:
+                    lease.take()
                 time.sleep(cfg.get("slow", 0.1))  # a slow job: expiry runs while it reads
                 table = scan_to_arrow(open_table(loc[SNAP], plan.inputs[SNAP]))
                 if not check_snap(table, plan.barrier):
                     out["consumer_wrong"] += 1
                 row = pa.table({"b": pa.array([plan.barrier], pa.int64()), "n": pa.array([table.num_rows], pa.int64())})
                 write_deltalake(loc[SUMMARY], row, mode="append", commit_properties=_tags(plan.barrier, "sum_job"))
+            finally:
+                lease_id = lease.stop() if lease is not None else None
+                if lease_id is not None:
+                    catalog.release_lease(lease_id)
             version = version_of_barrier(loc[SUMMARY], plan.barrier)
             store.table_states.record_written(SUMMARY, plan.barrier, version, "sum_job")
             out["consumed"] += 1

@@ -39,6 +39,63 @@ class AttemptStart(NamedTuple):
     previous_spark_session: str | None
 
 
+def record_heartbeat(
+    s: Session, job_id: str, *, status: str | None = None, barrier: int | None = None, message: str | None = None,
+) -> None:
+    """Record that ``job_id`` is alive, in the caller's write transaction ``s`` (and optionally
+    its status and current barrier).
+
+    ``message``: why the job failed (shown with the job). A ``succeeded`` status without a
+    message clears the message of a previous failure.
+
+    Raises:
+        UnknownJobError: the job is not registered.
+    """
+    values: dict[str, Any] = {"last_heartbeat_ms": now_ms()}
+    if status is not None:
+        values["status"] = status
+    if barrier is not None:
+        values["current_barrier"] = barrier
+    if message is not None:
+        values["message"] = message
+    elif status == JobStatus.SUCCEEDED:
+        values["message"] = None
+    result = s.execute(update(JobRow).where(JobRow.id == job_id).values(**values))
+    if not result.rowcount:
+        raise UnknownJobError(f"job {job_id!r} is not registered; cannot record its heartbeat")
+
+
+def record_job_timing(
+    s: Session, job_id: str, barrier: int, *, status: str,
+    started_at_ms: int | None = None, finished_at_ms: int | None = None,
+) -> None:
+    """Record the timing of ``job_id`` for ``barrier`` (``running`` / ``succeeded`` /
+    ``failed``, epoch ms) in the caller's write transaction ``s``; a new ``running`` after
+    another status counts one more attempt.
+
+    Raises:
+        UnknownJobError: the job is not registered.
+    """
+    row = s.get(JobBarrierRow, (job_id, barrier))
+    if row is None:
+        if s.get(JobRow, job_id) is None:
+            raise UnknownJobError(f"job {job_id!r} is not registered; cannot record its timing at barrier {barrier}")
+        s.add(
+            JobBarrierRow(
+                job_id=job_id, barrier_id=barrier, status=status,
+                started_at_ms=started_at_ms, finished_at_ms=finished_at_ms, attempts=1,
+            )
+        )
+        return
+    if status == JobStatus.RUNNING and row.status != JobStatus.RUNNING:
+        row.attempts += 1
+    row.status = status
+    if started_at_ms is not None:
+        row.started_at_ms = started_at_ms
+    if finished_at_ms is not None:
+        row.finished_at_ms = finished_at_ms
+
+
 def check_fencing_token(s: Session, job_id: str, token: int, barrier: int | None, action: str) -> None:
     """Refuse ``action`` by the attempt holding ``token`` if a newer attempt of ``job_id`` started.
 
@@ -126,48 +183,27 @@ class JobRunManager:
     ) -> None:
         """Record that ``job_id`` is alive (and optionally its status and current barrier).
 
-        ``message``: why the job failed (shown with the job). A ``succeeded`` status without a
-        message clears the message of a previous failure.
+        One write transaction of :func:`record_heartbeat`.
 
         Raises:
             UnknownJobError: the job is not registered.
         """
         with self._core.transaction(write=True) as s:
-            values: dict[str, Any] = {"last_heartbeat_ms": now_ms()}
-            if status is not None:
-                values["status"] = status
-            if barrier is not None:
-                values["current_barrier"] = barrier
-            if message is not None:
-                values["message"] = message
-            elif status == JobStatus.SUCCEEDED:
-                values["message"] = None
-            result = s.execute(update(JobRow).where(JobRow.id == job_id).values(**values))
-            if not result.rowcount:
-                raise UnknownJobError(f"job {job_id!r} is not registered; cannot record its heartbeat")
+            record_heartbeat(s, job_id, status=status, barrier=barrier, message=message)
 
     def record_job_barrier(
         self, job_id: str, barrier: int, *, status: str,
         started_at_ms: int | None = None, finished_at_ms: int | None = None,
     ) -> None:
-        """Record the timing of ``job_id`` for ``barrier`` (running/succeeded/failed)."""
+        """Record the timing of ``job_id`` for ``barrier`` (running/succeeded/failed), in one
+        write transaction of :func:`record_job_timing`.
+
+        Raises:
+            UnknownJobError: the job is not registered.
+        """
         with self._core.transaction(write=True) as s:
-            row = s.get(JobBarrierRow, (job_id, barrier))
-            if row is None:
-                s.add(
-                    JobBarrierRow(
-                        job_id=job_id, barrier_id=barrier, status=status,
-                        started_at_ms=started_at_ms, finished_at_ms=finished_at_ms, attempts=1,
-                    )
-                )
-            else:
-                if status == JobStatus.RUNNING and row.status != JobStatus.RUNNING:
-                    row.attempts += 1
-                row.status = status
-                if started_at_ms is not None:
-                    row.started_at_ms = started_at_ms
-                if finished_at_ms is not None:
-                    row.finished_at_ms = finished_at_ms
+            record_job_timing(s, job_id, barrier, status=status, started_at_ms=started_at_ms,
+                              finished_at_ms=finished_at_ms)
 
     def job_barriers(self, job_ids: Sequence[str], barriers: Sequence[int]) -> list[JobBarrierTiming]:
         """Recorded timings of ``job_ids`` at ``barriers`` (one query), ordered by job and barrier."""

@@ -81,6 +81,13 @@ def lease_versions(
     return lease_id, expires
 
 
+def end_lease(s: Session, lease_id: str) -> bool:
+    """End lease ``lease_id`` in the caller's write transaction ``s``; True if it existed (a
+    lapsed lease may already have been removed by :meth:`LeaseManager.expire_leases`)."""
+    s.execute(delete(LeaseVersionRow).where(LeaseVersionRow.lease_id == lease_id))
+    return bool(s.execute(delete(LeaseRow).where(LeaseRow.id == lease_id)).rowcount)
+
+
 class LeaseManager:
     """Create, renew, release, expire and list leases (FLIP-276 "MetaService": snapshots in use)."""
 
@@ -124,8 +131,7 @@ class LeaseManager:
     def release_lease(self, lease_id: str) -> bool:
         """End a lease early. Returns True if it existed."""
         with self._core.transaction(write=True) as s:
-            s.execute(delete(LeaseVersionRow).where(LeaseVersionRow.lease_id == lease_id))
-            return bool(s.execute(delete(LeaseRow).where(LeaseRow.id == lease_id)).rowcount)
+            return end_lease(s, lease_id)
 
     def expire_leases(self, now: int | None = None) -> int:
         """Delete leases whose expiry has passed. Returns how many were removed."""

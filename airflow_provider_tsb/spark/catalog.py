@@ -95,9 +95,13 @@ class BarrierCatalog(Protocol):
 
     def record_job_barrier(
         self, job_id: str, barrier: int, status: str, started_at_ms: int | None = None,
-        finished_at_ms: int | None = None,
+        finished_at_ms: int | None = None, release_lease: str | None = None,
     ) -> None:
-        """Record the job's timing for ``barrier`` (``running`` / ``succeeded`` / ``failed``, epoch ms)."""
+        """Record the job's timing for ``barrier`` (``running`` / ``succeeded`` / ``failed``, epoch ms).
+
+        ``release_lease``: the barrier's input lease, ended with the report (given only by a
+        catalog that leases, i.e. offers ``create_lease``; see
+        :mod:`airflow_provider_tsb.spark.input_leases`)."""
         ...
 
     def final_barrier(self, job_id: str, since_ms: int | None = None) -> int | None:
@@ -341,9 +345,10 @@ class PlanFileCatalog:
 
     def record_job_barrier(
         self, job_id: str, barrier: int, status: str, started_at_ms: int | None = None,
-        finished_at_ms: int | None = None,
+        finished_at_ms: int | None = None, release_lease: str | None = None,
     ) -> None:
-        """See :meth:`BarrierCatalog.record_job_barrier`; kept in the report's ``jobs`` list."""
+        """See :meth:`BarrierCatalog.record_job_barrier`; kept in the report's ``jobs`` list (a
+        plan file holds no leases: ``release_lease`` is always ``None`` here)."""
         self._append_report({"kind": "job", "job_id": job_id, "barrier": barrier, "status": status,
                              "started_at": started_at_ms, "finished_at": finished_at_ms})
 

@@ -3,16 +3,17 @@
 Snapshot expiry (:mod:`airflow_provider_tsb.maintenance.expiry`) keeps every version a live lease pins.
 While a job processes barrier ``n`` it reads each input's changes in the epoch
 ``(previous_inputs[t], inputs[t]]`` and may read snapshots at both ends, so
-:func:`input_lease` pins, per input, the closed range ``[previous_inputs[t], inputs[t]]``
+:class:`InputLease` pins, per input, the closed range ``[previous_inputs[t], inputs[t]]``
 (``[0, inputs[t]]`` for the job's first barrier) for the barrier's run: batch mode and every
 streaming micro-batch go through :func:`airflow_provider_tsb.spark.runner.run_barrier`, which
 holds it. The lease is short (:data:`DEFAULT_LEASE_SECONDS`) and renewed by a daemon thread
 every third of it, so a job that crashes leaves a lease that lapses by itself; it is released
-when the barrier is done. Apache Paimon's consumers do the same for running readers
-(apache/paimon#5819).
+when the barrier is done, in the metastore transaction that records the barrier's end.
+Apache Paimon's consumers do the same for running readers (apache/paimon#5819).
 
 Only the metastore catalog leases (a plan-file catalog has no lease store): a catalog leases
-when it offers ``create_lease``/``renew_lease``/``release_lease``
+when it offers ``create_lease``/``renew_lease`` and ends a lease with
+``record_job_barrier(..., release_lease=...)``
 (:class:`~airflow_provider_tsb.spark.metastore_catalog.MetastoreCatalog`, which rides out a
 metastore outage).
 """
@@ -22,8 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from airflow_provider_tsb.spark.plans import BarrierPlan
@@ -89,32 +88,55 @@ class _Renewer:
         self._thread.join(timeout=5)
 
 
-@contextmanager
-def input_lease(catalog: object, job_id: str, plan: BarrierPlan, *, seconds: float | None = None) -> Iterator[
-    str | None
-]:
-    """Hold a lease on the input versions of ``plan`` for the block; yields its id (or ``None``).
+class InputLease:
+    """The input lease of one barrier's run (module doc).
 
-    ``None`` when the catalog has no lease store (plan files) or the plan has no inputs.
+    :meth:`take` leases the versions ``plan`` reads and starts renewing the lease;
+    :meth:`stop` stops renewing and hands the lease id back, for the catalog to end the lease
+    in the same transaction as the barrier's final timing
+    (:meth:`~airflow_provider_tsb.spark.catalog.BarrierCatalog.record_job_barrier`
+    ``release_lease``): a barrier's end costs one metastore round trip, not two. A lease that
+    is never ended (the job died, the metastore was down) lapses by itself after
+    :func:`lease_seconds`.
 
-    Raises:
-        ExpiredVersionError: an input version was already expired by snapshot expiry (names the
-            table, the barrier and the retention): the job cannot read its epoch.
+    Args:
+        catalog: the job's catalog; only one offering ``create_lease``/``renew_lease`` leases.
+        job_id: the job.
+        plan: the barrier.
+        seconds: the lease lifetime (default: :func:`lease_seconds`).
     """
-    ranges = input_ranges(plan)
-    if not hasattr(catalog, "create_lease") or not ranges:
-        yield None
-        return
-    leaser: Any = catalog  # the barrier catalog (MetastoreCatalog leases through the metastore)
-    ttl = seconds if seconds is not None else lease_seconds()
-    holder = f"job {job_id} barrier {plan.barrier}"
-    lease_id = leaser.create_lease(ranges, ttl, holder)
-    renewer = _Renewer(leaser, lease_id, ttl, holder)
-    try:
-        yield lease_id
-    finally:
-        renewer.stop()
-        try:
-            leaser.release_lease(lease_id)
-        except Exception as exc:  # the lease lapses by itself
-            log.warning("%s: releasing input lease %s failed (%s); it lapses in %.0f s", holder, lease_id, exc, ttl)
+
+    def __init__(self, catalog: object, job_id: str, plan: BarrierPlan, *, seconds: float | None = None) -> None:
+        self._catalog = catalog
+        self._plan = plan
+        self._seconds = seconds
+        self.holder = f"job {job_id} barrier {plan.barrier}"
+        #: the lease taken (``None``: not taken, or nothing to lease)
+        self.lease_id: str | None = None
+        self._renewer: _Renewer | None = None
+
+    def take(self) -> str | None:
+        """Lease the barrier's input versions; the lease id, or ``None`` when the catalog has no
+        lease store (plan files) or the plan has no inputs.
+
+        Raises:
+            ExpiredVersionError: an input version was already expired by snapshot expiry (names
+                the table, the barrier and the retention): the job cannot read its epoch.
+        """
+        ranges = input_ranges(self._plan)
+        if not hasattr(self._catalog, "create_lease") or not ranges:
+            return None
+        leaser: Any = self._catalog  # the barrier catalog (MetastoreCatalog leases through the metastore)
+        ttl = self._seconds if self._seconds is not None else lease_seconds()
+        self.lease_id = leaser.create_lease(ranges, ttl, self.holder)
+        self._renewer = _Renewer(leaser, self.lease_id, ttl, self.holder)
+        return self.lease_id
+
+    def stop(self) -> str | None:
+        """Stop renewing; the lease id for the catalog to end (``None``: none taken). Idempotent:
+        a second call returns ``None``."""
+        if self._renewer is not None:
+            self._renewer.stop()
+            self._renewer = None
+        lease_id, self.lease_id = self.lease_id, None
+        return lease_id

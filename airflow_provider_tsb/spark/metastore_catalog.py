@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from airflow_provider_tsb.exceptions import MetastoreError
+from airflow_provider_tsb.metastore.job_runs import record_heartbeat, record_job_timing
+from airflow_provider_tsb.metastore.leases import end_lease
 from airflow_provider_tsb.metastore.records import JobStatus, TsKind
 from airflow_provider_tsb.metastore.retry import call_with_retry
 from airflow_provider_tsb.metastore.store import MetaStore
@@ -247,14 +249,18 @@ class MetastoreCatalog:
 
     def record_job_barrier(
         self, job_id: str, barrier: int, status: str, started_at_ms: int | None = None,
-        finished_at_ms: int | None = None,
+        finished_at_ms: int | None = None, release_lease: str | None = None,
     ) -> None:
-        """Job timing for the delay view; also the job's heartbeat and current barrier."""
+        """Job timing for the delay view, the job's heartbeat and current barrier, and, at the
+        barrier's end, the release of its input lease ``release_lease``: one metastore
+        transaction (a barrier's start and end cost one round trip each)."""
         def record() -> None:
-            self.store.job_runs.record_job_barrier(
-                job_id, barrier, status=status, started_at_ms=started_at_ms, finished_at_ms=finished_at_ms
-            )
-            self.store.job_runs.heartbeat(job_id, status=JobStatus.RUNNING, barrier=barrier)
+            with self.store.core.transaction(write=True) as s:
+                record_heartbeat(s, job_id, status=JobStatus.RUNNING, barrier=barrier)  # first: names an unknown job
+                record_job_timing(s, job_id, barrier, status=status, started_at_ms=started_at_ms,
+                                  finished_at_ms=finished_at_ms)
+                if release_lease is not None:
+                    end_lease(s, release_lease)
 
         self._retry(f"record the timing of job {job_id} at barrier {barrier}", record)
 

@@ -30,3 +30,5 @@ def test_fencing_heartbeats_and_timings(core: MetastoreCore, registry: RegistryM
     assert runs.job_barrier_statuses("count_words", [4, 5]) == {4: "succeeded"}
     with pytest.raises(UnknownJobError):
         runs.heartbeat("nobody")
+    with pytest.raises(UnknownJobError, match="'nobody' is not registered; cannot record its timing at barrier 4"):
+        runs.record_job_barrier("nobody", 4, status="running", started_at_ms=10)

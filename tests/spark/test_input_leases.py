@@ -10,9 +10,11 @@ is committed.
 
 from __future__ import annotations
 
+import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
+from airflow_provider_tsb.exceptions import UnknownJobError
 from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
@@ -51,4 +53,56 @@ def test_running_job_keeps_its_input_versions_under_expiry(spark, tmp_path) -> N
     rows = sorted(zip(*(summary.column(c).to_pylist() for c in ("b", "n", "lo", "hi")), strict=True))
     assert rows == [(b, lw.ROWS, b, b) for b in (1, 2, 3)]  # barrier 3 read its version whole
     assert store.leases.leased_ranges(lw.SNAP) == []  # released after each barrier
+    store.dispose()
+
+
+def test_a_barrier_ends_its_lease_with_its_timing_in_one_transaction(tmp_path) -> None:
+    """The end of a barrier (its timing, the job's heartbeat, the release of its input lease)
+    is one metastore transaction: when the report is refused (the job is unknown), the lease
+    is not ended either; when it is recorded, the lease is gone with it."""
+    url = f"sqlite:///{tmp_path / 'tsb.db'}"
+    store = MetaStore(url)
+    store.migrate()
+    locations = lw.build(store, str(tmp_path / "wh"), consumer=True)
+    lw.write_barrier(store, locations)
+    catalog = MetastoreCatalog(url)
+    lease_id = catalog.create_lease({lw.SNAP: (0, 0)}, 60.0, "job sum_job barrier 1")
+    assert store.leases.leased_ranges(lw.SNAP) == [(0, 0)]
+    with pytest.raises(UnknownJobError, match="no_such_job"):
+        catalog.record_job_barrier("no_such_job", 1, "succeeded", finished_at_ms=5, release_lease=lease_id)
+    assert store.leases.leased_ranges(lw.SNAP) == [(0, 0)]  # rolled back with the refused timing
+    catalog.record_job_barrier("sum_job", 1, "succeeded", finished_at_ms=5, release_lease=lease_id)
+    assert store.leases.leased_ranges(lw.SNAP) == []
+    timing = store.job_runs.job_barriers(["sum_job"], [1])[0]
+    assert (timing.status, timing.finished_at_ms) == ("succeeded", 5)
+    assert store.registry.job("sum_job").current_barrier == 1
+    store.dispose()
+
+
+def test_a_failed_barrier_records_failed_and_ends_its_lease(spark, tmp_path) -> None:
+    """A barrier whose ``process`` raises is recorded FAILED, and its input lease is ended with
+    that report (not left to lapse); the barriers before it stay committed."""
+    url = f"sqlite:///{tmp_path / 'tsb.db'}"
+    store = MetaStore(url)
+    store.migrate()
+    locations = lw.build(store, str(tmp_path / "wh"), consumer=True)
+    for _ in range(2):
+        lw.write_barrier(store, locations)
+
+    def process(ctx):  # noqa: ANN001, ANN202 - the app's process function
+        assert store.leases.leased_ranges(lw.SNAP), "the barrier reads under its input lease"
+        if ctx.barrier == 2:
+            raise RuntimeError("boom at barrier 2")
+        snap = ctx.snapshot(lw.SNAP)
+        return {lw.SUMMARY: snap.groupBy().agg(F.count("*").alias("n")).select(
+            F.lit(ctx.barrier).cast("long").alias("b"), "n", F.lit(0).cast("long").alias("lo"),
+            F.lit(0).cast("long").alias("hi"))}
+
+    app = TsbApp("sum_job", {lw.SNAP: locations[lw.SNAP]}, {lw.SUMMARY: Sink(mode="append")}, process)
+    with pytest.raises(RuntimeError, match="boom at barrier 2"):
+        run_batch(spark, app, MetastoreCatalog(url), {lw.SNAP: locations[lw.SNAP], lw.SUMMARY: locations[lw.SUMMARY]})
+    statuses = store.job_runs.job_barrier_statuses("sum_job", [1, 2])
+    assert statuses == {1: "succeeded", 2: "failed"}
+    assert store.leases.leased_ranges(lw.SNAP) == []
+    assert DeltaTable(locations[lw.SUMMARY]).to_pyarrow_dataset().count_rows() == 1
     store.dispose()
