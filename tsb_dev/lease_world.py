@@ -211,11 +211,9 @@ def role_consumer(cfg: dict[str, Any]) -> dict[str, Any]:
             continue
         idle_since = time.monotonic()
         plan = plans[0]
-        lease = InputLease(catalog, "sum_job", plan) if cfg.get("lease", True) else None
+        lease = InputLease.take(catalog, "sum_job", plan) if cfg.get("lease", True) else None
         try:
             try:
-                if lease is not None:
-                    lease.take()
                 time.sleep(cfg.get("slow", 0.1))  # a slow job: expiry runs while it reads
                 table = scan_to_arrow(open_table(loc[SNAP], plan.inputs[SNAP]))
                 if not check_snap(table, plan.barrier):
@@ -223,9 +221,8 @@ def role_consumer(cfg: dict[str, Any]) -> dict[str, Any]:
                 row = pa.table({"b": pa.array([plan.barrier], pa.int64()), "n": pa.array([table.num_rows], pa.int64())})
                 write_deltalake(loc[SUMMARY], row, mode="append", commit_properties=_tags(plan.barrier, "sum_job"))
             finally:
-                lease_id = lease.stop() if lease is not None else None
-                if lease_id is not None:
-                    catalog.release_lease(lease_id)
+                if lease is not None:
+                    lease.release()
             version = version_of_barrier(loc[SUMMARY], plan.barrier)
             store.table_states.record_written(SUMMARY, plan.barrier, version, "sum_job")
             out["consumed"] += 1

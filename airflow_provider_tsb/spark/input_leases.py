@@ -89,54 +89,62 @@ class _Renewer:
 
 
 class InputLease:
-    """The input lease of one barrier's run (module doc).
+    """The input lease of one barrier's run (module doc), taken by :meth:`take`.
 
-    :meth:`take` leases the versions ``plan`` reads and starts renewing the lease;
-    :meth:`stop` stops renewing and hands the lease id back, for the catalog to end the lease
-    in the same transaction as the barrier's final timing
+    On success :meth:`stop` stops renewing and hands the lease id back, for the catalog to end
+    the lease in the same transaction as the barrier's final timing
     (:meth:`~airflow_provider_tsb.spark.catalog.BarrierCatalog.record_job_barrier`
-    ``release_lease``): a barrier's end costs one metastore round trip, not two. A lease that
-    is never ended (the job died, the metastore was down) lapses by itself after
-    :func:`lease_seconds`.
+    ``release_lease``): a barrier's end costs one metastore round trip, not two. On failure
+    :meth:`release` ends it at once. A lease never ended (the job died, the metastore was
+    down) lapses by itself after its lifetime.
 
     Args:
-        catalog: the job's catalog; only one offering ``create_lease``/``renew_lease`` leases.
-        job_id: the job.
-        plan: the barrier.
-        seconds: the lease lifetime (default: :func:`lease_seconds`).
+        leaser: the catalog holding the lease (``create_lease``/``renew_lease``/``release_lease``).
+        lease_id: the lease.
+        seconds: its lifetime, seconds (renewed every third of it).
+        holder: who holds it, for messages (``job J barrier N``).
     """
 
-    def __init__(self, catalog: object, job_id: str, plan: BarrierPlan, *, seconds: float | None = None) -> None:
-        self._catalog = catalog
-        self._plan = plan
-        self._seconds = seconds
-        self.holder = f"job {job_id} barrier {plan.barrier}"
-        #: the lease taken (``None``: not taken, or nothing to lease)
-        self.lease_id: str | None = None
-        self._renewer: _Renewer | None = None
+    def __init__(self, leaser: Any, lease_id: str, seconds: float, holder: str) -> None:
+        self._leaser = leaser
+        self.lease_id = lease_id
+        self.seconds = seconds
+        self.holder = holder
+        self._renewer: _Renewer | None = _Renewer(leaser, lease_id, seconds, holder)
 
-    def take(self) -> str | None:
-        """Lease the barrier's input versions; the lease id, or ``None`` when the catalog has no
-        lease store (plan files) or the plan has no inputs.
+    @classmethod
+    def take(cls, catalog: object, job_id: str, plan: BarrierPlan, *, seconds: float | None = None
+             ) -> InputLease | None:
+        """Lease the input versions of ``plan`` and start renewing the lease; ``None`` when the
+        catalog has no lease store (plan files) or the plan has no inputs.
+
+        Args:
+            seconds: the lease lifetime (default: :func:`lease_seconds`).
 
         Raises:
             ExpiredVersionError: an input version was already expired by snapshot expiry (names
                 the table, the barrier and the retention): the job cannot read its epoch.
         """
-        ranges = input_ranges(self._plan)
-        if not hasattr(self._catalog, "create_lease") or not ranges:
+        ranges = input_ranges(plan)
+        if not hasattr(catalog, "create_lease") or not ranges:
             return None
-        leaser: Any = self._catalog  # the barrier catalog (MetastoreCatalog leases through the metastore)
-        ttl = self._seconds if self._seconds is not None else lease_seconds()
-        self.lease_id = leaser.create_lease(ranges, ttl, self.holder)
-        self._renewer = _Renewer(leaser, self.lease_id, ttl, self.holder)
-        return self.lease_id
+        leaser: Any = catalog  # the barrier catalog (MetastoreCatalog leases through the metastore)
+        ttl = seconds if seconds is not None else lease_seconds()
+        holder = f"job {job_id} barrier {plan.barrier}"
+        return cls(leaser, leaser.create_lease(ranges, ttl, holder), ttl, holder)
 
-    def stop(self) -> str | None:
-        """Stop renewing; the lease id for the catalog to end (``None``: none taken). Idempotent:
-        a second call returns ``None``."""
+    def stop(self) -> str:
+        """Stop renewing; the lease id, for the catalog to end with the barrier's timing."""
         if self._renewer is not None:
             self._renewer.stop()
             self._renewer = None
-        lease_id, self.lease_id = self.lease_id, None
-        return lease_id
+        return self.lease_id
+
+    def release(self) -> None:
+        """Stop renewing and end the lease now; a failure is logged (the lease lapses by itself)."""
+        self.stop()
+        try:
+            self._leaser.release_lease(self.lease_id)
+        except Exception as exc:
+            log.warning("%s: releasing input lease %s failed (%s); it lapses in %.0f s", self.holder,
+                        self.lease_id, exc, self.seconds)

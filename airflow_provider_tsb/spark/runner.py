@@ -189,35 +189,23 @@ def run_barrier(
         KeyError: ``process`` did not return exactly one DataFrame per sink (see :func:`check_outputs`).
     """
     started = _now_ms()
-    lease = InputLease(catalog, app.job_id, plan)  # taken once the barrier is known to need reading
     with barrier_timer(app.job_id, plan.barrier, before=before):
         if catalog is not None:
             catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.RUNNING, started_at_ms=started)
         try:
             with shared_commit_reads():  # each commit file read once for the barrier
-                results = _run_barrier(spark, app, plan, locations, catalog, lease)
+                results, lease = _run_barrier(spark, app, plan, locations, catalog)
         except BaseException:
-            _record_failure(app, plan, catalog, lease)
+            if catalog is not None:
+                try:
+                    catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.FAILED, finished_at_ms=_now_ms())
+                except Exception:  # the original error matters more than a lost timing
+                    log.warning("job %s: could not record the failure of barrier %s", app.job_id, plan.barrier)
             raise
-        lease_id = lease.stop()
-        if catalog is not None:  # the timing and the lease's end: one catalog call
+        if catalog is not None:  # the timing and the end of the input lease: one catalog call
             catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.SUCCEEDED, finished_at_ms=_now_ms(),
-                                       release_lease=lease_id)
+                                       release_lease=lease.stop() if lease is not None else None)
     return results
-
-
-def _record_failure(app: TsbApp, plan: BarrierPlan, catalog: BarrierCatalog | None, lease: InputLease) -> None:
-    """Record FAILED for the barrier and end its input lease; a lost report is only logged (the
-    original error matters more; the lease lapses by itself)."""
-    lease_id = lease.stop()
-    if catalog is None:
-        return
-    try:
-        catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.FAILED, finished_at_ms=_now_ms(),
-                                   release_lease=lease_id)
-    except Exception:
-        log.warning("job %s: could not record the failure of barrier %s (its input lease %s lapses by itself)",
-                    app.job_id, plan.barrier, lease_id)
 
 
 def _now_ms() -> int:
@@ -230,24 +218,29 @@ def _run_barrier(
     plan: BarrierPlan,
     locations: Mapping[str, str],
     catalog: BarrierCatalog | None,
-    lease: InputLease,
-) -> list[WriteResult]:
+) -> tuple[list[WriteResult], InputLease | None]:
+    """The barrier's work; its results and its input lease, still held (ended on failure)."""
     with phase("delta_log"):
         check_alignment(app, plan, locations)
         logs = {sink: SinkLog.read(locations[sink], app.job_id) for sink in sorted(app.sinks)}
     if all(sink_log.is_committed(plan.barrier) for sink_log in logs.values()):
-        return _skip_committed(app, plan, logs, catalog)
+        return _skip_committed(app, plan, logs, catalog), None
     results: list[WriteResult] = []
     # the epoch's input versions stay out of snapshot expiry while they are read (spark/input_leases.py)
-    lease.take()
-    outputs = app.process(BarrierContext(spark, app, plan, locations, logs))
-    check_outputs(app, outputs)
-    for sink, sink_log in logs.items():
-        target = WriteTarget(sink, locations[sink], app.job_id, plan.barrier, plan.inputs, plan.ts_ms)
-        results.append(write_barrier(spark, outputs[sink], target, app.sinks[sink].options, catalog=catalog,
-                                     log=sink_log))
+    lease = InputLease.take(catalog, app.job_id, plan)
+    try:
+        outputs = app.process(BarrierContext(spark, app, plan, locations, logs))
+        check_outputs(app, outputs)
+        for sink, sink_log in logs.items():
+            target = WriteTarget(sink, locations[sink], app.job_id, plan.barrier, plan.inputs, plan.ts_ms)
+            results.append(write_barrier(spark, outputs[sink], target, app.sinks[sink].options, catalog=catalog,
+                                         log=sink_log))
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
     log.info("job %s: barrier %s done: %s", app.job_id, plan.barrier, results)
-    return results
+    return results, lease
 
 
 def _skip_committed(
