@@ -10,6 +10,8 @@ is committed.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
@@ -23,13 +25,19 @@ from airflow_provider_tsb.spark.runner import run_batch
 from tsb_dev import lease_world as lw
 
 
-def test_running_job_keeps_its_input_versions_under_expiry(spark, tmp_path) -> None:
+def _lease_world(tmp_path: Path, barriers: int) -> tuple[str, MetaStore, dict[str, str]]:
+    """A SQLite metastore with ``tsb_dev.lease_world``'s topology and ``barriers`` barriers."""
     url = f"sqlite:///{tmp_path / 'tsb.db'}"
     store = MetaStore(url)
     store.migrate()
     locations = lw.build(store, str(tmp_path / "wh"), consumer=True)
-    for _ in range(4):
+    for _ in range(barriers):
         lw.write_barrier(store, locations)
+    return url, store, locations
+
+
+def test_running_job_keeps_its_input_versions_under_expiry(spark, tmp_path) -> None:
+    url, store, locations = _lease_world(tmp_path, barriers=4)
     seen: list[tuple[int, list[tuple[int, int]], int]] = []
 
     def process(ctx):  # noqa: ANN001, ANN202 - the app's process function
@@ -60,11 +68,7 @@ def test_a_barrier_ends_its_lease_with_its_timing_in_one_transaction(tmp_path) -
     """The end of a barrier (its timing, the job's heartbeat, the release of its input lease)
     is one metastore transaction: when the report is refused (the job is unknown), the lease
     is not ended either; when it is recorded, the lease is gone with it."""
-    url = f"sqlite:///{tmp_path / 'tsb.db'}"
-    store = MetaStore(url)
-    store.migrate()
-    locations = lw.build(store, str(tmp_path / "wh"), consumer=True)
-    lw.write_barrier(store, locations)
+    url, store, locations = _lease_world(tmp_path, barriers=1)
     catalog = MetastoreCatalog(url)
     lease_id = catalog.create_lease({lw.SNAP: (0, 0)}, 60.0, "job sum_job barrier 1")
     assert store.leases.leased_ranges(lw.SNAP) == [(0, 0)]
@@ -80,14 +84,9 @@ def test_a_barrier_ends_its_lease_with_its_timing_in_one_transaction(tmp_path) -
 
 
 def test_a_failed_barrier_records_failed_and_ends_its_lease(spark, tmp_path) -> None:
-    """A barrier whose ``process`` raises is recorded FAILED, and its input lease is ended with
-    that report (not left to lapse); the barriers before it stay committed."""
-    url = f"sqlite:///{tmp_path / 'tsb.db'}"
-    store = MetaStore(url)
-    store.migrate()
-    locations = lw.build(store, str(tmp_path / "wh"), consumer=True)
-    for _ in range(2):
-        lw.write_barrier(store, locations)
+    """A barrier whose ``process`` raises is recorded FAILED and its input lease is released at
+    once (not left to lapse); the barriers before it stay committed."""
+    url, store, locations = _lease_world(tmp_path, barriers=2)
 
     def process(ctx):  # noqa: ANN001, ANN202 - the app's process function
         assert store.leases.leased_ranges(lw.SNAP), "the barrier reads under its input lease"
