@@ -36,6 +36,7 @@ def _server(args: argparse.Namespace) -> Any:
             **{k: v for k, v in {
                 "port": getattr(args, "port", None), "bind_address": getattr(args, "bind_address", None),
                 "master": getattr(args, "master", None), "driver_memory": getattr(args, "driver_memory", None),
+                "driver_java_options": getattr(args, "driver_java_options", None),
                 "startup_timeout_s": getattr(args, "timeout", None),
             }.items() if v is not None},
             conf=_conf(getattr(args, "conf", None) or []),
@@ -124,6 +125,10 @@ def register(sub: Any) -> None:
     p.add_argument("--bind-address", default=None, help="address to listen on (default 127.0.0.1)")
     p.add_argument("--master", default=None, help="Spark master of the server (default local[*])")
     p.add_argument("--driver-memory", default=None, help="driver heap, e.g. 2g (default)")
+    p.add_argument("--driver-java-options", default=None, metavar="OPTIONS",
+                   help="Java options of the server's JVM (default: the serial collector on a machine of at most 2 "
+                        "processors with a local master, else none; '' for none). Give one option with '=': "
+                        "--driver-java-options=-XX:+UseG1GC")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a Spark property of the server")
     p.add_argument("--timeout", type=float, default=None, help="seconds to wait for it to answer (default 120)")
     p.set_defaults(func=cmd_spark_start)

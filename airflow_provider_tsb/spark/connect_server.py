@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.spark.class_data import DRIVER_JAVA_OPTIONS
 from airflow_provider_tsb.spark.installation import (
     CONNECT_MARKERS,
     SparkInstallationError,
@@ -35,7 +36,7 @@ from airflow_provider_tsb.spark.installation import (
 )
 
 __all__ = ["CONNECT_MARKERS", "ConnectServer", "ConnectServerOptions", "ServerStatus", "SparkServerError",
-           "check_java", "spark_submit"]
+           "check_java", "default_java_options", "server_conf", "spark_submit"]
 
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -69,6 +70,17 @@ SERVER_CONF: dict[str, str] = {
 }
 
 
+#: the server JVM's options when none are given, on a machine of at most
+#: :data:`SMALL_MACHINE_CPUS` processors with a local master: the serial collector. It resizes
+#: the heap to the live data at every collection and keeps no G1 remembered sets, so the
+#: server holds what it uses. A 12-job streaming fan-out/fan-in on the 2-core development
+#: machine (``benchmarks/topology_scale.py --jobs 12 --shapes fan``) peaked at a 0.86 GB server
+#: with it against 1.18-1.54 GB with G1 (the JVM's default there) and 1.41 GB with the parallel
+#: collector, at the same end-to-end delay (docs/benchmarks.md).
+SMALL_MACHINE_JAVA_OPTIONS = "-XX:+UseSerialGC"
+SMALL_MACHINE_CPUS = 2
+#: a Java option that chooses the garbage collector (``-XX:+UseG1GC``, ``-XX:+UseZGC``, ...)
+GC_OPTION = re.compile(r"-XX:\+Use\w+GC\b")
 #: a JVM memory size as ``spark.driver.memory`` takes it (Spark's ``JavaUtils.byteStringAs``)
 JVM_MEMORY = re.compile(r"[1-9][0-9]*([kmgtp]b?)?", re.IGNORECASE)
 
@@ -88,6 +100,10 @@ class ConnectServerOptions:
             default, since the server has no authentication without a token.
         master: Spark master of the server (``local[*]``, or a cluster's ``spark://host:7077``).
         driver_memory: the server driver's heap (``spark.driver.memory``), e.g. ``2g``.
+        driver_java_options: Java options of the server's JVM (spark-submit's
+            ``--driver-java-options``), before any ``spark.driver.extraJavaOptions`` of ``conf``.
+            ``None``: :func:`default_java_options` (the serial collector on a small machine);
+            ``""``: none, the JVM's own defaults.
         conf: more Spark properties; they win over :data:`SERVER_CONF`.
         startup_timeout_s: seconds to wait for the server to answer.
         class_data: map the class-data archive of Spark's driver classes
@@ -98,6 +114,7 @@ class ConnectServerOptions:
     bind_address: str = "127.0.0.1"
     master: str = "local[*]"
     driver_memory: str = "2g"
+    driver_java_options: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 120.0
     class_data: bool = True
@@ -107,8 +124,9 @@ class ConnectServerOptions:
 
         Raises:
             SparkServerError: a port outside 1-65535, a heap size that is not a JVM memory size
-                (``768m``, ``2g``; Spark's ``spark.driver.memory`` syntax), or a startup timeout
-                that is not a positive number of seconds.
+                (``768m``, ``2g``; Spark's ``spark.driver.memory`` syntax), Java options that are
+                not options (each word starts with ``-``), or a startup timeout that is not a
+                positive number of seconds.
         """
         if not (isinstance(self.port, int) and 0 < self.port < 65536):
             raise SparkServerError(f"--port {self.port!r}: a TCP port is a number from 1 to 65535")
@@ -116,6 +134,11 @@ class ConnectServerOptions:
             raise SparkServerError(
                 f"--driver-memory {self.driver_memory!r}: the server's heap is a JVM memory size, a number "
                 "with an optional unit k, m, g or t (e.g. 768m or 2g; a bare number is MiB)"
+            )
+        if self.driver_java_options and not all(w.startswith("-") for w in self.driver_java_options.split()):
+            raise SparkServerError(
+                f"--driver-java-options {self.driver_java_options!r}: Java options are words that start "
+                "with '-', e.g. '-XX:+UseG1GC' (a Spark property goes in --conf KEY=VALUE)"
             )
         if not 0 < self.startup_timeout_s < float("inf"):
             raise SparkServerError(f"--timeout {self.startup_timeout_s!r}: a number of seconds > 0")
@@ -139,6 +162,38 @@ class ServerStatus:
     master: str | None = None
     log: str | None = None
     message: str = ""
+
+
+def default_java_options(master: str, cpus: int | None = None) -> str:
+    """The server JVM's Java options when none are given: :data:`SMALL_MACHINE_JAVA_OPTIONS`
+    (the serial collector) when ``master`` runs its executors inside the server (``local``,
+    ``local[N]``, ``local[*]``) on a machine of at most :data:`SMALL_MACHINE_CPUS` processors
+    (``cpus``, default ``os.cpu_count()``), else ``""`` (the JVM chooses: G1 on a larger machine,
+    whose collections then run on several cores).
+
+    Example:
+        >>> default_java_options("local[*]", cpus=2), default_java_options("local[*]", cpus=16)
+        ('-XX:+UseSerialGC', '')
+    """
+    cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+    local = master == "local" or master.startswith("local[")
+    return SMALL_MACHINE_JAVA_OPTIONS if local and cpus <= SMALL_MACHINE_CPUS else ""
+
+
+def server_conf(options: ConnectServerOptions) -> dict[str, str]:
+    """The Spark properties the server starts with: :data:`SERVER_CONF`, its address, then
+    ``options.conf``; ``options.driver_java_options`` (or :func:`default_java_options`) go first
+    in ``spark.driver.extraJavaOptions``. A default collector is left out when the conf's own Java
+    options choose one (the JVM refuses two)."""
+    conf = {**SERVER_CONF, "spark.connect.grpc.binding.port": str(options.port),
+            "spark.connect.grpc.binding.address": options.bind_address, **dict(options.conf)}
+    own = conf.get(DRIVER_JAVA_OPTIONS, "").strip()
+    java = options.driver_java_options
+    if java is None:
+        java = "" if GC_OPTION.search(own) else default_java_options(options.master)
+    if java.strip():
+        conf[DRIVER_JAVA_OPTIONS] = f"{java.strip()} {own}".strip()
+    return conf
 
 
 def default_home() -> Path:
@@ -231,8 +286,7 @@ class ConnectServer:
     def command(self) -> list[str]:
         """The ``spark-submit`` command line of the server."""
         opts = self.options
-        conf = {**SERVER_CONF, "spark.connect.grpc.binding.port": str(opts.port),
-                "spark.connect.grpc.binding.address": opts.bind_address, **dict(opts.conf)}
+        conf = server_conf(opts)
         if opts.class_data:
             from airflow_provider_tsb.spark.class_data import ClassDataArchive, with_class_data
 

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions, SparkServerError
+from airflow_provider_tsb.spark.connect_server import (
+    ConnectServer,
+    ConnectServerOptions,
+    SparkServerError,
+    default_java_options,
+    server_conf,
+)
 from tsb_dev.local_airflow import free_port
 
 
@@ -52,6 +58,10 @@ def test_start_status_health_idempotence_and_stop(tmp_path: Path) -> None:
     status = json.loads(tsb("status", "--home", str(home), "--format", "json").stdout)
     assert status["state"] == "running" and status["port"] == port and status["master"] == "local[1]"
     pid = status["pid"]
+    jvm_args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    chosen = default_java_options("local[1]").split()  # the serial collector on this machine of <= 2 CPUs
+    assert all(option in jvm_args for option in chosen), (chosen, jvm_args)
+    assert ("-XX:+UseSerialGC" in jvm_args) == ((os.cpu_count() or 1) <= 2)
 
     client = SparkSession.builder.remote(status["url"]).create()
     assert client.range(10).count() == 10
@@ -110,6 +120,7 @@ def test_bad_conf_is_a_usage_error(tmp_path: Path) -> None:
     (("--port", "99999"), "--port 99999: a TCP port is a number from 1 to 65535"),
     (("--driver-memory", "12zz"), "--driver-memory '12zz': the server's heap is a JVM memory size"),
     (("--timeout", "0"), "--timeout 0.0: a number of seconds > 0"),
+    (("--driver-java-options", "UseG1GC"), "--driver-java-options 'UseG1GC': Java options are words that start with"),
 ])
 def test_bad_options_are_named_before_a_jvm_starts(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     out = tsb("start", "--home", str(tmp_path), *args)
@@ -127,3 +138,23 @@ def test_a_failed_start_names_its_cause_from_its_own_log_lines(tmp_path: Path) -
     assert "SparkException: Master must either be yarn or start with spark, k8s, or local" in first, out.stderr
     assert "a line of an earlier start" not in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "server.json").exists()
+
+
+def test_the_server_jvm_gets_the_serial_collector_on_a_small_local_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default Java options follow the machine and the master; given options, and a collector
+    chosen in the conf's own Java options, win (the JVM refuses two collectors)."""
+    assert default_java_options("local[*]", cpus=2) == "-XX:+UseSerialGC"
+    assert default_java_options("local", cpus=1) == "-XX:+UseSerialGC"
+    assert default_java_options("local[*]", cpus=8) == ""
+    assert default_java_options("spark://spark-master:7077", cpus=2) == ""  # the work runs on executors
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    java = "spark.driver.extraJavaOptions"
+    assert server_conf(ConnectServerOptions())[java] == "-XX:+UseSerialGC"
+    assert server_conf(ConnectServerOptions(conf={java: "-Dx=1"}))[java] == "-XX:+UseSerialGC -Dx=1"
+    assert server_conf(ConnectServerOptions(conf={java: "-XX:+UseZGC -Dx=1"}))[java] == "-XX:+UseZGC -Dx=1"
+    assert java not in server_conf(ConnectServerOptions(driver_java_options=""))
+    given = ConnectServerOptions(driver_java_options="-XX:+UseG1GC -XX:MaxGCPauseMillis=50", conf={java: "-Dx=1"})
+    assert server_conf(given)[java] == "-XX:+UseG1GC -XX:MaxGCPauseMillis=50 -Dx=1"
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert java not in server_conf(ConnectServerOptions())
