@@ -134,7 +134,7 @@ class TableStateManager:
         attempt: str | None = None,
         fencing_token: int | None = None,
         figures: TableFigures | None = None,
-    ) -> None:
+    ) -> bool:
         """Mark barrier ``barrier`` WRITTEN in ``table`` at Delta ``version``. Idempotent.
 
         The live-file figures of ``version`` are recorded with it (issue 25 item 4): ``figures``,
@@ -145,6 +145,11 @@ class TableStateManager:
                 its staged directory is now the table's and is not withdrawn with the manifest.
             fencing_token: as :meth:`record_processed` (requires ``job_id``).
             figures: the live data files at ``version`` and their bytes (default: the commit's).
+
+        Returns:
+            Whether withdrawn attempt directories of ``table`` are waiting for deletion (due or
+            not; :meth:`due_withdrawn_staging`), read in the same transaction, so that a writer
+            asks for the due ones only when there are any.
 
         Raises:
             FencedError: a newer attempt of ``job_id`` started.
@@ -159,9 +164,8 @@ class TableStateManager:
         with self._core.transaction(write=True) as s:
             if fencing_token is not None and job_id is not None:
                 check_fencing_token(s, job_id, fencing_token, barrier, f"report {table} WRITTEN")
-            table_id = table_id_of(s, table)
-            _check_generated(s, table, table_id, barrier)
-            location = s.scalar(select(TableRow.location).where(TableRow.id == table_id))
+            table_id, location, topology = _table_row(s, table)
+            _check_generated(s, table, topology, barrier)
             if check_version_in_log(normalize_table_name(table), location, version, barrier) and figures is None:
                 from airflow_provider_tsb.delta import integrity, log  # deltalake: not at DAG parse time
                 figures = integrity.recorded_figures(log.commit_info(location, version))
@@ -178,6 +182,9 @@ class TableStateManager:
                 _commit_processed(s, table_id, row, version, ts, job_id, inputs, attempt)
             if figures is not None and row.file_count is None:
                 row.file_count, row.size_bytes = figures.files, figures.size_bytes
+            s.flush()
+            waiting = select(WithdrawnStagingRow.path).where(WithdrawnStagingRow.table_id == table_id).limit(1)
+            return s.scalar(waiting) is not None
 
     def record_figures(self, barrier: int, figures: Mapping[str, tuple[int, TableFigures]]) -> int:
         """Record ``figures`` ({table: (Delta version, its live-file figures)}) on the WRITTEN rows
@@ -458,9 +465,22 @@ def _checked_version(table: str, barrier: int, version: int) -> int:
     return version
 
 
-def _check_generated(s: Session, table: str, table_id: int, barrier: int) -> None:
-    """UnknownBarrierError unless ``barrier`` was generated for the topology of ``table``."""
-    topology = s.scalar(select(TableRow.topology).where(TableRow.id == table_id))
+def _table_row(s: Session, table: str) -> tuple[int, str, str]:
+    """``(id, location, topology)`` of registered table ``table``, in one query.
+
+    Raises:
+        UnknownTableError: the table is not registered (as :func:`table_id_of`).
+    """
+    row = s.execute(select(TableRow.id, TableRow.location, TableRow.topology)
+                    .where(TableRow.name == normalize_table_name(table))).first()
+    if row is None:
+        table_id_of(s, table)  # raises the registry's error
+    assert row is not None
+    return int(row.id), str(row.location), str(row.topology)
+
+
+def _check_generated(s: Session, table: str, topology: str, barrier: int) -> None:
+    """UnknownBarrierError unless ``barrier`` was generated for ``topology``, that of ``table``."""
     generated = s.scalar(
         select(BarrierRow.barrier_id).where(
             BarrierRow.topology == topology, BarrierRow.barrier_id == barrier

@@ -76,6 +76,8 @@ class MetastoreCatalog:
         self._tokens: dict[str, int] = {}
         self._previous_sessions: dict[str, str | None] = {}
         self._ahead: set[str] = set()
+        #: table -> whether withdrawn attempt directories waited at its last WRITTEN report
+        self._withdrawn_waiting: dict[str, bool] = {}
 
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
         """``fn()`` against the metastore, riding out an outage (module doc)."""
@@ -140,7 +142,10 @@ class MetastoreCatalog:
                            lambda: self.store.table_states.held_staging(table, barrier, grace_s))
 
     def due_withdrawn_staging(self, table: str, grace_s: float) -> list[tuple[str, int]]:
-        """See ``store.table_states.due_withdrawn_staging``."""
+        """See ``store.table_states.due_withdrawn_staging``; no query when this process's last
+        WRITTEN report of ``table`` found no withdrawn directory waiting (:meth:`record_written`)."""
+        if not self._withdrawn_waiting.get(table, True):
+            return []
         return self._retry(f"read the withdrawn staging of {table}",
                            lambda: self.store.table_states.due_withdrawn_staging(table, grace_s))
 
@@ -231,10 +236,12 @@ class MetastoreCatalog:
     def record_written(
         self, table: str, barrier: int, version: int, job_id: str, attempt: str | None = None
     ) -> None:
-        """WRITTEN at Delta ``version`` (idempotent); ``attempt``: the committed attempt id."""
-        self._retry(f"record WRITTEN of {table} at barrier {barrier}", lambda: self.store.table_states.record_written(
-            table, barrier, version, job_id, attempt=attempt, fencing_token=self._tokens.get(job_id)
-        ))
+        """WRITTEN at Delta ``version`` (idempotent); ``attempt``: the committed attempt id.
+        Remembers whether withdrawn directories of ``table`` wait for deletion (same transaction),
+        so that :meth:`due_withdrawn_staging` right after asks only when some do."""
+        self._withdrawn_waiting[table] = self._retry(
+            f"record WRITTEN of {table} at barrier {barrier}", lambda: self.store.table_states.record_written(
+                table, barrier, version, job_id, attempt=attempt, fencing_token=self._tokens.get(job_id)))
 
     def heartbeat(self, job_id: str) -> None:
         """Job liveness for the stale-job view."""

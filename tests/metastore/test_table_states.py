@@ -57,6 +57,18 @@ def test_withdrawn_staging_is_held_then_due_then_forgotten(states: TableStateMan
     assert states.due_withdrawn_staging(COUNTS, grace_s=0) == []
 
 
+def test_written_tells_whether_withdrawn_staging_waits(states: TableStateManager) -> None:
+    """The WRITTEN report says whether withdrawn directories wait, so a writer asks for the due
+    ones only then: the committed attempt's directory is the table's, the other is withdrawn."""
+    assert states.record_written(COUNTS, 1, 0, "count_words") is False
+    two_attempts = {"mode": "append", "files": ["_tsb_staging/b2-a1/p.parquet", "_tsb_staging/b2-a2/p.parquet"]}
+    states.record_processed(COUNTS, 2, "count_words", two_attempts)
+    assert states.record_written(COUNTS, 2, 1, "count_words", attempt="b2-a2") is True
+    assert states.due_withdrawn_staging(COUNTS, grace_s=0) == [("_tsb_staging/b2-a1", 2)]
+    states.forget_withdrawn_staging(COUNTS, ["_tsb_staging/b2-a1"])
+    assert states.record_written(COUNTS, 2, 1, "count_words") is False  # idempotent, nothing waits now
+
+
 def test_rollback_forgets_the_states_above(states: TableStateManager) -> None:
     for barrier in (1, 2, 3):
         states.record_written(COUNTS, barrier, barrier - 1, "count_words")
