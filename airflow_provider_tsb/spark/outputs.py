@@ -8,10 +8,6 @@ only the files that hold an affected key (their ``remove`` actions and the new f
 actions in the barrier's commit; see :mod:`airflow_provider_tsb.spark.outputs_merge`). A merge
 without ``delete_when`` writes its output first and checks its keys on the written files
 (:func:`_stage_upserts`), so it costs the output one Spark job, as an append does.
-An existing unpartitioned table's output is written first, as it is, and kept when its files'
-footers show the table's own columns and types (:func:`_write_as_is`: on Spark Connect, asking
-for a plan's schema is a round trip in which the server analyzes the whole plan); otherwise,
-and for new tables, the output is checked and aligned to the table before it is written.
 Partitioned sinks (``partition_by``) are written as Hive-style ``col=value/`` directories under
 the attempt directory and committed with their partition values. A barrier's output may add
 nullable columns (schema evolution, :mod:`airflow_provider_tsb.spark.outputs_schema`). With
@@ -27,7 +23,6 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-import pyarrow.fs as pafs
 from deltalake import Schema as DeltaSchema
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -59,9 +54,7 @@ from airflow_provider_tsb.spark.outputs_schema import (
     align_to_table,
     check_partition_columns,
     evolve_schema,
-    is_table_layout,
     nullable_schema,
-    written_schema,
 )
 from airflow_provider_tsb.spark.outputs_staging import (
     STAGING_DIR,
@@ -121,13 +114,15 @@ def stage_output(
             committed; an upserts-only merge's written files are deleted).
         ValueError: a ``delete_when`` Spark cannot resolve on the output.
     """
-    written = _write_as_is(df, target, options, log, rel_dir)
-    if written is None:
-        _check_named_columns(df, target, options)
+    columns = df.columns  # one schema request (a Spark Connect round trip)
+    missing = [c for c in [*options.keys, *options.partition_by] if c not in columns]
+    if missing:
+        raise SchemaChangeError(
+            f"table {target.table}, barrier {target.barrier}: the output has no column(s) {missing} named in the "
+            f"sink's keys / partition_by (output columns: {columns})"
+        )
     if options.mode == "merge" and not options.delete_when:
-        files, schema, removed = _stage_upserts(spark, df, target, options, log, rel_dir, written)
-    elif written is not None:
-        (files, schema), removed = written, []
+        files, schema, removed = _stage_upserts(spark, df, target, options, log, rel_dir)
     else:
         out, schema, removed, cached = _shape_output(spark, df, target, options, log)
         files = _write(out, target, options, log, rel_dir, cached=cached)
@@ -135,68 +130,6 @@ def stage_output(
         adds, gone = _compact(spark, log, rel_dir, schema, options, removed, files)
         files, removed = files + adds, removed + gone
     return Staged(files, schema, removed)
-
-
-#: barriers of a sink that take the checked path after its output missed the table's layout
-#: once (an output that needs a cast every barrier would otherwise be written twice each time)
-CHECKED_AFTER_MISS = 16
-#: table location -> checked barriers left, in this process (:func:`_write_as_is`)
-_checked_barriers_left: dict[str, int] = {}
-
-
-def _check_named_columns(df: DataFrame, target: WriteTarget, options: WriteOptions) -> None:
-    """Refuse an output without a column the sink's keys or ``partition_by`` name (one schema
-    request: a Spark Connect round trip).
-
-    Raises:
-        SchemaChangeError: names the table, the barrier, the missing columns and the output's.
-    """
-    columns = df.columns
-    missing = [c for c in [*options.keys, *options.partition_by] if c not in columns]
-    if missing:
-        raise SchemaChangeError(
-            f"table {target.table}, barrier {target.barrier}: the output has no column(s) {missing} named in the "
-            f"sink's keys / partition_by (output columns: {columns})"
-        )
-
-
-def _write_as_is(
-    df: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog, rel_dir: str,
-) -> tuple[list[StagedFile], StructType] | None:
-    """Write ``df`` as it is, before asking Spark for its schema, and keep the files when their
-    footers show the table's own layout (:func:`is_table_layout`): the written files and the
-    table's schema after the barrier. Most barriers of a running topology write exactly the
-    table's columns, and Spark Connect analyzes a plan on every schema request (the whole
-    plan and the listing of its input files), so this saves the output one analysis.
-
-    ``None`` (nothing kept, the attempt directory deleted) for what needs the checked path
-    (:func:`_aligned`: casts, new columns, clear errors): a new table, a partitioned sink or
-    table, a merge with ``delete_when``, a key the table lacks, an output with other columns or types,
-    one that wrote no file, or a plan Spark cannot analyze (the checked path reports its error).
-    """
-    if log.table is None or options.partition_by or (options.mode == "merge" and options.delete_when):
-        return None
-    if log.table.metadata().partition_columns:  # a changed partition_by is refused by the checked path
-        return None
-    location = normalize_location(log.location)
-    if _checked_barriers_left.get(location, 0) > 0:
-        _checked_barriers_left[location] -= 1
-        return None
-    table_schema = spark_schema(log.table)
-    if any(k not in table_schema.fieldNames() for k in options.keys):
-        return None
-    fs, root = filesystem(log.location)
-    try:
-        files = _write(df, target, options, log, rel_dir)
-    except AnalysisException:
-        files = []
-    schema = written_schema(fs, f"{root}/{files[0].path}") if files else None
-    if schema is not None and is_table_layout(schema, table_schema):
-        return files, nullable_schema(table_schema) if options.mode == "overwrite" else table_schema
-    if fs.get_file_info(f"{root}/{rel_dir}").type == pafs.FileType.Directory:
-        fs.delete_dir(f"{root}/{rel_dir}")
-    _checked_barriers_left[location] = CHECKED_AFTER_MISS
-    return None
 
 
 def _write(
@@ -244,20 +177,15 @@ def _aligned(
 
 def _stage_upserts(
     spark: SparkSession, df: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog, rel_dir: str,
-    written: tuple[list[StagedFile], StructType] | None = None,
 ) -> tuple[list[StagedFile], StructType, list[RemovedFile]]:
     """A merge without ``delete_when``, in one pass over the output: the executors write it
-    straight from its plan (no cache, no separate action before; ``written``: already written
-    by :func:`_write_as_is`), then its keys are checked for uniqueness on the written files
-    (:func:`_check_staged_keys`; a duplicate deletes the attempt directory before anything is
-    reported or committed), and the table's files holding one of its keys are found
-    (:func:`affected_files`: on the driver when the keys are few) and their other rows written
-    next to it (a second write, only when such files exist)."""
-    if written is None:
-        out, schema = _aligned(spark, df, target, options, log)
-        files = _write(out, target, options, log, rel_dir)
-    else:
-        files, schema = written
+    straight from its plan (no cache, no separate action before), then its keys are checked
+    for uniqueness on the written files (:func:`_check_staged_keys`; a duplicate deletes the
+    attempt directory before anything is reported or committed), and the table's files holding
+    one of its keys are found (:func:`affected_files`: on the driver when the keys are few) and
+    their other rows written next to it (a second write, only when such files exist)."""
+    out, schema = _aligned(spark, df, target, options, log)
+    files = _write(out, target, options, log, rel_dir)
     summary = _check_staged_keys(spark, files, schema, target, options, log, rel_dir)
     if log.table is None:
         return files, schema, []

@@ -2,7 +2,7 @@
 
 A barrier's output may add columns to its sink table (additive schema evolution, Delta protocol
 "Schema Serialization Format": a ``metaData`` action with the new ``schemaString``). Rules, checked
-on the driver before anything is reported or committed:
+on the driver before anything is written:
 
 * a column of the table missing from the output is refused (a dropped column);
 * a column whose type differs is refused unless the output's type widens losslessly to the
@@ -14,20 +14,12 @@ on the driver before anything is reported or committed:
 
 Refusals raise :class:`SchemaChangeError` naming the table, the barrier, the column and what to do.
 Partition columns are fixed at creation: :func:`check_partition_columns`.
-
-The schema of files already written is read from their footers: Spark stores the written rows'
-Spark schema in each Parquet file's key-value metadata (:data:`SPARK_ROW_METADATA`), which is
-how a write checks its output after the fact without asking Spark for the plan's schema first
-(:func:`written_schema`, :func:`is_table_layout`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -54,16 +46,10 @@ _WIDENS_TO: dict[type[DataType], tuple[type[DataType], ...]] = {
 }
 
 
-#: Parquet key-value metadata in which Spark's writer stores the written rows' schema (JSON);
-#: Spark's ``ParquetWriteSupport.SPARK_ROW_SCHEMA``
-SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
-
-
 class SchemaChangeError(ValueError):
     """A barrier's output changes its sink table's schema in a way Delta readers cannot follow
     (a dropped column, a changed type, a new non-nullable column) or changes its partition
-    columns. Raised before anything is reported or committed; files an attempt wrote before the
-    check are deleted."""
+    columns. Raised before any file is written or committed."""
 
 
 def nullable_schema(schema: StructType) -> StructType:
@@ -184,23 +170,4 @@ def with_columns_of(df: DataFrame, schema: StructType) -> DataFrame:
     have = set(df.columns)
     return df.select(
         *[F.col(f.name) if f.name in have else F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields]
-    )
-
-
-def written_schema(fs: pafs.FileSystem, path: str) -> StructType | None:
-    """The Spark schema of the rows in a Parquet file Spark wrote (its footer's
-    :data:`SPARK_ROW_METADATA`; one footer read), or ``None`` when the file has none (not
-    written by Spark). Partition columns of a ``partitionBy`` write are not in it."""
-    with fs.open_input_file(path) as handle:
-        metadata = pq.ParquetFile(handle).metadata.metadata or {}
-    raw = metadata.get(SPARK_ROW_METADATA)
-    return StructType.fromJson(json.loads(raw)) if raw else None
-
-
-def is_table_layout(written: StructType, table_schema: StructType) -> bool:
-    """Whether rows of schema ``written`` are already what :func:`align_to_table` makes of them
-    for a table of ``table_schema`` when :func:`evolve_schema` adds nothing: the same column
-    names in the same order with equal types (top-level nullability aside, as there)."""
-    return written.fieldNames() == table_schema.fieldNames() and all(
-        w.dataType == t.dataType for w, t in zip(written.fields, table_schema.fields, strict=True)
     )
