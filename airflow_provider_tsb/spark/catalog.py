@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from airflow_provider_tsb.delta.barriers import root_version, versions_of_barriers
 from airflow_provider_tsb.exceptions import UnknownBarrierError
@@ -51,6 +51,9 @@ from airflow_provider_tsb.spark.plans import (
     GeneratedBarrier,
     plan_pending_barriers,
 )
+
+if TYPE_CHECKING:
+    from airflow_provider_tsb.spark.input_leases import LeaseRequest
 
 PLAN_FORMAT = "tsb-plan/1"
 REPORT_FORMAT = "tsb-report/2"
@@ -96,12 +99,21 @@ class BarrierCatalog(Protocol):
     def record_job_barrier(
         self, job_id: str, barrier: int, status: str, started_at_ms: int | None = None,
         finished_at_ms: int | None = None, release_lease: str | None = None,
-    ) -> None:
+        take_lease: LeaseRequest | None = None,
+    ) -> str | None:
         """Record the job's timing for ``barrier`` (``running`` / ``succeeded`` / ``failed``, epoch ms).
 
-        ``release_lease``: the barrier's input lease, ended with the report (given only by a
-        catalog that leases, i.e. offers ``create_lease``; see
-        :mod:`airflow_provider_tsb.spark.input_leases`)."""
+        ``take_lease`` (at the barrier's start) and ``release_lease`` (at its end): the barrier's
+        input lease, taken or ended with the report (given only to a catalog that leases, i.e.
+        offers ``create_lease``; see :mod:`airflow_provider_tsb.spark.input_leases`).
+
+        Returns:
+            The id of the lease taken for ``take_lease``, else ``None``.
+
+        Raises:
+            ExpiredVersionError: ``take_lease`` pins a version snapshot expiry removed (nothing
+                is recorded).
+        """
         ...
 
     def final_barrier(self, job_id: str, since_ms: int | None = None) -> int | None:
@@ -346,11 +358,13 @@ class PlanFileCatalog:
     def record_job_barrier(
         self, job_id: str, barrier: int, status: str, started_at_ms: int | None = None,
         finished_at_ms: int | None = None, release_lease: str | None = None,
-    ) -> None:
+        take_lease: LeaseRequest | None = None,
+    ) -> str | None:
         """See :meth:`BarrierCatalog.record_job_barrier`; kept in the report's ``jobs`` list (a
-        plan file holds no leases: ``release_lease`` is always ``None`` here)."""
+        plan file holds no leases: ``take_lease`` and ``release_lease`` are always ``None`` here)."""
         self._append_report({"kind": "job", "job_id": job_id, "barrier": barrier, "status": status,
                              "started_at": started_at_ms, "finished_at": finished_at_ms})
+        return None
 
 
 def read_report(path: str) -> dict[str, Any]:

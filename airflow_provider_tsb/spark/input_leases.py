@@ -8,7 +8,10 @@ While a job processes barrier ``n`` it reads each input's changes in the epoch
 streaming micro-batch go through :func:`airflow_provider_tsb.spark.runner.run_barrier`, which
 holds it. The lease is short (:data:`DEFAULT_LEASE_SECONDS`) and renewed by a daemon thread
 every third of it, so a job that crashes leaves a lease that lapses by itself; it is released
-when the barrier is done, in the metastore transaction that records the barrier's end.
+when the barrier is done, in the metastore transaction that records the barrier's end. It is
+taken in the transaction that records the barrier's start
+(``record_job_barrier(..., take_lease=LeaseRequest(...))``), so a barrier's run costs the
+lease no round trip of its own.
 Apache Paimon's consumers do the same for running readers (apache/paimon#5819).
 
 Only the metastore catalog leases (a plan-file catalog has no lease store): a catalog leases
@@ -23,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_tsb.spark.plans import BarrierPlan
@@ -61,6 +65,21 @@ def lease_seconds() -> float:
     if not 0 < seconds < 10 * 365 * 86400:
         raise ValueError(f"{LEASE_SECONDS_ENV}={raw!r}: give the input lease lifetime in seconds, > 0")
     return seconds
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    """The input lease a barrier's run asks for (:meth:`InputLease.request`).
+
+    Attributes:
+        ranges: ``{input table: (from, to)}`` closed Delta version ranges (:func:`input_ranges`).
+        seconds: the lease lifetime, seconds.
+        holder: who holds it, for messages (``job J barrier N``).
+    """
+
+    ranges: dict[str, tuple[int, int]]
+    seconds: float
+    holder: str
 
 
 class _Renewer:
@@ -112,6 +131,27 @@ class InputLease:
         self.holder = holder
         self._renewer: _Renewer | None = _Renewer(leaser, lease_id, seconds, holder)
 
+    @staticmethod
+    def request(catalog: object, job_id: str, plan: BarrierPlan, *, seconds: float | None = None
+                ) -> LeaseRequest | None:
+        """The lease barrier ``plan`` needs, or ``None`` when the catalog has no lease store (plan
+        files) or the plan has no inputs.
+
+        Raises:
+            ValueError: ``$TSB_INPUT_LEASE_SECONDS`` is not a positive number of seconds.
+        """
+        ranges = input_ranges(plan)
+        if not hasattr(catalog, "create_lease") or not ranges:
+            return None
+        ttl = seconds if seconds is not None else lease_seconds()
+        return LeaseRequest(ranges, ttl, f"job {job_id} barrier {plan.barrier}")
+
+    @classmethod
+    def held(cls, catalog: object, lease_id: str, request: LeaseRequest) -> InputLease:
+        """The lease ``lease_id`` the catalog took for ``request`` (with the barrier's start),
+        renewed from now on."""
+        return cls(catalog, lease_id, request.seconds, request.holder)
+
     @classmethod
     def take(cls, catalog: object, job_id: str, plan: BarrierPlan, *, seconds: float | None = None
              ) -> InputLease | None:
@@ -125,13 +165,11 @@ class InputLease:
             ExpiredVersionError: an input version was already expired by snapshot expiry (names
                 the table, the barrier and the retention): the job cannot read its epoch.
         """
-        ranges = input_ranges(plan)
-        if not hasattr(catalog, "create_lease") or not ranges:
+        wanted = cls.request(catalog, job_id, plan, seconds=seconds)
+        if wanted is None:
             return None
         leaser: Any = catalog  # the barrier catalog (MetastoreCatalog leases through the metastore)
-        ttl = seconds if seconds is not None else lease_seconds()
-        holder = f"job {job_id} barrier {plan.barrier}"
-        return cls(leaser, leaser.create_lease(ranges, ttl, holder), ttl, holder)
+        return cls.held(catalog, leaser.create_lease(wanted.ranges, wanted.seconds, wanted.holder), wanted)
 
     def stop(self) -> str:
         """Stop renewing; the lease id, for the catalog to end with the barrier's timing."""

@@ -22,13 +22,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from airflow_provider_tsb.exceptions import MetastoreError
+from airflow_provider_tsb.metastore.base import table_id_of
 from airflow_provider_tsb.metastore.job_runs import record_heartbeat, record_job_timing
-from airflow_provider_tsb.metastore.leases import end_lease
+from airflow_provider_tsb.metastore.leases import end_lease, lease_versions
 from airflow_provider_tsb.metastore.records import JobStatus, TsKind
 from airflow_provider_tsb.metastore.retry import call_with_retry
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.spark.catalog import register_catalog_kind
+from airflow_provider_tsb.spark.input_leases import LeaseRequest
 from airflow_provider_tsb.spark.plans import BarrierPlan, GeneratedBarrier, plan_pending_barriers
 from airflow_provider_tsb.spark.timing import phase
 
@@ -257,19 +259,29 @@ class MetastoreCatalog:
     def record_job_barrier(
         self, job_id: str, barrier: int, status: str, started_at_ms: int | None = None,
         finished_at_ms: int | None = None, release_lease: str | None = None,
-    ) -> None:
-        """Job timing for the delay view, the job's heartbeat and current barrier, and, at the
-        barrier's end, the release of its input lease ``release_lease``: one metastore
-        transaction (a barrier's start and end cost one round trip each)."""
-        def record() -> None:
+        take_lease: LeaseRequest | None = None,
+    ) -> str | None:
+        """Job timing for the delay view, the job's heartbeat and current barrier and, at the
+        barrier's start, its input lease ``take_lease`` (``store.leases.create_lease``'s rules)
+        or, at its end, the release of ``release_lease``: one metastore transaction (a
+        barrier's start and end cost one round trip each). Returns the id of the lease taken.
+
+        Raises:
+            ExpiredVersionError: ``take_lease`` pins an expired version (nothing is recorded).
+        """
+        def record() -> str | None:
             with self.store.core.transaction(write=True) as s:
                 record_heartbeat(s, job_id, status=JobStatus.RUNNING, barrier=barrier)  # first: names an unknown job
                 record_job_timing(s, job_id, barrier, status=status, started_at_ms=started_at_ms,
                                   finished_at_ms=finished_at_ms)
                 if release_lease is not None:
                     end_lease(s, release_lease)
+                if take_lease is None:
+                    return None
+                ids = {table_id_of(s, name): pinned for name, pinned in take_lease.ranges.items()}
+                return lease_versions(s, ids, take_lease.seconds, take_lease.holder)[0]
 
-        self._retry(f"record the timing of job {job_id} at barrier {barrier}", record)
+        return self._retry(f"record the timing of job {job_id} at barrier {barrier}", record)
 
     def create_lease(self, ranges: Mapping[str, tuple[int, int]], seconds: float, holder: str) -> str:
         """Lease ``{table: (from_version, to_version)}`` for ``seconds``; returns the lease id

@@ -190,17 +190,13 @@ def run_barrier(
     """
     started = _now_ms()
     with barrier_timer(app.job_id, plan.barrier, before=before):
-        if catalog is not None:
-            catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.RUNNING, started_at_ms=started)
+        lease: InputLease | None = None
         try:
+            lease = _start(catalog, app.job_id, plan, started)
             with shared_commit_reads():  # each commit file read once for the barrier
-                results, lease = _run_barrier(spark, app, plan, locations, catalog)
+                results = _run_barrier(spark, app, plan, locations, catalog)
         except BaseException:
-            if catalog is not None:
-                try:
-                    catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.FAILED, finished_at_ms=_now_ms())
-                except Exception:  # the original error matters more than a lost timing
-                    log.warning("job %s: could not record the failure of barrier %s", app.job_id, plan.barrier)
+            _record_failure(catalog, app.job_id, plan.barrier, lease)
             raise
         if catalog is not None:  # the timing and the end of the input lease: one catalog call
             catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.SUCCEEDED, finished_at_ms=_now_ms(),
@@ -212,35 +208,55 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _record_failure(catalog: BarrierCatalog | None, job_id: str, barrier: int, lease: InputLease | None) -> None:
+    """The barrier failed: record it and end its input lease, in one catalog call; a metastore
+    failure here is logged (the original error matters more, and the lease lapses by itself)."""
+    if catalog is None:
+        if lease is not None:
+            lease.release()
+        return
+    try:
+        catalog.record_job_barrier(job_id, barrier, JobStatus.FAILED, finished_at_ms=_now_ms(),
+                                   release_lease=lease.stop() if lease is not None else None)
+    except Exception:
+        log.warning("job %s: could not record the failure of barrier %s", job_id, barrier)
+        if lease is not None:
+            lease.release()
+
+
+def _start(catalog: BarrierCatalog | None, job_id: str, plan: BarrierPlan, started: int) -> InputLease | None:
+    """Record the barrier's start and take its input lease, in one catalog call: the epoch's
+    input versions stay out of snapshot expiry while they are read (spark/input_leases.py)."""
+    if catalog is None:
+        return None
+    wanted = InputLease.request(catalog, job_id, plan)
+    lease_id = catalog.record_job_barrier(job_id, plan.barrier, JobStatus.RUNNING, started_at_ms=started,
+                                          take_lease=wanted)
+    return InputLease.held(catalog, lease_id, wanted) if wanted is not None and lease_id is not None else None
+
+
 def _run_barrier(
     spark: SparkSession,
     app: TsbApp,
     plan: BarrierPlan,
     locations: Mapping[str, str],
     catalog: BarrierCatalog | None,
-) -> tuple[list[WriteResult], InputLease | None]:
-    """The barrier's work; its results and its input lease, still held (ended on failure)."""
+) -> list[WriteResult]:
+    """The barrier's work (its input lease is held by the caller); its results."""
     with phase("delta_log"):
         check_alignment(app, plan, locations)
         logs = {sink: SinkLog.read(locations[sink], app.job_id) for sink in sorted(app.sinks)}
     if all(sink_log.is_committed(plan.barrier) for sink_log in logs.values()):
-        return _skip_committed(app, plan, logs, catalog), None
+        return _skip_committed(app, plan, logs, catalog)
     results: list[WriteResult] = []
-    # the epoch's input versions stay out of snapshot expiry while they are read (spark/input_leases.py)
-    lease = InputLease.take(catalog, app.job_id, plan)
-    try:
-        outputs = app.process(BarrierContext(spark, app, plan, locations, logs))
-        check_outputs(app, outputs)
-        for sink, sink_log in logs.items():
-            target = WriteTarget(sink, locations[sink], app.job_id, plan.barrier, plan.inputs, plan.ts_ms)
-            results.append(write_barrier(spark, outputs[sink], target, app.sinks[sink].options, catalog=catalog,
-                                         log=sink_log))
-    except BaseException:
-        if lease is not None:
-            lease.release()
-        raise
+    outputs = app.process(BarrierContext(spark, app, plan, locations, logs))
+    check_outputs(app, outputs)
+    for sink, sink_log in logs.items():
+        target = WriteTarget(sink, locations[sink], app.job_id, plan.barrier, plan.inputs, plan.ts_ms)
+        results.append(write_barrier(spark, outputs[sink], target, app.sinks[sink].options, catalog=catalog,
+                                     log=sink_log))
     log.info("job %s: barrier %s done: %s", app.job_id, plan.barrier, results)
-    return results, lease
+    return results
 
 
 def _skip_committed(

@@ -16,9 +16,10 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from airflow_provider_tsb.exceptions import UnknownJobError
+from airflow_provider_tsb.exceptions import ExpiredVersionError, UnknownJobError
 from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.spark.input_leases import LeaseRequest
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 from airflow_provider_tsb.spark.model import Sink, TsbApp
 from airflow_provider_tsb.spark.runner import run_batch
@@ -80,6 +81,31 @@ def test_a_barrier_ends_its_lease_with_its_timing_in_one_transaction(tmp_path) -
     timing = store.job_runs.job_barriers(["sum_job"], [1])[0]
     assert (timing.status, timing.finished_at_ms) == ("succeeded", 5)
     assert store.registry.job("sum_job").current_barrier == 1
+    store.dispose()
+
+
+def test_a_barrier_takes_its_lease_with_its_start_in_one_transaction(tmp_path) -> None:
+    """The start of a barrier (its ``running`` timing, the job's heartbeat, its input lease) is
+    one metastore transaction: a lease on an expired version is refused with the start, and a
+    start refused for an unknown job takes no lease."""
+    url, store, locations = _lease_world(tmp_path, barriers=3)
+    catalog = MetastoreCatalog(url)
+    wanted = LeaseRequest({lw.SNAP: (0, 1)}, 60.0, "job sum_job barrier 2")
+    with pytest.raises(UnknownJobError, match="no_such_job"):
+        catalog.record_job_barrier("no_such_job", 2, "running", started_at_ms=5, take_lease=wanted)
+    assert store.leases.leased_ranges(lw.SNAP) == []
+    lease_id = catalog.record_job_barrier("sum_job", 2, "running", started_at_ms=5, take_lease=wanted)
+    assert lease_id is not None and store.leases.leased_ranges(lw.SNAP) == [(0, 1)]
+    assert store.job_runs.job_barrier_statuses("sum_job", [2]) == {2: "running"}
+    catalog.record_job_barrier("sum_job", 2, "succeeded", finished_at_ms=6, release_lease=lease_id)
+    assert store.leases.leased_ranges(lw.SNAP) == []
+
+    assert 1 in expire_snapshots(store, lw.SNAP, 1, consumers=False)["expired_barriers"]  # version 0
+    with pytest.raises(ExpiredVersionError, match=lw.SNAP):
+        catalog.record_job_barrier("sum_job", 3, "running", started_at_ms=7,
+                                   take_lease=LeaseRequest({lw.SNAP: (0, 2)}, 60.0, "job sum_job barrier 3"))
+    assert store.job_runs.job_barrier_statuses("sum_job", [3]) == {}  # the start was not recorded either
+    assert store.leases.leased_ranges(lw.SNAP) == []
     store.dispose()
 
 
