@@ -228,11 +228,14 @@ def table_metadata(store: StoreDep, access: AccessDep, share: str, schema: str, 
 
 def _barrier(store: MetaStore, share: sm.Share, tables: list[sm.SharedTable], version: object,
              timestamp: object) -> int:
+    """The barrier a request reads: ``version`` as given (resolving the table AS OF it refuses a
+    barrier not COMMIT there), else the newest barrier at or before ``timestamp``, else the
+    share's version; the share's version is resolved only for the last two."""
     if version is not None and timestamp is not None:
         raise sm.BadRequestError("give version or timestamp, not both")
-    newest = sm.share_version(store, share, tables)
     if version is not None:
         return sm.parse_version(version)
+    newest = sm.share_version(store, share, tables)
     if timestamp is not None:
         return sm.barrier_at(store, share, sm.parse_timestamp(timestamp), newest)
     return newest

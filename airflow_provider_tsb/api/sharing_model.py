@@ -101,7 +101,7 @@ def shared_tables(store: MetaStore, share: Share) -> list[SharedTable]:
     """
     out = []
     for topology in share.topologies:
-        written = store.table_states.newest_written_by_table(topology)
+        written = store.table_states.written_tables(topology)
         for info in store.registry.tables(topology):
             if info.name not in written:
                 continue

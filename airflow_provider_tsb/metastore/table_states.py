@@ -420,6 +420,17 @@ class TableStateManager:
                 )
         return out
 
+    def written_tables(self, topology: str) -> set[str]:
+        """Names of the tables of ``topology`` that have at least one WRITTEN barrier.
+
+        Cost: one index probe per table (the ``(table_id, state, barrier_id)`` prefix); no
+        state row is loaded, whatever the history length.
+        """
+        with self._core.transaction() as s:
+            has_written = exists().where(TableBarrierRow.table_id == TableRow.id,
+                                         TableBarrierRow.state == BarrierState.WRITTEN)
+            return set(s.scalars(select(TableRow.name).where(TableRow.topology == topology, has_written)))
+
     def newest_written_by_table(self, topology: str) -> dict[str, TableState]:
         """The newest WRITTEN state of every table of ``topology`` that has one.
 

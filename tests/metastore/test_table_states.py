@@ -69,6 +69,17 @@ def test_written_tells_whether_withdrawn_staging_waits(states: TableStateManager
     assert states.record_written(COUNTS, 2, 1, "count_words") is False  # idempotent, nothing waits now
 
 
+def test_written_tables_are_those_with_a_written_barrier(states: TableStateManager) -> None:
+    """A table is listed from its first WRITTEN barrier on (a root table from the first barrier
+    generated); PROCESSED alone does not count."""
+    assert states.written_tables(TOPOLOGY) == {WORDS}
+    states.record_processed(COUNTS, 1, "count_words", STAGED)
+    assert states.written_tables(TOPOLOGY) == {WORDS}
+    states.record_written(COUNTS, 1, 0, "count_words", attempt="b1-a1")
+    assert states.written_tables(TOPOLOGY) == {WORDS, COUNTS} == set(states.newest_written_by_table(TOPOLOGY))
+    assert states.written_tables("no_such_topology") == set()
+
+
 def test_rollback_forgets_the_states_above(states: TableStateManager) -> None:
     for barrier in (1, 2, 3):
         states.record_written(COUNTS, barrier, barrier - 1, "count_words")
