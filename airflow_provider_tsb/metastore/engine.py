@@ -3,13 +3,21 @@
 SQLite (the embedded default, ``$AIRFLOW_HOME/tsb.db``) runs in WAL mode with a busy timeout
 so that readers never block the writer; write transactions start with ``BEGIN IMMEDIATE`` so
 that two writers queue instead of failing with ``database is locked`` (SQLite docs,
-"Write-Ahead Logging" and "BEGIN TRANSACTION"). PostgreSQL is the production database.
+"Write-Ahead Logging" and "BEGIN TRANSACTION"). Within one process, SQLite write transactions
+also take a per-engine lock first: SQLite's busy handler polls for the database lock with
+sleeps that back off up to 100 ms, so under many writer threads (the api-server, where every
+resolution that leases writes) a writer could sleep through several releases and wait seconds;
+the in-process lock hands the database over as soon as the previous writer commits. Writers
+in other processes still queue through the busy timeout. PostgreSQL is the production database.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -86,7 +94,19 @@ def create_metastore_engine(url: str, **kwargs: Any) -> Engine:
     return engine
 
 
+#: engine -> the lock its SQLite write transactions take in this process (module doc)
+_WRITE_LOCKS: weakref.WeakKeyDictionary[Engine, threading.RLock] = weakref.WeakKeyDictionary()
+
+
+def sqlite_write_lock(engine: Engine) -> threading.RLock | None:
+    """The lock this process's write transactions on SQLite ``engine`` take before ``BEGIN
+    IMMEDIATE`` (module doc); ``None`` for an engine of another backend."""
+    return _WRITE_LOCKS.get(engine)
+
+
 def _configure_sqlite(engine: Engine) -> None:
+    _WRITE_LOCKS[engine] = threading.RLock()  # re-entrant: a nested writer meets SQLite's busy timeout, as before
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # let SQLAlchemy, not pysqlite, decide when transactions begin
@@ -153,7 +173,8 @@ def transaction(engine: Engine, *, write: bool = False) -> Iterator[Session]:
             instead of failing on a stale snapshot. On PostgreSQL reads use REPEATABLE READ so
             one resolution sees one snapshot.
     """
-    with engine.connect() as conn:
+    lock = sqlite_write_lock(engine) if write else None
+    with lock if lock is not None else contextlib.nullcontext(), engine.connect() as conn:
         if is_sqlite(engine):
             conn.info["tsb_write"] = write
         elif not write:
