@@ -122,8 +122,15 @@ def _share(store: MetaStore, access: TopologyAccess, name: str) -> sm.Share:
 
 
 def _tables(store: MetaStore, access: TopologyAccess, share: str) -> tuple[sm.Share, list[sm.SharedTable]]:
-    found = _share(store, access, share)
-    return found, sm.shared_tables(store, found)
+    """The share ``name`` the user may read and its tables, looked up in one transaction
+    (403 / 404 as :func:`_share`)."""
+    try:
+        found, tables = sm.share_and_tables(store, share)
+    except sm.UnknownShareError:
+        access.require_all_dags(READ)
+        raise
+    access.require(READ, found.topologies)
+    return found, tables
 
 
 def _page(items: list[dict[str, Any]], max_results: str | None, page_token: str | None) -> dict[str, Any]:

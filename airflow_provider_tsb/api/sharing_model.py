@@ -19,10 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sqlalchemy.orm import Session
+
 from airflow_provider_tsb.consistency import ConsistencyLevel
 from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.metastore import registry_reads
+from airflow_provider_tsb.metastore.domains import domain_name, members
 from airflow_provider_tsb.metastore.records import Resolution, TableInfo, now_ms
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.metastore.table_states import written_tables
 from airflow_provider_tsb.read.client import BadRequestError
 
 #: suffix of the READ_COMMITTED variant of a share
@@ -75,7 +80,13 @@ def resolve_share(store: MetaStore, name: str) -> Share:
     Raises:
         UnknownShareError: no topology or barrier domain has this name.
     """
-    topologies = store.registry.topologies()
+    with store.core.transaction() as s:
+        return share_in(s, name)
+
+
+def share_in(s: Session, name: str) -> Share:
+    """:func:`resolve_share` in the caller's read transaction ``s``."""
+    topologies = registry_reads.topologies(s)
     level = ConsistencyLevel.REPEATABLE_READ
     base = name
     lowered = {t.lower(): t for t in topologies}
@@ -83,13 +94,12 @@ def resolve_share(store: MetaStore, name: str) -> Share:
         base, level = name[: -len(RC_SUFFIX)], ConsistencyLevel.READ_COMMITTED
     if base.lower() in lowered:
         topology = lowered[base.lower()]
-        domain = store.domains.barrier_domain(topology)
-        members = domain.topologies if domain.name == topology else (topology,)
-        return Share(name, tuple(members), level)
+        domain = domain_name(s, topology)
+        return Share(name, tuple(members(s, topology) if domain == topology else (topology,)), level)
     for topology in topologies:
-        domain = store.domains.barrier_domain(topology)
-        if domain.name.lower() == base.lower():
-            return Share(name, tuple(domain.topologies), level)
+        domain = domain_name(s, topology)
+        if domain is not None and domain.lower() == base.lower():
+            return Share(name, tuple(members(s, domain)), level)
     raise UnknownShareError(f"share {name!r} does not exist (or you may not read it)")
 
 
@@ -99,15 +109,34 @@ def shared_tables(store: MetaStore, share: Share) -> list[SharedTable]:
     A table is shared from its first committed barrier on: a newly registered sink that has
     committed nothing yet would otherwise leave no barrier COMMIT over the share.
     """
+    with store.core.transaction() as s:
+        return tables_in(s, share)
+
+
+def tables_in(s: Session, share: Share) -> list[SharedTable]:
+    """:func:`shared_tables` in the caller's read transaction ``s``."""
     out = []
     for topology in share.topologies:
-        written = store.table_states.written_tables(topology)
-        for info in store.registry.tables(topology):
+        written = written_tables(s, topology)
+        for info in registry_reads.tables(s, topology):
             if info.name not in written:
                 continue
             _catalog, database, table = info.name.split(".")
             out.append(SharedTable(share.name, database, table, info))
     return sorted(out, key=lambda t: (t.schema, t.name))
+
+
+def share_and_tables(store: MetaStore, name: str) -> tuple[Share, list[SharedTable]]:
+    """The share called ``name`` and its tables (:func:`resolve_share`, :func:`shared_tables`),
+    read in one transaction: one round trip of BEGIN/COMMIT for what a sharing request looks up
+    before it resolves (issue 24, "query latency").
+
+    Raises:
+        UnknownShareError: no topology or barrier domain has this name.
+    """
+    with store.core.transaction() as s:
+        share = share_in(s, name)
+        return share, tables_in(s, share)
 
 
 def schemas_of(tables: list[SharedTable]) -> list[str]:

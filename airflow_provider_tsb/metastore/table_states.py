@@ -1,12 +1,9 @@
 """Per (table, barrier) states PROCESSED and WRITTEN (docs/design.md "Vocabulary").
 
-A PROCESSED row serves its staged-file manifest to READ_COMMITTED readers. When the manifest
-is withdrawn -- replaced by a rerun's PROCESSED, cleared by WRITTEN, by a failure or a
-rollback -- its attempt directory is recorded in ``tsb_withdrawn_staging`` instead of being
-deleted: a reader that resolved before the withdrawal may still read it. The writer job
-deletes it later (:meth:`TableStateManager.due_withdrawn_staging`), after the staging grace
-period and once no lease taken before the withdrawal pins the table (docs/design.md "Staged
-files: withdrawal before deletion").
+A PROCESSED row serves its staged-file manifest to READ_COMMITTED readers; a manifest no
+longer served is withdrawn, and its attempt directories are deleted by the writer job after
+the staging grace period (:mod:`airflow_provider_tsb.metastore.withdrawn`,
+:meth:`TableStateManager.due_withdrawn_staging`).
 """
 
 from __future__ import annotations
@@ -25,8 +22,6 @@ from airflow_provider_tsb.metastore.base import MetastoreCore, table_id_of, tabl
 from airflow_provider_tsb.metastore.job_runs import check_fencing_token
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
-    LeaseRow,
-    LeaseVersionRow,
     TableBarrierRow,
     TableRow,
     WithdrawnStagingRow,
@@ -36,41 +31,11 @@ from airflow_provider_tsb.metastore.records import (
     TableState,
     now_ms,
 )
+from airflow_provider_tsb.metastore.withdrawn import due_rows, has_withdrawn, manifest_dirs, withdraw
 from airflow_provider_tsb.names import normalize_table_name
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.delta.integrity import TableFigures
-
-
-def manifest_dirs(manifest: Mapping[str, Any] | None) -> set[str]:
-    """Attempt directories (relative to the table root) of a staged-file manifest's files.
-
-    A partitioned sink's file lies in Hive-style ``col=value/`` directories below its attempt
-    directory: those are stripped (one per partition value of the entry).
-    """
-    dirs = set()
-    for entry in (manifest or {}).get("files") or []:
-        path = entry["path"] if isinstance(entry, Mapping) else str(entry)
-        if "://" not in path and not path.startswith("/") and "/" in path:
-            folder = posixpath.dirname(path)
-            values = entry.get("partition_values") if isinstance(entry, Mapping) else None
-            for _ in values or ():
-                folder = posixpath.dirname(folder)
-            dirs.add(folder)
-    return dirs
-
-
-def _withdraw(
-    s: Session, table_id: int, row: TableBarrierRow, at_ms: int, keep: set[str] | frozenset[str] = frozenset()
-) -> None:
-    """Record the attempt directories of ``row``'s manifest as withdrawn at ``at_ms``."""
-    for path in sorted(manifest_dirs(row.manifest) - set(keep)):
-        if s.get(WithdrawnStagingRow, (table_id, path)) is None:
-            s.add(
-                WithdrawnStagingRow(
-                    table_id=table_id, path=path, barrier_id=row.barrier_id, job_id=row.job_id, withdrawn_at_ms=at_ms
-                )
-            )
 
 
 class TableStateManager:
@@ -116,7 +81,7 @@ class TableStateManager:
                     )
                 )
             elif row.state == BarrierState.PROCESSED:
-                _withdraw(s, table_id, row, ts, keep=manifest_dirs(manifest))
+                withdraw(s, table_id, row, ts, keep=manifest_dirs(manifest))
                 row.manifest = dict(manifest)
                 row.processed_at_ms = ts
                 row.job_id = job_id
@@ -169,22 +134,11 @@ class TableStateManager:
             if check_version_in_log(normalize_table_name(table), location, version, barrier) and figures is None:
                 from airflow_provider_tsb.delta import integrity, log  # deltalake: not at DAG parse time
                 figures = integrity.recorded_figures(log.commit_info(location, version))
-            row = s.get(TableBarrierRow, (table_id, barrier))
-            if row is None:
-                row = TableBarrierRow(
-                    table_id=table_id, barrier_id=barrier, state=BarrierState.WRITTEN, version=version,
-                    job_id=job_id, processed_at_ms=ts, written_at_ms=ts, inputs=dict(inputs or {}) or None,
-                )
-                s.add(row)
-            elif row.state == BarrierState.WRITTEN:
-                _check_same_version(table, barrier, row, version)
-            else:
-                _commit_processed(s, table_id, row, version, ts, job_id, inputs, attempt)
+            row = _written_row(s, table, table_id, barrier, version, ts, job_id, inputs, attempt)
             if figures is not None and row.file_count is None:
                 row.file_count, row.size_bytes = figures.files, figures.size_bytes
             s.flush()
-            waiting = select(WithdrawnStagingRow.path).where(WithdrawnStagingRow.table_id == table_id).limit(1)
-            return s.scalar(waiting) is not None
+            return has_withdrawn(s, table_id)
 
     def record_figures(self, barrier: int, figures: Mapping[str, tuple[int, TableFigures]]) -> int:
         """Record ``figures`` ({table: (Delta version, its live-file figures)}) on the WRITTEN rows
@@ -216,7 +170,7 @@ class TableStateManager:
             rows = s.scalars(query).all()
             ts = now_ms()
             for row in rows:
-                _withdraw(s, table_id, row, ts)
+                withdraw(s, table_id, row, ts)
                 s.delete(row)
             return len(rows)
 
@@ -235,7 +189,7 @@ class TableStateManager:
                     TableBarrierRow.state == BarrierState.PROCESSED,
                 )
             ):
-                _withdraw(s, table_id, row, ts)
+                withdraw(s, table_id, row, ts)
             return s.execute(
                 delete(TableBarrierRow).where(
                     TableBarrierRow.table_id == table_id, TableBarrierRow.barrier_id > to_barrier
@@ -259,7 +213,7 @@ class TableStateManager:
                     WithdrawnStagingRow.table_id == table_id, WithdrawnStagingRow.barrier_id == barrier
                 )
             ).all()
-            due = {r.path for r in self._due(s, table_id, grace_s, None)}
+            due = {r.path for r in due_rows(s, table_id, grace_s, None)}
             return held | {r.path for r in withdrawn if r.path not in due}
 
     def due_withdrawn_staging(self, table: str, grace_s: float, limit: int = 100) -> list[tuple[str, int]]:
@@ -274,26 +228,7 @@ class TableStateManager:
         """
         with self._core.transaction() as s:
             table_id = table_id_of(s, table)
-            return [(r.path, int(r.barrier_id)) for r in self._due(s, table_id, grace_s, limit)]
-
-    def _due(self, s: Session, table_id: int, grace_s: float, limit: int | None) -> list[WithdrawnStagingRow]:
-        now = now_ms()
-        leased = exists().where(
-            LeaseVersionRow.table_id == table_id,
-            LeaseRow.id == LeaseVersionRow.lease_id,
-            LeaseRow.expires_at_ms > now,
-            LeaseRow.created_at_ms <= WithdrawnStagingRow.withdrawn_at_ms,
-        )
-        query = (
-            select(WithdrawnStagingRow)
-            .where(
-                WithdrawnStagingRow.table_id == table_id,
-                WithdrawnStagingRow.withdrawn_at_ms <= now - int(grace_s * 1000),
-                ~leased,
-            )
-            .order_by(WithdrawnStagingRow.withdrawn_at_ms)
-        )
-        return list(s.scalars(query.limit(limit) if limit is not None else query).all())
+            return [(r.path, int(r.barrier_id)) for r in due_rows(s, table_id, grace_s, limit)]
 
     def forget_withdrawn_staging(self, table: str, paths: Sequence[str]) -> int:
         """Drop the records of withdrawn directories once deleted (or kept as committed)."""
@@ -421,15 +356,10 @@ class TableStateManager:
         return out
 
     def written_tables(self, topology: str) -> set[str]:
-        """Names of the tables of ``topology`` that have at least one WRITTEN barrier.
-
-        Cost: one index probe per table (the ``(table_id, state, barrier_id)`` prefix); no
-        state row is loaded, whatever the history length.
-        """
+        """Names of the tables of ``topology`` that have at least one WRITTEN barrier
+        (:func:`written_tables` in a transaction of its own)."""
         with self._core.transaction() as s:
-            has_written = exists().where(TableBarrierRow.table_id == TableRow.id,
-                                         TableBarrierRow.state == BarrierState.WRITTEN)
-            return set(s.scalars(select(TableRow.name).where(TableRow.topology == topology, has_written)))
+            return written_tables(s, topology)
 
     def newest_written_by_table(self, topology: str) -> dict[str, TableState]:
         """The newest WRITTEN state of every table of ``topology`` that has one.
@@ -460,6 +390,17 @@ class TableStateManager:
                 .where(TableRow.topology == topology)
             ).all()
             return {name: table_state_of(name, row) for name, row in rows}
+
+
+def written_tables(s: Session, topology: str) -> set[str]:
+    """Names of the tables of ``topology`` that have at least one WRITTEN barrier, in the
+    caller's transaction ``s``.
+
+    Cost: one statement, an index probe per table (the ``(table_id, state, barrier_id)``
+    prefix); no state row is loaded, whatever the history length.
+    """
+    has_written = exists().where(TableBarrierRow.table_id == TableRow.id, TableBarrierRow.state == BarrierState.WRITTEN)
+    return set(s.scalars(select(TableRow.name).where(TableRow.topology == topology, has_written)))
 
 
 # ---------------------------------------------------------------- the steps of record_written
@@ -504,6 +445,26 @@ def _check_generated(s: Session, table: str, topology: str, barrier: int) -> Non
         )
 
 
+def _written_row(
+    s: Session, table: str, table_id: int, barrier: int, version: int, ts: int, job_id: str | None,
+    inputs: Mapping[str, int] | None, attempt: str | None,
+) -> TableBarrierRow:
+    """The (table, barrier) row made WRITTEN at ``version``: a new one, the PROCESSED one
+    committed (:func:`_commit_processed`), or the WRITTEN one when it is at ``version``."""
+    row = s.get(TableBarrierRow, (table_id, barrier))
+    if row is None:
+        row = TableBarrierRow(
+            table_id=table_id, barrier_id=barrier, state=BarrierState.WRITTEN, version=version,
+            job_id=job_id, processed_at_ms=ts, written_at_ms=ts, inputs=dict(inputs or {}) or None,
+        )
+        s.add(row)
+    elif row.state == BarrierState.WRITTEN:
+        _check_same_version(table, barrier, row, version)
+    else:
+        _commit_processed(s, table_id, row, version, ts, job_id, inputs, attempt)
+    return row
+
+
 def _check_same_version(table: str, barrier: int, row: TableBarrierRow, version: int) -> None:
     """TopologyError if WRITTEN row ``row`` is at another Delta version than ``version``."""
     if row.version != version:
@@ -520,7 +481,7 @@ def _commit_processed(
     """PROCESSED row ``row`` becomes WRITTEN at ``version``: its staged files are withdrawn but
     the committed attempt's directory, which is now the table's."""
     committed = {d for d in manifest_dirs(row.manifest) if attempt and posixpath.basename(d) == attempt}
-    _withdraw(s, table_id, row, now_ms(), keep=committed)
+    withdraw(s, table_id, row, now_ms(), keep=committed)
     row.state = BarrierState.WRITTEN
     row.version = version
     row.written_at_ms = ts
