@@ -3,9 +3,11 @@
 ``plain`` runs an app's own ``process()`` over the same epochs (the same root-table versions)
 and writes with the same write path (Spark executors write Parquet, delta-rs commits it, merge
 sinks rewritten with the same ``merge_rows``), but with no txn / epoch / alignment checks, no
-barrier look-ups, no orphan cleanup, no PROCESSED/WRITTEN records and no timing: what the jobs
-would cost without tsb. An intermediate table's version for barrier ``b`` is ``b - 1`` (one
-commit per barrier, created at version 0), so no look-up is needed.
+barrier look-ups, no orphan cleanup and no PROCESSED/WRITTEN records: what the jobs would cost
+without tsb. An intermediate table's version for barrier ``b`` is ``b - 1`` (one commit per
+barrier, created at version 0), so no look-up is needed. Each barrier logs the same
+``tsb-timing`` line as a tsb job (phases ``delta_log``, ``spark``, ``footers``, ``commit``,
+``other``), so the two arms compare phase by phase.
 
 Used in-process by ``barrier_overhead.py`` and as a ``spark-submit`` application by
 ``full_year.py``:
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import logging
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -40,6 +43,7 @@ from airflow_provider_tsb.spark.app import BarrierContext, TsbApp  # noqa: E402
 from airflow_provider_tsb.spark.catalog import BarrierPlan  # noqa: E402
 from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema  # noqa: E402
 from airflow_provider_tsb.spark.outputs import merge_rows, staged_files  # noqa: E402
+from airflow_provider_tsb.spark.timing import barrier_timer, phase  # noqa: E402
 
 
 def load_app(script: str | Path) -> TsbApp:
@@ -68,7 +72,8 @@ def plain_write(spark, df, location, mode, keys, max_files, barrier) -> None:
     (``delta.snapshots.latest_table``), so the baseline does not pay a full log load that tsb
     does not pay.
     """
-    existing = latest_table_or_none(location)
+    with phase("delta_log"):
+        existing = latest_table_or_none(location)
     if existing is not None:
         schema = spark_schema(existing)
         if mode == "merge":
@@ -78,13 +83,16 @@ def plain_write(spark, df, location, mode, keys, max_files, barrier) -> None:
     if max_files:
         df = df.coalesce(max_files)
     rel = f"plain/{barrier}/{time.time_ns()}"
-    df.write.parquet(f"{location}/{rel}")
-    adds = [f.to_add_action() for f in staged_files(location, rel)]
+    with phase("spark"):
+        df.write.parquet(f"{location}/{rel}")
+    with phase("footers"):
+        adds = [f.to_add_action() for f in staged_files(location, rel)]
     delta_schema = DeltaSchema.from_json(json.dumps(schema.jsonValue()))
-    if existing is None:
-        create_table_with_add_actions(location, delta_schema, adds, mode="error")
-    else:
-        existing.create_write_transaction(adds, "append" if mode == "append" else "overwrite", delta_schema)
+    with phase("commit"):
+        if existing is None:
+            create_table_with_add_actions(location, delta_schema, adds, mode="error")
+        else:
+            existing.create_write_transaction(adds, "append" if mode == "append" else "overwrite", delta_schema)
 
 
 def plain_plan(app: TsbApp, barrier: int, entries: Sequence[Mapping[str, Any]], roots: Sequence[str]) -> BarrierPlan:
@@ -125,13 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--roots", default="raw.flights,raw.weather")
     p.add_argument("--table", action="append", default=[], metavar="NAME=LOCATION")
     args = p.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("airflow_provider_tsb.spark").setLevel(logging.INFO)
     app = load_app(args.script)
     entries = json.loads(Path(args.epochs).read_text())["barriers"]
     locations = app.resolve_locations(None, dict(t.split("=", 1) for t in args.table))
     spark = get_spark(f"plain-{app.job_id}")
     roots = args.roots.split(",")
     for barrier in range(1, len(entries) + 1):
-        run_plain_barrier(spark, app, barrier, entries, roots, locations)
+        with barrier_timer(app.job_id, barrier):  # the same tsb-timing lines as tsb's jobs
+            run_plain_barrier(spark, app, barrier, entries, roots, locations)
     print(f"plain {app.job_id}: {len(entries)} barriers", flush=True)
     return 0
 
