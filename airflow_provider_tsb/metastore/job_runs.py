@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import select, update
+from sqlalchemy import case, or_, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import (
@@ -41,9 +41,13 @@ class AttemptStart(NamedTuple):
 
 def record_heartbeat(
     s: Session, job_id: str, *, status: str | None = None, barrier: int | None = None, message: str | None = None,
+    forward_only: bool = False,
 ) -> None:
     """Record that ``job_id`` is alive, in the caller's write transaction ``s`` (and optionally
     its status and current barrier).
+
+    ``forward_only``: ``barrier`` becomes the current barrier only if the job has none or a
+    lower one (the end of barrier ``n`` recorded after the start of ``n + 1``).
 
     ``message``: why the job failed (shown with the job). A ``succeeded`` status without a
     message clears the message of a previous failure.
@@ -55,7 +59,9 @@ def record_heartbeat(
     if status is not None:
         values["status"] = status
     if barrier is not None:
-        values["current_barrier"] = barrier
+        values["current_barrier"] = barrier if not forward_only else case(
+            (or_(JobRow.current_barrier.is_(None), JobRow.current_barrier < barrier), barrier),
+            else_=JobRow.current_barrier)
     if message is not None:
         values["message"] = message
     elif status == JobStatus.SUCCEEDED:

@@ -19,7 +19,8 @@ e. PROCESSED is reported with the staged-file manifest (replacing, i.e. withdraw
 f. the fencing token is checked, then one delta-rs commit with the txn and the barrier tag
    (:func:`~airflow_provider_tsb.delta.commit.commit_barrier_files`);
 g. WRITTEN is reported with the new version; withdrawn attempt directories past the staging
-   grace period are deleted.
+   grace period are deleted. In a batch run both go behind the job's next barrier, which waits
+   for them before its own step e (:mod:`~airflow_provider_tsb.spark.report_queue`).
 
 Staged files are deleted only when no READ_COMMITTED reader can hold them (docs/design.md
 "Staged files: withdrawal before deletion"): an attempt directory whose manifest was served is
@@ -54,6 +55,7 @@ from airflow_provider_tsb.spark.outputs_staging import (
     staging_dir,
     staging_grace_s,
 )
+from airflow_provider_tsb.spark.report_queue import ReportQueue
 from airflow_provider_tsb.spark.timing import phase
 from airflow_provider_tsb.spark.write_options import WriteOptions, WriteTarget
 
@@ -93,13 +95,22 @@ class Reports:
         catalog: the job's catalog (``None``: nothing is reported, nothing fenced).
         target: the write.
         grace_s: the staging grace period, seconds.
+        queue: the job's queue of reports still running behind it (the previous barrier's): every
+            report here waits for it first, and :meth:`finish` joins it (``None``: all synchronous).
     """
 
-    def __init__(self, catalog: BarrierCatalog | None, target: WriteTarget, grace_s: float) -> None:
+    def __init__(self, catalog: BarrierCatalog | None, target: WriteTarget, grace_s: float,
+                 queue: ReportQueue | None = None) -> None:
         self.catalog = catalog
         self.staging = catalog if isinstance(catalog, StagingCatalog) else None
         self.target = target
         self.grace_s = grace_s
+        self.queue = queue
+
+    def _in_order(self) -> None:
+        """Wait for the reports queued before this write (the previous barrier's WRITTEN)."""
+        if self.queue is not None:
+            self.queue.wait()
 
     def fence(self) -> None:
         """Raise :class:`FencedError` when a newer attempt of the job started."""
@@ -128,6 +139,7 @@ class Reports:
         minus ``removes``) or ``overwrite`` (staged files replace it)."""
         if self.catalog is None:
             return
+        self._in_order()
         t, mode = self.target, options.commit_mode
         entries = [{**f.to_json(), "sink_mode": mode} for f in files]
         if removes and self.staging is not None:
@@ -140,6 +152,21 @@ class Reports:
 
     def written(self, version: int, attempt: str | None) -> None:
         """WRITTEN at Delta ``version``, naming the committed attempt."""
+        self._in_order()
+        self._written(version, attempt)
+
+    def finish(self, version: int, attempt: str | None, location: str) -> int:
+        """Step g: WRITTEN at ``version``, then the deletion of the withdrawn attempt directories
+        that are due; queued behind the job's next barrier when there is a queue. Returns how many
+        directories were deleted (0 when queued: the deletion has not run yet)."""
+        if self.queue is None:
+            self._written(version, attempt)
+            return self.collect(location)
+        self.queue.submit(self.target.barrier, f"WRITTEN of {self.target.table} at version {version}",
+                          lambda: (self._written(version, attempt), self.collect(location)))
+        return 0
+
+    def _written(self, version: int, attempt: str | None) -> None:
         t = self.target
         if self.staging is not None:
             self.staging.record_written(t.table, t.barrier, version, t.job_id, attempt=attempt)
@@ -162,6 +189,7 @@ def write_barrier(
     *,
     catalog: BarrierCatalog | None = None,
     log: SinkLog | None = None,
+    queue: ReportQueue | None = None,
 ) -> WriteResult:
     """Commit ``df`` as barrier ``target.barrier`` of ``target.job_id`` into the sink, exactly once.
 
@@ -173,6 +201,9 @@ def write_barrier(
         options: how to write (default: ``WriteOptions()``, an append).
         catalog: receives PROCESSED and WRITTEN reports and fences zombies (may be ``None``).
         log: the sink's log read when the barrier started (default: read now).
+        queue: the job's :class:`~airflow_provider_tsb.spark.report_queue.ReportQueue`: step g
+            runs behind the job's next barrier, and ``orphans_removed`` does not count its
+            deletions (default: step g runs before this returns).
 
     Raises:
         ValueError: ``$TSB_STAGING_GRACE_SECONDS`` is not a number of seconds >= 0, or a
@@ -186,7 +217,7 @@ def write_barrier(
             attempt of this barrier: that commit is taken as a replay).
     """
     options = options or WriteOptions()
-    reports = Reports(catalog, target, staging_grace_s())
+    reports = Reports(catalog, target, staging_grace_s(), queue)
     if log is None:
         with phase("delta_log"):
             log = SinkLog.read(target.location, target.job_id)
@@ -201,8 +232,7 @@ def write_barrier(
     winner = attempt if outcome.committed else SinkLog.read(log.location, target.job_id).attempt_of(target.barrier)
     if not outcome.committed:  # another attempt won the race: ours are orphans
         _remove_orphans(target, log, reports, keep=winner)
-    reports.written(outcome.version, winner)  # (g) WRITTEN, then what no reader can hold any more
-    removed += reports.collect(log.location)
+    removed += reports.finish(outcome.version, winner, log.location)  # (g) WRITTEN, then what no reader holds
     rows = sum(f.num_records for f in staged.files if f.data_change)
     return WriteResult(target.table, target.barrier, outcome.version, skipped=not outcome.committed,
                        files=len(staged.files) if outcome.committed else 0, rows=rows if outcome.committed else 0,

@@ -103,9 +103,10 @@ class BarrierCatalog(Protocol):
     ) -> str | None:
         """Record the job's timing for ``barrier`` (``running`` / ``succeeded`` / ``failed``, epoch ms).
 
-        ``take_lease`` (at the barrier's start) and ``release_lease`` (at its end): the barrier's
-        input lease, taken or ended with the report (given only to a catalog that leases, i.e.
-        offers ``create_lease``; see :mod:`airflow_provider_tsb.spark.input_leases`).
+        ``take_lease`` (at the barrier's start) and ``release_lease`` (at its end, or at the next
+        barrier's start in a batch run: :mod:`airflow_provider_tsb.spark.report_queue`): an input
+        lease taken or ended with the report (given only to a catalog that leases, i.e. offers
+        ``create_lease``; see :mod:`airflow_provider_tsb.spark.input_leases`).
 
         Returns:
             The id of the lease taken for ``take_lease``, else ``None``.

@@ -271,7 +271,10 @@ class MetastoreCatalog:
         """
         def record() -> str | None:
             with self.store.core.transaction(write=True) as s:
-                record_heartbeat(s, job_id, status=JobStatus.RUNNING, barrier=barrier)  # first: names an unknown job
+                # first: names an unknown job. An end never moves the job's current barrier back: the
+                # end of barrier n may be recorded after the start of n + 1 (spark/report_queue.py)
+                record_heartbeat(s, job_id, status=JobStatus.RUNNING, barrier=barrier,
+                                 forward_only=status == JobStatus.SUCCEEDED)
                 record_job_timing(s, job_id, barrier, status=status, started_at_ms=started_at_ms,
                                   finished_at_ms=finished_at_ms)
                 if release_lease is not None:

@@ -14,7 +14,9 @@ Per barrier ``n`` (:func:`run_barrier`):
 
 Batch and streaming mode start the same way (:func:`start_run`: the fencing token, WRITTEN
 re-reported from each sink's log, the barrier the sinks are at). :func:`run_batch` then
-processes the pending barriers (optionally up to ``until_barrier``) and stops; streaming mode
+processes the pending barriers (optionally up to ``until_barrier``) and stops, each barrier's
+WRITTEN reports and end record running behind the next barrier's work
+(:class:`~airflow_provider_tsb.spark.report_queue.ReportQueue`); streaming mode
 (:mod:`airflow_provider_tsb.spark.streaming`) runs the same :func:`run_barrier` once per
 micro-batch. Both produce identical tables.
 """
@@ -36,6 +38,7 @@ from airflow_provider_tsb.spark.barrier_commit import WriteResult, write_barrier
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.input_leases import InputLease
 from airflow_provider_tsb.spark.model import BarrierContext, TsbApp
+from airflow_provider_tsb.spark.report_queue import ReportQueue
 from airflow_provider_tsb.spark.timing import barrier_timer, phase
 from airflow_provider_tsb.spark.write_options import WriteTarget
 
@@ -171,6 +174,7 @@ def run_barrier(
     catalog: BarrierCatalog | None,
     *,
     before: dict[str, float] | None = None,
+    queue: ReportQueue | None = None,
 ) -> list[WriteResult]:
     """Process one barrier end to end (alignment, skip-if-committed, process, commit sinks).
 
@@ -181,6 +185,9 @@ def run_barrier(
     Args:
         before: ``{phase: seconds}`` the barrier spent before this call (streaming mode: ``poll``,
             the wait for its micro-batch, and ``source``, reading the control row).
+        queue: where the barrier's WRITTEN reports and its ``succeeded`` record go, to run
+            behind the job's next barrier (:mod:`airflow_provider_tsb.spark.report_queue`);
+            ``None``: they are made before this returns.
 
     Returns one :class:`WriteResult` per sink (sorted by sink name).
 
@@ -192,16 +199,29 @@ def run_barrier(
     with barrier_timer(app.job_id, plan.barrier, before=before):
         lease: InputLease | None = None
         try:
-            lease = _start(catalog, app.job_id, plan, started)
+            lease = _start(catalog, app.job_id, plan, started, queue)
             with shared_commit_reads():  # each commit file read once for the barrier
-                results = _run_barrier(spark, app, plan, locations, catalog)
+                results = _run_barrier(spark, app, plan, locations, catalog, queue)
         except BaseException:
             _record_failure(catalog, app.job_id, plan.barrier, lease)
             raise
         if catalog is not None:  # the timing and the end of the input lease: one catalog call
-            catalog.record_job_barrier(app.job_id, plan.barrier, JobStatus.SUCCEEDED, finished_at_ms=_now_ms(),
-                                       release_lease=lease.stop() if lease is not None else None)
+            _record_success(catalog, app.job_id, plan.barrier, lease, queue)
     return results
+
+
+def _record_success(catalog: BarrierCatalog, job_id: str, barrier: int, lease: InputLease | None,
+                    queue: ReportQueue | None) -> None:
+    """The barrier's ``succeeded`` record with the end of its input lease; behind its WRITTEN
+    reports on ``queue`` when there is one, its input lease then ending with the next start."""
+    finished, lease_id = _now_ms(), lease.stop() if lease is not None else None
+    if queue is None:
+        catalog.record_job_barrier(job_id, barrier, JobStatus.SUCCEEDED, finished_at_ms=finished,
+                                   release_lease=lease_id)
+        return
+    queue.submit(barrier, "the job's succeeded record",
+                 lambda: catalog.record_job_barrier(job_id, barrier, JobStatus.SUCCEEDED, finished_at_ms=finished))
+    queue.end_lease_with_next_start(lease_id)
 
 
 def _now_ms() -> int:
@@ -224,14 +244,22 @@ def _record_failure(catalog: BarrierCatalog | None, job_id: str, barrier: int, l
             lease.release()
 
 
-def _start(catalog: BarrierCatalog | None, job_id: str, plan: BarrierPlan, started: int) -> InputLease | None:
+def _start(catalog: BarrierCatalog | None, job_id: str, plan: BarrierPlan, started: int,
+           queue: ReportQueue | None = None) -> InputLease | None:
     """Record the barrier's start and take its input lease, in one catalog call: the epoch's
-    input versions stay out of snapshot expiry while they are read (spark/input_leases.py)."""
+    input versions stay out of snapshot expiry while they are read (spark/input_leases.py). The
+    same call ends the previous barrier's lease when ``queue`` holds it."""
     if catalog is None:
         return None
     wanted = InputLease.request(catalog, job_id, plan)
-    lease_id = catalog.record_job_barrier(job_id, plan.barrier, JobStatus.RUNNING, started_at_ms=started,
-                                          take_lease=wanted)
+    ending = queue.lease_to_end() if queue is not None else None
+    try:
+        lease_id = catalog.record_job_barrier(job_id, plan.barrier, JobStatus.RUNNING, started_at_ms=started,
+                                              take_lease=wanted, release_lease=ending)
+    except BaseException:
+        if queue is not None:  # not ended: the queue ends it when it closes
+            queue.end_lease_with_next_start(ending)
+        raise
     return InputLease.held(catalog, lease_id, wanted) if wanted is not None and lease_id is not None else None
 
 
@@ -241,12 +269,15 @@ def _run_barrier(
     plan: BarrierPlan,
     locations: Mapping[str, str],
     catalog: BarrierCatalog | None,
+    queue: ReportQueue | None = None,
 ) -> list[WriteResult]:
     """The barrier's work (its input lease is held by the caller); its results."""
     with phase("delta_log"):
         check_alignment(app, plan, locations)
         logs = {sink: SinkLog.read(locations[sink], app.job_id) for sink in sorted(app.sinks)}
     if all(sink_log.is_committed(plan.barrier) for sink_log in logs.values()):
+        if queue is not None:  # the previous barrier's WRITTEN first
+            queue.wait()
         return _skip_committed(app, plan, logs, catalog)
     results: list[WriteResult] = []
     outputs = app.process(BarrierContext(spark, app, plan, locations, logs))
@@ -254,7 +285,7 @@ def _run_barrier(
     for sink, sink_log in logs.items():
         target = WriteTarget(sink, locations[sink], app.job_id, plan.barrier, plan.inputs, plan.ts_ms)
         results.append(write_barrier(spark, outputs[sink], target, app.sinks[sink].options, catalog=catalog,
-                                     log=sink_log))
+                                     log=sink_log, queue=queue))
     log.info("job %s: barrier %s done: %s", app.job_id, plan.barrier, results)
     return results
 
@@ -285,17 +316,20 @@ def run_batch(
 ) -> list[int]:
     """Batch mode: process the pending barriers in order (up to ``until_barrier``), then stop.
 
-    Returns the barriers processed (committed or found already committed).
+    Returns the barriers processed (committed or found already committed), once every report
+    of theirs is made.
     """
     sources = {name: locations[name] for name in app.sources}
     after = start_run(app, catalog, locations)
     done: list[int] = []
-    for plan in catalog.pending_barriers(app.job_id, sources, after):
-        if until_barrier is not None and plan.barrier > until_barrier:
-            break
-        if max_barriers is not None and len(done) >= max_barriers:
-            break
-        run_barrier(spark, app, plan, locations, catalog)
-        done.append(plan.barrier)
+    # each barrier's end reports run behind the next one (spark/report_queue.py)
+    with ReportQueue(app.job_id, getattr(catalog, "release_lease", None)) as queue:
+        for plan in catalog.pending_barriers(app.job_id, sources, after):
+            if until_barrier is not None and plan.barrier > until_barrier:
+                break
+            if max_barriers is not None and len(done) >= max_barriers:
+                break
+            run_barrier(spark, app, plan, locations, catalog, queue=queue)
+            done.append(plan.barrier)
     catalog.heartbeat(app.job_id)
     return done
