@@ -1,8 +1,9 @@
 """The baseline of the overhead benchmarks: a job's ``process()`` without barrier bookkeeping.
 
 ``plain`` runs an app's own ``process()`` over the same epochs (the same root-table versions)
-and writes with the same write path (Spark executors write Parquet, delta-rs commits it, merge
-sinks rewritten with the same ``merge_rows``), but with no txn / epoch / alignment checks, no
+and writes with the same write path (tsb's own staging, ``stage_output``: the executors write
+Parquet, the driver reads the footers, a merge rewrites only the files holding one of its keys;
+then delta-rs commits the files), but with no txn / epoch / alignment checks, no
 barrier look-ups, no orphan cleanup and no PROCESSED/WRITTEN records: what the jobs would cost
 without tsb. An intermediate table's version for barrier ``b`` is ``b - 1`` (one commit per
 barrier, created at version 0), so no look-up is needed. Each barrier logs the same
@@ -28,22 +29,22 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from deltalake import DeltaTable
-from deltalake import Schema as DeltaSchema
 from deltalake.transaction import create_table_with_add_actions
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from airflow_provider_tsb.delta.log import table_exists  # noqa: E402
+from airflow_provider_tsb.delta.log import normalize_location  # noqa: E402
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none  # noqa: E402
-from airflow_provider_tsb.spark.app import BarrierContext, TsbApp  # noqa: E402
+from airflow_provider_tsb.spark.app import BarrierContext, Sink, TsbApp  # noqa: E402
 from airflow_provider_tsb.spark.catalog import BarrierPlan  # noqa: E402
-from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema  # noqa: E402
-from airflow_provider_tsb.spark.outputs import merge_rows, staged_files  # noqa: E402
+from airflow_provider_tsb.spark.inputs import read_snapshot  # noqa: E402
+from airflow_provider_tsb.spark.outputs import stage_output  # noqa: E402
 from airflow_provider_tsb.spark.timing import barrier_timer, phase  # noqa: E402
+from airflow_provider_tsb.spark.write_options import WriteTarget  # noqa: E402
 
 
 def load_app(script: str | Path) -> TsbApp:
@@ -55,18 +56,23 @@ def load_app(script: str | Path) -> TsbApp:
 
 
 class PlainContext(BarrierContext):
-    """``previous(sink)`` = the sink's latest version (no barrier look-up)."""
+    """``previous(sink)`` = the sink's latest version (no barrier look-up), from the same
+    per-process snapshot cache as tsb's reads."""
 
     def previous(self, sink):
         loc = self.locations[sink]
-        if not table_exists(loc):
+        with phase("delta_log"):
+            latest = latest_table_or_none(loc)
+        if latest is None:
             ddl = self.app.sinks[sink].schema
             return self.spark.createDataFrame([], ddl) if ddl else None
-        return read_snapshot(self.spark, loc, DeltaTable(loc).version())
+        return read_snapshot(self.spark, loc, latest.version())
 
 
-def plain_write(spark, df, location, mode, keys, max_files, barrier) -> None:
-    """Spark writes Parquet, delta-rs commits: no txn, no tags, no reports, no cleanup.
+def plain_write(spark, df, sink: str, spec: Sink, location: str, job_id: str, barrier: int) -> None:
+    """tsb's staging (``stage_output``: the executors' write, the footers, schema alignment, a
+    merge's affected files, compaction), then a plain delta-rs commit: no txn, no tags, no
+    PROCESSED/WRITTEN, no fencing, no orphan cleanup.
 
     The sink's latest snapshot comes from the same per-process cache as tsb's write path
     (``delta.snapshots.latest_table``), so the baseline does not pay a full log load that tsb
@@ -74,25 +80,19 @@ def plain_write(spark, df, location, mode, keys, max_files, barrier) -> None:
     """
     with phase("delta_log"):
         existing = latest_table_or_none(location)
-    if existing is not None:
-        schema = spark_schema(existing)
-        if mode == "merge":
-            df = merge_rows(read_snapshot(spark, location, existing.version()), df, keys)
-    else:
-        schema = df.schema
-    if max_files:
-        df = df.coalesce(max_files)
-    rel = f"plain/{barrier}/{time.time_ns()}"
-    with phase("spark"):
-        df.write.parquet(f"{location}/{rel}")
-    with phase("footers"):
-        adds = [f.to_add_action() for f in staged_files(location, rel)]
-    delta_schema = DeltaSchema.from_json(json.dumps(schema.jsonValue()))
+    log = SimpleNamespace(location=normalize_location(location), table=existing,  # what stage_output reads
+                          version=existing.version() if existing is not None else None)
+    options = spec.options
+    staged = stage_output(spark, df, WriteTarget(sink, location, job_id, barrier), options, log,
+                          f"plain/{barrier}/{time.time_ns()}")
+    adds = [f.to_add_action() for f in staged.files]
     with phase("commit"):
         if existing is None:
-            create_table_with_add_actions(location, delta_schema, adds, mode="error")
+            create_table_with_add_actions(location, staged.delta_schema, adds, mode="error",
+                                          partition_by=list(options.partition_by) or None)
         else:
-            existing.create_write_transaction(adds, "append" if mode == "append" else "overwrite", delta_schema)
+            removes = [r.to_remove_action(int(time.time() * 1000)) for r in staged.removed]
+            existing.create_write_transaction([*adds, *removes], options.commit_mode, staged.delta_schema)
 
 
 def plain_plan(app: TsbApp, barrier: int, entries: Sequence[Mapping[str, Any]], roots: Sequence[str]) -> BarrierPlan:
@@ -121,7 +121,7 @@ def run_plain_barrier(spark, app: TsbApp, barrier: int, entries, roots, location
     plan = plain_plan(app, barrier, entries, roots)
     outputs = app.process(PlainContext(spark, app, plan, locations))
     for sink, spec in app.sinks.items():
-        plain_write(spark, outputs[sink], locations[sink], spec.mode, spec.keys, spec.max_files, barrier)
+        plain_write(spark, outputs[sink], sink, spec, locations[sink], app.job_id, barrier)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
