@@ -28,6 +28,12 @@ arm that ran first paid the whole warm-up (tsb's batch arm, against a plain arm 
 warm server). ``--warmup-days`` (default 60 on Connect) first runs the batch and the plain arm
 over that many days on throwaway copies, untimed. With ``spark-submit`` every job starts its
 own JVM in every arm, so no warm-up is needed (default 0).
+
+Even after the warm-up the arm that runs second is the faster on Connect (its ``spark`` phase
+20-30 ms a barrier shorter per job, 2026-11-27): the arms run in the order ``--arms`` gives, so
+measure both orders (``--arms batch,plain`` and ``--arms plain,batch``) and pool them, as
+``barrier_overhead.py`` alternates its pairs. Every job, the plain arm's included, logs a
+``tsb-timing`` line per barrier in ``<keep>/<arm>/logs``, to compare the arms phase by phase.
 """
 
 from __future__ import annotations
