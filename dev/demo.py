@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_tsb.spark.process_group import ProcessGroup
+
 
 def repo_root() -> Path:
     """The repository (the folder holding ``dags/`` and ``spark_apps/``)."""
@@ -56,12 +58,10 @@ def _state_file() -> Path:
     return demo_home() / "airflow.json"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+def _groups(state: dict[str, Any]) -> dict[str, ProcessGroup]:
+    """Each recorded component's process group (a state file of an older demo has no start times)."""
+    ticks = state.get("start_ticks", {})
+    return {name: ProcessGroup(pid, ticks.get(name)) for name, pid in state.get("pids", {}).items()}
 
 
 def _spark_home() -> Path:
@@ -120,22 +120,18 @@ def stop_demo() -> int:
 
 
 def _stop_airflow(state: dict[str, Any]) -> None:
-    for name, pid in state.get("pids", {}).items():
-        if _alive(pid):
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except OSError:
-                pass
-            print(f"stopped {name} (pid {pid})")
+    """SIGTERM each component's group, SIGKILL what is left after 20 s; a recorded pid that now
+    belongs to another process (after a reboot, say) is left alone (:class:`ProcessGroup`)."""
+    groups = _groups(state)
+    for name, group in groups.items():
+        if group.leader_alive() and group.signal(signal.SIGTERM):
+            print(f"stopped {name} (pid {group.pgid})")
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(_alive(p) for p in state.get("pids", {}).values()):
+    while time.monotonic() < deadline and any(g.leader_alive() for g in groups.values()):
         time.sleep(0.5)
-    for pid in state.get("pids", {}).values():
-        if _alive(pid):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    for group in groups.values():
+        if group.alive():
+            group.signal(signal.SIGKILL)
 
 
 def _spark_connection(remote: str | None) -> str:
@@ -188,7 +184,7 @@ def _connect_or_start(home: Path, console: Any, remote: str | None) -> Any:
     if state_path.exists():
         state = json.loads(state_path.read_text())
         same_engine = state["env"].get("AIRFLOW_CONN_SPARK_LOCAL") == env["AIRFLOW_CONN_SPARK_LOCAL"]
-        if same_engine and all(_alive(p) for p in state["pids"].values()):
+        if same_engine and all(g.leader_alive() for g in _groups(state).values()):
             handle = AirflowHandle(
                 home=Path(state["home"]), dags_folder=Path(state["dags"]), plugins_folder=Path(state["plugins"]),
                 base_url=state["base_url"], env=state["env"], owns_home=False,
@@ -212,7 +208,8 @@ def _connect_or_start(home: Path, console: Any, remote: str | None) -> Any:
     state_path.write_text(
         json.dumps(
             {
-                "pids": {name: p.pid for name, p in handle.processes.items()},
+                "pids": {name: g.pgid for name, g in handle.groups.items()},
+                "start_ticks": {name: g.ticks for name, g in handle.groups.items()},
                 "home": str(handle.home), "dags": str(handle.dags_folder), "plugins": str(handle.plugins_folder),
                 "base_url": handle.base_url, "env": handle.env,
             }

@@ -49,6 +49,7 @@ from typing import Any
 
 import httpx
 
+from airflow_provider_tsb.spark.process_group import ProcessGroup
 from tsb_dev.airflow_api import TERMINAL_RUN_STATES, AirflowApi, AirflowHarnessError  # noqa: F401 (re-exported)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -124,6 +125,8 @@ class AirflowHandle(AirflowApi):
     username: str = ADMIN_USER
     password: str = ADMIN_PASSWORD
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    #: each component's process group, with its leader's start time (never signal a reused pid)
+    groups: dict[str, ProcessGroup] = field(default_factory=dict)
     startup_seconds: float = 0.0
     owns_home: bool = False
     _token: str | None = None
@@ -133,19 +136,20 @@ class AirflowHandle(AirflowApi):
     def stop(self, timeout: float = 20.0) -> None:
         """Stop every component (SIGTERM to each process group, then SIGKILL)."""
         try:
-            for proc in self.processes.values():
-                _signal_group(proc, signal.SIGTERM)
+            for group in self.groups.values():
+                group.signal(signal.SIGTERM)
             deadline = time.monotonic() + timeout
             for proc in self.processes.values():
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(max(0.1, deadline - time.monotonic()))
         finally:
             # Also on Ctrl-C: kill leftovers in each group (task supervisors, LocalExecutor workers).
-            for proc in self.processes.values():
-                _signal_group(proc, signal.SIGKILL)
+            for name, proc in self.processes.items():
+                self.groups[name].signal(signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(5)
             self.processes.clear()
+            self.groups.clear()
             if self._client is not None:
                 self._client.close()
                 self._client = None
@@ -220,11 +224,6 @@ class AirflowHandle(AirflowApi):
         tmp.write_text(text)
         os.replace(tmp, dest)  # atomic: the dag-processor never sees a half-written file
         return dest
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
 
 
 def build_env(
@@ -419,6 +418,7 @@ def start_airflow(
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # own process group: stop() kills workers too
             )
+            handle.groups[name] = ProcessGroup.of(handle.processes[name].pid)
             log.close()
         _wait_healthy(handle, components, t0 + timeout)
     except BaseException:

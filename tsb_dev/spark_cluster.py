@@ -27,6 +27,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from airflow_provider_tsb.spark.process_group import ProcessGroup
+
 #: what a Spark cluster image carries for PySpark (pyspark's own dependencies)
 BARE_PACKAGES = ("pyarrow", "pandas", "numpy")
 
@@ -70,6 +72,8 @@ class SparkCluster:
     web_url: str
     root: Path
     processes: list[subprocess.Popen] = field(default_factory=list)
+    #: each daemon's process group, with its leader's start time (never signal a reused pid)
+    groups: list[ProcessGroup] = field(default_factory=list)
     worker_cores: int = 1
     worker_memory: str = "1g"
 
@@ -83,17 +87,16 @@ class SparkCluster:
 
     def stop(self) -> None:
         """End every daemon by its process group (SIGTERM, then SIGKILL after 10 s)."""
-        for proc in reversed(self.processes):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in reversed(self.processes):
+        for group in reversed(self.groups):
+            group.signal(signal.SIGTERM)
+        for proc, group in reversed(list(zip(self.processes, self.groups, strict=True))):
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                group.signal(signal.SIGKILL)
                 proc.wait(timeout=10)
         self.processes.clear()
+        self.groups.clear()
 
 
 def _daemon_env(root: Path) -> dict[str, str]:
@@ -128,6 +131,7 @@ def start_cluster(root: Path, workers: int = 2, *, cores: int = 1, memory: str =
         log = (root / "logs" / f"{name}.log").open("ab")
         cluster.processes.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                                   start_new_session=True))
+        cluster.groups.append(ProcessGroup.of(cluster.processes[-1].pid))
 
     try:
         spawn("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",

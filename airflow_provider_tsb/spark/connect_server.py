@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import time
@@ -34,6 +33,7 @@ from airflow_provider_tsb.spark.installation import (
     driver_env,
     spark_submit,
 )
+from airflow_provider_tsb.spark.process_group import ProcessGroup, start_ticks
 
 __all__ = ["CONNECT_MARKERS", "ConnectServer", "ConnectServerOptions", "ServerStatus", "SparkServerError",
            "check_java", "default_java_options", "server_conf", "spark_submit"]
@@ -235,7 +235,11 @@ class ConnectServer:
             return ServerStatus("stopped", message=f"no Spark Connect server recorded in {self.home}")
         pid, port = int(state["pid"]), int(state["port"])
         fields = {k: state.get(k) for k in ("url", "master", "log")}
-        if not _alive(pid):
+        group = _group(state)
+        if group.reused():
+            return ServerStatus("stale", pid, port, **fields,
+                                message=f"server pid {pid} is gone (the number now belongs to another process)")
+        if not group.leader_alive():
             return ServerStatus("stale", pid, port, **fields, message=f"server pid {pid} is gone")
         if not port_open(state.get("bind_address") or "127.0.0.1", port):
             return ServerStatus("stale", pid, port, **fields, message=f"server pid {pid} does not answer on {port}")
@@ -278,7 +282,8 @@ class ConnectServer:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                        start_new_session=True, cwd=self.home)
         url = f"sc://{_url_host(opts.bind_address)}:{opts.port}"
-        self._write_state({"pid": process.pid, "port": opts.port, "bind_address": opts.bind_address, "url": url,
+        self._write_state({"pid": process.pid, "start_ticks": start_ticks(process.pid), "port": opts.port,
+                           "bind_address": opts.bind_address, "url": url,
                            "master": opts.master, "log": str(self.log_file), "started_at": time.time()})
         self._wait_ready(process, url)
         return self.status()
@@ -323,14 +328,15 @@ class ConnectServer:
         """Stop the recorded server and every process of its group; forget it.
 
         SIGTERM first (Spark stops its context), SIGKILL after ``timeout_s`` seconds. Returns
-        whether a server process was running.
+        whether a server process was running. A recorded pid that now belongs to another process
+        (the server died and the number was reused) is left alone: see :class:`ProcessGroup`.
         """
         state = self._read_state()
         if state is None:
             return False
-        pid = int(state["pid"])
-        was_running = _alive(pid)
-        _stop_group(pid, timeout_s)
+        group = _group(state)
+        was_running = group.leader_alive()
+        group.stop(timeout_s)
         self._forget()
         return was_running
 
@@ -400,59 +406,9 @@ def health(url: str, timeout_s: float = 60.0) -> bool:
             time.sleep(0.5)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of this process counts as gone
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _stop_group(pid: int, timeout_s: float) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            os.kill(pid, sig)
-        deadline = time.monotonic() + (timeout_s if sig == signal.SIGTERM else 10)
-        while time.monotonic() < deadline:
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            if not _group_alive(pid):
-                return
-            time.sleep(0.2)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return any(_alive(p) for p in _group_members(pgid))
-
-
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getpgid(int(entry.name)) == pgid:
-                    members.append(int(entry.name))
-            except OSError:
-                continue
-    return members
+def _group(state: Mapping[str, object]) -> ProcessGroup:
+    ticks = state.get("start_ticks")
+    return ProcessGroup(int(str(state["pid"])), int(str(ticks)) if ticks is not None else None)
 
 
 def _connect_host(host: str) -> str:

@@ -19,6 +19,7 @@ from airflow_provider_tsb.spark.connect_server import (
     default_java_options,
     server_conf,
 )
+from airflow_provider_tsb.spark.process_group import ProcessGroup, start_ticks
 from tsb_dev.local_airflow import free_port
 
 
@@ -109,6 +110,32 @@ def test_a_stale_state_file_is_reported_and_replaced(tmp_path: Path) -> None:
             busy.listen()
             ConnectServer(tmp_path, ConnectServerOptions(port=busy.getsockname()[1])).start()
     assert server.status().state == "stopped"
+
+
+def test_stop_leaves_alone_another_program_that_got_the_recorded_pid(tmp_path: Path) -> None:
+    """The server died and its pid went to another group leader (a PostgreSQL postmaster, say):
+    ``tsb spark stop`` must not signal it. Simulated by a record of a running session leader with
+    another start time than its own, as the number's reuse leaves it."""
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        ticks = start_ticks(other.pid)
+        assert ticks is not None
+        (tmp_path / "server.json").write_text(json.dumps({
+            "pid": other.pid, "start_ticks": ticks - 1, "port": free_port(), "url": "sc://x:1", "master": "local[1]",
+            "log": "l"}))
+        server = ConnectServer(tmp_path)
+        status = server.status()
+        assert status.state == "stale" and "now belongs to another process" in status.message
+        assert server.stop(timeout_s=1) is False
+        time.sleep(0.5)
+        assert other.poll() is None  # still running: not signalled
+        assert server.status().state == "stopped"  # the record is forgotten
+        # the same record with the true start time is the server's own group: stopped
+        ProcessGroup(other.pid, ticks).stop(timeout_s=5)
+        assert other.wait(timeout=5) in (-15, 0)  # SIGTERM ended it (0: stop reaped it first)
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_bad_conf_is_a_usage_error(tmp_path: Path) -> None:
