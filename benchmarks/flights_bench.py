@@ -137,7 +137,7 @@ class FlightsBench:
         self.url = url or f"sqlite:///{root / 'tsb.db'}"
         from airflow_provider_tsb.metastore.store import MetaStore
 
-        self.topology = topology if topology is not None else _load_topology()
+        self.topology = topology if topology is not None else _load_topology(root / "warehouse")
         self.sinks = tuple(sinks)
         self.store = MetaStore(self.url)
         self.store.migrate()
@@ -204,8 +204,9 @@ class FlightsBench:
         base = without_connect_markers(os.environ)
         if engine.kind == "connect":
             client = ConnectClient(op.application, engine, conf=op.conf or {}, job_id=job_id)
-            return client.command(args), {**base, **env, "SPARK_REMOTE": str(engine.remote)}
-        op.application_args, op.env_vars = args, env
+            return client.command(args), {**base, **env, "SPARK_REMOTE": str(engine.remote),
+                                          "TSB_WAREHOUSE": str(self.root / "warehouse")}
+        op.application_args, op.env_vars = args, {**env, "TSB_WAREHOUSE": str(self.root / "warehouse")}
         hook = op._get_hook()
         return hook._build_spark_submit_command(op.application), {**base, **op.env_vars}
 
@@ -273,12 +274,14 @@ def check_invariants(bench: FlightsBench, barrier: int) -> dict[str, bool]:
     return check_barrier(bench.store, barrier)[1]
 
 
-def _load_topology() -> Any:
+def _load_topology(warehouse: Path) -> Any:
+    """The flights topology of ``dags/common/flights.py`` with its tables under ``warehouse`` (not
+    ``$TSB_WAREHOUSE`` read when a location is asked: benches of one process each keep theirs)."""
     path = REPO / "dags" / "common" / "flights.py"
     spec = importlib.util.spec_from_file_location("tsb_bench_flights_topology", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.topology
+    return module.flights_topology(warehouse=str(warehouse))
 
 
 def wait_until(predicate: Any, timeout_s: float, what: str, poll_s: float = 0.1) -> None:

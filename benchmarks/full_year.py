@@ -18,7 +18,7 @@ same rows. Last line:
     seconds=<batch catch-up> streaming_seconds=<s> barriers=<n> ratio=<batch/plain>
 
     .venv/bin/python benchmarks/full_year.py [--days 365] [--arms batch,streaming,plain] [--engine submit|connect]
-        [--warmup-days N]
+        [--warmup-days N] [--order interleaved|sequential]
 
 ``--engine connect`` runs every arm's jobs (``plain.py`` included) as Spark Connect clients of
 one server (``--remote``, or a local one started for the run): no JVM start per job. The arms
@@ -29,11 +29,14 @@ warm server). ``--warmup-days`` (default 60 on Connect) first runs the batch and
 over that many days on throwaway copies, untimed. With ``spark-submit`` every job starts its
 own JVM in every arm, so no warm-up is needed (default 0).
 
-Even after the warm-up the arm that runs second is the faster on Connect (its ``spark`` phase
-20-30 ms a barrier shorter per job, 2026-11-27): the arms run in the order ``--arms`` gives, so
-measure both orders (``--arms batch,plain`` and ``--arms plain,batch``) and pool them, as
-``barrier_overhead.py`` alternates its pairs. Every job, the plain arm's included, logs a
-``tsb-timing`` line per barrier in ``<keep>/<arm>/logs``, to compare the arms phase by phase.
+Even after the warm-up, the arm that ran second was the faster on Connect (its ``spark`` phase
+20-30 ms a barrier shorter per job, 2026-11-27): the server keeps warming through a year. So by
+default (``--order interleaved``) the batch and plain arms run job by job in ABBA order (batch
+job 1, plain job 1, plain job 2, batch job 2, batch job 3, plain job 3), each arm's seconds the
+sum of its jobs', as ``barrier_overhead.py`` alternates its pairs; ``--order sequential`` runs
+each arm whole in the order ``--arms`` gives. The streaming arm always runs whole. Every job,
+the plain arm's included, logs a ``tsb-timing`` line per barrier in ``<keep>/<arm>/logs``, to
+compare the arms phase by phase.
 """
 
 from __future__ import annotations
@@ -66,9 +69,13 @@ def prepare(root: Path, days: list[dt.date], engine: str = "submit", remote: str
 
 
 def run_batch(bench: FlightsBench) -> float:
+    return sum(batch_job(bench, job_id) for job_id in JOBS)
+
+
+def batch_job(bench: FlightsBench, job_id: str) -> float:
+    """Seconds of one tsb job's batch catch-up of every pending barrier."""
     start = time.monotonic()
-    for job_id in JOBS:
-        bench.launch(job_id, "batch", bench.root / "logs").wait(TIMEOUT_S)
+    bench.launch(job_id, "batch", bench.root / "logs").wait(TIMEOUT_S)
     return time.monotonic() - start
 
 
@@ -83,24 +90,44 @@ def run_streaming(bench: FlightsBench) -> float:
 
 def run_plain(bench: FlightsBench) -> float:
     """``plain.py`` per job over the epochs of ``bench``'s barriers (not counting the final one)."""
-    barriers = [b for b in bench.store.barriers.barriers(bench.topology.name, limit=100_000,
-                                                         ascending=True) if not b.final]
+    return sum(plain_job(bench, job_id) for job_id in JOBS)
+
+
+def plain_job(bench: FlightsBench, job_id: str) -> float:
+    """Seconds of ``plain.py`` running one job over the epochs of ``bench``'s barriers."""
     epochs = bench.root / "epochs.json"
-    epochs.write_text(json.dumps({"barriers": [{"barrier": b.barrier, "ts": b.ts_ms, "roots": b.root_versions}
-                                               for b in barriers]}))
+    if not epochs.exists():
+        barriers = [b for b in bench.store.barriers.barriers(bench.topology.name, limit=100_000,
+                                                             ascending=True) if not b.final]
+        epochs.write_text(json.dumps({"barriers": [{"barrier": b.barrier, "ts": b.ts_ms, "roots": b.root_versions}
+                                                   for b in barriers]}))
     (bench.root / "logs").mkdir(parents=True, exist_ok=True)
+    argv, env = bench.command(job_id, "batch")
+    job = bench.topology.jobs[job_id]
+    app_at = _app_index(argv)
+    tables = [f"--table={n}={bench.location(n)}" for n in (*job.sources, *job.sinks)]
+    argv = [*argv[:app_at], str(HERE / "plain.py"), "--script", argv[app_at], "--epochs", str(epochs), *tables]
     start = time.monotonic()
-    for job_id in JOBS:
-        argv, env = bench.command(job_id, "batch")
-        job = bench.topology.jobs[job_id]
-        app_at = _app_index(argv)
-        tables = [f"--table={n}={bench.location(n)}" for n in (*job.sources, *job.sinks)]
-        argv = [*argv[:app_at], str(HERE / "plain.py"), "--script", argv[app_at], "--epochs", str(epochs), *tables]
-        log = (bench.root / "logs" / f"plain-{job_id}.log").open("ab")
+    with (bench.root / "logs" / f"plain-{job_id}.log").open("ab") as log:
         rc = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=TIMEOUT_S).returncode
-        if rc != 0:
-            raise RuntimeError(f"plain {job_id} exited with {rc}; log {log.name}")
+    if rc != 0:
+        raise RuntimeError(f"plain {job_id} exited with {rc}; log {log.name}")
     return time.monotonic() - start
+
+
+def run_interleaved(batch: FlightsBench, plain: FlightsBench) -> dict[str, float]:
+    """The batch and plain arms job by job in ABBA order (batch job 1, plain job 1, plain job 2,
+    batch job 2, batch job 3, plain job 3): on one Connect server each job of an arm runs next to
+    the same job of the other, so the server's warm-up through the run falls on both arms alike.
+    Returns each arm's seconds, the sum of its jobs'."""
+    seconds = {"batch": 0.0, "plain": 0.0}
+    runners = {"batch": lambda j: batch_job(batch, j), "plain": lambda j: plain_job(plain, j)}
+    for k, job_id in enumerate(JOBS):
+        for arm in (("batch", "plain") if k % 2 == 0 else ("plain", "batch")):
+            spent = runners[arm](job_id)
+            seconds[arm] += spent
+            print(f"  {arm} {job_id}: {spent:.1f} s", flush=True)
+    return seconds
 
 
 def _app_index(argv: list[str]) -> int:
@@ -116,6 +143,9 @@ def main() -> int:
     parser.add_argument("--engine", choices=("submit", "connect"), default="submit",
                         help="a spark-submit per job (default), or Spark Connect clients of one server")
     parser.add_argument("--remote", help="connect: the server's URL (default: start a local one)")
+    parser.add_argument("--order", choices=("interleaved", "sequential"), default="interleaved",
+                        help="interleaved (default): the batch and plain arms job by job, ABBA; sequential: "
+                             "each arm whole, in the order --arms gives")
     parser.add_argument("--warmup-days", type=int, default=None,
                         help="untimed batch and plain runs over this many days first, each on its own copy "
                              "(default 60 with --engine connect, 0 with submit)")
@@ -144,12 +174,18 @@ def run_arms(args: argparse.Namespace, base: Path, remote: str | None) -> int:
             print(f"warm-up {arm}: {len(warm)} days in {spent:.1f} s (not counted)", flush=True)
     seconds: dict[str, float] = {}
     benches: dict[str, FlightsBench] = {}
+    interleave = args.order == "interleaved" and {"batch", "plain"} <= set(arms)
     for arm in arms:
         t0 = time.monotonic()
         benches[arm] = bench = prepare(base / arm, days, args.engine, remote)
         flights = sum(nyc.flights_of_day(d).num_rows for d in days)
         print(f"{arm}: {len(days)} days ({flights:,} flights) ingested, {len(days)} barriers + a final one "
               f"generated in {time.monotonic() - t0:.0f} s", flush=True)
+        if interleave and arm in ("batch", "plain"):
+            if {"batch", "plain"} <= set(benches):
+                seconds.update(run_interleaved(benches["batch"], benches["plain"]))
+                print(f"batch: {seconds['batch']:.1f} s, plain: {seconds['plain']:.1f} s (interleaved)", flush=True)
+            continue
         runner = {"batch": run_batch, "streaming": run_streaming, "plain": run_plain}[arm]
         seconds[arm] = runner(bench)
         print(f"{arm}: {seconds[arm]:.1f} s", flush=True)

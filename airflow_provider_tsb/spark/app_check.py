@@ -11,10 +11,10 @@ both sides and what to change, in a few metastore queries and without a Spark se
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from airflow_provider_tsb.exceptions import UnknownJobError, UnknownTableError
+from airflow_provider_tsb.exceptions import TableLocationConflictError, UnknownJobError, UnknownTableError
 from airflow_provider_tsb.names import normalize_table_name
 
 if TYPE_CHECKING:
@@ -70,3 +70,38 @@ def check_app_registration(app: TsbApp, store: MetaStore) -> None:
                 f"but the {kind}s of job {job.id!r} in topology {job.topology!r} are {_names(known)}. "
                 f"Make the app's {kind}s (TsbApp({kind}s=...)) name the topology's tables, or fix Topology.job(...)"
             )
+
+
+def check_app_locations(app: TsbApp, store: MetaStore, locations: Mapping[str, str]) -> None:
+    """Check that the app reads and writes each table where the metastore registered it.
+
+    The app's locations come from its command line (``--table NAME=LOCATION``, which the operator
+    builds from the topology of the DAG file as the worker loads it) or its defaults; readers
+    and the commit protocol go by the registered ones. A worker that resolves the topology's
+    warehouse differently (another ``$TSB_WAREHOUSE`` or ``AIRFLOW_HOME`` than where the topology
+    was registered) would otherwise commit barriers into other tables than the ones every
+    reader resolves, and record their versions against the registered ones.
+
+    Args:
+        locations: ``{table name: location}`` of the app's sources and sinks, as resolved for
+            the run (:meth:`TsbApp.resolve_locations`). A table the metastore does not know is
+            left to :func:`check_app_registration`.
+
+    Raises:
+        TableLocationConflictError: a table's location differs from its registered one (compared
+            as absolute paths or URIs); the message names the job, the table, both locations
+            and what to change.
+    """
+    from airflow_provider_tsb.delta.log import normalize_location
+
+    for name, location in sorted(locations.items()):
+        info = store.registry.table(normalize_table_name(name), required=False)
+        if info is None or not info.location or normalize_location(location) == normalize_location(info.location):
+            continue
+        raise TableLocationConflictError(
+            f"job {app.job_id!r}: table {info.name!r} is registered at {info.location!r}, but this run would "
+            f"read or write it at {location!r}. Give the job the registered location (--table "
+            f"{info.name}={info.location}): the operator builds it from the topology's warehouse "
+            "(Topology(warehouse=...), else $TSB_WAREHOUSE, else $AIRFLOW_HOME/tsb-warehouse), which must be "
+            "the same on every worker as where the topology was registered"
+        )

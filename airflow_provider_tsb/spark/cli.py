@@ -85,6 +85,8 @@ def run_app(app: TsbApp, argv: Sequence[str] | None = None, spark: SparkSession 
         UnknownJobError, UnknownTableError: the app's job id, a source or a sink is not the
             registered topology's (see :func:`~airflow_provider_tsb.spark.app_check.check_app_registration`).
         ValueError: a table has no location.
+        TableLocationConflictError: a table's location is not its registered one
+            (:func:`~airflow_provider_tsb.spark.app_check.check_app_locations`).
     """
     args = build_arg_parser(app).parse_args(argv)
     logging.basicConfig(level=os.environ.get("TSB_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(message)s")
@@ -97,6 +99,10 @@ def run_app(app: TsbApp, argv: Sequence[str] | None = None, spark: SparkSession 
     overrides = dict(t.split("=", 1) for t in args.table)
     plan_tables = catalog.tables() if isinstance(catalog, PlanFileCatalog) else None
     locations = app.resolve_locations(plan_tables, overrides, args.warehouse)
+    if store is not None:  # the run's tables are the registered ones, or it fails before Spark starts
+        from airflow_provider_tsb.spark.app_check import check_app_locations
+
+        check_app_locations(app, store, locations)
     try:
         _run(app, args, catalog, locations, spark)
     except BaseException as exc:
