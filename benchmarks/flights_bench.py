@@ -188,7 +188,7 @@ class FlightsBench:
         return all((h := newest(s)) is not None and h.barrier >= barrier for s in self.sinks)
 
     # ------------------------------------------------------------------ jobs
-    def command(self, job_id: str, mode: str, *, final_since_ms: int | None = None,
+    def command(self, job_id: str, mode: str, *, final_since_ms: int | None = None, until_barrier: int | None = None,
                 **operator_kwargs: Any) -> tuple[list[str], dict[str, str]]:
         """(argv, environment) of the job's process, built by the operator (its defaults unless
         ``operator_kwargs`` say otherwise): Airflow's ``SparkSubmitHook`` command, or the
@@ -198,7 +198,7 @@ class FlightsBench:
 
         op = TsbSparkJobOperator(task_id=job_id, topology=self.topology, job_id=job_id, mode=mode,
                                  **operator_kwargs)
-        args = op.job_hook.build_application_args(None, None, final_since_ms)
+        args = op.job_hook.build_application_args(until_barrier, None, final_since_ms)
         env = op.job_hook.build_env(self.url, None, None, op.env_vars)
         engine = SparkEngine.from_connection("spark_default")
         base = without_connect_markers(os.environ)

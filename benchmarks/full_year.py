@@ -18,7 +18,7 @@ same rows. Last line:
     seconds=<batch catch-up> streaming_seconds=<s> barriers=<n> ratio=<batch/plain>
 
     .venv/bin/python benchmarks/full_year.py [--days 365] [--arms batch,streaming,plain] [--engine submit|connect]
-        [--warmup-days N] [--order interleaved|sequential]
+        [--warmup-days N] [--order interleaved|sequential] [--chunk-days N]
 
 ``--engine connect`` runs every arm's jobs (``plain.py`` included) as Spark Connect clients of
 one server (``--remote``, or a local one started for the run): no JVM start per job. The arms
@@ -30,13 +30,14 @@ over that many days on throwaway copies, untimed. With ``spark-submit`` every jo
 own JVM in every arm, so no warm-up is needed (default 0).
 
 Even after the warm-up, the arm that ran second was the faster on Connect (its ``spark`` phase
-20-30 ms a barrier shorter per job, 2026-11-27): the server keeps warming through a year. So by
-default (``--order interleaved``) the batch and plain arms run job by job in ABBA order (batch
-job 1, plain job 1, plain job 2, batch job 2, batch job 3, plain job 3), each arm's seconds the
-sum of its jobs', as ``barrier_overhead.py`` alternates its pairs; ``--order sequential`` runs
-each arm whole in the order ``--arms`` gives. The streaming arm always runs whole. Every job,
-the plain arm's included, logs a ``tsb-timing`` line per barrier in ``<keep>/<arm>/logs``, to
-compare the arms phase by phase.
+20-30 ms a barrier shorter per job, 2026-11-27): the server keeps warming through a year, and of two runs of one
+job the second is the faster. So by default (``--order interleaved``) the batch and plain arms
+run in turns of ``--chunk-days`` barriers of one job (61 on Connect: six turns a job, each turn a
+process of each arm; 0: one turn per job), the arm that goes first alternating turn by turn
+(ABBA), each arm's seconds the sum of its turns', as ``barrier_overhead.py`` alternates its
+pairs; ``--order sequential`` runs each arm whole in the order ``--arms`` gives. The streaming
+arm always runs whole. Every job, the plain arm's included, logs a ``tsb-timing`` line per
+barrier in ``<keep>/<arm>/logs``, to compare the arms phase by phase.
 """
 
 from __future__ import annotations
@@ -72,10 +73,10 @@ def run_batch(bench: FlightsBench) -> float:
     return sum(batch_job(bench, job_id) for job_id in JOBS)
 
 
-def batch_job(bench: FlightsBench, job_id: str) -> float:
-    """Seconds of one tsb job's batch catch-up of every pending barrier."""
+def batch_job(bench: FlightsBench, job_id: str, until: int | None = None) -> float:
+    """Seconds of one tsb job's batch catch-up of every pending barrier (up to ``until``)."""
     start = time.monotonic()
-    bench.launch(job_id, "batch", bench.root / "logs").wait(TIMEOUT_S)
+    bench.launch(job_id, "batch", bench.root / "logs", until_barrier=until).wait(TIMEOUT_S)
     return time.monotonic() - start
 
 
@@ -93,20 +94,23 @@ def run_plain(bench: FlightsBench) -> float:
     return sum(plain_job(bench, job_id) for job_id in JOBS)
 
 
-def plain_job(bench: FlightsBench, job_id: str) -> float:
-    """Seconds of ``plain.py`` running one job over the epochs of ``bench``'s barriers."""
+def plain_job(bench: FlightsBench, job_id: str, barriers: tuple[int, int] | None = None) -> float:
+    """Seconds of ``plain.py`` running one job over the epochs of ``bench``'s barriers (those
+    from ``barriers[0]`` to ``barriers[1]`` when given)."""
     epochs = bench.root / "epochs.json"
     if not epochs.exists():
-        barriers = [b for b in bench.store.barriers.barriers(bench.topology.name, limit=100_000,
-                                                             ascending=True) if not b.final]
+        infos = [b for b in bench.store.barriers.barriers(bench.topology.name, limit=100_000,
+                                                          ascending=True) if not b.final]
         epochs.write_text(json.dumps({"barriers": [{"barrier": b.barrier, "ts": b.ts_ms, "roots": b.root_versions}
-                                                   for b in barriers]}))
+                                                   for b in infos]}))
     (bench.root / "logs").mkdir(parents=True, exist_ok=True)
     argv, env = bench.command(job_id, "batch")
     job = bench.topology.jobs[job_id]
     app_at = _app_index(argv)
     tables = [f"--table={n}={bench.location(n)}" for n in (*job.sources, *job.sinks)]
     argv = [*argv[:app_at], str(HERE / "plain.py"), "--script", argv[app_at], "--epochs", str(epochs), *tables]
+    if barriers is not None:
+        argv += ["--barriers", f"{barriers[0]}:{barriers[1]}"]
     start = time.monotonic()
     with (bench.root / "logs" / f"plain-{job_id}.log").open("ab") as log:
         rc = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=TIMEOUT_S).returncode
@@ -115,18 +119,27 @@ def plain_job(bench: FlightsBench, job_id: str) -> float:
     return time.monotonic() - start
 
 
-def run_interleaved(batch: FlightsBench, plain: FlightsBench) -> dict[str, float]:
-    """The batch and plain arms job by job in ABBA order (batch job 1, plain job 1, plain job 2,
-    batch job 2, batch job 3, plain job 3): on one Connect server each job of an arm runs next to
-    the same job of the other, so the server's warm-up through the run falls on both arms alike.
-    Returns each arm's seconds, the sum of its jobs'."""
+def run_interleaved(batch: FlightsBench, plain: FlightsBench, days: int, chunk: int) -> dict[str, float]:
+    """The batch and plain arms in turns of ``chunk`` barriers of one job (each turn a process
+    of each arm), the arm that goes first alternating turn by turn (ABBA): on one Connect server
+    each stretch of a job runs next to the same stretch of the other arm, so the server's
+    warming through the year and the advantage of running second fall on both arms alike.
+    ``chunk`` >= ``days``: one turn per job. The tsb arm's last turn takes the final barrier.
+    Returns each arm's seconds, the sum of its turns'."""
     seconds = {"batch": 0.0, "plain": 0.0}
-    runners = {"batch": lambda j: batch_job(batch, j), "plain": lambda j: plain_job(plain, j)}
-    for k, job_id in enumerate(JOBS):
-        for arm in (("batch", "plain") if k % 2 == 0 else ("plain", "batch")):
-            spent = runners[arm](job_id)
-            seconds[arm] += spent
-            print(f"  {arm} {job_id}: {spent:.1f} s", flush=True)
+    turn = 0
+    for job_id in JOBS:
+        for first in range(1, days + 1, chunk):
+            last = min(first + chunk - 1, days)
+            runners = {"batch": lambda j=job_id, n=last: batch_job(batch, j, None if n == days else n),
+                       "plain": lambda j=job_id, a=first, b=last: plain_job(plain, j, (a, b))}
+            spent = {}
+            for arm in (("batch", "plain") if turn % 2 == 0 else ("plain", "batch")):
+                spent[arm] = runners[arm]()
+                seconds[arm] += spent[arm]
+            print(f"  {job_id} barriers {first}-{last}: batch {spent['batch']:.1f} s, plain {spent['plain']:.1f} s "
+                  f"({'batch' if turn % 2 == 0 else 'plain'} first)", flush=True)
+            turn += 1
     return seconds
 
 
@@ -146,12 +159,19 @@ def main() -> int:
     parser.add_argument("--order", choices=("interleaved", "sequential"), default="interleaved",
                         help="interleaved (default): the batch and plain arms job by job, ABBA; sequential: "
                              "each arm whole, in the order --arms gives")
+    parser.add_argument("--chunk-days", type=int, default=None,
+                        help="interleaved: barriers per turn of a job (default 61 with --engine connect: six "
+                             "turns a job; 0: one turn per job)")
     parser.add_argument("--warmup-days", type=int, default=None,
                         help="untimed batch and plain runs over this many days first, each on its own copy "
                              "(default 60 with --engine connect, 0 with submit)")
     args = parser.parse_args()
     if not 1 <= args.days <= 365:
         parser.error("--days must be 1..365")
+    if args.chunk_days is None:
+        args.chunk_days = 61 if args.engine == "connect" else 0
+    if args.chunk_days < 0:
+        parser.error("--chunk-days must be >= 0")
     if args.warmup_days is None:
         args.warmup_days = 60 if args.engine == "connect" else 0
     if not 0 <= args.warmup_days <= 365:
@@ -183,7 +203,8 @@ def run_arms(args: argparse.Namespace, base: Path, remote: str | None) -> int:
               f"generated in {time.monotonic() - t0:.0f} s", flush=True)
         if interleave and arm in ("batch", "plain"):
             if {"batch", "plain"} <= set(benches):
-                seconds.update(run_interleaved(benches["batch"], benches["plain"]))
+                seconds.update(run_interleaved(benches["batch"], benches["plain"], len(days),
+                                               args.chunk_days or len(days)))
                 print(f"batch: {seconds['batch']:.1f} s, plain: {seconds['plain']:.1f} s (interleaved)", flush=True)
             continue
         runner = {"batch": run_batch, "streaming": run_streaming, "plain": run_plain}[arm]
