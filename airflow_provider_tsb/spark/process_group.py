@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,18 @@ def start_ticks(pid: int) -> int | None:
             return int(stat.read().rsplit(")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _exists(probe: Callable[[int, int], None], number: int) -> bool:
+    """Signal 0 through ``probe`` (``os.kill`` or ``os.killpg``): the process or group exists
+    (one owned by another user counts)."""
+    try:
+        probe(number, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass(frozen=True)
@@ -53,14 +66,8 @@ class ProcessGroup:
 
     def leader_alive(self) -> bool:
         """True while the recorded leader runs (a zombie counts as gone)."""
-        if self.reused():
+        if self.reused() or not _exists(os.kill, self.pgid):
             return False
-        try:
-            os.kill(self.pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
         try:
             with open(f"/proc/{self.pgid}/stat") as stat:
                 return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
@@ -69,14 +76,8 @@ class ProcessGroup:
 
     def alive(self) -> bool:
         """True while the leader or any member of its group runs."""
-        if self.reused():
+        if self.reused() or not _exists(os.killpg, self.pgid):
             return False
-        try:
-            os.killpg(self.pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
         return any(ProcessGroup(pid).leader_alive() for pid in self._members())
 
     def signal(self, sig: signal.Signals) -> bool:
