@@ -81,6 +81,39 @@ def lease_versions(
     return lease_id, expires
 
 
+def narrow_lease(s: Session, lease_id: str, ranges: Mapping[int, VersionRange]) -> bool:
+    """Narrow lease ``lease_id`` to ``{table id: (from, to)}`` in the caller's write transaction
+    ``s``: a table left out is no longer pinned, a range given must lie inside the one pinned.
+    No expiry check is needed (a lease only ever pins versions expiry had to keep). Used by a
+    batch run's input lease as its barriers are done (:mod:`airflow_provider_tsb.spark.input_leases`).
+
+    Returns:
+        False when the lease is gone (lapsed and removed, or released).
+
+    Raises:
+        ValueError: a range is not inside the lease's range of its table, or names a table the
+            lease does not pin (a lease never widens: it would skip the expiry check).
+    """
+    rows = s.scalars(select(LeaseVersionRow).where(LeaseVersionRow.lease_id == lease_id))
+    pinned = {row.table_id: row for row in rows}
+    if not pinned:
+        return False
+    for table_id, value in ranges.items():
+        lo, hi = _range(value)
+        row = pinned.get(table_id)
+        held = (row.version if row.from_version is None else row.from_version, row.version) if row else None
+        if held is None or lo < held[0] or hi > held[1]:
+            raise ValueError(f"lease {lease_id}: cannot narrow table id {table_id} to {(lo, hi)}: the lease pins "
+                             f"{held if held is not None else 'nothing of it'}, and a lease never widens")
+    for table_id, row in pinned.items():
+        if table_id not in ranges:
+            s.delete(row)
+            continue
+        lo, hi = _range(ranges[table_id])
+        row.version, row.from_version = hi, (lo if lo != hi else None)
+    return True
+
+
 def end_lease(s: Session, lease_id: str) -> bool:
     """End lease ``lease_id`` in the caller's write transaction ``s``; True if it existed (a
     lapsed lease may already have been removed by :meth:`LeaseManager.expire_leases`)."""
@@ -127,6 +160,20 @@ class LeaseManager:
                 .values(expires_at_ms=expires)
             ).rowcount
             return expires if done else None
+
+    def narrow_lease(self, lease_id: str, versions: Mapping[str, Pinned]) -> bool:
+        """Narrow a lease to ``{table: Delta version or (from, to)}`` (:func:`narrow_lease`).
+
+        Returns:
+            False when the lease is gone.
+
+        Raises:
+            UnknownTableError: a table is not registered.
+            ValueError: a range would widen the lease.
+        """
+        with self._core.transaction(write=True) as s:
+            ids = {table_id_of(s, name): _range(v) for name, v in versions.items()}
+            return narrow_lease(s, lease_id, ids)
 
     def release_lease(self, lease_id: str) -> bool:
         """End a lease early. Returns True if it existed."""

@@ -15,7 +15,8 @@ d. the driver reads only the footers of those files (size, row count, stats);
    (c and d: :func:`~airflow_provider_tsb.spark.outputs.stage_output`)
 e. PROCESSED is reported with the staged-file manifest (replacing, i.e. withdrawing, the
    manifest of a dead attempt) -- FLIP-276 "Timestamp Barrier": the barrier is PROCESSED in
-   the table;
+   the table -- right before the commit, in the metastore transaction that checks the fencing
+   token (:meth:`Reports.before_commit`: one round trip for steps e and f's check);
 f. the fencing token is checked, then one delta-rs commit with the txn and the barrier tag
    (:func:`~airflow_provider_tsb.delta.commit.commit_barrier_files`);
 g. WRITTEN is reported with the new version; withdrawn attempt directories past the staging
@@ -134,6 +135,28 @@ class Reports:
             return set()
         return self.staging.held_staging(self.target.table, self.target.barrier, self.grace_s)
 
+    def before_commit(self, options: WriteOptions, files: Sequence[StagedFile], removes: Sequence[RemovedFile]
+                      ) -> Callable[[], None]:
+        """Steps e and f's check, as the commit's ``before_commit``: the first call reports
+        PROCESSED (:meth:`processed`), whose metastore transaction checks the fencing token (a
+        :class:`StagingCatalog` does), later calls (a schema change commits before the barrier's
+        commit) check the fencing token only.
+
+        Raises (when called):
+            FencedError: a newer attempt of the job started.
+        """
+        reported = False
+
+        def before() -> None:
+            nonlocal reported
+            if reported:
+                self.fence()
+                return
+            self.processed(options, files, removes)
+            reported = True
+            crash_point("after_files", self.target.job_id, self.target.barrier)
+        return before
+
     def processed(self, options: WriteOptions, files: Sequence[StagedFile], removes: Sequence[RemovedFile]) -> None:
         """PROCESSED with the manifest: ``append`` (staged files added to the previous version,
         minus ``removes``) or ``overwrite`` (staged files replace it)."""
@@ -246,13 +269,11 @@ def _stage_and_commit(
     """Steps c-f; a fenced attempt deletes the files no reader holds and raises ``FencedError``."""
     try:
         staged = stage_output(spark, df, target, options, log, rel_dir)
-        reports.processed(options, staged.files, staged.removed)  # (e) PROCESSED, before the commit
-        crash_point("after_files", target.job_id, target.barrier)
-        with phase("commit"):  # (f) one atomic commit, by the job's newest attempt only
+        with phase("commit"):  # (e) PROCESSED and (f) one atomic commit, by the job's newest attempt only
             outcome = commit_barrier_files(
                 log.location, staged.files, tag=target.tag(attempt), mode=options.commit_mode,
                 schema=staged.delta_schema, partition_by=options.partition_by, removes=staged.removed,
-                before_commit=reports.fence, log=log,
+                before_commit=reports.before_commit(options, staged.files, staged.removed), log=log,
             )
     except FencedError:
         drop_unserved_attempt(log.location, rel_dir, reports.held)

@@ -14,6 +14,15 @@ taken in the transaction that records the barrier's start
 lease no round trip of its own.
 Apache Paimon's consumers do the same for running readers (apache/paimon#5819).
 
+A batch run (:func:`~airflow_provider_tsb.spark.runner.run_batch`, a catch-up of many
+barriers) leases once instead: :class:`RunLease` pins, per input, the smallest range holding
+the epochs of all its pending barriers, before the first is read, and is narrowed to the
+barriers still to come as each one is done (behind the job's next barrier, on its
+:class:`~airflow_provider_tsb.spark.report_queue.ReportQueue`), so expiry can take what the run
+has read while it runs; the run ends it. A barrier's start then records only its timing. When
+a version of that range has already expired, the run falls back to one lease per barrier, so
+the barriers before it are processed and the barrier that cannot be read names the version.
+
 Only the metastore catalog leases (a plan-file catalog has no lease store): a catalog leases
 when it offers ``create_lease``/``renew_lease`` and ends a lease with
 ``record_job_barrier(..., release_lease=...)``
@@ -26,9 +35,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_tsb.exceptions import ExpiredVersionError
 from airflow_provider_tsb.spark.plans import BarrierPlan
 
 log = logging.getLogger("airflow_provider_tsb.spark")
@@ -46,6 +57,24 @@ def input_ranges(plan: BarrierPlan) -> dict[str, tuple[int, int]]:
         previous = plan.previous_inputs.get(name) if plan.previous_inputs else None
         low = 0 if previous is None else min(int(previous), int(version))
         out[name] = (low, int(version))
+    return out
+
+
+def run_ranges(plans: Sequence[BarrierPlan]) -> dict[str, tuple[int, int]]:
+    """``{input table: (from, to)}``: per input, the smallest closed range of Delta versions
+    holding the :func:`input_ranges` of every plan in ``plans``."""
+    out: dict[str, tuple[int, int]] = {}
+    for plan in plans:
+        out = _union(out, input_ranges(plan))
+    return out
+
+
+def _union(a: dict[str, tuple[int, int]], b: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """Per table, the smallest closed range holding its ranges in ``a`` and ``b``."""
+    out = dict(a)
+    for name, (low, high) in b.items():
+        held = out.get(name)
+        out[name] = (low, high) if held is None else (min(held[0], low), max(held[1], high))
     return out
 
 
@@ -186,3 +215,68 @@ class InputLease:
         except Exception as exc:
             log.warning("%s: releasing input lease %s failed (%s); it lapses in %.0f s", self.holder,
                         self.lease_id, exc, self.seconds)
+
+
+class RunLease:
+    """The input lease of a batch run over ``plans`` (module doc), taken by :meth:`take`.
+
+    Args:
+        leaser: the catalog holding the lease (``narrow_lease`` as well as :class:`InputLease`'s).
+        lease: the lease, renewed while the run lasts.
+        plans: the run's barriers, in order.
+    """
+
+    def __init__(self, leaser: Any, lease: InputLease, plans: Sequence[BarrierPlan]) -> None:
+        self._leaser = leaser
+        self.lease = lease
+        self._plans = list(plans)
+        self._index = {plan.barrier: i for i, plan in enumerate(self._plans)}
+        # _rest[i]: run_ranges(plans[i:]), built back to front (one pass, not one per barrier)
+        self._rest: list[dict[str, tuple[int, int]]] = [{} for _ in range(len(self._plans) + 1)]
+        for i in range(len(self._plans) - 1, -1, -1):
+            self._rest[i] = _union(input_ranges(self._plans[i]), self._rest[i + 1])
+
+    @classmethod
+    def take(cls, catalog: object, job_id: str, plans: Sequence[BarrierPlan], *, seconds: float | None = None
+             ) -> RunLease | None:
+        """Lease the inputs of every barrier in ``plans`` in one catalog call; ``None`` when the
+        catalog cannot narrow a lease (plan files), nothing is read, or a version is expired
+        (the barriers then lease their own epochs, and the one that cannot be read says why).
+
+        Raises:
+            ValueError: ``$TSB_INPUT_LEASE_SECONDS`` is not a positive number of seconds.
+        """
+        ranges = run_ranges(plans)
+        if not ranges or not hasattr(catalog, "narrow_lease"):
+            return None
+        ttl = seconds if seconds is not None else lease_seconds()
+        holder = f"job {job_id} barriers {plans[0].barrier}..{plans[-1].barrier}"
+        leaser: Any = catalog
+        try:
+            lease_id = leaser.create_lease(ranges, ttl, holder)
+        except ExpiredVersionError as exc:
+            log.info("%s: no input lease for the run (%s); each barrier leases its own epoch", holder, exc)
+            return None
+        return cls(catalog, InputLease(catalog, lease_id, ttl, holder), plans)
+
+    def covers(self, plan: BarrierPlan) -> bool:
+        """Whether barrier ``plan`` is one of the run's (its epoch is leased)."""
+        return plan.barrier in self._index
+
+    def narrowing_after(self, barrier: int) -> Callable[[], None] | None:
+        """The catalog call that narrows the lease to the run's barriers after ``barrier`` (to
+        run once ``barrier``'s reads are over), or ``None`` after the last one."""
+        at = self._index[barrier] + 1
+        rest, ranges = self._plans[at:], self._rest[at]
+        if not rest:
+            return None
+
+        def narrow() -> None:
+            if not self._leaser.narrow_lease(self.lease.lease_id, ranges):
+                log.warning("%s: input lease %s lapsed; expiry may remove the versions of barriers %s..%s",
+                            self.lease.holder, self.lease.lease_id, rest[0].barrier, rest[-1].barrier)
+        return narrow
+
+    def release(self) -> None:
+        """End the lease (the run is over); a failure is logged (the lease lapses by itself)."""
+        self.lease.release()

@@ -297,6 +297,10 @@ class MetastoreCatalog:
         """See ``store.leases.renew_lease`` (``None`` when the lease lapsed)."""
         return self._retry(f"renew lease {lease_id}", lambda: self.store.leases.renew_lease(lease_id, seconds))
 
+    def narrow_lease(self, lease_id: str, ranges: Mapping[str, tuple[int, int]]) -> bool:
+        """See ``store.leases.narrow_lease`` (``False`` when the lease is gone)."""
+        return self._retry(f"narrow lease {lease_id}", lambda: self.store.leases.narrow_lease(lease_id, ranges))
+
     def release_lease(self, lease_id: str) -> None:
         """See ``store.leases.release_lease``."""
         self._retry(f"release lease {lease_id}", lambda: self.store.leases.release_lease(lease_id))

@@ -57,6 +57,9 @@ def staging_grace_s() -> float:
 class StagingCatalog(Protocol):
     """A catalog that serves PROCESSED manifests to readers and fences zombies (the metastore's).
 
+    Its ``record_processed`` checks the reporting attempt's fencing token in the transaction
+    that records PROCESSED (the commit protocol's step e is also step f's fencing check).
+
     See :class:`~airflow_provider_tsb.spark.metastore_catalog.MetastoreCatalog`.
     """
 

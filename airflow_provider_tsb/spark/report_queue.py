@@ -4,9 +4,13 @@ Once a barrier's Delta commits are made, what is left of it is bookkeeping: WRIT
 (with the metastore's check of the version against the Delta log), the deletion of withdrawn
 staging directories that are due, and the job's ``succeeded`` record with the end of its input
 lease. In a batch run (a catch-up of many barriers) these run on one background thread, in the
-order they were queued, while the main thread starts the next barrier: its start record and
-input lease, the alignment check, ``process()`` and the Spark write. A 2-core driver idles on
-Spark there, so the bookkeeping costs no wall time (``benchmarks/full_year.py``).
+order they were queued, while the main thread works on the next barrier, and with them that
+barrier's start record (:mod:`airflow_provider_tsb.spark.input_leases`: the run holds one
+input lease). They are held back while the driver does Python work of its own (the log reads,
+the alignment check, ``process()``): the queue releases them when the Spark write starts
+(:meth:`ReportQueue.release`), so they run while the driver waits on Spark and take no
+interpreter time from it (CPython runs one thread's Python at a time): the bookkeeping costs
+no wall time (``benchmarks/full_year.py``).
 
 The ordering rules that keep the commit protocol (docs/design.md) as it was:
 
@@ -63,14 +67,16 @@ class ReportQueue:
         self._lease_to_end: str | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tsb-reports-{job_id}")
         self._pending: list[Future[None]] = []
+        self._held: list[Callable[[], None]] = []
         self._failed = threading.Event()
 
     def submit(self, barrier: int, what: str, report: Callable[[], object]) -> None:
         """Queue ``report`` (``what`` of ``barrier``, e.g. ``"WRITTEN of flights.enriched"``)
-        behind everything queued before it; it does not run if an earlier report failed.
+        behind everything queued before it, held until :meth:`release` (or :meth:`wait`); it
+        does not run if an earlier report failed.
 
         Raises:
-            RuntimeError: the queue was closed.
+            RuntimeError: the queue was closed (at the release).
         """
         def run() -> None:
             if self._failed.is_set():
@@ -83,7 +89,16 @@ class ReportQueue:
                              "behind the job's next barrier)")
                 raise
 
-        self._pending.append(self._executor.submit(run))
+        self._held.append(run)
+
+    def release(self) -> None:
+        """Let the held reports run, in order (call it when the driver starts waiting on Spark).
+
+        Raises:
+            RuntimeError: the queue was closed.
+        """
+        held, self._held = self._held, []
+        self._pending.extend(self._executor.submit(run) for run in held)
 
     def end_lease_with_next_start(self, lease_id: str | None) -> None:
         """End input lease ``lease_id`` (a finished barrier's) with the next barrier's start
@@ -106,11 +121,12 @@ class ReportQueue:
             log.warning("job %s: could not end input lease %s: %s", self.job_id, lease_id, exc)
 
     def wait(self) -> None:
-        """Block until every queued report ran.
+        """Release the held reports and block until every queued report ran.
 
         Raises:
             Exception: the first failed report's exception (with a note naming the report).
         """
+        self.release()
         pending, self._pending = self._pending, []
         first: BaseException | None = None
         for future in pending:

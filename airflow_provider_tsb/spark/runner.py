@@ -15,8 +15,9 @@ Per barrier ``n`` (:func:`run_barrier`):
 Batch and streaming mode start the same way (:func:`start_run`: the fencing token, WRITTEN
 re-reported from each sink's log, the barrier the sinks are at). :func:`run_batch` then
 processes the pending barriers (optionally up to ``until_barrier``) and stops, each barrier's
-WRITTEN reports and end record running behind the next barrier's work
-(:class:`~airflow_provider_tsb.spark.report_queue.ReportQueue`); streaming mode
+start record, WRITTEN reports and end record running behind the barriers' work
+(:class:`~airflow_provider_tsb.spark.report_queue.ReportQueue`) under one input lease for the
+run (:class:`~airflow_provider_tsb.spark.input_leases.RunLease`); streaming mode
 (:mod:`airflow_provider_tsb.spark.streaming`) runs the same :func:`run_barrier` once per
 micro-batch. Both produce identical tables.
 """
@@ -36,7 +37,7 @@ from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.metastore.records import JobStatus
 from airflow_provider_tsb.spark.barrier_commit import WriteResult, write_barrier
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
-from airflow_provider_tsb.spark.input_leases import InputLease
+from airflow_provider_tsb.spark.input_leases import InputLease, RunLease
 from airflow_provider_tsb.spark.model import BarrierContext, TsbApp
 from airflow_provider_tsb.spark.report_queue import ReportQueue
 from airflow_provider_tsb.spark.timing import barrier_timer, phase
@@ -175,6 +176,7 @@ def run_barrier(
     *,
     before: dict[str, float] | None = None,
     queue: ReportQueue | None = None,
+    run_lease: RunLease | None = None,
 ) -> list[WriteResult]:
     """Process one barrier end to end (alignment, skip-if-committed, process, commit sinks).
 
@@ -188,6 +190,9 @@ def run_barrier(
         queue: where the barrier's WRITTEN reports and its ``succeeded`` record go, to run
             behind the job's next barrier (:mod:`airflow_provider_tsb.spark.report_queue`);
             ``None``: they are made before this returns.
+        run_lease: the batch run's input lease (:class:`RunLease`): when it covers ``plan``, the
+            barrier takes no lease of its own, its start record goes on ``queue`` and the run
+            lease is narrowed behind it once the barrier is done.
 
     Returns one :class:`WriteResult` per sink (sorted by sink name).
 
@@ -199,14 +204,17 @@ def run_barrier(
     with barrier_timer(app.job_id, plan.barrier, before=before):
         lease: InputLease | None = None
         try:
-            lease = _start(catalog, app.job_id, plan, started, queue)
+            lease = _start(catalog, app.job_id, plan, started, queue, run_lease)
             with shared_commit_reads():  # each commit file read once for the barrier
                 results = _run_barrier(spark, app, plan, locations, catalog, queue)
         except BaseException:
-            _record_failure(catalog, app.job_id, plan.barrier, lease)
+            _record_failure(catalog, app.job_id, plan.barrier, lease, queue)
             raise
         if catalog is not None:  # the timing and the end of the input lease: one catalog call
             _record_success(catalog, app.job_id, plan.barrier, lease, queue)
+            narrow = run_lease.narrowing_after(plan.barrier) if run_lease is not None and queue is not None else None
+            if narrow is not None and queue is not None:
+                queue.submit(plan.barrier, "the narrowing of the run's input lease", narrow)
     return results
 
 
@@ -228,9 +236,16 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _record_failure(catalog: BarrierCatalog | None, job_id: str, barrier: int, lease: InputLease | None) -> None:
-    """The barrier failed: record it and end its input lease, in one catalog call; a metastore
-    failure here is logged (the original error matters more, and the lease lapses by itself)."""
+def _record_failure(catalog: BarrierCatalog | None, job_id: str, barrier: int, lease: InputLease | None,
+                    queue: ReportQueue | None = None) -> None:
+    """The barrier failed: record it and end its input lease, in one catalog call, after the
+    reports queued before it (its own start record may be one); a metastore failure here is
+    logged (the original error matters more, and the lease lapses by itself)."""
+    if queue is not None:
+        try:
+            queue.wait()
+        except Exception as exc:
+            log.warning("job %s: a background report failed as well: %s", job_id, exc)
     if catalog is None:
         if lease is not None:
             lease.release()
@@ -245,14 +260,24 @@ def _record_failure(catalog: BarrierCatalog | None, job_id: str, barrier: int, l
 
 
 def _start(catalog: BarrierCatalog | None, job_id: str, plan: BarrierPlan, started: int,
-           queue: ReportQueue | None = None) -> InputLease | None:
+           queue: ReportQueue | None = None, run_lease: RunLease | None = None) -> InputLease | None:
     """Record the barrier's start and take its input lease, in one catalog call: the epoch's
     input versions stay out of snapshot expiry while they are read (spark/input_leases.py). The
-    same call ends the previous barrier's lease when ``queue`` holds it."""
+    same call ends the previous barrier's lease when ``queue`` holds it. Under a run lease
+    that covers the barrier the start record is only the timing, queued when there is a queue."""
     if catalog is None:
         return None
-    wanted = InputLease.request(catalog, job_id, plan)
     ending = queue.lease_to_end() if queue is not None else None
+    if run_lease is not None and run_lease.covers(plan):
+        def record() -> None:
+            catalog.record_job_barrier(job_id, plan.barrier, JobStatus.RUNNING, started_at_ms=started,
+                                       release_lease=ending)
+        if queue is None:
+            record()
+        else:
+            queue.submit(plan.barrier, "the job's running record", record)
+        return None
+    wanted = InputLease.request(catalog, job_id, plan)
     try:
         lease_id = catalog.record_job_barrier(job_id, plan.barrier, JobStatus.RUNNING, started_at_ms=started,
                                               take_lease=wanted, release_lease=ending)
@@ -282,6 +307,8 @@ def _run_barrier(
     results: list[WriteResult] = []
     outputs = app.process(BarrierContext(spark, app, plan, locations, logs))
     check_outputs(app, outputs)
+    if queue is not None:  # the reports run while the driver waits on Spark's write
+        queue.release()
     for sink, sink_log in logs.items():
         target = WriteTarget(sink, locations[sink], app.job_id, plan.barrier, plan.inputs, plan.ts_ms)
         results.append(write_barrier(spark, outputs[sink], target, app.sinks[sink].options, catalog=catalog,
@@ -321,15 +348,18 @@ def run_batch(
     """
     sources = {name: locations[name] for name in app.sources}
     after = start_run(app, catalog, locations)
+    plans = [plan for plan in catalog.pending_barriers(app.job_id, sources, after)
+             if until_barrier is None or plan.barrier <= until_barrier][:max_barriers]
     done: list[int] = []
-    # each barrier's end reports run behind the next one (spark/report_queue.py)
-    with ReportQueue(app.job_id, getattr(catalog, "release_lease", None)) as queue:
-        for plan in catalog.pending_barriers(app.job_id, sources, after):
-            if until_barrier is not None and plan.barrier > until_barrier:
-                break
-            if max_barriers is not None and len(done) >= max_barriers:
-                break
-            run_barrier(spark, app, plan, locations, catalog, queue=queue)
-            done.append(plan.barrier)
+    run_lease = RunLease.take(catalog, app.job_id, plans)  # the inputs of every barrier of the run
+    try:
+        # each barrier's reports run behind the barriers' work (spark/report_queue.py)
+        with ReportQueue(app.job_id, getattr(catalog, "release_lease", None)) as queue:
+            for plan in plans:
+                run_barrier(spark, app, plan, locations, catalog, queue=queue, run_lease=run_lease)
+                done.append(plan.barrier)
+    finally:
+        if run_lease is not None:  # after the queue: its narrowings use the lease
+            run_lease.release()
     catalog.heartbeat(app.job_id)
     return done

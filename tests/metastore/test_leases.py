@@ -35,3 +35,23 @@ def test_invalid_leases_are_refused(core: MetastoreCore, registry: RegistryManag
         leases.create_lease({WORDS: 1}, 0)
     with pytest.raises(UnknownTableError):
         leases.create_lease({"tsb.wc.nothing": 1}, 60)
+
+
+def test_a_lease_narrows_but_never_widens(core: MetastoreCore, registry: RegistryManager) -> None:
+    """A batch run's input lease is narrowed as its barriers are done: a range inside the one
+    pinned is taken, a table left out is no longer pinned, a wider range or a table the lease
+    does not pin is refused and changes nothing (widening would skip the expiry check)."""
+    leases = LeaseManager(core)
+    run, _ = leases.create_lease({WORDS: (0, 9), COUNTS: (2, 5)}, 60, holder="job j barriers 1..10")
+    assert leases.narrow_lease(run, {WORDS: (4, 9), COUNTS: 5}) is True
+    assert leases.leased_ranges(WORDS) == [(4, 9)] and leases.leased_ranges(COUNTS) == [(5, 5)]
+    for wider in ({WORDS: (3, 9)}, {WORDS: (4, 10)}, {WORDS: (5, 9), COUNTS: (4, 5)}):
+        with pytest.raises(ValueError, match=f"lease {run}: cannot narrow .* a lease never widens"):
+            leases.narrow_lease(run, wider)
+    assert leases.leased_ranges(WORDS) == [(4, 9)] and leases.leased_ranges(COUNTS) == [(5, 5)]
+    assert leases.narrow_lease(run, {WORDS: (9, 9)}) is True  # COUNTS is no longer read
+    assert leases.leased_ranges(WORDS) == [(9, 9)] and leases.leased_ranges(COUNTS) == []
+    with pytest.raises(ValueError, match="pins nothing of it"):
+        leases.narrow_lease(run, {WORDS: 9, COUNTS: 5})
+    assert leases.release_lease(run) is True
+    assert leases.narrow_lease(run, {WORDS: 9}) is False  # gone

@@ -3,9 +3,9 @@
 A real Spark job (``run_batch`` through the metastore catalog) reads an input that is
 overwritten at every barrier; inside ``process`` of barrier 3 -- after the job has planned its
 lazy read of a version that is no longer the newest, before the executors read the files --
-snapshot expiry runs with ``keep_barriers=1`` and without the consumer rule. The job's input
-lease keeps the files; the barrier commits the right rows. The lease is gone once the barrier
-is committed.
+snapshot expiry runs with ``keep_barriers=1`` and without the consumer rule (at barrier 4 of 5). The batch run's
+input lease (one for the run, narrowed as its barriers are done) keeps the files; the barrier
+commits the right rows. The lease is gone once the run is over.
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ def _lease_world(tmp_path: Path, barriers: int) -> tuple[str, MetaStore, dict[st
 
 
 def test_running_job_keeps_its_input_versions_under_expiry(spark, tmp_path) -> None:
-    url, store, locations = _lease_world(tmp_path, barriers=4)
+    url, store, locations = _lease_world(tmp_path, barriers=5)
     seen: list[tuple[int, list[tuple[int, int]], int]] = []
 
     def process(ctx):  # noqa: ANN001, ANN202 - the app's process function
         snap = ctx.snapshot(lw.SNAP)  # lazy: files listed, not read yet
         leased = store.leases.leased_ranges(lw.SNAP)
         expired = []
-        if ctx.barrier == 3:
+        if ctx.barrier == 4:
             expired = expire_snapshots(store, lw.SNAP, 1, consumers=False)["expired_barriers"]
         seen.append((ctx.barrier, leased, expired))
         out = snap.groupBy().agg(F.count("*").alias("n"), F.min("b").alias("lo"), F.max("b").alias("hi"))
@@ -53,15 +53,42 @@ def test_running_job_keeps_its_input_versions_under_expiry(spark, tmp_path) -> N
 
     app = TsbApp("sum_job", {lw.SNAP: locations[lw.SNAP]}, {lw.SUMMARY: Sink(mode="append")}, process)
     done = run_batch(spark, app, MetastoreCatalog(url), {lw.SNAP: locations[lw.SNAP],
-                                                        lw.SUMMARY: locations[lw.SUMMARY]}, until_barrier=3)
-    assert done == [1, 2, 3]
-    # each barrier held [previous version, its version] of snap while it ran; at barrier 3
-    # expiry kept barrier 4 (the newest) and the leased range, and expired barrier 1 only
-    assert seen == [(1, [(0, 0)], []), (2, [(0, 1)], []), (3, [(1, 2)], [1])]
+                                                        lw.SUMMARY: locations[lw.SUMMARY]}, until_barrier=4)
+    assert done == [1, 2, 3, 4]
+    # the run leased snap's versions of barriers 1..4 (0..3) from its start; each barrier done
+    # narrows it to the epochs still to come, behind the next barrier (on the report queue,
+    # released when that barrier's write starts): at barrier 4's read it holds barriers 3..4's
+    # (1..3), so expiry kept barrier 5 (the newest) and that range, and expired barrier 1 only
+    assert seen == [(1, [(0, 3)], []), (2, [(0, 3)], []), (3, [(0, 3)], []), (4, [(1, 3)], [1])]
     summary = DeltaTable(locations[lw.SUMMARY]).to_pyarrow_dataset().to_table(use_threads=False)
     rows = sorted(zip(*(summary.column(c).to_pylist() for c in ("b", "n", "lo", "hi")), strict=True))
-    assert rows == [(b, lw.ROWS, b, b) for b in (1, 2, 3)]  # barrier 3 read its version whole
-    assert store.leases.leased_ranges(lw.SNAP) == []  # released after each barrier
+    assert rows == [(b, lw.ROWS, b, b) for b in (1, 2, 3, 4)]  # barrier 4 read its version whole
+    assert store.leases.leased_ranges(lw.SNAP) == []  # released when the run ended
+    store.dispose()
+
+
+def test_a_run_whose_range_holds_an_expired_version_leases_barrier_by_barrier(spark, tmp_path) -> None:
+    """Snap's version 1 is expired while version 0 is kept (a reader leases it): the run cannot
+    lease its whole range, so each barrier leases its own epoch: barrier 1 (version 0) is
+    committed, barrier 2 (versions 0..1) fails with the expiry error naming the table and the
+    barrier, and no lease of the job is left."""
+    url, store, locations = _lease_world(tmp_path, barriers=4)
+    reader, _ = store.leases.create_lease({lw.SNAP: 0}, 600.0, holder="a reader")
+    assert expire_snapshots(store, lw.SNAP, 1, consumers=False)["expired_barriers"] == [2, 3]  # versions 1, 2
+
+    def process(ctx):  # noqa: ANN001, ANN202 - the app's process function
+        out = ctx.snapshot(lw.SNAP).groupBy().agg(F.count("*").alias("n"), F.min("b").alias("lo"),
+                                                  F.max("b").alias("hi"))
+        return {lw.SUMMARY: out.select(F.lit(ctx.barrier).cast("long").alias("b"), "n", "lo", "hi")}
+
+    app = TsbApp("sum_job", {lw.SNAP: locations[lw.SNAP]}, {lw.SUMMARY: Sink(mode="append")}, process)
+    with pytest.raises(ExpiredVersionError, match=rf"barrier 2 \(Delta version 1\) of table '{lw.SNAP}'"):
+        run_batch(spark, app, MetastoreCatalog(url), {lw.SNAP: locations[lw.SNAP], lw.SUMMARY: locations[lw.SUMMARY]})
+    assert store.job_runs.job_barrier_statuses("sum_job", [1, 2]) == {1: "succeeded", 2: "failed"}
+    summary = DeltaTable(locations[lw.SUMMARY]).to_pyarrow_dataset().to_table(use_threads=False)
+    assert summary.column("b").to_pylist() == [1] and summary.column("n").to_pylist() == [lw.ROWS]
+    assert store.leases.leased_ranges(lw.SNAP) == [(0, 0)]  # the reader's only
+    store.leases.release_lease(reader)
     store.dispose()
 
 

@@ -37,6 +37,24 @@ def test_reports_run_in_order_on_one_thread_behind_the_caller() -> None:
     assert ran == [(1, "a"), (1, "b"), (2, "a"), (2, "b"), (3, "a"), (3, "b")]
 
 
+def test_reports_are_held_until_released_while_the_driver_works() -> None:
+    """Reports wait while the driver does Python work of its own and run once it waits on
+    Spark (:meth:`ReportQueue.release`) or on them (:meth:`ReportQueue.wait`)."""
+    ran: list[int] = []
+    with ReportQueue("job") as queue:
+        queue.submit(1, "WRITTEN of t at version 0", lambda: ran.append(1))
+        time.sleep(0.2)
+        assert ran == []  # held
+        queue.release()
+        deadline = time.monotonic() + 10
+        while not ran and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ran == [1]
+        queue.submit(2, "WRITTEN of t at version 1", lambda: ran.append(2))
+        queue.wait()  # releases what is held
+        assert ran == [1, 2]
+
+
 def test_a_failed_report_stops_the_rest_and_is_raised_with_its_barrier() -> None:
     ran: list[int] = []
     queue = ReportQueue("enrich")
