@@ -275,6 +275,8 @@ def _stage_and_commit(
                 schema=staged.delta_schema, partition_by=options.partition_by, removes=staged.removed,
                 before_commit=reports.before_commit(options, staged.files, staged.removed), log=log,
             )
+        if not outcome.committed:  # another attempt committed the barrier first: ours was never served
+            drop_unserved_attempt(log.location, rel_dir, reports.held)  # (a zombie cannot delete it later)
     except FencedError:
         drop_unserved_attempt(log.location, rel_dir, reports.held)
         raise
