@@ -40,7 +40,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from airflow_provider_tsb.delta.errors import DeltaLogError
-from airflow_provider_tsb.delta.log import normalize_location
+from airflow_provider_tsb.delta.log import normalize_location, transaction_version
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none
 from airflow_provider_tsb.lineage import default_warehouse
 
@@ -112,7 +112,7 @@ def logged_barrier(location: str, topology: str) -> int | None:
     table = latest_table_or_none(location)
     if table is None:
         return None
-    return table.transaction_version(log_app_id(topology))
+    return transaction_version(table, location, log_app_id(topology))
 
 
 def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = False) -> None:

@@ -26,7 +26,7 @@ from airflow_provider_tsb.delta.conventions import (
     parse_tag,
 )
 from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
-from airflow_provider_tsb.delta.log import commit_info, normalize_location
+from airflow_provider_tsb.delta.log import commit_info, normalize_location, transaction_version
 from airflow_provider_tsb.delta.snapshots import latest_table, latest_table_or_none, latest_version
 
 
@@ -211,7 +211,7 @@ def committed_barrier(
             return None
     if epoch is None:
         epoch = table_epoch(location, table=table)
-    txn = table.transaction_version(app_id(job_id, epoch.epoch))
+    txn = transaction_version(table, location, app_id(job_id, epoch.epoch))
     candidates = [b for b in (txn, epoch.base_barrier) if b is not None]
     return max(candidates) if candidates else None
 

@@ -25,7 +25,7 @@ from airflow_provider_tsb.delta.conventions import (
     barrier_commit_properties,
     parse_tag,
 )
-from airflow_provider_tsb.delta.integrity import figures_after, figures_metadata
+from airflow_provider_tsb.delta.integrity import figures_after, figures_metadata, recorded_figures
 from airflow_provider_tsb.delta.log import commit_info, normalize_location
 from airflow_provider_tsb.delta.restore import finish_pending_restore
 from airflow_provider_tsb.delta.sink_log import SinkLog
@@ -210,7 +210,10 @@ def _write_transaction(
     if mode == "append":
         dt = evolve_table_schema(loc, dt, schema, tag, before_commit)
     read_version = dt.version()
-    figures = figures_metadata(figures_after(dt, sizes[0], sizes[1], overwrite=mode == "overwrite"))
+    # the base's figures as its own commit recorded them (O(1)), else counted from its files: a
+    # count would take a tampered base's extra files as truth and hide them from the readers
+    base = recorded_figures(log.commit_info(read_version)) or dt
+    figures = figures_metadata(figures_after(base, sizes[0], sizes[1], overwrite=mode == "overwrite"))
     if before_commit is not None:
         before_commit()
     try:

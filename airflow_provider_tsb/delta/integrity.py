@@ -84,12 +84,21 @@ def figures_of(table: DeltaTable | pa.Table) -> TableFigures:
 
 
 def figures_after(
-    base: DeltaTable | None, adds: Iterable[int], removes: Iterable[int], *, overwrite: bool
+    base: DeltaTable | TableFigures | None, adds: Iterable[int], removes: Iterable[int], *, overwrite: bool
 ) -> TableFigures:
     """The figures a commit will give: ``base``'s live files (none for ``overwrite`` or a new
     table), minus the ``removes`` (their sizes, bytes: live files of ``base``), plus the
-    ``adds`` (their sizes, bytes: new paths, a fresh attempt directory)."""
-    start = figures_of(base) if base is not None and not overwrite else TableFigures(0, 0)
+    ``adds`` (their sizes, bytes: new paths, a fresh attempt directory).
+
+    Args:
+        base: the version the commit is made on: its figures as recorded by its own commit
+            (:func:`recorded_figures`, O(1)), or the loaded ``DeltaTable`` to count them from
+            (:func:`figures_of`, O(live files)), or ``None`` for a new table.
+    """
+    if base is None or overwrite:
+        start = TableFigures(0, 0)
+    else:
+        start = base if isinstance(base, TableFigures) else figures_of(base)
     added, removed = [int(a) for a in adds], [int(r) for r in removes]
     return TableFigures(start.files + len(added) - len(removed), start.size_bytes + sum(added) - sum(removed))
 

@@ -64,8 +64,12 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     with the configured storage options (:mod:`airflow_provider_tsb.delta.storage`)."""
     loc = normalize_location(location)
     if not is_remote(loc):
-        return pafs.LocalFileSystem(), loc
+        return _LOCAL_FS, loc
     return pyarrow_filesystem(loc)
+
+
+#: the local filesystem (stateless and thread-safe in pyarrow: one for every local location)
+_LOCAL_FS = pafs.LocalFileSystem()
 
 
 def join(location: str, relative: str) -> str:
@@ -133,13 +137,46 @@ def _read_commit_file(location: str, version: int) -> list[dict[str, Any]] | Non
 
 def commit_info(location: str, version: int) -> dict[str, Any] | None:
     """Return the ``commitInfo`` of ``version`` (``{}`` if it has none, ``None`` if absent)."""
-    actions = read_commit_actions(location, version)
+    return commit_info_of(read_commit_actions(location, version))
+
+
+def commit_info_of(actions: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The ``commitInfo`` among a commit's ``actions`` (``{}`` if it has none, ``None`` for no
+    commit)."""
     if actions is None:
         return None
     for action in actions:
         if "commitInfo" in action:
             return dict(action["commitInfo"])
     return {}
+
+
+def txn_version_of(actions: list[dict[str, Any]] | None, app_id: str) -> int | None:
+    """The version of the ``txn`` action of ``app_id`` among a commit's ``actions``, or ``None``.
+
+    In the newest commit of a table this is the table's transaction version for ``app_id``
+    (Delta protocol "Transaction Identifiers": a later ``txn`` of an application replaces an
+    earlier one), with no log replay; ``None`` says nothing about older commits.
+    """
+    for action in actions or ():
+        txn = action.get("txn")
+        if txn is not None and txn.get("appId") == app_id:
+            return int(txn["version"])
+    return None
+
+
+def transaction_version(table: DeltaTable, location: str, app_id: str) -> int | None:
+    """``table.transaction_version(app_id)`` (Delta protocol "Transaction Identifiers"), answered
+    from the ``txn`` of ``table``'s newest commit when it holds one of ``app_id`` (one commit-file
+    read), else by delta-rs (a log replay, about 2 ms here, growing with the log since the last
+    checkpoint).
+
+    Args:
+        table: the loaded table; its :meth:`~deltalake.DeltaTable.version` is the one asked.
+        location: its location (normalized or not).
+    """
+    found = txn_version_of(read_commit_actions(location, table.version()), app_id)
+    return found if found is not None else table.transaction_version(app_id)
 
 
 def latest_version(location: str) -> int:

@@ -233,3 +233,34 @@ def test_data_skipping_reads_only_files_whose_statistics_meet_the_epoch(spark, t
     assert len(by_time.inputFiles()) == 2  # day 3 starts at 00:00, inside the range
     assert read_snapshot(spark, loc, 2, within={"day": (7, 9)}).count() == 0
     assert read_snapshot(spark, loc, 2).count() == 9 and len(read_snapshot(spark, loc, 2).inputFiles()) == 3
+
+
+def test_transaction_version_from_the_newest_commit_equals_delta_rs(tmp_path: Path) -> None:
+    """``delta.log.transaction_version`` reads the newest commit's ``txn`` and falls back to
+    delta-rs's log replay; at every step it gives delta-rs's answer (Delta protocol
+    "Transaction Identifiers")."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from airflow_provider_tsb.delta.conventions import app_id
+    from airflow_provider_tsb.delta.log import transaction_version
+    from airflow_provider_tsb.delta.sink_log import SinkLog
+
+    loc = str(tmp_path / "t")
+    rows = pa.table({"x": [1]})
+
+    def commit(txn: tuple[str, int] | None) -> DeltaTable:
+        props = CommitProperties(app_transactions=[Transaction(*txn)] if txn else None)
+        write_deltalake(loc, rows, mode="append", commit_properties=props)
+        return DeltaTable(loc)
+
+    job = app_id("job", 0)
+    seen, logs = [], []
+    for txn in ((job, 1), (job, 2), None, ("other", 9), (job, 3), None):
+        table = commit(txn)
+        answers = [(transaction_version(table, loc, app), table.transaction_version(app))
+                   for app in (job, "other", "never")]
+        assert all(ours == theirs for ours, theirs in answers), (txn, answers)
+        seen.append(answers[0][0])
+        logs.append(SinkLog(loc, "job", table).committed)  # what a barrier of job "job" reads
+    assert seen == [1, 2, 2, 2, 3, 3]  # a commit without the job's txn keeps the older one
+    assert logs == seen and SinkLog(loc, "other-job", DeltaTable(loc)).committed is None

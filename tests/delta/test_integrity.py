@@ -160,3 +160,18 @@ def test_root_versions_named_by_barriers_are_recorded_and_verified(store: MetaSt
     assert to_arrow(store.resolution.resolve(["tsb.rig.events"], as_of=1))["tsb.rig.events"].num_rows == 10
     report = check_integrity(store, "roots_ig")
     assert [(f.barrier, f.version, f.problem) for f in report.findings or []] == [(2, 1, "figures")]
+
+
+def test_a_commit_on_a_tampered_version_does_not_take_its_files_as_truth(store: MetaStore, tmp_path) -> None:
+    """A barrier committed on top of a version that lost a ``remove`` records the figures its
+    base's own commit recorded plus its own files, not a count of the tampered log: the extra
+    live file of the base stays a mismatch in the new version too, and its read is refused."""
+    loc = ig.build(store, str(tmp_path / "wh"))
+    ig.tamper(loc[ig.SINK], "drop_remove")  # version 1 (barrier 2): file A live again
+    store.barriers.create_barrier(ig.TOPOLOGY, {ig.EVENTS: 0})
+    version = ig.commit_next(store, loc[ig.SINK], 4, "d", range(20, 25))
+    recorded = commit_info(loc[ig.SINK], version) or {}
+    counted = figures_of(open_table(loc[ig.SINK], version))
+    assert int(recorded[FILES_KEY]) == 4 and counted.files == 5  # A2, B, C, D (+ A, wrongly live)
+    with pytest.raises(DeltaLogIntegrityError, match=rf"barrier 4, Delta version {version}"):
+        _read(store, 4)

@@ -75,6 +75,11 @@ def build(store: MetaStore, warehouse: str) -> dict[str, str]:
     return loc
 
 
+def commit_next(store: MetaStore, location: str, barrier: int, name: str, keys: range) -> int:
+    """Append one more file (keys ``keys``) to the sink as ``barrier``; its Delta version."""
+    return _commit(store, location, barrier, [_stage(location, barrier, name, keys, barrier)])
+
+
 def commit_file(location: str, version: int) -> str:
     """The path of commit ``version``'s JSON file."""
     return os.path.join(location, "_delta_log", f"{version:020d}.json")
