@@ -84,7 +84,9 @@ def _group_key(
     return tuple((c, values.get(c)) for c in partition_columns)
 
 
-Ranges = Mapping[str, tuple[Any, Any]]
+#: data skipping ranges, ``{column: (min, max)}``; a column mapped to ``None`` has an empty range
+#: (an epoch that added no row): no file overlaps it
+Ranges = Mapping[str, "tuple[Any, Any] | None"]
 
 
 def read_snapshot(
@@ -103,8 +105,9 @@ def read_snapshot(
         within: data skipping, ``{column: (min, max)}``: only the files whose Delta statistics
             (``minValues``/``maxValues``, Delta protocol "Per-file Statistics") overlap every
             range are read; files without statistics for a column are kept. The result is a
-            superset of the rows in the ranges: join or filter for exactness. Ranges usually
-            come from :func:`change_ranges`.
+            superset of the rows in the ranges: join or filter for exactness. A column mapped to
+            ``None`` (an empty range) selects no file. Ranges usually come from
+            :func:`change_ranges`.
         exclude: paths (relative to the table root, as in the ``add`` actions) of files to
             leave out (the files a PROCESSED merge's manifest removes).
 
@@ -136,8 +139,12 @@ def read_snapshot(
 
 
 def _overlaps(entry: Mapping[str, Any], within: Ranges) -> bool:
-    """Whether a file's [min, max] overlaps every range (unknown statistics overlap)."""
-    for column, (lo, hi) in within.items():
+    """Whether a file's [min, max] overlaps every range (unknown statistics overlap; an empty
+    range, ``None``, none)."""
+    for column, bounds in within.items():
+        if bounds is None:
+            return False
+        lo, hi = bounds
         fmin, fmax = entry["min"].get(column), entry["max"].get(column)
         if fmin is None or fmax is None or lo is None or hi is None:
             continue
@@ -147,14 +154,17 @@ def _overlaps(entry: Mapping[str, Any], within: Ranges) -> bool:
 
 
 def change_ranges(location: str, from_version: int | None, to_version: int, columns: Sequence[str]) -> dict[
-    str, tuple[Any, Any]
+    str, tuple[Any, Any] | None
 ]:
     """``{column: (min, max)}`` over the files added in the epoch ``(from_version, to_version]``.
 
     From the Delta statistics of the added files (no data is read), for
     :func:`read_snapshot`'s ``within``. A column some added file has no statistics for is left
-    out (no skipping on it); an epoch that added no file gives ``{}``. Timestamp statistics are
-    truncated to milliseconds by Delta writers; truncation is monotonic, so overlaps are kept.
+    out (no skipping on it); an epoch that added no row (no file, or files whose ``numRecords``
+    is 0) gives ``None`` for every column (an empty range: ``read_snapshot(within=...)`` then
+    reads no file, where ``{}`` would read them all).
+    Timestamp statistics are truncated to milliseconds by Delta writers; truncation is
+    monotonic, so overlaps are kept.
 
     Raises:
         DeltaLogError: a commit in the range is missing from the log.
@@ -169,9 +179,12 @@ def change_ranges(location: str, from_version: int | None, to_version: int, colu
                 raise DeltaLogError(f"Delta log of {loc!r} has no commit {version}: cannot read its changes")
             added.update(a["add"]["path"] for a in actions if "add" in a and a["add"].get("dataChange", True))
         if not added:
-            return {}
-        entries = [e for e in _add_entries(snapshot_at(loc, to_version), stats_of=list(columns)) if e["path"] in added]
-    out: dict[str, tuple[Any, Any]] = {}
+            return dict.fromkeys(columns)
+        entries = [e for e in _add_entries(snapshot_at(loc, to_version), stats_of=list(columns))
+                   if e["path"] in added and e["rows"] != 0]  # a file of no row has no range (no min/max)
+        if not entries:
+            return dict.fromkeys(columns)
+    out: dict[str, tuple[Any, Any] | None] = {}
     for column in columns:
         mins = [e["min"].get(column) for e in entries]
         maxs = [e["max"].get(column) for e in entries]
@@ -181,18 +194,22 @@ def change_ranges(location: str, from_version: int | None, to_version: int, colu
 
 
 def _add_entries(table: Snapshot, stats_of: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Active files of a snapshot as ``{"path", "partitionValues", "min", "max"}`` (metadata only).
+    """Active files of a snapshot as ``{"path", "partitionValues", "min", "max", "rows"}``
+    (metadata only).
 
-    ``min``/``max``: ``{column: value}`` of the statistics of ``stats_of`` (``None`` when absent).
+    ``min``/``max``: ``{column: value}`` of the statistics of ``stats_of`` (``None`` when absent);
+    ``rows``: the file's ``numRecords`` statistic (``None`` when absent).
     """
     actions = table.add_actions
     names = set(actions.column_names)
     part_cols = [c for c in actions.column_names if c.startswith("partition.")]
     stat_cols = [f"{k}.{c}" for c in stats_of for k in ("min", "max") if f"{k}.{c}" in names]
-    rows = actions.select(["path", *part_cols, *stat_cols]).to_pylist()
+    count_col = ["num_records"] if "num_records" in names else []
+    rows = actions.select(["path", *part_cols, *stat_cols, *count_col]).to_pylist()
     return [
         {
             "path": row["path"],
+            "rows": row.get("num_records"),
             "partitionValues": {c[len("partition.") :]: (None if row[c] is None else str(row[c])) for c in part_cols},
             "min": {c: row.get(f"min.{c}") for c in stats_of},
             "max": {c: row.get(f"max.{c}") for c in stats_of},

@@ -223,9 +223,10 @@ class BarrierContext:
         """
         return read_snapshot(self.spark, self._source(source), self.plan.inputs[source], within=within)
 
-    def change_ranges(self, source: str, columns: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+    def change_ranges(self, source: str, columns: Sequence[str]) -> dict[str, tuple[Any, Any] | None]:
         """``{column: (min, max)}`` of the rows added to ``source`` in this barrier's epoch, from
-        the Delta statistics of the added files (no data read); ``{}`` when nothing was added.
+        the Delta statistics of the added files (no data read); ``None`` for each column when
+        nothing was added (``snapshot(within=...)`` then reads no file).
         """
         start = self.plan.previous_inputs.get(source) if self.plan.previous_barrier is not None else None
         return change_ranges(self._source(source), start, self.plan.inputs[source], columns)

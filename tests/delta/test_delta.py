@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -226,13 +227,33 @@ def test_data_skipping_reads_only_files_whose_statistics_meet_the_epoch(spark, t
     ranges = change_ranges(loc, 0, 1, ["day", "ts"])  # the epoch (0, 1] added day 2
     assert ranges["day"] == (2, 2)
     assert ranges["ts"][0] == dt.datetime(2013, 1, 2, 0, tzinfo=utc) and ranges["ts"][1].day == 2
-    assert change_ranges(loc, 2, 2, ["day"]) == {}  # nothing added: no skipping
+    empty = change_ranges(loc, 2, 2, ["day", "ts"])
+    assert empty == {"day": None, "ts": None}  # nothing added: an empty range, no file to read
+    nothing = read_snapshot(spark, loc, 2, within=empty)
+    assert nothing.inputFiles() == [] and nothing.count() == 0 and nothing.columns == ["day", "ts"]
+    # a barrier with no row commits one file of 0 records (its footer has no min/max): still empty
+    rows = pa.table({"day": pa.array([], pa.int32()), "ts": pa.array([], pa.timestamp("us", "UTC"))})
+    assert commit_parquet(loc, rows, barrier=4) == 3
+    assert change_ranges(loc, 2, 3, ["day", "ts"]) == {"day": None, "ts": None}
+    assert change_ranges(loc, 1, 3, ["day"]) == {"day": (3, 3)}  # with day 3's file
     pruned = read_snapshot(spark, loc, 2, within={"day": ranges["day"]})
     assert len(pruned.inputFiles()) == 1 and sorted(r.day for r in pruned.collect()) == [2, 2, 2]
     by_time = read_snapshot(spark, loc, 2, within={"ts": (ranges["ts"][0], dt.datetime(2013, 1, 3, 0, tzinfo=utc))})
     assert len(by_time.inputFiles()) == 2  # day 3 starts at 00:00, inside the range
     assert read_snapshot(spark, loc, 2, within={"day": (7, 9)}).count() == 0
     assert read_snapshot(spark, loc, 2).count() == 9 and len(read_snapshot(spark, loc, 2).inputFiles()) == 3
+
+
+def commit_parquet(location: str, rows: pa.Table, barrier: int) -> int:
+    """Commit ``rows`` as one Parquet file (even of no row, as a Spark write of an empty barrier
+    stages one) through the barrier commit path; the new Delta version."""
+    rel = f"part-{barrier}.parquet"
+    pq.write_table(rows, os.path.join(location, rel))
+    num, stats = footer_stats(pafs.LocalFileSystem(), os.path.join(location, rel))
+    staged = StagedFile(rel, os.path.getsize(os.path.join(location, rel)), int(time.time() * 1000), num, stats)
+    outcome = commit_barrier_files(location, [staged], tag=BarrierTag(barrier, "job"), mode="append",
+                                   schema=DeltaSchema.from_arrow(rows.schema))
+    return outcome.version
 
 
 def test_transaction_version_from_the_newest_commit_equals_delta_rs(tmp_path: Path) -> None:
