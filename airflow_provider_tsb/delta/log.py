@@ -64,12 +64,8 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     with the configured storage options (:mod:`airflow_provider_tsb.delta.storage`)."""
     loc = normalize_location(location)
     if not is_remote(loc):
-        return _LOCAL_FS, loc
+        return pafs.LocalFileSystem(), loc
     return pyarrow_filesystem(loc)
-
-
-#: the local filesystem (stateless and thread-safe in pyarrow: one for every local location)
-_LOCAL_FS = pafs.LocalFileSystem()
 
 
 def join(location: str, relative: str) -> str:
