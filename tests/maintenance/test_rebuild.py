@@ -8,9 +8,9 @@ data-plane tests). The metastore (PostgreSQL) is dropped; barrier generation on 
 database is refused (before, it numbered barriers from 1 again and lost 47.5 % of the words);
 ``tsb db rebuild`` restores it, and the Python API restores a SQLite one from the same Delta
 tables. Every level's answer for every barrier is the same as before. Then both topologies go
-on: wordcount on PostgreSQL, each job its own ``spark-submit`` run by
-:class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook` as the operator does; flights on
-SQLite; the FLIP-276 invariants hold at every barrier.
+on: wordcount on PostgreSQL, each job a Spark Connect client process run by
+:class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook` as the operator does on a
+``spark_connect`` connection; flights on SQLite; the FLIP-276 invariants hold at every barrier.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import TsbError
 from airflow_provider_tsb.read.resolutions import to_arrow
+from tsb_dev.e2e import spark_connection
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -81,17 +82,15 @@ def _run_in_process(spark: Any, topology: Any, url: str, barrier: int) -> None:
 
 
 def _run_jobs(topology: Any, conn_id: str, barrier: int) -> None:
-    """Every job of ``topology`` up to ``barrier``, in order, each its own spark-submit (as the operator)."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
+    """Every job of ``topology`` up to ``barrier``, in order, as the operator runs it on the
+    ``spark_connect`` connection ``spark_default``: a Spark Connect client process per job."""
+    from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine
     from airflow_provider_tsb.hooks.spark_job import TsbSparkJobHook
 
+    engine = SparkEngine.from_connection("spark_default")
     for job in topology.jobs_in_order():
-        def submit(args: list[str], env: dict[str, str], job: Any = job) -> None:
-            SparkSubmitHook(conn_id="spark_default", conf=dict(job.conf), name=f"tsb-{job.id}",
-                            application_args=args, env_vars=env).submit(job.application)
-
-        TsbSparkJobHook(topology, job.id, tsb_conn_id=conn_id).run(barrier, submit)
+        client = ConnectClient(job.application, engine, conf=dict(job.conf), job_id=job.id)
+        TsbSparkJobHook(topology, job.id, tsb_conn_id=conn_id).run(barrier, client)
 
 
 def _in_parallel(*calls: Any) -> None:
@@ -178,7 +177,8 @@ def _drop_all(url: str) -> None:
 
 
 def test_a_lost_metastore_is_rebuilt_from_delta_and_the_topologies_go_on(
-    spark: Any, postgres: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    spark: Any, spark_remote: str, postgres: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from airflow_provider_tsb.cli import main
     from airflow_provider_tsb.maintenance.rebuild import RebuildRefusedError, rebuild_from_dags
@@ -190,7 +190,7 @@ def test_a_lost_metastore_is_rebuilt_from_delta_and_the_topologies_go_on(
     monkeypatch.delenv("TSB_METASTORE_URL", raising=False)
     monkeypatch.setenv("TSB_WAREHOUSE", str(tmp_path / "warehouse"))
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", spark_connection(spark_remote))
     monkeypatch.setenv("AIRFLOW_CONN_TSB_PG", _conn(pg_url))
     monkeypatch.setenv("AIRFLOW_CONN_TSB_LITE", _conn(sqlite_url))
     topologies = _topologies()

@@ -3,10 +3,11 @@
 ``dags/wordcount_topology.py`` (team A) and ``dags/word_lengths_topology.py`` (team B) both declare
 ``tsb.raw.words``. Barriers come from each DAG's barrier hook (as the barrier operator generates
 them), team B registering only at its first barrier, after team A's barrier 1; the jobs run as the
-operator runs them (``TsbSparkJobHook`` -> ``SparkSubmitHook`` -> ``spark-submit`` on the metastore
-catalog, PostgreSQL). Read together at REPEATABLE_READ and AS OF every barrier -- through the
-store, the readers, the REST API with ``TsbClient`` and ``tsb versions`` -- the invariant that
-spans both topologies holds: ``sum(length_count.cnt) == sum(word_count.cnt) == count(words)``.
+operator runs them on a ``spark_connect`` connection (``TsbSparkJobHook`` -> ``ConnectClient``, a
+Spark Connect client process per job run, on the metastore catalog, PostgreSQL). Read together at
+REPEATABLE_READ and AS OF every barrier -- through the store, the readers, the REST API with
+``TsbClient`` and ``tsb versions`` -- the invariant that spans both topologies holds:
+``sum(length_count.cnt) == sum(word_count.cnt) == count(words)``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import _pg_database
+from tsb_dev.e2e import spark_connection
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS, WORD_COUNT, LENGTH_COUNT = "tsb.raw.words", "tsb.wordcount.word_count", "tsb.word_lengths.length_count"
@@ -27,17 +29,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
 
 def _run(topology: Any, job_id: str, barrier: int) -> list[int]:
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
+    """The job up to ``barrier`` as the operator runs it on a ``spark_connect`` connection: its
+    app a Spark Connect client process of the session's server."""
+    from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine
     from airflow_provider_tsb.hooks.spark_job import TsbSparkJobHook
 
     job = topology.jobs[job_id]
-
-    def submit(args: list[str], env: dict[str, str]) -> None:
-        SparkSubmitHook(conn_id="spark_default", conf=dict(job.conf), name=f"tsb-{job_id}",
-                        application_args=args, env_vars=env).submit(job.application)
-
-    return TsbSparkJobHook(topology, job_id).run(barrier, submit).barriers
+    client = ConnectClient(job.application, SparkEngine.from_connection("spark_default"), conf=dict(job.conf),
+                           job_id=job_id)
+    return TsbSparkJobHook(topology, job_id).run(barrier, client).barriers
 
 
 def _sums(data: dict[str, Any]) -> tuple[int, int, int]:
@@ -46,7 +46,8 @@ def _sums(data: dict[str, Any]) -> tuple[int, int, int]:
 
 
 def test_two_teams_on_one_root_table_read_together_with_an_invariant_across_both(
-    postgres: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    postgres: Any, spark_remote: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from fastapi.testclient import TestClient
 
@@ -63,7 +64,7 @@ def test_two_teams_on_one_root_table_read_together_with_an_invariant_across_both
     url = _pg_database(postgres)
     monkeypatch.setenv("TSB_WAREHOUSE", str(tmp_path / "warehouse"))
     monkeypatch.setenv("AIRFLOW_CONN_TSB_DEFAULT", json.dumps({"conn_type": "tsb", "extra": {"sqlalchemy_url": url}}))
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", spark_connection(spark_remote))
     store = MetaStore(url)
     store.migrate()
     found = {t.name: t for f in load_dag_files([str(REPO / "dags")]) for t in f.topologies}

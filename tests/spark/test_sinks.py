@@ -1,6 +1,6 @@
 """Sinks that real tables need (issue 13 item 5), through the operator's path: the
-``spark_apps/sinks/cdc_sinks.py`` app run by ``spark-submit`` on a metastore (SQLite; the
-commit-protocol part also on PostgreSQL), three barriers of a CDC feed:
+``spark_apps/sinks/cdc_sinks.py`` app run as its own process, a Spark Connect client of the
+session's server (the default engine), on a SQLite metastore, three barriers of a CDC feed:
 
 * partitioned sinks: Hive-style directories, Delta ``partitionColumns`` and ``partitionValues``;
   a consistent read filtered on the partition column reads only that partition's files;
@@ -87,10 +87,11 @@ def deploy(root: Path, url: str) -> Deployment:
     return Deployment(url, store, topo, root)
 
 
-def run_with_crash(dep: Deployment) -> dict[str, Any]:
-    """SIGKILL after barrier 2's merge files are staged; what READ_COMMITTED serves then; the rerun."""
+def run_with_crash(dep: Deployment, remote: str) -> dict[str, Any]:
+    """SIGKILL after barrier 2's merge files are staged; what READ_COMMITTED serves then; the
+    rerun; the job a client of the Spark Connect server ``remote``."""
     started = time.monotonic()
-    crashed = run_job(dep, JOB, BARRIERS, TSB_KILL_AT=f"after_files:{JOB}:{EVOLVED}")
+    crashed = run_job(dep, JOB, BARRIERS, remote=remote, TSB_KILL_AT=f"after_files:{JOB}:{EVOLVED}")
     crashed_s = time.monotonic() - started
     assert crashed.returncode in KILLED, crashed.stderr[-3000:]
     from airflow_provider_tsb.read.readers import read_tables_arrow
@@ -98,9 +99,9 @@ def run_with_crash(dep: Deployment) -> dict[str, Any]:
     staged = read_tables_arrow([CURRENT], "read-committed", store=dep.store)[CURRENT]
     state = dep.store.resolution.resolve([CURRENT], _level("read-committed")).tables[CURRENT]
     started = time.monotonic()
-    resumed = run_job(dep, JOB, BARRIERS)
+    resumed = run_job(dep, JOB, BARRIERS, remote=remote)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    print(f"spark-submit: crashed run {crashed_s:.1f} s, resumed run {time.monotonic() - started:.1f} s")
+    print(f"Spark Connect client: crashed run {crashed_s:.1f} s, resumed run {time.monotonic() - started:.1f} s")
     return {"staged": staged, "staged_state": state}
 
 
@@ -119,10 +120,11 @@ def rows_of(table: pa.Table) -> dict[int, tuple]:
 
 
 @pytest.fixture(scope="module")
-def sqlite_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment, dict[str, Any]]]:
+def sqlite_run(tmp_path_factory: pytest.TempPathFactory,
+               spark_remote: str) -> Iterator[tuple[Deployment, dict[str, Any]]]:
     root = tmp_path_factory.mktemp("sinks")
     dep = deploy(root, f"sqlite:///{root / 'tsb.db'}")
-    yield dep, run_with_crash(dep)
+    yield dep, run_with_crash(dep, spark_remote)
 
 
 def _file_ids(location: str, path: str) -> set[int]:
