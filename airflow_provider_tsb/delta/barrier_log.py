@@ -21,16 +21,19 @@ Schema, one row per barrier:
 
 Each barrier is one Delta commit carrying the app transaction
 ``txn(appId="tsb-barrier-log:<topology>", version=<barrier>)`` (Delta protocol "Transaction
-Identifiers"), so the newest barrier in the log is one snapshot look-up
+Identifiers"), so the newest barrier in the log is the newest commit's
 (:func:`logged_barrier`), and commit metadata ``tsb.barrier_log.barrier``. Barrier generation
 writes the row under the topology lock *before* the metastore transaction that makes the
 barrier visible commits (:meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create_barrier`):
 a crash in between leaves a log row for a barrier no job ever saw, and the next generation
-replaces that row (a predicate overwrite of ``barrier = n``: still one row per barrier).
+replaces that row (a predicate overwrite of ``barrier = n``: still one row per barrier). Every
+:data:`COMPACT_EVERY` barriers the log's one-row files are compacted into one, so a generation
+costs the same after a million barriers as after a hundred.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -39,10 +42,12 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from airflow_provider_tsb.delta.errors import DeltaLogError
-from airflow_provider_tsb.delta.log import normalize_location, transaction_version
-from airflow_provider_tsb.delta.snapshots import latest_table_or_none
+from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
+from airflow_provider_tsb.delta.log import normalize_location, read_commit_actions, transaction_version, txn_version_of
+from airflow_provider_tsb.delta.snapshots import latest_table_or_none, newer_commit_possible, newest_version
 from airflow_provider_tsb.lineage import default_warehouse
+
+log = logging.getLogger("airflow_provider_tsb.delta")
 
 #: Folder under the warehouse holding tsb's own tables.
 TSB_DIR = "_tsb"
@@ -50,6 +55,12 @@ TSB_DIR = "_tsb"
 APP_ID_PREFIX = "tsb-barrier-log:"
 #: Commit metadata key: the barrier a barrier-log commit holds.
 LOG_BARRIER_KEY = "tsb.barrier_log.barrier"
+
+#: Barrier-log commits between two compactions of its one-row files: a delta-rs commit costs
+#: time in proportion to the table's live files (an append to the log took 11 ms at 100 files,
+#: 31 ms at 400 and 68 ms at 800 here; 14 ms again once compacted), so an uncompacted log made
+#: every barrier generation slower than the one before (``benchmarks/generation_history.py``).
+COMPACT_EVERY = 100
 
 #: The barrier logs this process writes, each kept loaded and moved forward incrementally, so
 #: a generation does not load the log from its last checkpoint again (``_writer_table``).
@@ -106,13 +117,26 @@ def log_app_id(topology: str) -> str:
 def logged_barrier(location: str, topology: str) -> int | None:
     """The newest barrier written to the log (its txn version); ``None`` without a log.
 
-    Cost: an incremental update of the cached latest snapshot (see
-    :func:`~airflow_provider_tsb.delta.snapshots.latest_table`).
+    Every log commit carries the topology's ``txn``, so the newest commit answers (Delta protocol
+    "Transaction Identifiers": an application's later ``txn`` replaces an earlier one). Cost
+    (local logs): the newest version by probing commit files
+    (:func:`~airflow_provider_tsb.delta.snapshots.newest_version`, flat in the log's length)
+    and one read of that commit; the cached snapshot's incremental update and delta-rs's txn
+    look-up only when the newest commit holds no ``txn`` of the topology (a log written by hand).
     """
-    table = latest_table_or_none(location)
+    loc = normalize_location(location)
+    app_id = log_app_id(topology)
+    try:
+        version = newest_version(loc)
+    except TableNotFoundError:
+        return None
+    found = txn_version_of(read_commit_actions(loc, version), app_id)
+    if found is not None:
+        return found
+    table = latest_table_or_none(loc)
     if table is None:
         return None
-    return transaction_version(table, location, log_app_id(topology))
+    return transaction_version(table, loc, app_id)
 
 
 def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = False) -> None:
@@ -145,12 +169,26 @@ def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = Fals
                 mode="overwrite" if replace else "append",
                 predicate=f"barrier = {int(entry.barrier)}" if replace else None, commit_properties=props,
             )
+            if target is not None and entry.barrier % COMPACT_EVERY == 0:
+                _compact(target, loc, entry)
     except Exception as exc:
         _writers.pop(loc, None)  # reload after a failure: the cached table may be stale or broken
         raise DeltaLogError(
             f"cannot write barrier {entry.barrier} of topology {entry.topology!r} to its barrier log at "
             f"{loc!r}: {exc}; the barrier was not generated"
         ) from exc
+
+
+def _compact(table: DeltaTable, loc: str, entry: BarrierLogEntry) -> None:
+    """Rewrite the log's one-row files into one (``optimize.compact``, a ``dataChange=false``
+    commit that restates the topology's ``txn``, so :func:`logged_barrier` still reads it from the
+    newest commit). A failure is logged, not raised: the barrier's row is committed already."""
+    try:
+        table.optimize.compact(commit_properties=CommitProperties(
+            app_transactions=[Transaction(log_app_id(entry.topology), int(entry.barrier))]))
+    except Exception as exc:  # the next compaction retries; the log is correct without it
+        _writers.pop(loc, None)
+        log.warning("could not compact the barrier log at %r after barrier %s: %s", loc, entry.barrier, exc)
 
 
 def _writer_table(loc: str) -> DeltaTable | None:
@@ -164,7 +202,7 @@ def _writer_table(loc: str) -> DeltaTable | None:
         if not table_exists(loc):
             return None
         table = _writers[loc] = DeltaTable(loc, storage_options=storage_options(loc))
-    else:
+    elif newer_commit_possible(loc, table.version()):  # else our own write was the last commit
         table.update_incremental()
     return table
 

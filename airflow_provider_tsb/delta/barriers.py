@@ -27,7 +27,7 @@ from airflow_provider_tsb.delta.conventions import (
 )
 from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
 from airflow_provider_tsb.delta.log import commit_info, normalize_location, transaction_version
-from airflow_provider_tsb.delta.snapshots import latest_table, latest_table_or_none, latest_version
+from airflow_provider_tsb.delta.snapshots import latest_table, latest_table_or_none, latest_version, newest_version
 
 
 @dataclass(frozen=True)
@@ -231,14 +231,15 @@ def is_barrier_committed(location: str, job_id: str, barrier: int) -> bool:
 def root_version(location: str) -> int:
     """Return the latest Delta version of a root table.
 
-    Cost: an incremental update of the cached latest snapshot (a full load the first time).
+    Cost: one ``stat`` per commit since the last call, flat in the log's length
+    (:func:`~airflow_provider_tsb.delta.snapshots.newest_version`; a full load the first time).
 
     Raises:
         TableNotFoundError: no Delta table at ``location`` (the message names the location).
     """
-    table = latest_table_or_none(location)
-    if table is None:
+    try:
+        return newest_version(location)
+    except TableNotFoundError:
         raise TableNotFoundError(
             f"root table at {normalize_location(location)!r} does not exist: ingest into it before generating barriers"
-        )
-    return table.version()
+        ) from None

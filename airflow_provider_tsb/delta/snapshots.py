@@ -85,6 +85,8 @@ class _Latest:
 
 _lock = threading.RLock()
 _latest: OrderedDict[str, _Latest] = OrderedDict()
+#: ``{location: (newest version seen by newest_version, its commit file's fingerprint)}``
+_newest: OrderedDict[str, tuple[int, tuple[int, int] | None]] = OrderedDict()
 _cursors: OrderedDict[str, DeltaTable] = OrderedDict()
 _snapshots: OrderedDict[tuple[str, int], Snapshot] = OrderedDict()
 
@@ -108,9 +110,10 @@ def _remember(cache: OrderedDict, key: object, value: object, limit: int) -> Non
         cache.popitem(last=False)
 
 
-def _newer_commit_possible(location: str, version: int) -> bool:
+def newer_commit_possible(location: str, version: int) -> bool:
     """Whether a commit after ``version`` may exist: Delta versions are contiguous, so none does
-    while ``_delta_log/<version + 1>.json`` is absent (local tables; object stores: always)."""
+    while ``_delta_log/<version + 1>.json`` is absent (local tables, one ``stat``; object stores:
+    always ``True``). ``location``: normalized."""
     if "://" in location:
         return True
     return os.path.exists(f"{location}/{LOG_DIR}/{version + 1:020d}.json")
@@ -135,7 +138,7 @@ def latest_table(location: str) -> DeltaTable:
             version = entry.table.version()
             if version == entry.head and _commit_fingerprint(loc, version) != entry.fingerprint:
                 entry = None  # the cached head's commit file is gone or rewritten: reload
-            elif _newer_commit_possible(loc, version):
+            elif newer_commit_possible(loc, version):
                 try:
                     entry.table.update_incremental()
                 except Exception:  # log cleaned up under us, or the table was removed: reload
@@ -147,6 +150,40 @@ def latest_table(location: str) -> DeltaTable:
         entry.mark(loc)
         _remember(_latest, loc, entry, MAX_LOCATIONS)
         return entry.table
+
+
+def newest_version(location: str) -> int:
+    """The newest version of the table at ``location``, found without loading its new commits.
+
+    Cost (local tables): after the first call, one ``stat`` for the version found last time
+    (its commit file unchanged, else the table was re-created: reloaded) and one per commit
+    since, as versions are contiguous (module doc): flat in the length of the log, where
+    ``update_incremental`` lists the whole ``_delta_log`` directory on a local filesystem
+    (0.9 ms at 100 commits, 2.9 ms at 3,000 here) and reads every new commit. The first call,
+    and every call on an object store, is :func:`latest_version`. Use it where only the
+    number is needed (a root table's version at barrier generation); the cached snapshot is
+    not advanced.
+
+    Raises:
+        TableNotFoundError: no Delta table at ``location``.
+    """
+    loc = normalize_location(location)
+    if "://" in loc:
+        return latest_version(loc)
+    with _lock:
+        known = _newest.get(loc)
+    if known is not None and _commit_fingerprint(loc, known[0]) == known[1]:
+        version = known[0]
+    else:
+        version = latest_version(loc)
+    while newer_commit_possible(loc, version):
+        version += 1
+    fingerprint = _commit_fingerprint(loc, version)
+    if fingerprint is None:  # the table went away under us
+        raise TableNotFoundError(f"no Delta table at {loc!r}: its commit {version} is gone")
+    with _lock:
+        _remember(_newest, loc, (version, fingerprint), MAX_LOCATIONS)
+    return version
 
 
 def latest_table_or_none(location: str) -> DeltaTable | None:
@@ -216,6 +253,7 @@ def snapshot_at(location: str, version: int) -> Snapshot:
 
 def _forget(loc: str) -> None:
     _latest.pop(loc, None)
+    _newest.pop(loc, None)
     _cursors.pop(loc, None)
     for key in [k for k in _snapshots if k[0] == loc]:
         del _snapshots[key]
@@ -226,6 +264,7 @@ def clear(location: str | None = None) -> None:
     with _lock:
         if location is None:
             _latest.clear()
+            _newest.clear()
             _cursors.clear()
             _snapshots.clear()
         else:

@@ -140,3 +140,35 @@ def test_commits_through_the_cache_are_exactly_once_and_seen(tmp_path: Path) -> 
     assert (replay.committed, replay.version) == (False, 1)
     assert fresh_rows(loc) == [1, 2, 3] == rows(snapshot_at(str(loc), 2))
     assert DeltaTable(str(loc)).version() == 2
+
+
+def test_newest_version_follows_other_writers_and_a_recreated_table(tmp_path: Path) -> None:
+    """``newest_version`` (a root's version at barrier generation) equals a fresh load's after
+    commits by another process, and after the table is deleted and created again; it never
+    loads the new commits (the cached latest table stays where it was)."""
+    from airflow_provider_tsb.delta.snapshots import newest_version
+
+    loc = tmp_path / "t"
+    with pytest.raises(TableNotFoundError):
+        newest_version(str(loc))
+    append(loc, 1)
+    assert newest_version(str(loc)) == 0
+    held = latest_table(str(loc))
+    code = (
+        "import pyarrow as pa, sys; from deltalake import write_deltalake\n"
+        "for k in range(3): write_deltalake(sys.argv[1], pa.table({'k': pa.array([k], pa.int64())}), mode='append')"
+    )
+    subprocess.run([sys.executable, "-c", code, str(loc)], check=True)
+    assert newest_version(str(loc)) == 3 == DeltaTable(str(loc)).version()
+    assert held.version() == 0  # not advanced: only the number was asked
+    append(loc, 9)
+    assert newest_version(str(loc)) == 4
+    shutil.rmtree(loc)
+    with pytest.raises(TableNotFoundError):
+        newest_version(str(loc))
+    append(loc, 5)  # version 0 of a new table
+    assert newest_version(str(loc)) == 0
+    shutil.rmtree(loc)
+    for k in range(6):  # re-created past the version seen last: the fingerprint tells
+        append(loc, k)
+    assert newest_version(str(loc)) == 5 == DeltaTable(str(loc)).version()

@@ -195,3 +195,54 @@ def test_a_table_whose_tagged_commits_were_cleaned_from_its_log_does_not_block_g
     for version in (0, 1):  # log cleanup after the checkpoint (Delta "Log Retention")
         os.remove(os.path.join(location, "_delta_log", f"{version:020d}.json"))
     assert store.barriers.create_barrier("wc", {WORDS: 0}).barrier == 1
+
+
+def test_the_logged_barrier_is_the_newest_commits_txn_and_delta_rs_agrees(tmp_path) -> None:
+    """``logged_barrier`` (checked at every generation) reads the newest commit's ``txn``; it
+    equals delta-rs's ``transaction_version`` after every write, after a replacing write, with
+    a commit of another writer on top (no ``txn``: delta-rs answers), and is ``None`` without a log."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_tsb.delta.barrier_log import log_app_id, logged_barrier
+    from airflow_provider_tsb.delta.snapshots import clear
+
+    log = str(tmp_path / "log")
+    assert logged_barrier(log, "wc") is None
+    for b in range(1, 6):
+        write_barrier(log, BarrierLogEntry("wc", b, b, "system", False, b, f"r{b}", {WORDS: b}))
+        assert logged_barrier(log, "wc") == b == DeltaTable(log).transaction_version(log_app_id("wc"))
+    write_barrier(log, BarrierLogEntry("wc", 5, 9, "system", True, 9, "again", {WORDS: 6}), replace=True)
+    assert logged_barrier(log, "wc") == 5
+    write_deltalake(log, _log_rows(log).slice(0, 0), mode="append")  # another writer's commit: no txn
+    assert DeltaTable(log).version() == 6
+    clear()
+    assert logged_barrier(log, "wc") == 5 == DeltaTable(log).transaction_version(log_app_id("wc"))
+    assert logged_barrier(log, "other") is None
+
+
+def _log_rows(location: str) -> pa.Table:
+    from deltalake import DeltaTable
+
+    return DeltaTable(location).to_pyarrow_table()
+
+
+def test_the_log_is_compacted_every_n_barriers_and_keeps_every_row(tmp_path, monkeypatch) -> None:
+    """Every ``COMPACT_EVERY`` barriers the one-row files become one (a commit's cost grows with
+    the live files); every row stays, the txn stays readable from the newest commit, and a
+    crash leftover is still replaced after a compaction."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_tsb.delta import barrier_log
+
+    monkeypatch.setattr(barrier_log, "COMPACT_EVERY", 3)
+    log = str(tmp_path / "log")
+    files = []
+    for b in range(1, 8):
+        write_barrier(log, BarrierLogEntry("wc", b, b, "system", False, b, f"r{b}", {WORDS: b}))
+        files.append(len(DeltaTable(log).file_uris()))
+        assert barrier_log.logged_barrier(log, "wc") == b == DeltaTable(log).transaction_version("tsb-barrier-log:wc")
+    assert files == [1, 2, 1, 2, 3, 1, 2]  # compacted at barriers 3 and 6 (barrier 1 created the table)
+    write_barrier(log, BarrierLogEntry("wc", 7, 70, "system", True, 70, "again", {WORDS: 9}), replace=True)
+    entries = read_barrier_log(log)
+    assert [(e.barrier, e.root_versions[WORDS], e.run_key) for e in entries] == [
+        *((b, b, f"r{b}") for b in range(1, 7)), (7, 9, "again")]

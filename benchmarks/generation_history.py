@@ -1,0 +1,66 @@
+"""Barrier generation as the history grows: is each generation's cost flat in the log's length?
+
+One streaming-shaped topology (``topology_scale.py``'s chain of 2 jobs, an event-time root
+table) on a SQLite metastore, no job running: ``--barriers`` times, a few rows are appended to
+the root table and the next barrier generated as the emitter does
+(:meth:`~airflow_provider_tsb.hooks.barrier.TsbBarrierHook.generate_at`: the root's newest
+version, the event-time watermark, the checks against Delta, the barrier-log commit, the
+metastore). The root table and the barrier log each gain a commit per barrier, so a step that
+lists or replays a Delta log grows with the history. The baseline is the same generations at
+the start of the run (the first ``--window``); the figure is the last ``--window``'s.
+
+Last line::
+
+    barriers=<n> first_median_ms=<a> last_median_ms=<b> growth=<b/a> last_p99_ms=<q> load=<1-min load>
+
+    .venv/bin/python benchmarks/generation_history.py [--barriers 2000] [--window 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from flights_bench import FlightsBench  # noqa: E402
+from topology_scale import append_root, build_topology, shape_edges  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--barriers", type=int, default=2000)
+    parser.add_argument("--window", type=int, default=100, help="generations at each end compared")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tsb-generation-history-") as tmp:
+        root = Path(tmp)
+        topology, _env = build_topology("history", "chain", 2, root / "warehouse")
+        sinks = tuple(sink for _, sink in shape_edges("chain", 2).values())
+        bench = FlightsBench(root, topology=topology, sinks=sinks)
+        times: list[float] = []
+        for n in range(args.barriers):
+            append_root(bench, n * 10, 10, n)
+            tick = time.perf_counter()
+            bench.generate()
+            times.append((time.perf_counter() - tick) * 1000)
+            if (n + 1) % 500 == 0:
+                print(f"{n + 1} barriers: median of the last {args.window} "
+                      f"{statistics.median(times[-args.window:]):.1f} ms", flush=True)
+    first, last = times[: args.window], times[-args.window:]
+    p99 = sorted(last)[max(0, int(len(last) * 0.99) - 1)]
+    print(f"barriers={args.barriers} first_median_ms={statistics.median(first):.1f} "
+          f"last_median_ms={statistics.median(last):.1f} "
+          f"growth={statistics.median(last) / statistics.median(first):.2f} last_p99_ms={p99:.1f} "
+          f"load={os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
