@@ -15,16 +15,28 @@ Statistics"), without scanning data.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import threading
+import zlib
 from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from airflow_provider_tsb.delta.log import normalize_location, table_exists
+from airflow_provider_tsb.delta.log import LOG_DIR, normalize_location, read_commit_actions, table_exists
 from airflow_provider_tsb.delta.storage import storage_options
 
 #: commit metadata key marking the newest version of a root table as the end of its input
 END_OF_INPUT = "tsb.end_of_input"
+#: commits an event-time watermark is moved forward over, one by one, at most
+MAX_STEP = 100
+#: root tables (and columns) whose last watermark is kept
+MAX_WATERMARKS = 256
+
+_UNKNOWN = object()
+_watermarks_lock = threading.Lock()
+#: ``{(location, column): (version, its commit file's CRC-32, watermark ms)}``
+_watermarks: dict[tuple[str, str], tuple[int, int | None, int | None]] = {}
 
 
 def append_rows(
@@ -94,24 +106,93 @@ def event_time_watermark(location: str, version: int, column: str) -> int | None
     Dates count from their midnight UTC; naive timestamps are read as UTC; numbers are taken as
     epoch ms already. Returns ``None`` for an empty table or a column without statistics.
 
-    Cost: the version's cached :class:`~airflow_provider_tsb.delta.snapshots.Snapshot` (the
-    barrier's root versions were just read, so usually an incremental update of the latest
-    table), not a fresh load of the log.
+    Cost: flat in the table's history. The watermark computed last for the table (this process)
+    is moved forward with the ``add`` actions of the commits since (one commit-file read each,
+    their ``maxValues``): a root table only grows between barriers. The version's snapshot (every
+    live file's statistics, :func:`~airflow_provider_tsb.delta.snapshots.snapshot_at`) is read
+    the first time, for an older version, after a commit that removed a file (a delete can lower
+    the max) or changed the metadata, over more than :data:`MAX_STEP` commits, on object stores,
+    or when the table was created again.
     """
+    loc = normalize_location(location)
+    with _watermarks_lock:
+        known = _watermarks.get((loc, column))
+    mark = _moved_forward(loc, column, known, version) if known is not None else _UNKNOWN
+    if mark is _UNKNOWN:
+        mark = _snapshot_watermark(loc, version, column)
+    with _watermarks_lock:
+        _watermarks[(loc, column)] = (version, _commit_digest(loc, version), mark)
+        while len(_watermarks) > MAX_WATERMARKS:
+            del _watermarks[next(iter(_watermarks))]
+    return mark  # type: ignore[return-value]
+
+
+def _moved_forward(loc: str, column: str, known: tuple[int, int | None, int | None],
+                   version: int) -> int | None | object:
+    """The watermark at ``version`` from ``known`` (version, its commit file's digest, watermark)
+    and the commits after it; :data:`_UNKNOWN` when they cannot tell (see
+    :func:`event_time_watermark`)."""
+    start, digest, mark = known
+    if "://" in loc or version < start or version - start > MAX_STEP or _commit_digest(loc, start) != digest:
+        return _UNKNOWN
+    for v in range(start + 1, version + 1):
+        actions = read_commit_actions(loc, v)
+        if actions is None:
+            return _UNKNOWN
+        for action in actions:
+            if "remove" in action or "metaData" in action:
+                return _UNKNOWN
+            add = action.get("add")
+            value = _stats_max(add.get("stats"), column) if add is not None else None
+            if value is not None:
+                mark = value if mark is None else max(mark, value)
+    return mark
+
+
+def _commit_digest(loc: str, version: int) -> int | None:
+    """CRC-32 of commit file ``version`` (local tables; ``None``: absent, or an object store): a
+    table deleted and created again has other commits (its file names are new UUIDs), even
+    when a commit file's size and modification time happen to match."""
+    if "://" in loc:
+        return None
+    try:
+        with open(f"{loc}/{LOG_DIR}/{version:020d}.json", "rb") as handle:
+            return zlib.crc32(handle.read())
+    except FileNotFoundError:
+        return None
+
+
+def _stats_max(stats: str | None, column: str) -> int | None:
+    """``maxValues[column]`` of an ``add`` action's stats JSON in epoch ms (Delta protocol
+    "Per-file Statistics": timestamps and dates as ISO-8601 strings), ``None`` without one."""
+    value = (json.loads(stats) if stats else {}).get("maxValues", {}).get(column)
+    if value is None or isinstance(value, dict):
+        return None
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value) if "T" in value or " " in value else dt.date.fromisoformat(value)
+    return _epoch_ms(value)
+
+
+def _snapshot_watermark(loc: str, version: int, column: str) -> int | None:
+    """The watermark at ``version`` from every live file's statistics (the version's snapshot)."""
     from airflow_provider_tsb.delta.snapshots import snapshot_at
 
-    actions = snapshot_at(location, version).add_actions
+    actions = snapshot_at(loc, version).add_actions
     name = f"max.{column}"
     if name not in actions.schema.names or actions.num_rows == 0:
         return None
     values = [v for v in actions.column(name).to_pylist() if v is not None]
     if not values:
         return None
-    newest = max(values)
-    if isinstance(newest, dt.datetime):
-        if newest.tzinfo is None:
-            newest = newest.replace(tzinfo=dt.UTC)
-        return int(newest.timestamp() * 1000)
-    if isinstance(newest, dt.date):
-        return int(dt.datetime(newest.year, newest.month, newest.day, tzinfo=dt.UTC).timestamp() * 1000)
-    return int(newest)
+    return _epoch_ms(max(values))
+
+
+def _epoch_ms(value: Any) -> int:
+    """A statistic as epoch ms: a timestamp (naive: UTC), a date (its midnight UTC), a number."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return int(value.timestamp() * 1000)
+    if isinstance(value, dt.date):
+        return int(dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp() * 1000)
+    return int(value)

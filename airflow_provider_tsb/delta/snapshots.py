@@ -80,7 +80,7 @@ class _Latest:
     def mark(self, location: str) -> None:
         """Remember the head version and its commit file's fingerprint."""
         self.head = self.table.version()
-        self.fingerprint = _commit_fingerprint(location, self.head)
+        self.fingerprint = commit_fingerprint(location, self.head)
 
 
 _lock = threading.RLock()
@@ -91,9 +91,10 @@ _cursors: OrderedDict[str, DeltaTable] = OrderedDict()
 _snapshots: OrderedDict[tuple[str, int], Snapshot] = OrderedDict()
 
 
-def _commit_fingerprint(location: str, version: int) -> tuple[int, int] | None:
-    """``(mtime ns, size)`` of ``_delta_log/<version>.json``, ``None`` if absent; object
-    stores: always ``(0, 0)`` (no check, ``update_incremental`` runs on every call there)."""
+def commit_fingerprint(location: str, version: int) -> tuple[int, int] | None:
+    """``(mtime ns, size)`` of ``_delta_log/<version>.json`` (``location`` normalized), ``None``
+    if absent: a table deleted and created again gives another; object stores: always
+    ``(0, 0)`` (no check, ``update_incremental`` runs on every call there)."""
     if "://" in location:
         return (0, 0)
     try:
@@ -136,7 +137,7 @@ def latest_table(location: str) -> DeltaTable:
         entry = _latest.get(loc)
         if entry is not None:
             version = entry.table.version()
-            if version == entry.head and _commit_fingerprint(loc, version) != entry.fingerprint:
+            if version == entry.head and commit_fingerprint(loc, version) != entry.fingerprint:
                 entry = None  # the cached head's commit file is gone or rewritten: reload
             elif newer_commit_possible(loc, version):
                 try:
@@ -172,13 +173,13 @@ def newest_version(location: str) -> int:
         return latest_version(loc)
     with _lock:
         known = _newest.get(loc)
-    if known is not None and _commit_fingerprint(loc, known[0]) == known[1]:
+    if known is not None and commit_fingerprint(loc, known[0]) == known[1]:
         version = known[0]
     else:
         version = latest_version(loc)
     while newer_commit_possible(loc, version):
         version += 1
-    fingerprint = _commit_fingerprint(loc, version)
+    fingerprint = commit_fingerprint(loc, version)
     if fingerprint is None:  # the table went away under us
         raise TableNotFoundError(f"no Delta table at {loc!r}: its commit {version} is gone")
     with _lock:

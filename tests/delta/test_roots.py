@@ -1,0 +1,71 @@
+"""The event-time watermark of a root table (``airflow_provider_tsb.delta.roots``), no Spark:
+moved forward commit by commit, it equals the one read from every live file's statistics."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_provider_tsb.delta import roots
+from airflow_provider_tsb.delta.roots import event_time_watermark
+from airflow_provider_tsb.delta.snapshots import clear
+
+UTC = dt.UTC
+
+
+def _append(loc: Path, *hours: int, day: dt.date | None = None) -> int:
+    base = dt.datetime(2013, 1, 1, tzinfo=UTC)
+    table = pa.table({
+        "ts": pa.array([base + dt.timedelta(hours=h) for h in hours], pa.timestamp("us", tz="UTC")),
+        "day": pa.array([day or dt.date(2013, 1, 1) + dt.timedelta(days=h // 24) for h in hours], pa.date32()),
+        "n": pa.array(list(hours), pa.int64()),
+    })
+    write_deltalake(str(loc), table, mode="append")
+    return DeltaTable(str(loc)).version()
+
+
+def _from_snapshot(loc: Path, version: int, column: str) -> int | None:
+    return roots._snapshot_watermark(str(loc), version, column)
+
+
+def test_the_watermark_moved_forward_equals_the_snapshots(tmp_path: Path, monkeypatch) -> None:
+    loc = tmp_path / "root"
+    read = []
+    real = roots._snapshot_watermark
+    monkeypatch.setattr(roots, "_snapshot_watermark", lambda *a: read.append(a[1]) or real(*a))
+    for step, hours in enumerate([(1, 5), (3,), (30, 2), (7,)]):
+        version = _append(loc, *hours)
+        for column in ("ts", "day", "n"):
+            assert event_time_watermark(str(loc), version, column) == real(str(loc), version, column), (step, column)
+    assert read == [0, 0, 0]  # only the first version of each column was read from its snapshot
+    base = dt.datetime(2013, 1, 1, tzinfo=UTC)
+    assert event_time_watermark(str(loc), version, "ts") == int((base + dt.timedelta(hours=30)).timestamp() * 1000)
+    assert event_time_watermark(str(loc), version, "n") == 30
+    # two versions at once, and the same version again
+    _append(loc, 40)
+    version = _append(loc, 35)
+    assert event_time_watermark(str(loc), version, "n") == 40 == real(str(loc), version, "n")
+    assert event_time_watermark(str(loc), version, "n") == 40
+    assert read == [0, 0, 0]
+
+
+def test_a_delete_an_older_version_and_a_recreated_table_read_the_snapshot(tmp_path: Path) -> None:
+    loc = tmp_path / "root"
+    _append(loc, 1)
+    version = _append(loc, 50)
+    assert event_time_watermark(str(loc), version, "n") == 50
+    DeltaTable(str(loc)).delete("n = 50")  # a remove: the max goes down
+    version = DeltaTable(str(loc)).version()
+    assert event_time_watermark(str(loc), version, "n") == 1 == _from_snapshot(loc, version, "n")
+    assert event_time_watermark(str(loc), 1, "n") == 50  # an older version
+    version = _append(loc, 2)
+    assert event_time_watermark(str(loc), version, "n") == 2
+    shutil.rmtree(loc)
+    clear(str(loc))  # the snapshot cache keys snapshots by (location, version): forget the old table's
+    for hour in (9, 8, 7, 6, 5):  # created again, past the version seen last
+        version = _append(loc, hour)
+    assert event_time_watermark(str(loc), version, "n") == 9 == _from_snapshot(loc, version, "n")
