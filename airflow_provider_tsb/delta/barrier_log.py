@@ -43,7 +43,13 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
-from airflow_provider_tsb.delta.log import normalize_location, read_commit_actions, transaction_version, txn_version_of
+from airflow_provider_tsb.delta.log import (
+    native_filesystem,
+    normalize_location,
+    read_commit_actions,
+    transaction_version,
+    txn_version_of,
+)
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none, newer_commit_possible, newest_version
 from airflow_provider_tsb.lineage import default_warehouse
 
@@ -216,7 +222,8 @@ def read_barrier_log(location: str) -> list[BarrierLogEntry]:
     table = latest_table_or_none(location)
     if table is None:
         return []
-    rows: list[dict[str, Any]] = table.to_pyarrow_dataset().to_table(use_threads=False).to_pylist()
+    dataset = table.to_pyarrow_dataset(filesystem=native_filesystem(location))
+    rows: list[dict[str, Any]] = dataset.to_table(use_threads=False).to_pylist()
     entries: dict[int, BarrierLogEntry] = {}
     for row in rows:
         barrier = int(row["barrier"])

@@ -59,6 +59,24 @@ def normalize_location(location: str) -> str:
     return os.path.abspath(location)
 
 
+def native_filesystem(location: str) -> pafs.FileSystem | None:
+    """Arrow's own local filesystem rooted at the local table ``location`` (a path or a
+    ``file://`` URI), for ``DeltaTable.to_pyarrow_dataset(filesystem=...)``; ``None`` for an
+    object store (delta-rs's own filesystem then).
+
+    A dataset of ``to_pyarrow_dataset()`` reads through delta-rs's filesystem handler (Python
+    calling into Rust from Arrow's I/O threads); a reader process that used it sometimes aborted
+    at interpreter exit with "terminate called without an active exception" (SIGABRT, exit code
+    134; one of six processes of ``tests/read/test_reader_exit.py`` on CI, 2026-11-27), the
+    failure delta-io/delta-rs#2184 and pola-rs/polars#24169 report, whose workaround is Arrow's
+    own filesystem. delta-rs documents a ``SubTreeFileSystem`` at the table root for this.
+    """
+    loc = normalize_location(location)
+    if "://" in loc:
+        return None
+    return pafs.SubTreeFileSystem(loc, pafs.LocalFileSystem())
+
+
 def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """Return ``(filesystem, path)`` for a table location (path without scheme); object stores
     with the configured storage options (:mod:`airflow_provider_tsb.delta.storage`)."""

@@ -279,7 +279,9 @@ def scan_to_arrow(table: Any, columns: list[str] | None = None, exclude: set[str
     ``exclude``: data file paths (relative to the table root) left out of the scan (the files a
     PROCESSED merge manifest removes).
     """
-    dataset = table.to_pyarrow_dataset()
+    from airflow_provider_tsb.delta.log import native_filesystem
+
+    dataset = table.to_pyarrow_dataset(filesystem=native_filesystem(table.table_uri))
     if exclude:
         import pyarrow.dataset as ds
 
