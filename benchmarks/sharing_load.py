@@ -3,17 +3,28 @@
 One topology (the FLIP-276 wordcount: words -> word_count -> count_of_counts) with ``--barriers``
 barriers committed in real Delta tables, its metastore on a throwaway PostgreSQL (or SQLite with
 ``--sqlite``), served by the sharing routes (:func:`airflow_provider_tsb.api.sharing.create_sharing_app`)
-under uvicorn in a process of its own. ``--clients`` threads each send ``--requests`` queries:
+under uvicorn in a process of its own. ``--clients`` clients each send queries without pause:
 ``POST .../tables/word_count/query`` at a random committed barrier (``version=N``: the metadata
-and the file list of one table at one barrier, signed URLs and the lease included). The baseline
-is ``GET /shares`` by the same clients: the HTTP server and routing without the work measured.
-Airflow's authentication is not in the path (the routes' access policy allows all).
+and the file list of one table at one barrier, signed URLs and the lease included); an answer
+without a ``file`` line is an error. The baseline is ``GET /shares`` by the same clients: the
+HTTP server and routing without the work measured. Airflow's authentication is not in the path
+(the routes' access policy allows all).
+
+The clients (``--generator``):
+
+* ``wrk`` (the default when ``wrk`` is on the PATH; Debian package ``wrk``): ``--clients``
+  connections of one ``wrk`` thread for ``--seconds``: a C client whose own CPU is small, so
+  the server has the machine's cores, as it would with clients on other machines;
+* ``httpx``: ``--clients`` Python threads of one process, ``--requests`` queries each (the
+  clients' CPU, about 3 ms a request, then competes with the server's on the same cores).
 
 Last line::
 
-    clients=<n> p50_ms=<q> p99_ms=<q> errors=<n> baseline_p50_ms=<b> baseline_p99_ms=<b> load=<1-min load average>
+    clients=<n> p50_ms=<q> p99_ms=<q> errors=<n> baseline_p50_ms=<b> baseline_p99_ms=<b> qps=<answers/s>
+    generator=<g> load=<1-min load average>   (one line)
 
-    .venv/bin/python benchmarks/sharing_load.py [--clients 20] [--requests 50] [--barriers 50] [--sqlite]
+    .venv/bin/python benchmarks/sharing_load.py [--clients 20] [--generator wrk|httpx] [--seconds 10]
+        [--requests 50] [--barriers 50] [--sqlite]
 """
 
 from __future__ import annotations
@@ -21,6 +32,8 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -124,6 +137,49 @@ def hammer(base: str, clients: int, requests: int, barriers: int, query: bool) -
     return latencies, errors[0]
 
 
+WRK_SCRIPT = """
+local threads = {}
+setup = function(thread) table.insert(threads, thread) end
+init = function(args)
+  math.randomseed(7)
+  barriers = tonumber(os.getenv("TSB_BARRIERS"))
+  query = os.getenv("TSB_QUERY") == "1"
+  bad = 0
+end
+request = function()
+  if query then
+    return wrk.format("POST", nil, {["Content-Type"] = "application/json"},
+                      '{"version": ' .. math.random(1, barriers) .. '}')
+  end
+  return wrk.format("GET")
+end
+response = function(status, headers, body)
+  if status ~= 200 or (query and not string.find(body, '"file"', 1, true)) then bad = bad + 1 end
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  local wrong = 0
+  for _, thread in ipairs(threads) do wrong = wrong + thread:get("bad") end
+  io.write(string.format("wrk: p50_ms=%.3f p99_ms=%.3f requests=%d errors=%d\\n",
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000, summary.requests,
+    e.connect + e.read + e.write + e.timeout + wrong))
+end
+"""
+
+
+def wrk(url: str, clients: int, seconds: int, barriers: int, query: bool, tmp: str) -> tuple[float, float, int, int]:
+    """``clients`` connections of one ``wrk`` thread for ``seconds``: (p50 ms, p99 ms, answers, errors)."""
+    script = Path(tmp) / "sharing_load.lua"
+    script.write_text(WRK_SCRIPT)
+    env = {**os.environ, "TSB_BARRIERS": str(barriers), "TSB_QUERY": "1" if query else "0"}
+    out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "-s", str(script), url],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    found = re.search(r"wrk: p50_ms=(\S+) p99_ms=(\S+) requests=(\d+) errors=(\d+)", out)
+    if found is None:
+        raise RuntimeError(f"wrk printed no figures: {out[-500:]}")
+    return float(found[1]), float(found[2]), int(found[3]), int(found[4])
+
+
 def _quantile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
 
@@ -134,6 +190,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=50, help="queries per client")
     parser.add_argument("--barriers", type=int, default=50)
     parser.add_argument("--sqlite", action="store_true", help="the metastore on SQLite instead of PostgreSQL")
+    parser.add_argument("--generator", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
+                        help="the clients: wrk (C, default when installed) or httpx threads")
+    parser.add_argument("--seconds", type=int, default=10, help="wrk: seconds of each run")
     parser.add_argument("--serve", nargs=2, metavar=("URL", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -167,8 +226,18 @@ def main() -> int:
                         return 1
                     time.sleep(0.2)
                 hammer(base, args.clients, 5, args.barriers, query=True)  # warm-up
-                base_lat, base_err = hammer(base, args.clients, args.requests, args.barriers, query=False)
-                lat, err = hammer(base, args.clients, args.requests, args.barriers, query=True)
+                if args.generator == "wrk":
+                    b50, b99, _n, base_err = wrk(base + "/shares", args.clients, args.seconds, args.barriers,
+                                                 False, tmp)
+                    q50, q99, answers, err = wrk(base + QUERY, args.clients, args.seconds, args.barriers, True, tmp)
+                    qps = answers / args.seconds
+                else:
+                    base_lat, base_err = hammer(base, args.clients, args.requests, args.barriers, query=False)
+                    began = time.perf_counter()
+                    lat, err = hammer(base, args.clients, args.requests, args.barriers, query=True)
+                    qps = len(lat) / (time.perf_counter() - began)
+                    q50, q99, b50, b99, answers = (_quantile(lat, 50), _quantile(lat, 99), _quantile(base_lat, 50),
+                                                   _quantile(base_lat, 99), len(lat))
             finally:
                 server.terminate()
                 server.wait(20)
@@ -176,10 +245,10 @@ def main() -> int:
             if pg is not None:
                 pg.stop()
     load = os.getloadavg()[0]
-    print(f"queries: {len(lat)}, {args.barriers} barriers, metastore {'SQLite' if args.sqlite else 'PostgreSQL'}")
-    print(f"clients={args.clients} p50_ms={_quantile(lat, 50):.1f} p99_ms={_quantile(lat, 99):.1f} "
-          f"errors={err + base_err} baseline_p50_ms={_quantile(base_lat, 50):.1f} "
-          f"baseline_p99_ms={_quantile(base_lat, 99):.1f} load={load:.1f}")
+    print(f"queries: {answers}, {args.barriers} barriers, metastore {'SQLite' if args.sqlite else 'PostgreSQL'}")
+    print(f"clients={args.clients} p50_ms={q50:.1f} p99_ms={q99:.1f} errors={err + base_err} "
+          f"baseline_p50_ms={b50:.1f} baseline_p99_ms={b99:.1f} qps={qps:.0f} generator={args.generator} "
+          f"load={load:.1f}")
     return 0 if err + base_err == 0 else 1
 
 

@@ -35,10 +35,12 @@ outside the routes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from airflow_provider_tsb.api.access import EDIT, READ, AllowAll, TopologyAccess
 from airflow_provider_tsb.api.errors import (
@@ -95,8 +97,6 @@ _resolved: tuple[float, MetaStore] | None = None
 def configured_store() -> MetaStore:
     """The metastore of the Airflow deployment: ``TsbMetastoreHook().get_conn()``, resolved again
     after :data:`STORE_LOOKUP_SECONDS` (one engine and pool per URL and process)."""
-    import time
-
     global _resolved
     if _resolved is not None and time.monotonic() - _resolved[0] < STORE_LOOKUP_SECONDS:
         return _resolved[1]
@@ -107,14 +107,21 @@ def configured_store() -> MetaStore:
     return store
 
 
-def get_store(request: Request) -> MetaStore:
+async def get_store(request: Request) -> MetaStore:
     """Dependency: the metastore: the app's ``state.tsb_store`` when set (standalone apps, tests),
     else :func:`configured_store`.
 
     The app's state, not FastAPI's ``dependency_overrides``: with any override FastAPI analyses
-    every dependency's signature again on every request (docs/benchmarks.md)."""
+    every dependency's signature again on every request (docs/benchmarks.md). A coroutine, so
+    FastAPI runs it on the event loop instead of handing it to a worker thread and back (a
+    third of a sharing query's CPU went into such hops); the lookup of the Airflow connection,
+    which may block, runs in a worker thread, once per :data:`STORE_LOOKUP_SECONDS`."""
     store: MetaStore | None = getattr(request.app.state, "tsb_store", None)
-    return store if store is not None else configured_store()
+    if store is not None:
+        return store
+    if _resolved is not None and time.monotonic() - _resolved[0] < STORE_LOOKUP_SECONDS:
+        return _resolved[1]
+    return await run_in_threadpool(configured_store)
 
 
 StoreDep = Annotated[MetaStore, Depends(get_store)]
@@ -123,9 +130,10 @@ StoreDep = Annotated[MetaStore, Depends(get_store)]
 AccessFactory = Callable[[Request, MetaStore], TopologyAccess]
 
 
-def get_access(request: Request, store: StoreDep) -> TopologyAccess:
+async def get_access(request: Request, store: StoreDep) -> TopologyAccess:
     """Dependency: the authorization policy of the request, built by the app's
-    ``state.tsb_access`` (:data:`AccessFactory`). Fails closed: an app must set it (the Airflow
+    ``state.tsb_access`` (:data:`AccessFactory`, which must not block: it runs on the event
+    loop, as :func:`get_store` does). Fails closed: an app must set it (the Airflow
     app to :class:`~airflow_provider_tsb.api.airflow_access.AirflowTopologyAccess`,
     :func:`create_metaservice_app` to :class:`~airflow_provider_tsb.api.access.AllowAll`)."""
     factory: AccessFactory | None = getattr(request.app.state, "tsb_access", None)

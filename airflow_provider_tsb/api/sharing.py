@@ -32,10 +32,16 @@ body), 403 ``PERMISSION_DENIED``, 404 ``RESOURCE_DOES_NOT_EXIST``, 413, 503.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import json
+import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Annotated, Any
 
+import anyio
+import anyio.to_thread
 from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -46,6 +52,7 @@ from airflow_provider_tsb.api.access import READ, AccessDeniedError, AllowAll, T
 from airflow_provider_tsb.api.errors import status_for
 from airflow_provider_tsb.api.limits import config_number, max_lease_seconds, short_text
 from airflow_provider_tsb.api.routes import get_access, get_store
+from airflow_provider_tsb.api.sharing_cache import SharingCache
 from airflow_provider_tsb.api.sharing_files import ForbiddenFileError, file_id, sign, verify
 from airflow_provider_tsb.api.sharing_lines import change_lines, file_response, metadata_lines, query_lines
 from airflow_provider_tsb.api.sharing_presign import presigned_url
@@ -63,10 +70,11 @@ _CODES = {400: "INVALID_PARAMETER_VALUE", 403: "PERMISSION_DENIED", 404: "RESOUR
           413: "RESOURCE_LIMIT_EXCEEDED", 503: "TEMPORARILY_UNAVAILABLE", 401: "UNAUTHENTICATED"}
 
 
-def url_seconds(request: Request) -> int:
+async def url_seconds(request: Request) -> int:
     """Dependency: lifetime of file URLs and query leases, seconds (``[tsb] sharing_url_seconds``,
     default 900; at most ``[tsb] max_lease_seconds``, the longest lease a reader may take; the
-    app's ``state.tsb_url_seconds`` when set, :func:`create_sharing_app`)."""
+    app's ``state.tsb_url_seconds`` when set, :func:`create_sharing_app`). A coroutine: it reads
+    Airflow's parsed configuration, which does not block (see :func:`~.routes.get_store`)."""
     fixed: int | None = getattr(request.app.state, "tsb_url_seconds", None)
     if fixed is not None:
         return fixed
@@ -81,9 +89,47 @@ def sharing_error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"errorCode": code, "message": text, "detail": text}, status_code=status)
 
 
+#: worker threads per api-server process answering sharing requests (``[tsb] sharing_threads``)
+DEFAULT_SHARING_THREADS = 2
+_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+def sharing_limiter() -> anyio.CapacityLimiter:
+    """The worker threads of the running event loop's sharing requests: ``[tsb] sharing_threads``
+    (default :data:`DEFAULT_SHARING_THREADS`).
+
+    A sharing request is CPU work with short metastore reads between (about 1.3 ms each when
+    its share and lease are kept, :mod:`.sharing_cache`). Run in Starlette's pool of 40 threads,
+    20 concurrent requests took turns at the interpreter lock and the slowest waited 5 times the
+    median; queued for a few threads they are answered in arrival order (docs/benchmarks.md
+    "Delta Sharing"). A metastore far away (several ms a round trip) wants more threads."""
+    loop = asyncio.get_running_loop()
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        limiter = _limiters[loop] = anyio.CapacityLimiter(config_number("sharing_threads", DEFAULT_SHARING_THREADS))
+    return limiter
+
+
+def in_sharing_threads(endpoint: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """``endpoint`` (a plain function) as a coroutine that runs it in a :func:`sharing_limiter`
+    thread; FastAPI reads the parameters of ``endpoint`` (``functools.wraps``)."""
+
+    @functools.wraps(endpoint)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        return await anyio.to_thread.run_sync(functools.partial(endpoint, *args, **kwargs), limiter=sharing_limiter())
+
+    return run
+
+
 class SharingRoute(APIRoute):
     """Answers every error of a sharing route in the protocol's shape (never a bare 500 for a
-    client error): tsb errors by :func:`status_for`, expired and unknown barriers 400."""
+    client error): tsb errors by :func:`status_for`, expired and unknown barriers 400. A plain
+    function endpoint runs in the sharing threads (:func:`in_sharing_threads`)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        if not inspect.iscoroutinefunction(endpoint):
+            endpoint = in_sharing_threads(endpoint)
+        super().__init__(path, endpoint, **kwargs)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         """Wrap the default handler (see class docstring)."""
@@ -110,6 +156,16 @@ StoreDep = Annotated[MetaStore, Depends(get_store)]
 AccessDep = Annotated[TopologyAccess, Depends(get_access)]
 
 
+def sharing_cache(request: Request, store: MetaStore) -> SharingCache:
+    """The app's :class:`SharingCache` of ``store`` (made at the first request, and again when
+    the app's store is replaced)."""
+    cache: SharingCache | None = getattr(request.app.state, "tsb_sharing_cache", None)
+    if cache is None or cache.store is not store:
+        cache = SharingCache(store)
+        request.app.state.tsb_sharing_cache = cache
+    return cache
+
+
 def _share(store: MetaStore, access: TopologyAccess, name: str) -> sm.Share:
     """The share ``name`` the user may read (403), or 404 (only to a user who may read all DAGs)."""
     try:
@@ -121,11 +177,12 @@ def _share(store: MetaStore, access: TopologyAccess, name: str) -> sm.Share:
     return share
 
 
-def _tables(store: MetaStore, access: TopologyAccess, share: str) -> tuple[sm.Share, list[sm.SharedTable]]:
+def _tables(request: Request, store: MetaStore, access: TopologyAccess, share: str
+            ) -> tuple[sm.Share, list[sm.SharedTable]]:
     """The share ``name`` the user may read and its tables, looked up in one transaction
-    (403 / 404 as :func:`_share`)."""
+    (:meth:`SharingCache.share_and_tables`; 403 / 404 as :func:`_share`)."""
     try:
-        found, tables = sm.share_and_tables(store, share)
+        found, tables = sharing_cache(request, store).share_and_tables(share)
     except sm.UnknownShareError:
         access.require_all_dags(READ)
         raise
@@ -149,16 +206,12 @@ def _page(items: list[dict[str, Any]], max_results: str | None, page_token: str 
 
 
 @router.get("/shares")
-def list_shares(store: StoreDep, access: AccessDep, maxResults: str | None = None,  # noqa: N803
+def list_shares(request: Request, store: StoreDep, access: AccessDep, maxResults: str | None = None,  # noqa: N803
                 pageToken: str | None = None) -> dict[str, Any]:  # noqa: N803
     """"List Shares": topologies and barrier domains whose DAGs the user may all read."""
-    names = [n for n in sm.share_names(store) if _readable(store, access, n)]
+    names = [s.name for s in sharing_cache(request, store).shares()
+             if set(s.topologies) <= access.allowed(READ, s.topologies)]
     return _page([{"name": n, "id": n} for n in names], maxResults, pageToken)
-
-
-def _readable(store: MetaStore, access: TopologyAccess, name: str) -> bool:
-    share = sm.resolve_share(store, name)
-    return set(share.topologies) <= access.allowed(READ, share.topologies)
 
 
 @router.get("/shares/{share}")
@@ -169,10 +222,10 @@ def get_share(store: StoreDep, access: AccessDep, share: str) -> dict[str, Any]:
 
 
 @router.get("/shares/{share}/schemas")
-def list_schemas(store: StoreDep, access: AccessDep, share: str, maxResults: str | None = None,  # noqa: N803
+def list_schemas(request: Request, store: StoreDep, access: AccessDep, share: str, maxResults: str | None = None,  # noqa: N803
                  pageToken: str | None = None) -> dict[str, Any]:  # noqa: N803
     """"List Schemas in a Share": the databases of the share's tables."""
-    found, tables = _tables(store, access, share)
+    found, tables = _tables(request, store, access, share)
     return _page([{"name": s, "share": found.name} for s in sm.schemas_of(tables)], maxResults, pageToken)
 
 
@@ -182,35 +235,35 @@ def _table_items(tables: Iterable[sm.SharedTable]) -> list[dict[str, Any]]:
 
 
 @router.get("/shares/{share}/schemas/{schema}/tables")
-def list_tables(store: StoreDep, access: AccessDep, share: str, schema: str, maxResults: str | None = None,  # noqa: N803
-                pageToken: str | None = None) -> dict[str, Any]:  # noqa: N803
+def list_tables(request: Request, store: StoreDep, access: AccessDep, share: str, schema: str,
+                maxResults: str | None = None, pageToken: str | None = None) -> dict[str, Any]:  # noqa: N803
     """"List Tables in a Schema"."""
-    _found, tables = _tables(store, access, share)
+    _found, tables = _tables(request, store, access, share)
     sm.find_table(tables, schema)
     return _page(_table_items(t for t in tables if t.schema.lower() == schema.lower()), maxResults, pageToken)
 
 
 @router.get("/shares/{share}/all-tables")
-def list_all_tables(store: StoreDep, access: AccessDep, share: str, maxResults: str | None = None,  # noqa: N803
+def list_all_tables(request: Request, store: StoreDep, access: AccessDep, share: str, maxResults: str | None = None,  # noqa: N803
                     pageToken: str | None = None) -> dict[str, Any]:  # noqa: N803
     """"List all Tables in a Share"."""
-    _found, tables = _tables(store, access, share)
+    _found, tables = _tables(request, store, access, share)
     return _page(_table_items(tables), maxResults, pageToken)
 
 
-def _located(store: MetaStore, access: TopologyAccess, share: str, schema: str, table: str
+def _located(request: Request, store: MetaStore, access: TopologyAccess, share: str, schema: str, table: str
              ) -> tuple[sm.Share, list[sm.SharedTable], sm.SharedTable]:
-    found, tables = _tables(store, access, share)
+    found, tables = _tables(request, store, access, share)
     return found, tables, sm.find_table(tables, schema, table)
 
 
 @router.api_route("/shares/{share}/schemas/{schema}/tables/{table}/version", methods=["GET"])
 @router.api_route("/shares/{share}/schemas/{schema}/tables/{table}", methods=["HEAD"])
-def table_version(store: StoreDep, access: AccessDep, share: str, schema: str, table: str,
+def table_version(request: Request, store: StoreDep, access: AccessDep, share: str, schema: str, table: str,
                   startingTimestamp: str | None = None) -> Response:  # noqa: N803
     """"Query Table Version": ``delta-table-version`` = the newest barrier COMMIT over the share
     (with ``startingTimestamp``: the first barrier at or after it)."""
-    found, tables, _t = _located(store, access, share, schema, table)
+    found, tables, _t = _located(request, store, access, share, schema, table)
     version = sm.share_version(store, found, tables)
     if startingTimestamp is not None:
         version = sm.barrier_from(store, found, sm.parse_timestamp(startingTimestamp), version)
@@ -224,10 +277,10 @@ def _ndjson(lines: list[dict[str, Any]], version: int) -> Response:
 
 
 @router.get("/shares/{share}/schemas/{schema}/tables/{table}/metadata")
-def table_metadata(store: StoreDep, access: AccessDep, share: str, schema: str, table: str,
+def table_metadata(request: Request, store: StoreDep, access: AccessDep, share: str, schema: str, table: str,
                    version: str | None = None, timestamp: str | None = None) -> Response:
     """"Query Table Metadata" at the share's version, or AS OF ``version`` / ``timestamp``."""
-    found, tables, t = _located(store, access, share, schema, table)
+    found, tables, t = _located(request, store, access, share, schema, table)
     barrier = _barrier(store, found, tables, version, timestamp)
     tv = sm.resolve_table(store, found, t, barrier, lease_seconds=None).tables[t.full_name]
     return _ndjson(metadata_lines(tv), barrier)
@@ -255,12 +308,12 @@ def query_table(request: Request, store: StoreDep, access: AccessDep, seconds: A
     """"Read Data from a Table": the files of the table AS OF the barrier asked (see module doc);
     their versions are leased for ``seconds``, as long as the URLs live."""
     body = body or {}
-    found, tables, t = _located(store, access, share, schema, table)
+    found, tables, t = _located(request, store, access, share, schema, table)
     if body.get("startingVersion") is not None:
         return _changes(request, store, found, tables, t, seconds, body.get("startingVersion"),
                         body.get("endingVersion"))
     barrier = _barrier(store, found, tables, body.get("version"), body.get("timestamp"))
-    res = sm.resolve_table(store, found, t, barrier, lease_seconds=seconds)
+    res = sharing_cache(request, store).leased(found, t, barrier, seconds)
     expires = res.lease_expires_at_ms or 0
     lines = query_lines(res.tables[t.full_name], expires, _signer(request, expires))
     return _ndjson(lines, barrier)
@@ -285,7 +338,7 @@ def table_changes(request: Request, store: StoreDep, access: AccessDep, seconds:
                   endingVersion: str | None = None, startingTimestamp: str | None = None,  # noqa: N803
                   endingTimestamp: str | None = None) -> Response:  # noqa: N803
     """"Read Change Data Feed from a Table" between two barriers (see module doc)."""
-    found, tables, t = _located(store, access, share, schema, table)
+    found, tables, t = _located(request, store, access, share, schema, table)
     newest = sm.share_version(store, found, tables)
     start: object = startingVersion
     end: object = endingVersion

@@ -64,13 +64,14 @@ class SharedTable:
         return self.info.name
 
 
-def share_names(store: MetaStore) -> list[str]:
-    """Every share: each topology, and each barrier domain of several topologies, sorted."""
-    names = set(store.registry.topologies())
+def share_names_in(s: Session) -> list[str]:
+    """Every share: each topology, and each barrier domain of several topologies, sorted, read
+    in the caller's transaction ``s``."""
+    names = set(registry_reads.topologies(s))
     for topology in list(names):
-        domain = store.domains.barrier_domain(topology)
-        if len(domain.topologies) > 1:
-            names.add(domain.name)
+        domain = domain_name(s, topology)
+        if domain is not None and len(members(s, domain)) > 1:
+            names.add(domain)
     return sorted(names)
 
 
@@ -115,28 +116,22 @@ def shared_tables(store: MetaStore, share: Share) -> list[SharedTable]:
 
 def tables_in(s: Session, share: Share) -> list[SharedTable]:
     """:func:`shared_tables` in the caller's read transaction ``s``."""
-    out = []
+    written: set[str] = set()
     for topology in share.topologies:
-        written = written_tables(s, topology)
+        written |= written_tables(s, topology)
+    return [t for t in registered_tables(s, share) if t.full_name in written]
+
+
+def registered_tables(s: Session, share: Share) -> list[SharedTable]:
+    """Every registered table of ``share``'s topologies, WRITTEN or not, sorted by schema and
+    name, each once (a root table the topologies of a barrier domain share is listed by each),
+    in the caller's read transaction ``s``."""
+    out: dict[str, SharedTable] = {}
+    for topology in share.topologies:
         for info in registry_reads.tables(s, topology):
-            if info.name not in written:
-                continue
             _catalog, database, table = info.name.split(".")
-            out.append(SharedTable(share.name, database, table, info))
-    return sorted(out, key=lambda t: (t.schema, t.name))
-
-
-def share_and_tables(store: MetaStore, name: str) -> tuple[Share, list[SharedTable]]:
-    """The share called ``name`` and its tables (:func:`resolve_share`, :func:`shared_tables`),
-    read in one transaction: one round trip of BEGIN/COMMIT for what a sharing request looks up
-    before it resolves (issue 24, "query latency").
-
-    Raises:
-        UnknownShareError: no topology or barrier domain has this name.
-    """
-    with store.core.transaction() as s:
-        share = share_in(s, name)
-        return share, tables_in(s, share)
+            out.setdefault(info.name, SharedTable(share.name, database, table, info))
+    return sorted(out.values(), key=lambda t: (t.schema, t.name))
 
 
 def schemas_of(tables: list[SharedTable]) -> list[str]:

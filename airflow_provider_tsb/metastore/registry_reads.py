@@ -19,6 +19,7 @@ from airflow_provider_tsb.metastore.models import (
     JobRow,
     JobSinkRow,
     JobSourceRow,
+    RegistryLockRow,
     TableRow,
     TopologyRootRow,
     TopologyRow,
@@ -165,6 +166,14 @@ def writer_of(s: Session, table: str) -> str | None:
 def topologies(s: Session) -> list[str]:
     """Names of all registered topologies."""
     return list(s.scalars(select(TopologyRow.name).order_by(TopologyRow.name)))
+
+
+def registry_version(s: Session) -> int:
+    """The registry's version: a counter every registration bumps (topologies, tables, jobs,
+    sources, sinks, barrier domains), ``0`` before the first. Equal versions read the same
+    registry, so a reader may keep what it derived from it (the sharing server's shares).
+    Cost: one primary-key read."""
+    return int(s.scalar(select(RegistryLockRow.version).where(RegistryLockRow.id == 1)) or 0)
 
 
 def graph_of(table_infos: list[TableInfo], job_infos: list[JobInfo]) -> nx.DiGraph:

@@ -34,13 +34,7 @@ from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.readers import read_tables_pandas
 from airflow_provider_tsb.topology import Topology
 from tests.support.metaservice import write
-
-TOPOLOGY = "wordcount"
-WORDS, WC, CC = "tsb.wc.words", "tsb.wc.word_count", "tsb.wc.count_of_counts"
-BATCHES = [["a", "b", "a"], ["c", "a"], ["b", "d", "d", "e"], ["a", "z"]]
-WORD = pa.schema([("word", pa.string())])
-COUNT = pa.schema([("word", pa.string()), ("cnt", pa.int64())])
-COUNTS = pa.schema([("cnt", pa.int64()), ("cnt2", pa.int64())])
+from tests.support.sharing import BATCHES, CC, COUNT, COUNTS, TOPOLOGY, WC, WORDS, build_wordcount
 
 
 class Switch(AllowAll):
@@ -53,26 +47,6 @@ class Switch(AllowAll):
 
     def all_dags(self, method: Method) -> bool:
         return not self.deny
-
-
-def build_wordcount(store: MetaStore, warehouse: Path, barriers: int = 4, committed: int = 3) -> None:
-    topo = Topology(TOPOLOGY, warehouse=str(warehouse))
-    topo.root_table("wc.words")
-    topo.job("wc_job", "wc.py", sources=["wc.words"], sinks=["wc.word_count"])
-    topo.job("cc_job", "cc.py", sources=["wc.word_count"], sinks=["wc.count_of_counts"])
-    store.registry.register_topology(topo)
-    loc = {t: store.registry.table(t).location for t in (WORDS, WC, CC)}
-    seen: list[str] = []
-    for k, batch in enumerate(BATCHES[:barriers], start=1):
-        write(loc[WORDS], WORD, [(w,) for w in batch], "append", None, None)
-        store.barriers.create_barrier(TOPOLOGY, {WORDS: k - 1}, run_key=f"r{k}")
-        seen.extend(batch)
-        counts = Counter(seen)
-        write(loc[WC], COUNT, sorted(counts.items()), "overwrite", k, "wc_job")
-        store.table_states.record_written(WC, k, k - 1, "wc_job")
-        if k <= committed:
-            write(loc[CC], COUNTS, sorted(Counter(counts.values()).items()), "overwrite", k, "cc_job")
-            store.table_states.record_written(CC, k, k - 1, "cc_job")
 
 
 @dataclass
@@ -339,7 +313,9 @@ def test_a_barrier_domain_is_one_share(server: Server, tmp_path: Path) -> None:
         store.table_states.record_written(CC, k, version, "cc_job")
     client = delta_sharing.SharingClient(server.profile)
     assert [s.name for s in client.list_shares()] == ["wordcount", "wordlen"]
-    shared = {(t.share, t.schema, t.name) for t in client.list_all_tables()}
+    listed = [(t.share, t.schema, t.name) for t in client.list_all_tables()]
+    assert len(listed) == len(set(listed)), listed  # the shared root table once, not once per topology
+    shared = set(listed)
     assert ("wordcount", "wl", "lengths") in shared and ("wordlen", "wc", "word_count") not in shared
     assert delta_sharing.get_table_version(server.table(lengths)) == 5
     n = delta_sharing.load_as_pandas(server.table(lengths), version=5)["n"].sum()
