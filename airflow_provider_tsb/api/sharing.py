@@ -32,16 +32,11 @@ body), 403 ``PERMISSION_DENIED``, 404 ``RESOURCE_DOES_NOT_EXIST``, 413, 503.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import inspect
 import json
-import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Annotated, Any
 
-import anyio
-import anyio.to_thread
 from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -56,6 +51,7 @@ from airflow_provider_tsb.api.sharing_cache import SharingCache
 from airflow_provider_tsb.api.sharing_files import ForbiddenFileError, file_id, sign, verify
 from airflow_provider_tsb.api.sharing_lines import change_lines, file_response, metadata_lines, query_lines
 from airflow_provider_tsb.api.sharing_presign import presigned_url
+from airflow_provider_tsb.api.sharing_threads import in_sharing_threads
 from airflow_provider_tsb.exceptions import ExpiredVersionError, TsbError, UnknownBarrierError
 from airflow_provider_tsb.metastore.records import now_ms
 from airflow_provider_tsb.metastore.store import MetaStore
@@ -89,42 +85,10 @@ def sharing_error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"errorCode": code, "message": text, "detail": text}, status_code=status)
 
 
-#: worker threads per api-server process answering sharing requests (``[tsb] sharing_threads``)
-DEFAULT_SHARING_THREADS = 2
-_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
-
-
-def sharing_limiter() -> anyio.CapacityLimiter:
-    """The worker threads of the running event loop's sharing requests: ``[tsb] sharing_threads``
-    (default :data:`DEFAULT_SHARING_THREADS`).
-
-    A sharing request is CPU work with short metastore reads between (about 1.3 ms each when
-    its share and lease are kept, :mod:`.sharing_cache`). Run in Starlette's pool of 40 threads,
-    20 concurrent requests took turns at the interpreter lock and the slowest waited 5 times the
-    median; queued for a few threads they are answered in arrival order (docs/benchmarks.md
-    "Delta Sharing"). A metastore far away (several ms a round trip) wants more threads."""
-    loop = asyncio.get_running_loop()
-    limiter = _limiters.get(loop)
-    if limiter is None:
-        limiter = _limiters[loop] = anyio.CapacityLimiter(config_number("sharing_threads", DEFAULT_SHARING_THREADS))
-    return limiter
-
-
-def in_sharing_threads(endpoint: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
-    """``endpoint`` (a plain function) as a coroutine that runs it in a :func:`sharing_limiter`
-    thread; FastAPI reads the parameters of ``endpoint`` (``functools.wraps``)."""
-
-    @functools.wraps(endpoint)
-    async def run(*args: Any, **kwargs: Any) -> Any:
-        return await anyio.to_thread.run_sync(functools.partial(endpoint, *args, **kwargs), limiter=sharing_limiter())
-
-    return run
-
-
 class SharingRoute(APIRoute):
     """Answers every error of a sharing route in the protocol's shape (never a bare 500 for a
     client error): tsb errors by :func:`status_for`, expired and unknown barriers 400. A plain
-    function endpoint runs in the sharing threads (:func:`in_sharing_threads`)."""
+    function endpoint runs in the sharing worker threads (:func:`~.sharing_threads.in_sharing_threads`)."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         if not inspect.iscoroutinefunction(endpoint):

@@ -1,16 +1,13 @@
-"""What the Delta Sharing server keeps per process (``api/sharing_cache.py``) and the threads that
-answer it (``api/sharing.py``), on SQLite and PostgreSQL with real Delta tables.
+"""What the Delta Sharing server keeps per process (``api/sharing_cache.py``), on SQLite and
+PostgreSQL with real Delta tables.
 
 Each test fails without the mechanism it names: a kept share that missed a registration or a
 first WRITTEN barrier, a lease reused past its window or outliving the URLs it covers, a
-READ_COMMITTED answer kept, sharing requests run on more threads than configured.
+READ_COMMITTED answer kept.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +17,6 @@ import pytest
 from sqlalchemy import event
 
 from airflow_provider_tsb.api import sharing_model as sm
-from airflow_provider_tsb.api.sharing import in_sharing_threads, sharing_limiter
 from airflow_provider_tsb.api.sharing_cache import REUSE_FRACTION, SharingCache
 from airflow_provider_tsb.exceptions import UnknownBarrierError
 from airflow_provider_tsb.metastore.records import now_ms
@@ -134,25 +130,3 @@ def test_read_committed_answers_are_not_kept(store: MetaStore, tmp_path: Path) -
     second = cache.leased(share, words, 4, 100)
     assert first.lease_id != second.lease_id
     assert WORDS in first.tables
-
-
-def test_sharing_requests_run_on_the_configured_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIRFLOW__TSB__SHARING_THREADS", "3")
-    running, peak, lock = [0], [0], threading.Lock()
-
-    def endpoint(k: int) -> int:
-        with lock:
-            running[0] += 1
-            peak[0] = max(peak[0], running[0])
-        time.sleep(0.05)
-        with lock:
-            running[0] -= 1
-        return k
-
-    async def main() -> list[int]:
-        assert sharing_limiter().total_tokens == 3
-        assert sharing_limiter() is sharing_limiter()  # one per event loop
-        return list(await asyncio.gather(*(in_sharing_threads(endpoint)(k) for k in range(9))))
-
-    assert asyncio.run(main()) == list(range(9))
-    assert peak[0] == 3

@@ -1,0 +1,60 @@
+"""The worker threads that answer Delta Sharing requests in an api-server process.
+
+FastAPI runs a plain-function endpoint in a worker thread of Starlette's pool (40 threads per
+process, shared with Airflow's own routes). A sharing request is CPU work with short metastore
+round trips between, so 20 concurrent requests on 40 threads take turns at the interpreter
+lock and the slowest waits several times the median: with 20 clients without pause, p50 34 ms
+and p99 156 ms (:mod:`.sharing_cache` keeping the shares and leases). Queued for a few threads
+of their own, the requests are answered in arrival order: p50 27 ms, p99 39 ms, and 20 % more
+answers a second (docs/benchmarks.md "Delta Sharing"). The routes of :mod:`.sharing` run
+their plain-function endpoints here (:func:`in_sharing_threads`); coroutines stay on the event
+loop. The tsb REST API's routes keep Starlette's pool: there, 50 clients without pause gave the
+same figures on 2 threads of their own as on Starlette's (``benchmarks/rest_load.py``: p99 611
+against 580 ms), the clients' own threads being the tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import weakref
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from airflow_provider_tsb.api.limits import config_number
+
+#: worker threads per api-server process for Delta Sharing requests (``[tsb] sharing_threads``)
+DEFAULT_SHARING_THREADS = 2
+_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+def sharing_limiter() -> anyio.CapacityLimiter:
+    """The sharing worker threads of the running event loop: ``[tsb] sharing_threads`` of them
+    (default :data:`DEFAULT_SHARING_THREADS`; a metastore several milliseconds away wants more, so one
+    request's CPU overlaps another's round trips). One per event loop, made at its first use.
+
+    Raises:
+        ValueError: ``[tsb] sharing_threads`` is not a positive number (names the setting).
+    """
+    loop = asyncio.get_running_loop()
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        limiter = _limiters[loop] = anyio.CapacityLimiter(config_number("sharing_threads", DEFAULT_SHARING_THREADS))
+    return limiter
+
+
+def in_sharing_threads(endpoint: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """``endpoint`` (a plain function) as a coroutine that runs it in an :func:`sharing_limiter`
+    thread; FastAPI reads the parameters of ``endpoint`` (``functools.wraps``)."""
+
+    @functools.wraps(endpoint)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        return await anyio.to_thread.run_sync(functools.partial(endpoint, *args, **kwargs), limiter=sharing_limiter())
+
+    return run
+
+
+__all__ = ["DEFAULT_SHARING_THREADS", "in_sharing_threads", "sharing_limiter"]

@@ -1,0 +1,53 @@
+"""The worker threads of Delta Sharing requests (``api/sharing_threads.py``): a sharing route's
+plain-function endpoint runs on ``[tsb] sharing_threads`` threads, never more at once."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from airflow_provider_tsb.api.sharing import router
+from airflow_provider_tsb.api.sharing_threads import in_sharing_threads, sharing_limiter
+
+
+def test_sharing_requests_run_on_the_configured_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__TSB__SHARING_THREADS", "3")
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def endpoint(k: int) -> int:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return k
+
+    async def main() -> list[int]:
+        assert sharing_limiter().total_tokens == 3
+        assert sharing_limiter() is sharing_limiter()  # one per event loop
+        return list(await asyncio.gather(*(in_sharing_threads(endpoint)(k) for k in range(9))))
+
+    assert asyncio.run(main()) == list(range(9))
+    assert peak[0] == 3
+
+
+def test_every_sharing_endpoint_runs_on_the_sharing_threads() -> None:
+    """FastAPI sees coroutines (no hop to Starlette's pool) with the endpoints' own parameters."""
+    for route in router.routes:
+        endpoint = route.endpoint  # type: ignore[attr-defined]
+        assert asyncio.iscoroutinefunction(endpoint), route.path  # type: ignore[attr-defined]
+        assert getattr(endpoint, "__wrapped__", None) is not None, route.path  # type: ignore[attr-defined]
+
+
+def test_a_bad_setting_names_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__TSB__SHARING_THREADS", "0")
+
+    async def main() -> None:
+        sharing_limiter()
+
+    with pytest.raises(ValueError, match=r"\[tsb\] sharing_threads must be a positive number, got '0'"):
+        asyncio.run(main())
