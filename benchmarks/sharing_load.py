@@ -8,7 +8,10 @@ under uvicorn in a process of its own. ``--clients`` clients each send queries w
 and the file list of one table at one barrier, signed URLs and the lease included); an answer
 without a ``file`` line is an error. The baseline is ``GET /shares`` by the same clients: the
 HTTP server and routing without the work measured. Airflow's authentication is not in the path
-(the routes' access policy allows all).
+(the routes' access policy allows all), unless ``--api-server``: then the routes are served by
+the real Airflow 3 api-server with the tsb plugin (:func:`tsb_dev.local_airflow.start_airflow`,
+SimpleAuthManager, the admin's JWT as the bearer token: Airflow's authentication, the tsb
+roles check and Airflow's middlewares in the path).
 
 The clients (``--generator``):
 
@@ -24,7 +27,7 @@ Last line::
     generator=<g> load=<1-min load average>   (one line)
 
     .venv/bin/python benchmarks/sharing_load.py [--clients 20] [--generator wrk|httpx] [--seconds 10]
-        [--requests 50] [--barriers 50] [--sqlite]
+        [--requests 50] [--barriers 50] [--sqlite] [--api-server [--workers 1]]
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -105,8 +111,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def hammer(base: str, clients: int, requests: int, barriers: int, query: bool) -> tuple[list[float], int]:
-    """``clients`` threads, ``requests`` each; returns (latencies in ms, errors)."""
+def hammer(base: str, token: str, clients: int, requests: int, barriers: int, query: bool
+           ) -> tuple[list[float], int]:
+    """``clients`` threads, ``requests`` each (``token``: the bearer token, if any); returns
+    (latencies in ms, errors)."""
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
@@ -114,7 +122,8 @@ def hammer(base: str, clients: int, requests: int, barriers: int, query: bool) -
 
     def client(seed: int) -> None:
         rng = random.Random(seed)
-        with httpx.Client(base_url=base, timeout=30.0) as http:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        with httpx.Client(base_url=base, timeout=30.0, headers=headers) as http:
             start.wait()
             for _ in range(requests):
                 began = time.perf_counter()
@@ -144,14 +153,17 @@ init = function(args)
   math.randomseed(7)
   barriers = tonumber(os.getenv("TSB_BARRIERS"))
   query = os.getenv("TSB_QUERY") == "1"
+  token = os.getenv("TSB_TOKEN") or ""
   bad = 0
 end
 request = function()
+  local headers = {}
+  if token ~= "" then headers["Authorization"] = "Bearer " .. token end
   if query then
-    return wrk.format("POST", nil, {["Content-Type"] = "application/json"},
-                      '{"version": ' .. math.random(1, barriers) .. '}')
+    headers["Content-Type"] = "application/json"
+    return wrk.format("POST", nil, headers, '{"version": ' .. math.random(1, barriers) .. '}')
   end
-  return wrk.format("GET")
+  return wrk.format("GET", nil, headers)
 end
 response = function(status, headers, body)
   if status ~= 200 or (query and not string.find(body, '"file"', 1, true)) then bad = bad + 1 end
@@ -167,11 +179,12 @@ end
 """
 
 
-def wrk(url: str, clients: int, seconds: int, barriers: int, query: bool, tmp: str) -> tuple[float, float, int, int]:
+def wrk(url: str, clients: int, seconds: int, barriers: int, query: bool, tmp: str,
+        token: str = "") -> tuple[float, float, int, int]:
     """``clients`` connections of one ``wrk`` thread for ``seconds``: (p50 ms, p99 ms, answers, errors)."""
     script = Path(tmp) / "sharing_load.lua"
     script.write_text(WRK_SCRIPT)
-    env = {**os.environ, "TSB_BARRIERS": str(barriers), "TSB_QUERY": "1" if query else "0"}
+    env = {**os.environ, "TSB_BARRIERS": str(barriers), "TSB_QUERY": "1" if query else "0", "TSB_TOKEN": token}
     out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "-s", str(script), url],
                          env=env, capture_output=True, text=True, check=True).stdout
     found = re.search(r"wrk: p50_ms=(\S+) p99_ms=(\S+) requests=(\d+) errors=(\d+)", out)
@@ -184,15 +197,83 @@ def _quantile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
 
 
+@dataclass
+class Figures:
+    """One run's figures (milliseconds; ``qps`` answers a second)."""
+
+    q50: float
+    q99: float
+    b50: float
+    b99: float
+    answers: int
+    qps: float
+    errors: int
+
+
+def measure(base: str, token: str, args: argparse.Namespace, tmp: str) -> Figures:
+    """The baseline (``GET /shares``), then the queries, by the clients of ``args.generator``."""
+    hammer(base, token, args.clients, 5, args.barriers, query=True)  # warm-up
+    if args.generator == "wrk":
+        b50, b99, _n, base_err = wrk(base + "/shares", args.clients, args.seconds, args.barriers, False, tmp, token)
+        q50, q99, answers, err = wrk(base + QUERY, args.clients, args.seconds, args.barriers, True, tmp, token)
+        return Figures(q50, q99, b50, b99, answers, answers / args.seconds, err + base_err)
+    base_lat, base_err = hammer(base, token, args.clients, args.requests, args.barriers, query=False)
+    began = time.perf_counter()
+    lat, err = hammer(base, token, args.clients, args.requests, args.barriers, query=True)
+    qps = len(lat) / (time.perf_counter() - began)
+    return Figures(_quantile(lat, 50), _quantile(lat, 99), _quantile(base_lat, 50), _quantile(base_lat, 99),
+                   len(lat), qps, err + base_err)
+
+
+@contextmanager
+def standalone_server(url: str) -> Iterator[tuple[str, str]]:
+    """The sharing routes under uvicorn in a process of their own: ``(base URL, no token)``."""
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, __file__, "--serve", url, str(port)])
+    base = f"http://127.0.0.1:{port}/tsb/sharing"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(base + "/shares", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError("the sharing server did not start")
+            time.sleep(0.2)
+        yield base, ""
+    finally:
+        server.terminate()
+        server.wait(20)
+
+
+@contextmanager
+def airflow_api_server(url: str, workers: int) -> Iterator[tuple[str, str]]:
+    """The real Airflow api-server (``workers`` processes, ``[api] workers``) with the tsb plugin
+    on metastore ``url``: ``(base URL, admin JWT)``."""
+    sys.path.insert(0, str(HERE.parent))
+    from tsb_dev.local_airflow import start_airflow
+
+    env = {"TSB_METASTORE_URL": url, "AIRFLOW__API__WORKERS": str(workers)}
+    af = start_airflow(components=("api-server",), env_extra=env)
+    try:
+        yield af.base_url + "/tsb/sharing", af.get_token()
+    finally:
+        af.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=20)
-    parser.add_argument("--requests", type=int, default=50, help="queries per client")
+    parser.add_argument("--requests", type=int, default=50, help="httpx: queries per client")
     parser.add_argument("--barriers", type=int, default=50)
     parser.add_argument("--sqlite", action="store_true", help="the metastore on SQLite instead of PostgreSQL")
     parser.add_argument("--generator", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
                         help="the clients: wrk (C, default when installed) or httpx threads")
     parser.add_argument("--seconds", type=int, default=10, help="wrk: seconds of each run")
+    parser.add_argument("--api-server", action="store_true", help="serve through the real Airflow api-server")
+    parser.add_argument("--workers", type=int, default=1, help="--api-server: its processes ([api] workers)")
     parser.add_argument("--serve", nargs=2, metavar=("URL", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -210,46 +291,20 @@ def main() -> int:
             url = pg.create_database("tsb_sharing_load")
         try:
             build(url, Path(tmp) / "wh", args.barriers)
-            port = _free_port()
-            server = subprocess.Popen([sys.executable, __file__, "--serve", url, str(port)])
-            base = f"http://127.0.0.1:{port}/tsb/sharing"
-            try:
-                deadline = time.monotonic() + 60
-                while True:
-                    try:
-                        if httpx.get(base + "/shares", timeout=2).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    if time.monotonic() > deadline or server.poll() is not None:
-                        print("error: the sharing server did not start", file=sys.stderr)
-                        return 1
-                    time.sleep(0.2)
-                hammer(base, args.clients, 5, args.barriers, query=True)  # warm-up
-                if args.generator == "wrk":
-                    b50, b99, _n, base_err = wrk(base + "/shares", args.clients, args.seconds, args.barriers,
-                                                 False, tmp)
-                    q50, q99, answers, err = wrk(base + QUERY, args.clients, args.seconds, args.barriers, True, tmp)
-                    qps = answers / args.seconds
-                else:
-                    base_lat, base_err = hammer(base, args.clients, args.requests, args.barriers, query=False)
-                    began = time.perf_counter()
-                    lat, err = hammer(base, args.clients, args.requests, args.barriers, query=True)
-                    qps = len(lat) / (time.perf_counter() - began)
-                    q50, q99, b50, b99, answers = (_quantile(lat, 50), _quantile(lat, 99), _quantile(base_lat, 50),
-                                                   _quantile(base_lat, 99), len(lat))
-            finally:
-                server.terminate()
-                server.wait(20)
+            server = airflow_api_server(url, args.workers) if args.api_server else standalone_server(url)
+            with server as (base, token):
+                fig = measure(base, token, args, tmp)
         finally:
             if pg is not None:
                 pg.stop()
     load = os.getloadavg()[0]
-    print(f"queries: {answers}, {args.barriers} barriers, metastore {'SQLite' if args.sqlite else 'PostgreSQL'}")
-    print(f"clients={args.clients} p50_ms={q50:.1f} p99_ms={q99:.1f} errors={err + base_err} "
-          f"baseline_p50_ms={b50:.1f} baseline_p99_ms={b99:.1f} qps={qps:.0f} generator={args.generator} "
+    served = f"the Airflow api-server ({args.workers} worker)" if args.api_server else "the sharing routes alone"
+    print(f"queries: {fig.answers}, {args.barriers} barriers, metastore {'SQLite' if args.sqlite else 'PostgreSQL'}, "
+          f"served by {served}")
+    print(f"clients={args.clients} p50_ms={fig.q50:.1f} p99_ms={fig.q99:.1f} errors={fig.errors} "
+          f"baseline_p50_ms={fig.b50:.1f} baseline_p99_ms={fig.b99:.1f} qps={fig.qps:.0f} generator={args.generator} "
           f"load={load:.1f}")
-    return 0 if err + base_err == 0 else 1
+    return 0 if fig.errors == 0 else 1
 
 
 if __name__ == "__main__":

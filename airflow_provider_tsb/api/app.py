@@ -378,6 +378,9 @@ def create_app() -> FastAPI:
     install_sharing(app, dependencies=[Depends(get_current_user)])
     install_exception_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_body_bytes())
+    from airflow_provider_tsb.api.heap import FreezeHeapMiddleware
+
+    app.add_middleware(FreezeHeapMiddleware)  # the api-server's startup heap out of full collections
     app.include_router(ui_router)
     app.include_router(docs_router)
     _mount_static(app)

@@ -54,6 +54,24 @@ def _setting(key: str) -> str | None:
     return None if raw in (None, "") else str(raw)
 
 
+def config_flag(key: str, default: bool) -> bool:
+    """``[tsb] <key>`` from the Airflow config as a boolean (``True``/``False``, ``1``/``0``,
+    ``yes``/``no``, ``on``/``off``; ``default`` without Airflow or when unset).
+
+    Raises:
+        ValueError: any other value (names the setting and the value).
+    """
+    raw = _setting(key)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"[tsb] {key} must be True or False, got {raw!r}")
+
+
 def config_number(key: str, default: int) -> int:
     """``[tsb] <key>`` from the Airflow config as a positive integer (``default`` without Airflow)."""
     raw = _setting(key)

@@ -1,0 +1,58 @@
+"""The api-server's heap frozen before its first tsb request (``api/heap.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_provider_tsb.api import heap
+from airflow_provider_tsb.api.heap import FreezeHeapMiddleware, freeze_heap
+
+
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    """A process whose heap was not frozen yet; unfrozen again after the test."""
+    gc.unfreeze()
+    heap._frozen_in = None
+    yield
+    gc.unfreeze()
+    heap._frozen_in = None
+
+
+def _call(middleware: FreezeHeapMiddleware, kind: str) -> list[str]:
+    seen: list[str] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append(scope["type"])
+
+    middleware.app = app
+    asyncio.run(middleware({"type": kind}, None, None))
+    return seen
+
+
+def test_the_heap_is_frozen_once_per_process(unfrozen: None) -> None:
+    assert gc.get_freeze_count() == 0
+    assert freeze_heap() > 0.0
+    frozen = gc.get_freeze_count()
+    assert frozen > 10_000  # pytest, pyarrow, SQLAlchemy, FastAPI: the test process's heap
+    assert freeze_heap() == 0.0 and gc.get_freeze_count() == frozen
+
+
+def test_the_first_http_request_freezes_the_heap(unfrozen: None) -> None:
+    middleware = FreezeHeapMiddleware(None)
+    assert _call(middleware, "lifespan") == ["lifespan"] and gc.get_freeze_count() == 0
+    assert _call(middleware, "http") == ["http"] and gc.get_freeze_count() > 0
+
+
+def test_the_setting_turns_it_off_and_a_bad_value_names_itself(
+    unfrozen: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__TSB__API_GC_FREEZE", "False")
+    assert _call(FreezeHeapMiddleware(None), "http") == ["http"] and gc.get_freeze_count() == 0
+    monkeypatch.setenv("AIRFLOW__TSB__API_GC_FREEZE", "maybe")
+    with pytest.raises(ValueError, match=r"\[tsb\] api_gc_freeze must be True or False, got 'maybe'"):
+        FreezeHeapMiddleware(None)
