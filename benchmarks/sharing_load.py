@@ -44,53 +44,29 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import pyarrow as pa
-from deltalake import CommitProperties, write_deltalake
 
 HERE = Path(__file__).resolve().parent
-TOPOLOGY = "wordcount"
-WORDS, WC, CC = "tsb.wc.words", "tsb.wc.word_count", "tsb.wc.count_of_counts"
+sys.path.insert(0, str(HERE.parent))
+from tsb_dev.wordcount_writer import TOPOLOGY, WordcountWriter  # noqa: E402
+
 QUERY = f"/shares/{TOPOLOGY}/schemas/wc/tables/word_count/query"
-
-
-def _write(location: str, table: pa.Table, mode: str, barrier: int | None, job: str | None) -> None:
-    props = None if barrier is None else CommitProperties(custom_metadata={"tsb.barrier": str(barrier),
-                                                                           "tsb.job": job or ""})
-    write_deltalake(location, table, mode=mode, commit_properties=props)
 
 
 def build(url: str, warehouse: Path, barriers: int) -> None:
     """The wordcount topology with ``barriers`` barriers WRITTEN in all three tables."""
     from airflow_provider_tsb.metastore.store import MetaStore
-    from airflow_provider_tsb.topology import Topology
 
     store = MetaStore(url)
     store.migrate()
-    topo = Topology(TOPOLOGY, warehouse=str(warehouse))
-    topo.root_table("wc.words")
-    topo.job("wc_job", "wc.py", sources=["wc.words"], sinks=["wc.word_count"])
-    topo.job("cc_job", "cc.py", sources=["wc.word_count"], sinks=["wc.count_of_counts"])
-    store.registry.register_topology(topo)
-    loc = {t: store.registry.table(t).location for t in (WORDS, WC, CC)}
-    rng = random.Random(7)
-    seen: Counter[str] = Counter()
-    for k in range(1, barriers + 1):
-        batch = [f"w{rng.randrange(200)}" for _ in range(50)]
-        _write(loc[WORDS], pa.table({"word": batch}), "append", None, None)
-        store.barriers.create_barrier(TOPOLOGY, {WORDS: k - 1}, run_key=f"r{k}")
-        seen.update(batch)
-        _write(loc[WC], pa.table({"word": list(seen), "cnt": list(seen.values())}), "overwrite", k, "wc_job")
-        store.table_states.record_written(WC, k, k - 1, "wc_job")
-        counts = Counter(seen.values())
-        _write(loc[CC], pa.table({"cnt": list(counts), "cnt2": list(counts.values())}), "overwrite", k, "cc_job")
-        store.table_states.record_written(CC, k, k - 1, "cc_job")
+    writer = WordcountWriter(store, warehouse)
+    for _ in range(barriers):
+        writer.commit_next()
     store.dispose()
 
 
@@ -252,7 +228,6 @@ def standalone_server(url: str) -> Iterator[tuple[str, str]]:
 def airflow_api_server(url: str, workers: int) -> Iterator[tuple[str, str]]:
     """The real Airflow api-server (``workers`` processes, ``[api] workers``) with the tsb plugin
     on metastore ``url``: ``(base URL, admin JWT)``."""
-    sys.path.insert(0, str(HERE.parent))
     from tsb_dev.local_airflow import start_airflow
 
     env = {"TSB_METASTORE_URL": url, "AIRFLOW__API__WORKERS": str(workers)}
@@ -284,7 +259,6 @@ def main() -> int:
         if args.sqlite:
             url = f"sqlite:///{tmp}/tsb.db"
         else:
-            sys.path.insert(0, str(HERE.parent))
             from tsb_dev.pg import start_postgres
 
             pg = start_postgres()

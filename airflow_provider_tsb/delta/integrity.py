@@ -140,7 +140,8 @@ def verify_version(
 ) -> bool:
     """Verify that Delta ``version`` of the table at ``location`` has the ``expected`` figures.
 
-    Verified once per (location, version, expected) per process: later calls return at once.
+    Verified once per (location, version, expected) per process: later calls return at once (a
+    version whose commit records no figures is read once too: a commit file never changes).
 
     Args:
         location: the table location.
@@ -164,19 +165,19 @@ def verify_version(
     from airflow_provider_tsb.delta.snapshots import snapshot_at
 
     loc, version = normalize_location(location), int(version)
-    if _VERIFIED.get((loc, version, expected)):
-        return True
+    known = _VERIFIED.get((loc, version, expected))
+    if known is not None:
+        return known
     wanted = expected if expected is not None else recorded_figures(_commit_info(loc, version, name))
-    if wanted is None:
-        return False
-    found = figures_of(table if table is not None else snapshot_at(loc, version).add_actions)
-    if found != wanted:
-        raise integrity_error(name, barrier, version, wanted, found)
+    if wanted is not None:
+        found = figures_of(table if table is not None else snapshot_at(loc, version).add_actions)
+        if found != wanted:
+            raise integrity_error(name, barrier, version, wanted, found)
     with _LOCK:
         if len(_VERIFIED) >= MAX_VERIFIED:  # a long-running api-server: forget, verify again
             _VERIFIED.clear()
-        _VERIFIED[(loc, version, expected)] = True
-    return True
+        _VERIFIED[(loc, version, expected)] = wanted is not None  # a commit with no figures: none later
+    return wanted is not None
 
 
 def _commit_info(location: str, version: int, name: str) -> dict[str, Any] | None:

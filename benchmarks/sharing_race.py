@@ -1,0 +1,80 @@
+"""Pinned multi-table Delta Sharing reads racing barrier commits (issue 24 goal: 0 mixed cuts in
+at least 1,000 reads).
+
+The word count topology (:class:`tsb_dev.wordcount_writer.WordcountWriter`) with ``--preload``
+barriers, its metastore on a throwaway PostgreSQL (``--sqlite``: SQLite), served by the sharing
+routes in a process of their own (``--api-server``: the real Airflow api-server, the admin's
+JWT in the profile). While a writer thread commits a barrier every ``--interval`` seconds,
+``--readers`` threads make ``--reads`` pinned reads with the official ``delta-sharing`` client:
+the share's version of ``count_of_counts``, then the three tables at that version
+(:func:`tsb_dev.sharing_race.race`). A read breaking the FLIP-276 invariants is a mixed cut.
+Last line::
+
+    reads=<n> mixed=<n> errors=<n> barriers=<committed during the race> versions=<distinct read> seconds=<s> load=<l>
+
+    .venv/bin/python benchmarks/sharing_race.py [--reads 1000] [--readers 4] [--interval 0.05] [--sqlite] [--api-server]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from sharing_load import airflow_api_server, standalone_server  # noqa: E402
+
+from tsb_dev.sharing_race import race, write_profile  # noqa: E402
+from tsb_dev.wordcount_writer import WordcountWriter  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reads", type=int, default=1000)
+    parser.add_argument("--readers", type=int, default=4)
+    parser.add_argument("--interval", type=float, default=0.05, help="seconds between committed barriers")
+    parser.add_argument("--preload", type=int, default=5, help="barriers committed before the race")
+    parser.add_argument("--sqlite", action="store_true")
+    parser.add_argument("--api-server", action="store_true", help="serve through the real Airflow api-server")
+    args = parser.parse_args()
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+    with tempfile.TemporaryDirectory(prefix="tsb-sharing-race-") as tmp:
+        pg = None
+        if args.sqlite:
+            url = f"sqlite:///{tmp}/tsb.db"
+        else:
+            from tsb_dev.pg import start_postgres
+
+            pg = start_postgres()
+            url = pg.create_database("tsb_sharing_race")
+        try:
+            store = MetaStore(url)
+            store.migrate()
+            writer = WordcountWriter(store, Path(tmp) / "wh")
+            for _ in range(args.preload):
+                writer.commit_next()
+            server = airflow_api_server(url, 1) if args.api_server else standalone_server(url)
+            with server as (base, token):
+                profile = write_profile(Path(tmp) / "race.share", base, token)
+                began = time.perf_counter()
+                result = race(profile, writer, reads=args.reads, readers=args.readers, interval_s=args.interval)
+                seconds = time.perf_counter() - began
+            store.dispose()
+        finally:
+            if pg is not None:
+                pg.stop()
+    for line in result.examples[:10]:
+        print("  " + line)
+    print(f"reads={result.reads} mixed={result.mixed} errors={result.errors} barriers={result.barriers} "
+          f"versions={len(result.versions)} seconds={seconds:.1f} load={os.getloadavg()[0]:.1f}")
+    return 0 if result.mixed == result.errors == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
