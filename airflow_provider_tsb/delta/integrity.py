@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltalake import DeltaTable
 
+from airflow_provider_tsb.delta.commit_fold import UNKNOWN, CommitFold
 from airflow_provider_tsb.exceptions import DeltaLogIntegrityError
 
 if TYPE_CHECKING:
@@ -81,6 +82,62 @@ def figures_of(table: DeltaTable | pa.Table) -> TableFigures:
         return TableFigures(0, 0)
     sizes = actions.column("size_bytes").to_pylist()
     return TableFigures(len(sizes), int(sum(int(s or 0) for s in sizes)))
+
+
+@dataclass(frozen=True)
+class LiveFiles:
+    """The live data files of one version: ``sizes`` ``{path as in the log: size in bytes}``."""
+
+    sizes: Mapping[str, int]
+
+    @property
+    def figures(self) -> TableFigures:
+        """Their :class:`TableFigures`."""
+        return TableFigures(len(self.sizes), int(sum(self.sizes.values())))
+
+
+def live_figures(location: str, version: int) -> TableFigures:
+    """The live-file figures of Delta ``version`` of the table at ``location``, as
+    :func:`figures_of` its snapshot gives them.
+
+    Cost: flat in the table's history. The live files of the version computed last (this
+    process) are moved forward with the ``add`` and ``remove`` actions of the commits since
+    (Delta protocol "Action Reconciliation": the last action for a path wins; one commit-file
+    read each, :class:`~airflow_provider_tsb.delta.commit_fold.CommitFold`); the snapshot is read
+    the first time and in the fold's other cases (an older version, a re-created table, object
+    stores). Used at barrier generation for the root tables (their ingestion commits record no
+    figures), where a snapshot took 12 ms at 1,500 commits.
+
+    Raises:
+        TableNotFoundError, DeltaLogError: the version cannot be loaded.
+    """
+    return _LIVE_FILES.at(location, version).figures
+
+
+def _live_files_step(live: LiveFiles, actions: list[Mapping[str, Any]], _key: str) -> LiveFiles:
+    """The live files after one commit: each ``add`` makes its path live with its ``size``, each
+    ``remove`` ends its path (an ``add`` without a size cannot be applied: :data:`UNKNOWN`)."""
+    sizes = dict(live.sizes)
+    for action in actions:
+        if "add" in action:
+            size = action["add"].get("size")
+            if size is None:
+                return UNKNOWN
+            sizes[str(action["add"]["path"])] = int(size)
+        elif "remove" in action:
+            sizes.pop(str(action["remove"]["path"]), None)
+    return LiveFiles(sizes)
+
+
+def _live_files_from_snapshot(loc: str, version: int, _key: str) -> LiveFiles:
+    """The live files of the version's snapshot (delta-rs gives the paths as the log holds them)."""
+    from airflow_provider_tsb.delta.snapshots import snapshot_at
+
+    actions = snapshot_at(loc, version).add_actions
+    if actions.num_rows == 0:
+        return LiveFiles({})
+    paths, sizes = actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()
+    return LiveFiles({str(p): int(s or 0) for p, s in zip(paths, sizes, strict=True)})
 
 
 def figures_after(
@@ -204,12 +261,17 @@ def forget_verified() -> None:
 __all__ = [
     "BYTES_KEY",
     "FILES_KEY",
+    "LiveFiles",
     "TableFigures",
     "figures_after",
     "figures_metadata",
     "figures_of",
     "forget_verified",
     "integrity_error",
+    "live_figures",
     "recorded_figures",
     "verify_version",
 ]
+
+
+_LIVE_FILES: CommitFold[LiveFiles] = CommitFold(_live_files_step, _live_files_from_snapshot)

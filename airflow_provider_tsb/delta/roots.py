@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import threading
-import zlib
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from airflow_provider_tsb.delta.log import LOG_DIR, normalize_location, read_commit_actions, table_exists
+from airflow_provider_tsb.delta.commit_fold import UNKNOWN, CommitFold
+from airflow_provider_tsb.delta.log import normalize_location, table_exists
 from airflow_provider_tsb.delta.storage import storage_options
 
 #: commit metadata key marking the newest version of a root table as the end of its input
@@ -33,10 +33,6 @@ MAX_STEP = 100
 #: root tables (and columns) whose last watermark is kept
 MAX_WATERMARKS = 256
 
-_UNKNOWN = object()
-_watermarks_lock = threading.Lock()
-#: ``{(location, column): (version, its commit file's CRC-32, watermark ms)}``
-_watermarks: dict[tuple[str, str], tuple[int, int | None, int | None]] = {}
 
 
 def append_rows(
@@ -108,58 +104,35 @@ def event_time_watermark(location: str, version: int, column: str) -> int | None
 
     Cost: flat in the table's history. The watermark computed last for the table (this process)
     is moved forward with the ``add`` actions of the commits since (one commit-file read each,
-    their ``maxValues``): a root table only grows between barriers. The version's snapshot (every
-    live file's statistics, :func:`~airflow_provider_tsb.delta.snapshots.snapshot_at`) is read
-    the first time, for an older version, after a commit that removed a file (a delete can lower
-    the max) or changed the metadata, over more than :data:`MAX_STEP` commits, on object stores,
-    or when the table was created again.
+    their ``maxValues``; :class:`~airflow_provider_tsb.delta.commit_fold.CommitFold`): a root
+    table only grows between barriers. The version's snapshot (every live file's statistics,
+    :func:`~airflow_provider_tsb.delta.snapshots.snapshot_at`) is read the first time, for an
+    older version, after a commit that removed a file (a delete can lower the max) or changed the
+    metadata, over more than :data:`MAX_STEP` commits, on object stores, or when the table was
+    created again.
     """
-    loc = normalize_location(location)
-    with _watermarks_lock:
-        known = _watermarks.get((loc, column))
-    mark = _moved_forward(loc, column, known, version) if known is not None else _UNKNOWN
-    if mark is _UNKNOWN:
-        mark = _snapshot_watermark(loc, version, column)
-    with _watermarks_lock:
-        _watermarks[(loc, column)] = (version, _commit_digest(loc, version), mark)
-        while len(_watermarks) > MAX_WATERMARKS:
-            del _watermarks[next(iter(_watermarks))]
-    return mark  # type: ignore[return-value]
+    return _WATERMARKS.at(location, version, column)
 
 
-def _moved_forward(loc: str, column: str, known: tuple[int, int | None, int | None],
-                   version: int) -> int | None | object:
-    """The watermark at ``version`` from ``known`` (version, its commit file's digest, watermark)
-    and the commits after it; :data:`_UNKNOWN` when they cannot tell (see
-    :func:`event_time_watermark`)."""
-    start, digest, mark = known
-    if "://" in loc or version < start or version - start > MAX_STEP or _commit_digest(loc, start) != digest:
-        return _UNKNOWN
-    for v in range(start + 1, version + 1):
-        actions = read_commit_actions(loc, v)
-        if actions is None:
-            return _UNKNOWN
-        for action in actions:
-            if "remove" in action or "metaData" in action:
-                return _UNKNOWN
-            add = action.get("add")
-            value = _stats_max(add.get("stats"), column) if add is not None else None
-            if value is not None:
-                mark = value if mark is None else max(mark, value)
+def _watermark_step(mark: int | None, actions: list[Mapping[str, Any]], column: str) -> int | None:
+    """The watermark after one commit: its ``add`` actions raise it to their ``maxValues[column]``;
+    a ``remove`` or ``metaData`` action cannot be applied (:data:`UNKNOWN`)."""
+    for action in actions:
+        if "remove" in action or "metaData" in action:
+            return UNKNOWN
+        add = action.get("add")
+        value = _stats_max(add.get("stats"), column) if add is not None else None
+        if value is not None:
+            mark = value if mark is None else max(mark, value)
     return mark
 
 
-def _commit_digest(loc: str, version: int) -> int | None:
-    """CRC-32 of commit file ``version`` (local tables; ``None``: absent, or an object store): a
-    table deleted and created again has other commits (its file names are new UUIDs), even
-    when a commit file's size and modification time happen to match."""
-    if "://" in loc:
-        return None
-    try:
-        with open(f"{loc}/{LOG_DIR}/{version:020d}.json", "rb") as handle:
-            return zlib.crc32(handle.read())
-    except FileNotFoundError:
-        return None
+def _watermark_from_snapshot(loc: str, version: int, column: str) -> int | None:
+    return _snapshot_watermark(loc, version, column)  # looked up at call time (tests count the reads)
+
+
+_WATERMARKS: CommitFold[int | None] = CommitFold(_watermark_step, _watermark_from_snapshot, max_step=MAX_STEP,
+                                                 max_tables=MAX_WATERMARKS)
 
 
 def _stats_max(stats: str | None, column: str) -> int | None:

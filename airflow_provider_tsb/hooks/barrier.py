@@ -91,21 +91,20 @@ def record_root_figures(store: MetaStore, topology: Topology, info: BarrierInfo)
     """Record the live-file figures of ``topology``'s root tables at the versions barrier ``info``
     names (issue 25 item 4): root tables are written by ingestion (``write_deltalake``), whose
     commits carry none, so the barrier's generation records what the log gives then, and readers
-    and ``tsb check --integrity`` verify later reads against it. Cost per root table: one
-    snapshot capture (the cached latest table's add actions), O(live files).
+    and ``tsb check --integrity`` verify later reads against it. Cost per root table: the
+    commits since the previous barrier's version (:func:`~airflow_provider_tsb.delta.integrity.live_figures`,
+    flat in the table's history).
 
     Returns:
         Number of root tables whose figures were recorded (0 for a reused barrier).
     """
-    from airflow_provider_tsb.delta.integrity import figures_of
-    from airflow_provider_tsb.delta.snapshots import snapshot_at
+    from airflow_provider_tsb.delta.integrity import live_figures
 
     figures = {}
     for table in topology.root_tables:
         version = info.root_versions.get(table.name)
         if version is not None:
-            snap = snapshot_at(topology.location(table.name), version)
-            figures[table.name] = (version, figures_of(snap.add_actions))
+            figures[table.name] = (version, live_figures(topology.location(table.name), version))
     return store.table_states.record_figures(info.barrier, figures)
 
 
