@@ -202,6 +202,21 @@ def measure(base: str, token: str, args: argparse.Namespace, tmp: str) -> Figure
 
 
 @contextmanager
+def metastore_url(sqlite: bool, tmp: str) -> Iterator[str]:
+    """A metastore URL: SQLite in ``tmp``, else a database of a throwaway PostgreSQL (stopped after)."""
+    if sqlite:
+        yield f"sqlite:///{tmp}/tsb.db"
+        return
+    from tsb_dev.pg import start_postgres
+
+    pg = start_postgres()
+    try:
+        yield pg.create_database("tsb_bench")
+    finally:
+        pg.stop()
+
+
+@contextmanager
 def standalone_server(url: str) -> Iterator[tuple[str, str]]:
     """The sharing routes under uvicorn in a process of their own: ``(base URL, no token)``."""
     port = _free_port()
@@ -254,23 +269,11 @@ def main() -> int:
     if args.serve:
         serve(args.serve[0], int(args.serve[1]))
         return 0
-    with tempfile.TemporaryDirectory(prefix="tsb-sharing-load-") as tmp:
-        pg = None
-        if args.sqlite:
-            url = f"sqlite:///{tmp}/tsb.db"
-        else:
-            from tsb_dev.pg import start_postgres
-
-            pg = start_postgres()
-            url = pg.create_database("tsb_sharing_load")
-        try:
-            build(url, Path(tmp) / "wh", args.barriers)
-            server = airflow_api_server(url, args.workers) if args.api_server else standalone_server(url)
-            with server as (base, token):
-                fig = measure(base, token, args, tmp)
-        finally:
-            if pg is not None:
-                pg.stop()
+    with tempfile.TemporaryDirectory(prefix="tsb-sharing-load-") as tmp, metastore_url(args.sqlite, tmp) as url:
+        build(url, Path(tmp) / "wh", args.barriers)
+        server = airflow_api_server(url, args.workers) if args.api_server else standalone_server(url)
+        with server as (base, token):
+            fig = measure(base, token, args, tmp)
     load = os.getloadavg()[0]
     served = f"the Airflow api-server ({args.workers} worker)" if args.api_server else "the sharing routes alone"
     print(f"queries: {fig.answers}, {args.barriers} barriers, metastore {'SQLite' if args.sqlite else 'PostgreSQL'}, "

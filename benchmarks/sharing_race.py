@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from sharing_load import airflow_api_server, standalone_server  # noqa: E402
+from sharing_load import airflow_api_server, metastore_url, standalone_server  # noqa: E402
 
 from tsb_dev.sharing_race import race, write_profile  # noqa: E402
 from tsb_dev.wordcount_writer import WordcountWriter  # noqa: E402
@@ -44,31 +44,19 @@ def main() -> int:
     args = parser.parse_args()
     from airflow_provider_tsb.metastore.store import MetaStore
 
-    with tempfile.TemporaryDirectory(prefix="tsb-sharing-race-") as tmp:
-        pg = None
-        if args.sqlite:
-            url = f"sqlite:///{tmp}/tsb.db"
-        else:
-            from tsb_dev.pg import start_postgres
-
-            pg = start_postgres()
-            url = pg.create_database("tsb_sharing_race")
-        try:
-            store = MetaStore(url)
-            store.migrate()
-            writer = WordcountWriter(store, Path(tmp) / "wh")
-            for _ in range(args.preload):
-                writer.commit_next()
-            server = airflow_api_server(url, 1) if args.api_server else standalone_server(url)
-            with server as (base, token):
-                profile = write_profile(Path(tmp) / "race.share", base, token)
-                began = time.perf_counter()
-                result = race(profile, writer, reads=args.reads, readers=args.readers, interval_s=args.interval)
-                seconds = time.perf_counter() - began
-            store.dispose()
-        finally:
-            if pg is not None:
-                pg.stop()
+    with tempfile.TemporaryDirectory(prefix="tsb-sharing-race-") as tmp, metastore_url(args.sqlite, tmp) as url:
+        store = MetaStore(url)
+        store.migrate()
+        writer = WordcountWriter(store, Path(tmp) / "wh")
+        for _ in range(args.preload):
+            writer.commit_next()
+        server = airflow_api_server(url, 1) if args.api_server else standalone_server(url)
+        with server as (base, token):
+            profile = write_profile(Path(tmp) / "race.share", base, token)
+            began = time.perf_counter()
+            result = race(profile, writer, reads=args.reads, readers=args.readers, interval_s=args.interval)
+            seconds = time.perf_counter() - began
+        store.dispose()
     for line in result.examples[:10]:
         print("  " + line)
     print(f"reads={result.reads} mixed={result.mixed} errors={result.errors} barriers={result.barriers} "
