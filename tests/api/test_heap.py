@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +10,7 @@ import pytest
 
 from airflow_provider_tsb.api import heap
 from airflow_provider_tsb.api.heap import FreezeHeapMiddleware, freeze_heap
+from tests.support.event_loops import run_coroutine
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def _call(middleware: FreezeHeapMiddleware, kind: str) -> list[str]:
         seen.append(scope["type"])
 
     middleware.app = app
-    asyncio.run(middleware({"type": kind}, None, None))
+    run_coroutine(middleware({"type": kind}, None, None))
     return seen
 
 

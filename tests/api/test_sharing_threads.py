@@ -11,6 +11,7 @@ import pytest
 
 from airflow_provider_tsb.api.sharing import router
 from airflow_provider_tsb.api.sharing_threads import in_sharing_threads, sharing_limiter
+from tests.support.event_loops import run_coroutine
 
 
 def test_sharing_requests_run_on_the_configured_threads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,7 +32,7 @@ def test_sharing_requests_run_on_the_configured_threads(monkeypatch: pytest.Monk
         assert sharing_limiter() is sharing_limiter()  # one per event loop
         return list(await asyncio.gather(*(in_sharing_threads(endpoint)(k) for k in range(9))))
 
-    assert asyncio.run(main()) == list(range(9))
+    assert run_coroutine(main()) == list(range(9))
     assert peak[0] == 3
 
 
@@ -50,4 +51,4 @@ def test_a_bad_setting_names_itself(monkeypatch: pytest.MonkeyPatch) -> None:
         sharing_limiter()
 
     with pytest.raises(ValueError, match=r"\[tsb\] sharing_threads must be a positive number, got '0'"):
-        asyncio.run(main())
+        run_coroutine(main())
