@@ -71,13 +71,18 @@ def build(url: str, warehouse: Path, barriers: int) -> None:
 
 
 def serve(url: str, port: int) -> None:
-    """Serve the sharing routes of the metastore at ``url`` on 127.0.0.1:``port`` (the server process)."""
+    """Serve the sharing routes of the metastore at ``url`` on 127.0.0.1:``port`` (the server
+    process), with the api-server's settings: listings checked once a second, the heap frozen."""
     import uvicorn
 
     from airflow_provider_tsb.api.sharing import create_sharing_app
+    from airflow_provider_tsb.api.sharing_cache import DEFAULT_CHECK_SECONDS
     from airflow_provider_tsb.metastore.store import MetaStore
 
-    app = create_sharing_app(MetaStore(url), seconds=300)
+    from airflow_provider_tsb.api.heap import FreezeHeapMiddleware
+
+    app = create_sharing_app(MetaStore(url), seconds=300, check_seconds=DEFAULT_CHECK_SECONDS)
+    app.add_middleware(FreezeHeapMiddleware)  # as the tsb plugin has in the api-server
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 

@@ -28,6 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
+from airflow_provider_tsb.api.limits import config_value
 from airflow_provider_tsb.exceptions import TsbError
 
 if TYPE_CHECKING:
@@ -156,13 +157,7 @@ def default_location_roots() -> list[str]:
     """
     from airflow_provider_tsb.lineage import default_warehouse
 
-    raw = None
-    try:
-        from airflow.configuration import conf
-
-        raw = conf.get("tsb", "allowed_location_roots", fallback=None)
-    except ImportError:
-        pass
+    raw = config_value("allowed_location_roots")
     roots = [r.strip() for r in (raw or "").split(",") if r.strip()]
     return roots or [default_warehouse()]
 

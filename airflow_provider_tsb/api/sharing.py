@@ -45,9 +45,9 @@ from fastapi.routing import APIRoute
 from airflow_provider_tsb.api import sharing_model as sm
 from airflow_provider_tsb.api.access import READ, AccessDeniedError, AllowAll, TopologyAccess
 from airflow_provider_tsb.api.errors import status_for
-from airflow_provider_tsb.api.limits import config_number, max_lease_seconds, short_text
+from airflow_provider_tsb.api.limits import config_number, config_seconds, max_lease_seconds, short_text
 from airflow_provider_tsb.api.routes import get_access, get_store
-from airflow_provider_tsb.api.sharing_cache import SharingCache
+from airflow_provider_tsb.api.sharing_cache import DEFAULT_CHECK_SECONDS, SharingCache
 from airflow_provider_tsb.api.sharing_files import ForbiddenFileError, file_id, sign, verify
 from airflow_provider_tsb.api.sharing_lines import change_lines, file_response, metadata_lines, query_lines
 from airflow_provider_tsb.api.sharing_presign import presigned_url
@@ -122,10 +122,19 @@ AccessDep = Annotated[TopologyAccess, Depends(get_access)]
 
 def sharing_cache(request: Request, store: MetaStore) -> SharingCache:
     """The app's :class:`SharingCache` of ``store`` (made at the first request, and again when
-    the app's store is replaced)."""
+    the app's store is replaced), checking the registry once per ``[tsb] sharing_check_seconds``
+    (default :data:`~.sharing_cache.DEFAULT_CHECK_SECONDS`; the app's
+    ``state.tsb_sharing_check_seconds`` when set, :func:`create_sharing_app`).
+
+    Raises:
+        ValueError: ``[tsb] sharing_check_seconds`` is not a number from 0 to 60.
+    """
     cache: SharingCache | None = getattr(request.app.state, "tsb_sharing_cache", None)
     if cache is None or cache.store is not store:
-        cache = SharingCache(store)
+        check: float | None = getattr(request.app.state, "tsb_sharing_check_seconds", None)
+        if check is None:
+            check = config_seconds("sharing_check_seconds", DEFAULT_CHECK_SECONDS, maximum=60.0)
+        cache = SharingCache(store, check_seconds=check)
         request.app.state.tsb_sharing_cache = cache
     return cache
 
@@ -334,9 +343,12 @@ def sharing_file(token: str, request: Request) -> Response:
 
 
 def create_sharing_app(store: MetaStore, access: TopologyAccess | None = None, *, prefix: str = "/tsb",
-                       seconds: int | None = None, max_body_bytes: int | None = None) -> FastAPI:
+                       seconds: int | None = None, max_body_bytes: int | None = None,
+                       check_seconds: float = 0.0) -> FastAPI:
     """A standalone app serving the sharing routes at ``prefix + /sharing`` without
-    authentication (tests): ``access`` decides (default :class:`AllowAll`)."""
+    authentication (tests, benchmarks): ``access`` decides (default :class:`AllowAll`);
+    ``seconds``: URL and lease lifetime; ``check_seconds``: as ``[tsb] sharing_check_seconds``
+    (default 0: every listing checked against the metastore)."""
     from airflow_provider_tsb.api.limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimitMiddleware
 
     app = FastAPI(title="airflow-provider-tsb Delta Sharing")
@@ -347,6 +359,7 @@ def create_sharing_app(store: MetaStore, access: TopologyAccess | None = None, *
     app.state.tsb_access = lambda _request, _store: policy
     if seconds is not None:
         app.state.tsb_url_seconds = seconds
+    app.state.tsb_sharing_check_seconds = check_seconds
     return app
 
 

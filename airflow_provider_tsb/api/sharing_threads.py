@@ -16,45 +16,52 @@ against 580 ms), the clients' own threads being the tail.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
-import weakref
+import threading
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-import anyio
-import anyio.to_thread
 
 from airflow_provider_tsb.api.limits import config_number
 
 #: worker threads per api-server process for Delta Sharing requests (``[tsb] sharing_threads``)
 DEFAULT_SHARING_THREADS = 2
-_limiters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+_executors: dict[int, ThreadPoolExecutor] = {}
+_lock = threading.Lock()
 
 
-def sharing_limiter() -> anyio.CapacityLimiter:
-    """The sharing worker threads of the running event loop: ``[tsb] sharing_threads`` of them
-    (default :data:`DEFAULT_SHARING_THREADS`; a metastore several milliseconds away wants more, so one
-    request's CPU overlaps another's round trips). One per event loop, made at its first use.
+def sharing_executor() -> ThreadPoolExecutor:
+    """The sharing worker threads of this process: ``[tsb] sharing_threads`` of them (default
+    :data:`DEFAULT_SHARING_THREADS`; a metastore several milliseconds away wants more, so one
+    request's CPU overlaps another's round trips), made at first use.
+
+    A plain executor and ``loop.run_in_executor``, not anyio's ``to_thread``: the hop is a future
+    and a callback, where anyio's builds a task group and cancel scopes per call (7 % of a
+    sharing query's CPU through the api-server, docs/benchmarks.md "Delta Sharing").
 
     Raises:
         ValueError: ``[tsb] sharing_threads`` is not a positive number (names the setting).
     """
-    loop = asyncio.get_running_loop()
-    limiter = _limiters.get(loop)
-    if limiter is None:
-        limiter = _limiters[loop] = anyio.CapacityLimiter(config_number("sharing_threads", DEFAULT_SHARING_THREADS))
-    return limiter
+    threads = config_number("sharing_threads", DEFAULT_SHARING_THREADS)
+    with _lock:
+        executor = _executors.get(threads)
+        if executor is None:
+            executor = _executors[threads] = ThreadPoolExecutor(threads, thread_name_prefix="tsb-sharing")
+    return executor
 
 
 def in_sharing_threads(endpoint: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
-    """``endpoint`` (a plain function) as a coroutine that runs it in an :func:`sharing_limiter`
-    thread; FastAPI reads the parameters of ``endpoint`` (``functools.wraps``)."""
+    """``endpoint`` (a plain function) as a coroutine that runs it on a :func:`sharing_executor`
+    thread, in the caller's context variables (as Starlette's pool does); FastAPI reads the
+    parameters of ``endpoint`` (``functools.wraps``)."""
 
     @functools.wraps(endpoint)
     async def run(*args: Any, **kwargs: Any) -> Any:
-        return await anyio.to_thread.run_sync(functools.partial(endpoint, *args, **kwargs), limiter=sharing_limiter())
+        call = functools.partial(contextvars.copy_context().run, endpoint, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(sharing_executor(), call)
 
     return run
 
 
-__all__ = ["DEFAULT_SHARING_THREADS", "in_sharing_threads", "sharing_limiter"]
+__all__ = ["DEFAULT_SHARING_THREADS", "in_sharing_threads", "sharing_executor"]

@@ -125,3 +125,30 @@ def test_metastore_refuses_a_reader_of_another_topology(sqlite_store: MetaStore,
         sqlite_store.registry.register_job("other", Job("y_job", "y.py", ("c.raw.y", PRICE), ("c.other.out",)))
     registry = sqlite_store.registry
     assert registry.job("y_job").sources == ("c.raw.y",) and registry.table(PRICE).readers == ("total_job",)
+
+
+def test_a_setting_is_read_once_and_again_when_its_environment_variable_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow.configuration import conf
+
+    from airflow_provider_tsb.api.limits import config_seconds
+
+    monkeypatch.setenv("AIRFLOW__TSB__SHARING_CHECK_SECONDS", "2.5")
+    assert config_seconds("sharing_check_seconds", 1.0) == 2.5
+    reads: list[str] = []
+    real_get = conf.get
+
+    def counting_get(section: str, key: str, *args: object, **kwargs: object) -> object:
+        reads.append(key)
+        return real_get(section, key, *args, **kwargs)
+
+    monkeypatch.setattr(conf, "get", counting_get)
+    assert config_seconds("sharing_check_seconds", 1.0) == 2.5
+    assert reads == []  # kept: Airflow's config does not change under a running process
+    monkeypatch.setenv("AIRFLOW__TSB__SHARING_CHECK_SECONDS", "0")
+    assert config_seconds("sharing_check_seconds", 1.0) == 0.0
+    assert reads == ["sharing_check_seconds"]
+    monkeypatch.setenv("AIRFLOW__TSB__SHARING_CHECK_SECONDS", "61")
+    with pytest.raises(ValueError, match=r"\[tsb\] sharing_check_seconds must be a number of seconds from 0 to 60"):
+        config_seconds("sharing_check_seconds", 1.0, maximum=60.0)

@@ -1,4 +1,4 @@
-"""The api-server's heap frozen before its first tsb request (``api/heap.py``)."""
+"""The api-server's heap frozen before its first tsb requests (``api/heap.py``)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from tests.support.event_loops import run_coroutine
 def unfrozen() -> Iterator[None]:
     """A process whose heap was not frozen yet; unfrozen again after the test."""
     gc.unfreeze()
-    heap._frozen_in = None
+    heap._served = (0, 0)
     yield
     gc.unfreeze()
-    heap._frozen_in = None
+    heap._served = (0, 0)
 
 
 def _call(middleware: FreezeHeapMiddleware, kind: str) -> list[str]:
@@ -34,12 +34,23 @@ def _call(middleware: FreezeHeapMiddleware, kind: str) -> list[str]:
     return seen
 
 
-def test_the_heap_is_frozen_once_per_process(unfrozen: None) -> None:
+def test_freezing_moves_the_heap_out_of_full_collections(unfrozen: None) -> None:
     assert gc.get_freeze_count() == 0
     assert freeze_heap() > 0.0
-    frozen = gc.get_freeze_count()
-    assert frozen > 10_000  # pytest, pyarrow, SQLAlchemy, FastAPI: the test process's heap
-    assert freeze_heap() == 0.0 and gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() > 10_000  # pytest, pyarrow, SQLAlchemy, FastAPI: the test process's heap
+    assert len(gc.get_objects(2)) < 1_000
+
+
+def test_the_heap_is_frozen_before_the_first_100th_and_1000th_http_request(
+    unfrozen: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    froze_before: list[int] = []
+    monkeypatch.setattr(heap, "freeze_heap", lambda: froze_before.append(heap._served[1]) or 0.0)
+    middleware = FreezeHeapMiddleware(None)
+    assert _call(middleware, "lifespan") == ["lifespan"] and froze_before == []
+    for _ in range(1500):
+        assert _call(middleware, "http") == ["http"]
+    assert froze_before == [1, 100, 1000]
 
 
 def test_the_first_http_request_freezes_the_heap(unfrozen: None) -> None:

@@ -84,6 +84,35 @@ def test_a_kept_share_costs_one_read_and_follows_registrations_and_first_writes(
         cache.share_and_tables("nope")
 
 
+class Seconds:
+    def __init__(self) -> None:
+        self.s = 1000.0
+
+    def __call__(self) -> float:
+        return self.s
+
+
+def test_listings_are_checked_once_per_check_seconds(store: MetaStore, tmp_path: Path) -> None:
+    build_wordcount(store, tmp_path / "wh", barriers=1, committed=0)  # count_of_counts: nothing WRITTEN
+    monotonic = Seconds()
+    cache = SharingCache(store, check_seconds=1.0, monotonic=monotonic)
+    assert _names(cache.share_and_tables(TOPOLOGY)[1]) == [WC, WORDS]
+    assert [s.name for s in cache.shares()] == [TOPOLOGY]
+    store.table_states.record_written(CC, 1, 0, "cc_job")  # count_of_counts' first barrier
+    monotonic.s += 0.9
+    with statements(store) as sql:  # within check_seconds: the kept listings, no read at all
+        assert _names(cache.share_and_tables(TOPOLOGY)[1]) == [WC, WORDS]
+        assert [s.name for s in cache.shares()] == [TOPOLOGY]
+    assert sql == []
+    with pytest.raises(sm.UnknownShareError, match="'nope'"):  # an unknown name is never kept
+        cache.share_and_tables("nope")
+
+    monotonic.s += 0.2  # past it: checked again, the first WRITTEN barrier seen
+    with statements(store) as sql:
+        assert _names(cache.share_and_tables(TOPOLOGY)[1]) == [CC, WC, WORDS]
+    assert len(selects(sql)) == 2, sql  # the registry's version, one probe
+
+
 class Clock:
     def __init__(self) -> None:
         self.ms = now_ms()

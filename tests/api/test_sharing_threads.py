@@ -4,13 +4,14 @@ plain-function endpoint runs on ``[tsb] sharing_threads`` threads, never more at
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 
 import pytest
 
 from airflow_provider_tsb.api.sharing import router
-from airflow_provider_tsb.api.sharing_threads import in_sharing_threads, sharing_limiter
+from airflow_provider_tsb.api.sharing_threads import in_sharing_threads, sharing_executor
 from tests.support.event_loops import run_coroutine
 
 
@@ -28,8 +29,8 @@ def test_sharing_requests_run_on_the_configured_threads(monkeypatch: pytest.Monk
         return k
 
     async def main() -> list[int]:
-        assert sharing_limiter().total_tokens == 3
-        assert sharing_limiter() is sharing_limiter()  # one per event loop
+        assert sharing_executor()._max_workers == 3
+        assert sharing_executor() is sharing_executor()  # one per process and setting
         return list(await asyncio.gather(*(in_sharing_threads(endpoint)(k) for k in range(9))))
 
     assert run_coroutine(main()) == list(range(9))
@@ -47,8 +48,21 @@ def test_every_sharing_endpoint_runs_on_the_sharing_threads() -> None:
 def test_a_bad_setting_names_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__TSB__SHARING_THREADS", "0")
 
-    async def main() -> None:
-        sharing_limiter()
-
     with pytest.raises(ValueError, match=r"\[tsb\] sharing_threads must be a positive number, got '0'"):
-        run_coroutine(main())
+        sharing_executor()
+
+
+def test_an_endpoint_runs_in_the_callers_context_variables() -> None:
+    """Airflow's structlog binds the request id in a context variable: logs of a sharing
+    endpoint keep it, as they do on Starlette's pool."""
+    request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="none")
+
+    def endpoint() -> tuple[str, str]:
+        return request_id.get(), threading.current_thread().name
+
+    async def main() -> tuple[str, str]:
+        request_id.set("r-42")
+        return await in_sharing_threads(endpoint)()
+
+    seen, thread = run_coroutine(main())
+    assert seen == "r-42" and thread.startswith("tsb-sharing")
