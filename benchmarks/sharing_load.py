@@ -75,11 +75,10 @@ def serve(url: str, port: int) -> None:
     process), with the api-server's settings: listings checked once a second, the heap frozen."""
     import uvicorn
 
+    from airflow_provider_tsb.api.heap import FreezeHeapMiddleware
     from airflow_provider_tsb.api.sharing import create_sharing_app
     from airflow_provider_tsb.api.sharing_cache import DEFAULT_CHECK_SECONDS
     from airflow_provider_tsb.metastore.store import MetaStore
-
-    from airflow_provider_tsb.api.heap import FreezeHeapMiddleware
 
     app = create_sharing_app(MetaStore(url), seconds=300, check_seconds=DEFAULT_CHECK_SECONDS)
     app.add_middleware(FreezeHeapMiddleware)  # as the tsb plugin has in the api-server
