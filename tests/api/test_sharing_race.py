@@ -16,6 +16,7 @@ from pathlib import Path
 import uvicorn
 
 from airflow_provider_tsb.api.sharing import create_sharing_app
+from airflow_provider_tsb.api.sharing_cache import DEFAULT_CHECK_SECONDS
 from airflow_provider_tsb.metastore.store import MetaStore
 from tsb_dev.sharing_race import race, write_profile
 from tsb_dev.wordcount_writer import WORDS, WordcountWriter, cut_errors
@@ -32,8 +33,8 @@ def test_pinned_reads_racing_commits_see_no_mixed_cut(store: MetaStore, tmp_path
     for _ in range(3):
         writer.commit_next()
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_sharing_app(store, seconds=60), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    app = create_sharing_app(store, seconds=60, check_seconds=DEFAULT_CHECK_SECONDS)  # the api-server's setting
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
