@@ -11,7 +11,10 @@ the start of the run (the first ``--window``); the figure is the last ``--window
 
 Last line::
 
-    barriers=<n> first_median_ms=<a> last_median_ms=<b> growth=<b/a> last_p99_ms=<q> load=<1-min load>
+    barriers=<n> first_median_ms=<a> last_median_ms=<b> growth=<b/a> last_p99_ms=<q> last_max_ms=<m> load=<1-min load>
+
+``last_max_ms`` is the slowest of the last window: one generation in 100 also maintains the
+barrier log (compaction, checkpoint, cleanup: :func:`airflow_provider_tsb.delta.barrier_log._maintain`).
 
     .venv/bin/python benchmarks/generation_history.py [--barriers 2000] [--window 100]
 """
@@ -58,6 +61,7 @@ def main() -> int:
     print(f"barriers={args.barriers} first_median_ms={statistics.median(first):.1f} "
           f"last_median_ms={statistics.median(last):.1f} "
           f"growth={statistics.median(last) / statistics.median(first):.2f} last_p99_ms={p99:.1f} "
+          f"last_max_ms={max(last):.1f} "
           f"load={os.getloadavg()[0]:.1f}")
     return 0
 

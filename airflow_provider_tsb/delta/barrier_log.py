@@ -27,8 +27,9 @@ writes the row under the topology lock *before* the metastore transaction that m
 barrier visible commits (:meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create_barrier`):
 a crash in between leaves a log row for a barrier no job ever saw, and the next generation
 replaces that row (a predicate overwrite of ``barrier = n``: still one row per barrier). Every
-:data:`COMPACT_EVERY` barriers the log's one-row files are compacted into one, so a generation
-costs the same after a million barriers as after a hundred.
+:data:`COMPACT_EVERY` barriers the log's one-row files are compacted into one, checkpointed and
+its older commit files deleted (:func:`_maintain`), so a generation costs the same after a
+million barriers as after a hundred.
 """
 
 from __future__ import annotations
@@ -67,6 +68,18 @@ LOG_BARRIER_KEY = "tsb.barrier_log.barrier"
 #: 31 ms at 400 and 68 ms at 800 here; 14 ms again once compacted), so an uncompacted log made
 #: every barrier generation slower than the one before (``benchmarks/generation_history.py``).
 COMPACT_EVERY = 100
+
+#: The barrier log's table properties, set when it is created (and on a log created before
+#: them). The log is read only at its newest version (:func:`logged_barrier`,
+#: :func:`read_barrier_log`), so its commit files need not outlive the next checkpoint: a short
+#: ``delta.logRetentionDuration`` (Delta protocol "Metadata Cleanup"; 10 s spares a reader
+#: loading the log at that moment). With the default 30 days a generation listed every commit of
+#: the last month, as delta-rs lists the whole ``_delta_log`` of a local table at each commit
+#: (an append took 11.6 ms at 100 commits and 24.3 ms at 1,000 here,
+#: ``benchmarks/generation_history.py``). delta-rs's own checkpoints (``delta.checkpointInterval``,
+#: every 100 commits) are turned off: the log's maintenance (:func:`_maintain`) checkpoints right
+#: after each compaction, so one generation in :data:`COMPACT_EVERY` pays for both, not two.
+LOG_PROPERTIES = {"delta.logRetentionDuration": "interval 10 seconds", "delta.checkpointInterval": "1000000000"}
 
 #: The barrier logs this process writes, each kept loaded and moved forward incrementally, so
 #: a generation does not load the log from its last checkpoint again (``_writer_table``).
@@ -174,9 +187,10 @@ def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = Fals
                 target if target is not None else loc, pa.Table.from_pylist([row], schema=SCHEMA),
                 mode="overwrite" if replace else "append",
                 predicate=f"barrier = {int(entry.barrier)}" if replace else None, commit_properties=props,
+                configuration=LOG_PROPERTIES if target is None else None,
             )
             if target is not None and entry.barrier % COMPACT_EVERY == 0:
-                _compact(target, loc, entry)
+                _maintain(target, loc, entry)
     except Exception as exc:
         _writers.pop(loc, None)  # reload after a failure: the cached table may be stale or broken
         raise DeltaLogError(
@@ -185,16 +199,21 @@ def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = Fals
         ) from exc
 
 
-def _compact(table: DeltaTable, loc: str, entry: BarrierLogEntry) -> None:
-    """Rewrite the log's one-row files into one (``optimize.compact``, a ``dataChange=false``
-    commit that restates the topology's ``txn``, so :func:`logged_barrier` still reads it from the
-    newest commit). A failure is logged, not raised: the barrier's row is committed already."""
+def _maintain(table: DeltaTable, loc: str, entry: BarrierLogEntry) -> None:
+    """The log's maintenance, every :data:`COMPACT_EVERY` barriers: its one-row files rewritten
+    into one (``optimize.compact``, a ``dataChange=false`` commit that restates the topology's
+    ``txn``, so :func:`logged_barrier` still reads it from the newest commit), a checkpoint at that
+    commit, and the commit files it makes unneeded deleted (``cleanup_metadata``, those older than
+    the ``delta.logRetentionDuration`` of :data:`LOG_PROPERTIES`). A failure is logged, not raised:
+    the barrier's row is committed already, the log is correct without it, the next one retries."""
     try:
         table.optimize.compact(commit_properties=CommitProperties(
             app_transactions=[Transaction(log_app_id(entry.topology), int(entry.barrier))]))
-    except Exception as exc:  # the next compaction retries; the log is correct without it
+        table.create_checkpoint()
+        table.cleanup_metadata()
+    except Exception as exc:
         _writers.pop(loc, None)
-        log.warning("could not compact the barrier log at %r after barrier %s: %s", loc, entry.barrier, exc)
+        log.warning("the maintenance of the barrier log at %r after barrier %s failed: %s", loc, entry.barrier, exc)
 
 
 def _writer_table(loc: str) -> DeltaTable | None:
@@ -204,12 +223,18 @@ def _writer_table(loc: str) -> DeltaTable | None:
     from airflow_provider_tsb.delta.storage import storage_options
 
     table = _writers.get(loc)
+    if table is not None and newer_commit_possible(loc, table.version()):  # else ours was the last commit
+        try:
+            table.update_incremental()
+        except Exception:  # another process's commits, cleaned up since (LOG_RETENTION): load again
+            table = None
     if table is None:
         if not table_exists(loc):
             return None
         table = _writers[loc] = DeltaTable(loc, storage_options=storage_options(loc))
-    elif newer_commit_possible(loc, table.version()):  # else our own write was the last commit
-        table.update_incremental()
+        configuration = table.metadata().configuration or {}
+        if any(configuration.get(key) != value for key, value in LOG_PROPERTIES.items()):
+            table.alter.set_table_properties(LOG_PROPERTIES)  # a log written before LOG_PROPERTIES
     return table
 
 

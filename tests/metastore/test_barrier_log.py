@@ -246,3 +246,51 @@ def test_the_log_is_compacted_every_n_barriers_and_keeps_every_row(tmp_path, mon
     entries = read_barrier_log(log)
     assert [(e.barrier, e.root_versions[WORDS], e.run_key) for e in entries] == [
         *((b, b, f"r{b}") for b in range(1, 7)), (7, 9, "again")]
+
+
+def _commit_files(location: str) -> int:
+    return sum(name.endswith(".json") for name in os.listdir(os.path.join(location, "_delta_log")))
+
+
+def test_the_logs_commit_files_are_cleaned_up_behind_its_checkpoints(tmp_path, monkeypatch) -> None:
+    """The barrier log's commit files older than its newest checkpoint go (``_maintain``
+    checkpoints after each compaction and cleans up; ``LOG_PROPERTIES``: a short
+    ``delta.logRetentionDuration``, no checkpoints of delta-rs's own), so its
+    ``_delta_log`` stays short however many barriers it holds; every row stays, the txn is read
+    from the newest commit, a writer whose cached log went stale under a cleanup loads it again,
+    and a log written before ``LOG_PROPERTIES`` gets them at its next write."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_tsb.delta import barrier_log
+
+    fast = {**barrier_log.LOG_PROPERTIES, "delta.logRetentionDuration": "interval 0 seconds"}
+    monkeypatch.setattr(barrier_log, "LOG_PROPERTIES", fast)
+    monkeypatch.setattr(barrier_log, "COMPACT_EVERY", 10)
+    log = str(tmp_path / "log")
+
+    def write(b: int) -> None:
+        write_barrier(log, BarrierLogEntry("wc", b, b, "system", False, b, f"r{b}", {WORDS: b}))
+
+    for b in range(1, 4):
+        write(b)
+    stale = barrier_log._writers[barrier_log.normalize_location(log)]  # another process's, at barrier 3
+    assert barrier_log.logged_barrier(log, "wc") == 3  # its newest commit file remembered
+    for b in range(4, 61):
+        write(b)
+    assert _commit_files(log) <= 12, sorted(os.listdir(os.path.join(log, "_delta_log")))
+    assert barrier_log.logged_barrier(log, "wc") == 60  # the commit file it remembered is gone
+    barrier_log._writers[barrier_log.normalize_location(log)] = stale  # its commits 4..50 are gone
+    write(61)
+    assert [e.barrier for e in read_barrier_log(log)] == list(range(1, 62))
+    assert barrier_log.logged_barrier(log, "wc") == 61 == DeltaTable(log).transaction_version("tsb-barrier-log:wc")
+
+    old = str(tmp_path / "old")  # a log created with the defaults (30 days of commit files)
+    monkeypatch.setattr(barrier_log, "LOG_PROPERTIES", {})
+    write_barrier(old, BarrierLogEntry("wc", 1, 1, "system", False, 1, "r1", {WORDS: 1}))
+    monkeypatch.setattr(barrier_log, "LOG_PROPERTIES", fast)
+    barrier_log._writers.clear()  # a new process
+    for b in range(2, 31):
+        write_barrier(old, BarrierLogEntry("wc", b, b, "system", False, b, f"r{b}", {WORDS: b}))
+    assert DeltaTable(old).metadata().configuration == fast
+    assert _commit_files(old) <= 12
+    assert [e.barrier for e in read_barrier_log(old)] == list(range(1, 31))
