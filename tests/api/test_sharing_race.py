@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import uvicorn
 
 from airflow_provider_tsb.api.sharing import create_sharing_app
@@ -28,6 +29,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # a uvicorn server, reader threads and a writer racing for seconds: not the unit tier
 def test_pinned_reads_racing_commits_see_no_mixed_cut(store: MetaStore, tmp_path: Path) -> None:
     writer = WordcountWriter(store, tmp_path / "wh")
     for _ in range(3):
