@@ -246,10 +246,12 @@ def standalone_server(url: str) -> Iterator[tuple[str, str]]:
 @contextmanager
 def airflow_api_server(url: str, workers: int) -> Iterator[tuple[str, str]]:
     """The real Airflow api-server (``workers`` processes, ``[api] workers``) with the tsb plugin
-    on metastore ``url``: ``(base URL, admin JWT)``."""
+    on metastore ``url``: ``(base URL, admin JWT)``. The caller's ``AIRFLOW__TSB__*`` variables
+    (``[tsb]`` settings, e.g. ``AIRFLOW__TSB__SHARING_THREADS``) reach the api-server."""
     from tsb_dev.local_airflow import start_airflow
 
-    env = {"TSB_METASTORE_URL": url, "AIRFLOW__API__WORKERS": str(workers)}
+    env = {"TSB_METASTORE_URL": url, "AIRFLOW__API__WORKERS": str(workers),
+           **{k: v for k, v in os.environ.items() if k.startswith("AIRFLOW__TSB__")}}
     af = start_airflow(components=("api-server",), env_extra=env)
     try:
         yield af.base_url + "/tsb/sharing", af.get_token()
