@@ -2,12 +2,12 @@
 
 The pages are plain HTML + vanilla JavaScript + inline SVG (no build step; the lineage graph's pan
 and zoom is the vendored ``svg-pan-zoom`` served from ``/tsb/static/vendor``, no CDN, so the pages
-work offline; text is at least 12 CSS px): the server renders a
-shell (``templates/*.html``) with a JSON config (which topology, the registered topologies for
-the selector, the API base); ``static/tsb.js`` then fetches bounded data from the authenticated
-MetaService API (``/tsb/api/v1/topology``, ``/tables/.../barriers``, ``/freshness``,
-``/delays?limit=``) with the
-browser's Airflow ``_token`` cookie and draws it. No data is embedded in the page beyond the
+work offline; text is at least 12 CSS px): the server renders a shell (``templates/page.html``
+around the page's own ``templates/<page>.html``) with a JSON config (which topology, the
+registered topologies for the selector, the API base); ``static/tsb.js`` then fetches bounded
+data from the authenticated MetaService API (``/tsb/api/v1/topology``, ``/tables/.../barriers``,
+``/freshness``, ``/delays?limit=``) with the browser's Airflow ``_token`` cookie and draws it.
+No data is embedded in the page beyond the
 topology names, and the page routes themselves require Airflow authentication.
 
 Only the topologies the user may read are listed or shown (the API's rules,
@@ -94,6 +94,11 @@ def _choose(
 
 #: (page, link text) of the navigation bar, in order
 PAGES = (("lineage", "Lineage graph"), ("freshness", "Freshness"), ("delays", "Barrier delays"))
+#: page -> its heading (``templates/page.html`` is the shell; ``templates/<page>.html`` its body)
+HEADINGS = {"lineage": "Timestamp-barrier lineage", "freshness": "Table freshness",
+            "delays": "Timestamp-barrier delays"}
+#: page -> the scripts it loads before ``static/tsb.js``
+PAGE_SCRIPTS = {"lineage": '<script src="../static/vendor/svg-pan-zoom/svg-pan-zoom.min.js"></script>\n'}
 
 
 def _nav(current: str) -> str:
@@ -107,15 +112,21 @@ def _nav(current: str) -> str:
 
 
 def _render(
-    template: str, title: str, page: str, user: str, topology: str | None, dag_id: str | None,
+    title: str, page: str, user: str, topology: str | None, dag_id: str | None,
     names: list[str], error: str | None, extra: dict[str, Any] | None = None,
 ) -> str:
+    """The page's HTML: the shell ``templates/page.html`` (header, navigation, topology bar,
+    config, scripts) around the page's own ``templates/<page>.html``."""
     config = {"page": page, "apiBase": API_BASE, "topology": topology, "dagId": dag_id, "topologies": names,
               "error": error, **(extra or {})}
     # JSON inside <script>: escape what could close the element or open a comment.
     config_json = json.dumps(config).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     scope = f"DAG {dag_id}" if dag_id else (f"topology {topology}" if topology else "all topologies")
-    return Template(_asset("templates", template)).substitute(
+    return Template(_asset("templates", "page.html")).substitute(
+        page=page,
+        heading=HEADINGS[page],
+        body=_asset("templates", f"{page}.html").rstrip("\n"),
+        scripts=PAGE_SCRIPTS.get(page, ""),
         title=html.escape(title),
         user=html.escape(user),
         scope=html.escape(scope),
@@ -134,7 +145,7 @@ def render_lineage(
     """HTML of the lineage page (topologies limited to what ``access`` lets the user read);
     ``table`` opens that table's barrier history (the link in a tsb asset's ``extra``)."""
     chosen, names, error = _choose(store, topology, dag_id, access)
-    return _render("lineage.html", "TSB lineage", "lineage", user, chosen, dag_id, names, error, {"table": table})
+    return _render("TSB lineage", "lineage", user, chosen, dag_id, names, error, {"table": table})
 
 
 def render_delays(
@@ -143,7 +154,7 @@ def render_delays(
 ) -> str:
     """HTML of the delays page (the newest ``limit`` barriers; topologies as for the lineage page)."""
     chosen, names, error = _choose(store, topology, dag_id, access)
-    return _render("delays.html", "TSB barrier delays", "delays", user, chosen, dag_id, names, error,
+    return _render("TSB barrier delays", "delays", user, chosen, dag_id, names, error,
                    {"limit": limit})
 
 
@@ -154,4 +165,4 @@ def render_freshness(
     """HTML of the freshness page: per table how far it is behind the newest barrier, its target
     and whether it misses it (topologies as for the lineage page)."""
     chosen, names, error = _choose(store, topology, dag_id, access)
-    return _render("freshness.html", "TSB freshness", "freshness", user, chosen, dag_id, names, error)
+    return _render("TSB freshness", "freshness", user, chosen, dag_id, names, error)
