@@ -38,6 +38,7 @@ from airflow_provider_tsb.assets import barrier_event_extra, table_asset
 from airflow_provider_tsb.exceptions import BarrierNotReadyError, TsbError, UnknownJobError
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.metastore.store import BarrierState, JobStatus, MetaStore, now_ms
+from airflow_provider_tsb.spark.plans import DEFAULT_MAX_BARRIERS_PER_TRIGGER
 from airflow_provider_tsb.topology import Job, Table, Topology
 
 #: ``submit(application_args, env)``: runs the app with ``spark-submit`` and returns when it has
@@ -104,6 +105,8 @@ class JobRunOptions:
         idle_timeout_s: streaming: stop after this many seconds without a new barrier.
         trigger_interval_s: streaming: longest wait, seconds, for a barrier in one offset poll.
         poll_interval_s: streaming: seconds between catalog look-ups while waiting.
+        max_barriers_per_trigger: streaming on Spark Connect: ready barriers one micro-batch
+            takes at most (``--max-barriers-per-trigger``).
         heartbeat_interval_s: seconds between liveness heartbeats while the app runs.
     """
 
@@ -112,6 +115,7 @@ class JobRunOptions:
     trigger_interval_s: float = 1.0
     poll_interval_s: float = 0.05
     heartbeat_interval_s: float = 10.0
+    max_barriers_per_trigger: int = DEFAULT_MAX_BARRIERS_PER_TRIGGER
 
 
 class TsbSparkJobHook(BaseHook):
@@ -216,7 +220,8 @@ class TsbSparkJobHook(BaseHook):
         if barrier is not None:
             args += ["--until-barrier", str(barrier)]
         if opts.mode == "streaming":
-            args += ["--trigger-interval", str(opts.trigger_interval_s), "--poll-interval", str(opts.poll_interval_s)]
+            args += ["--trigger-interval", str(opts.trigger_interval_s), "--poll-interval", str(opts.poll_interval_s),
+                     "--max-barriers-per-trigger", str(opts.max_barriers_per_trigger)]
             if opts.idle_timeout_s is not None:
                 args += ["--idle-timeout", str(opts.idle_timeout_s)]
             if final_since_ms is not None:

@@ -31,6 +31,7 @@ from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine, connect_markers_hidden
 from airflow_provider_tsb.hooks.spark_job import JobRunOptions, TsbSparkJobHook, declared_job
 from airflow_provider_tsb.hooks.submit_conf import configure_submit
+from airflow_provider_tsb.spark.plans import DEFAULT_MAX_BARRIERS_PER_TRIGGER
 from airflow_provider_tsb.topology import Job, Topology
 
 
@@ -75,6 +76,10 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         attempt per interval, and stopping waits at most this long).
     :param poll_interval_s: streaming mode: seconds between catalog look-ups while waiting: a
         ready barrier starts its micro-batch within about this delay.
+    :param max_barriers_per_trigger: streaming mode on Spark Connect: when several barriers are
+        ready (the job fell behind), one micro-batch takes up to this many: one Spark job per
+        ``append`` sink writes all their outputs, and each barrier is still its own Delta commit
+        (``1``: a micro-batch per barrier).
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
     :param heartbeat_interval_s: seconds between liveness heartbeats while the app runs.
     :param storage_conn_id: Airflow connection (``aws``, ``wasb``/``adls``,
@@ -107,6 +112,7 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         idle_timeout_s: float | None = None,
         trigger_interval_s: float = 1.0,
         poll_interval_s: float = 0.05,
+        max_barriers_per_trigger: int = DEFAULT_MAX_BARRIERS_PER_TRIGGER,
         tsb_conn_id: str = TsbMetastoreHook.default_conn_name,
         heartbeat_interval_s: float = 10.0,
         conn_id: str = "spark_default",
@@ -137,6 +143,13 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         self.idle_timeout_s = idle_timeout_s
         self.trigger_interval_s = trigger_interval_s
         self.poll_interval_s = poll_interval_s
+        if isinstance(max_barriers_per_trigger, bool) or not isinstance(max_barriers_per_trigger, int) \
+                or max_barriers_per_trigger < 1:
+            raise ValueError(
+                f"task {kwargs.get('task_id')!r}: max_barriers_per_trigger must be an integer >= 1 (1: a micro-batch "
+                f"per barrier), got {max_barriers_per_trigger!r}"
+            )
+        self.max_barriers_per_trigger = max_barriers_per_trigger
         self.tsb_conn_id = tsb_conn_id
         self.heartbeat_interval_s = heartbeat_interval_s
         self.ship_package = ship_package
@@ -158,6 +171,7 @@ class TsbSparkJobOperator(SparkSubmitOperator):
             options = JobRunOptions(
                 mode=self.mode, idle_timeout_s=self.idle_timeout_s, trigger_interval_s=self.trigger_interval_s,
                 poll_interval_s=self.poll_interval_s, heartbeat_interval_s=self.heartbeat_interval_s,
+                max_barriers_per_trigger=self.max_barriers_per_trigger,
             )
             self._job_hook = TsbSparkJobHook(self.topology, self.job_id, options, tsb_conn_id=self.tsb_conn_id,
                                              storage_conn_id=self.storage_conn_id)

@@ -63,7 +63,23 @@ from airflow_provider_tsb.spark.write_options import WriteOptions, WriteTarget
 if TYPE_CHECKING:
     from airflow_provider_tsb.spark.catalog import BarrierCatalog
 
-__all__ = ["Reports", "WriteResult", "write_barrier"]
+__all__ = ["Reports", "StagedAttempt", "WriteResult", "write_barrier"]
+
+
+@dataclass(frozen=True)
+class StagedAttempt:
+    """An attempt whose files are already staged (steps c and d done), e.g. by a write shared
+    by several barriers (:func:`~airflow_provider_tsb.spark.outputs.stage_outputs`).
+
+    Attributes:
+        attempt: the attempt id.
+        rel_dir: its attempt directory, relative to the table root.
+        staged: its files and the table's schema after the barrier.
+    """
+
+    attempt: str
+    rel_dir: str
+    staged: Staged
 
 
 @dataclass(frozen=True)
@@ -206,13 +222,14 @@ class Reports:
 
 def write_barrier(
     spark: SparkSession,
-    df: DataFrame,
+    df: DataFrame | None,
     target: WriteTarget,
     options: WriteOptions | None = None,
     *,
     catalog: BarrierCatalog | None = None,
     log: SinkLog | None = None,
     queue: ReportQueue | None = None,
+    staged: StagedAttempt | None = None,
 ) -> WriteResult:
     """Commit ``df`` as barrier ``target.barrier`` of ``target.job_id`` into the sink, exactly once.
 
@@ -220,13 +237,15 @@ def write_barrier(
     ``df``) is exactly-once-safe too. A barrier with no rows still makes an (empty) commit.
 
     Args:
-        df: the barrier's output (for ``merge``: the upserted rows only).
+        df: the barrier's output (for ``merge``: the upserted rows only); ``None`` with ``staged``.
         options: how to write (default: ``WriteOptions()``, an append).
         catalog: receives PROCESSED and WRITTEN reports and fences zombies (may be ``None``).
         log: the sink's log read when the barrier started (default: read now).
         queue: the job's :class:`~airflow_provider_tsb.spark.report_queue.ReportQueue`: step g
             runs behind the job's next barrier, and ``orphans_removed`` does not count its
             deletions (default: step g runs before this returns).
+        staged: this attempt's files, already staged (``df`` is then not written); a replay
+            deletes them with the other orphans.
 
     Raises:
         ValueError: ``$TSB_STAGING_GRACE_SECONDS`` is not a number of seconds >= 0, or a
@@ -247,28 +266,37 @@ def write_barrier(
     if log.is_committed(target.barrier):  # (a) exactly-once on replay
         return _replayed(target, log, reports)
     with phase("delta_log"):  # (b) orphans of failed attempts (nothing of this barrier committed)
-        removed = _remove_orphans(target, log, reports, keep=None)
-    attempt = uuid.uuid4().hex
-    rel_dir = f"{staging_dir(target.job_id, log.epoch.epoch, target.barrier)}/{attempt}"
-    staged, outcome = _stage_and_commit(spark, df, target, options, log, reports, rel_dir, attempt)
+        removed = _remove_orphans(target, log, reports, keep=staged.attempt if staged is not None else None)
+    if staged is not None:
+        attempt, rel_dir = staged.attempt, staged.rel_dir
+    else:
+        attempt = uuid.uuid4().hex
+        rel_dir = f"{staging_dir(target.job_id, log.epoch.epoch, target.barrier)}/{attempt}"
+    files, outcome = _stage_and_commit(spark, df, target, options, log, reports, rel_dir, attempt, staged)
     crash_point("after_commit", target.job_id, target.barrier)
     winner = attempt if outcome.committed else SinkLog.read(log.location, target.job_id).attempt_of(target.barrier)
     if not outcome.committed:  # another attempt won the race: ours are orphans
         _remove_orphans(target, log, reports, keep=winner)
     removed += reports.finish(outcome.version, winner, log.location)  # (g) WRITTEN, then what no reader holds
-    rows = sum(f.num_records for f in staged.files if f.data_change)
+    rows = sum(f.num_records for f in files.files if f.data_change)
     return WriteResult(target.table, target.barrier, outcome.version, skipped=not outcome.committed,
-                       files=len(staged.files) if outcome.committed else 0, rows=rows if outcome.committed else 0,
+                       files=len(files.files) if outcome.committed else 0, rows=rows if outcome.committed else 0,
                        orphans_removed=removed)
 
 
 def _stage_and_commit(
-    spark: SparkSession, df: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog, reports: Reports,
-    rel_dir: str, attempt: str,
+    spark: SparkSession, df: DataFrame | None, target: WriteTarget, options: WriteOptions, log: SinkLog,
+    reports: Reports, rel_dir: str, attempt: str, prestaged: StagedAttempt | None,
 ) -> tuple[Staged, CommitOutcome]:
-    """Steps c-f; a fenced attempt deletes the files no reader holds and raises ``FencedError``."""
+    """Steps c-f (c and d done when ``prestaged``); a fenced attempt deletes the files no reader
+    holds and raises ``FencedError``."""
     try:
-        staged = stage_output(spark, df, target, options, log, rel_dir)
+        if prestaged is not None:
+            staged = prestaged.staged
+        elif df is not None:
+            staged = stage_output(spark, df, target, options, log, rel_dir)
+        else:
+            raise ValueError(f"table {target.table}, barrier {target.barrier}: write_barrier needs df or staged")
         with phase("commit"):  # (e) PROCESSED and (f) one atomic commit, by the job's newest attempt only
             outcome = commit_barrier_files(
                 log.location, staged.files, tag=target.tag(attempt), mode=options.commit_mode,

@@ -100,8 +100,13 @@ class BarrierFeed:
 
     def plan_after(self, after: int) -> BarrierPlan | None:
         """The plan of the first barrier after ``after`` ready in every input, or ``None`` (one look-up)."""
-        plans = self.catalog.pending_barriers(self.job_id, self.sources, None if after < 0 else after, limit=1)
+        plans = self.plans_after(after, 1)
         return plans[0] if plans else None
+
+    def plans_after(self, after: int, limit: int) -> list[BarrierPlan]:
+        """The plans of the first ``limit`` barriers after ``after`` ready in every input, in
+        order (one look-up; ``[]``: none)."""
+        return self.catalog.pending_barriers(self.job_id, self.sources, None if after < 0 else after, limit=limit)
 
     def ended(self, after: int) -> bool:
         """True once the final barrier is offered and ``after`` has reached it."""
@@ -110,23 +115,33 @@ class BarrierFeed:
     def next_after(self, after: int) -> BarrierPlan | None:
         """The next barrier after ``after`` that the rules allow, waiting up to ``wait_s``; ``None``
         when there is none yet (or none will come: :meth:`ended`, or a bound reached)."""
+        plans = self.next_plans_after(after, 1)
+        return plans[0] if plans else None
+
+    def next_plans_after(self, after: int, limit: int) -> list[BarrierPlan]:
+        """The next barriers after ``after`` that the rules allow, at most ``limit`` of them in
+        order (none after a final barrier), waiting up to ``wait_s`` for the first; ``[]`` when
+        there is none yet (or none will come: :meth:`ended`, or a bound reached)."""
         if self.ended(after):
-            return None
+            return []
         deadline = time.monotonic() + self.wait_s
-        plan = self.plan_after(after)
-        while plan is None and time.monotonic() + self.poll_s < deadline:
+        plans = self.plans_after(after, limit)
+        while not plans and time.monotonic() + self.poll_s < deadline:
             time.sleep(self.poll_s)
-            plan = self.plan_after(after)
-        if plan is not None and self.until_barrier is not None and plan.barrier > self.until_barrier:
-            plan = None
-        if plan is not None and self.max_barriers is not None and plan.barrier not in self.offered:
-            if len(self.offered) >= self.max_barriers:
-                plan = None
-        if plan is not None:
+            plans = self.plans_after(after, limit)
+        offered: list[BarrierPlan] = []
+        for plan in plans:
+            if self.until_barrier is not None and plan.barrier > self.until_barrier:
+                break
+            if self.max_barriers is not None and plan.barrier not in self.offered:
+                if len(self.offered) >= self.max_barriers:
+                    break
             self.offered.add(plan.barrier)
+            offered.append(plan)
             if plan.ends_input_since(self.final_since_ms):
                 self.final = plan.barrier
-        return plan
+                break
+        return offered
 
 
 class TsbStreamReader(DataSourceStreamReader):

@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from airflow_provider_tsb.metastore.records import JobStatus
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, PlanFileCatalog, open_catalog
 from airflow_provider_tsb.spark.model import TsbApp
+from airflow_provider_tsb.spark.plans import DEFAULT_MAX_BARRIERS_PER_TRIGGER
 from airflow_provider_tsb.spark.runner import run_batch
 from airflow_provider_tsb.spark.streaming import run_streaming
 
@@ -44,6 +45,11 @@ def build_arg_parser(app: TsbApp) -> argparse.ArgumentParser:
         "--poll-interval", type=float, default=0.05,
         help="streaming: seconds between catalog look-ups while waiting for a barrier",
     )
+    p.add_argument(
+        "--max-barriers-per-trigger", type=_positive_int, default=DEFAULT_MAX_BARRIERS_PER_TRIGGER, metavar="N",
+        help="streaming on Spark Connect: ready barriers one micro-batch takes at most (a Spark job per append sink "
+        "for all of them, a Delta commit per barrier)",
+    )
     p.add_argument("--checkpoint", help="streaming checkpoint dir (default: <first sink>/_tsb_checkpoints/<job>)")
     p.add_argument(
         "--final-since", type=int, default=None, metavar="EPOCH_MS",
@@ -61,6 +67,17 @@ def build_arg_parser(app: TsbApp) -> argparse.ArgumentParser:
         help="Spark Connect: a Spark setting of this job's session (spark-submit takes its own --conf)",
     )
     return p
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+    return value
 
 
 def _catalog_from_args(args: argparse.Namespace) -> BarrierCatalog:
@@ -193,5 +210,6 @@ def _run_mode(
         spark, app, catalog, locations, checkpoint=args.checkpoint, until_barrier=args.until_barrier,
         max_barriers=args.max_barriers, idle_timeout_s=args.idle_timeout, trigger_interval_s=args.trigger_interval,
         poll_interval_s=args.poll_interval, final_since_ms=args.final_since,
+        max_barriers_per_trigger=args.max_barriers_per_trigger,
     )
     log.info("job %s: streaming mode processed barriers %s", app.job_id, done)

@@ -187,6 +187,9 @@ class BarrierContext:
         self.locations = dict(locations)
         #: each sink's log as the barrier started (read here when not given)
         self.sink_logs = dict(sink_logs or {})
+        #: the sinks whose previous state :meth:`previous` read (such a barrier's output needs
+        #: the barrier before it committed, so it is never staged with it in one Spark job)
+        self.read_sinks: set[str] = set()
 
     @property
     def barrier(self) -> int:
@@ -252,6 +255,7 @@ class BarrierContext:
         """
         if sink not in self.app.sinks:
             raise KeyError(f"job {self.app.job_id}: {sink!r} is not a sink (sinks: {sorted(self.app.sinks)})")
+        self.read_sinks.add(sink)
         location = self.locations[sink]
         log = self.sink_logs.get(sink) or SinkLog.read(location, self.app.job_id)
         prev = self.plan.previous_barrier

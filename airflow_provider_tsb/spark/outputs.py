@@ -19,11 +19,14 @@ facility, inert unless ``TSB_KILL_AT`` is set (:mod:`airflow_provider_tsb.spark.
 from __future__ import annotations
 
 import json
+import posixpath
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 from deltalake import Schema as DeltaSchema
+from pyarrow.fs import FileType
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -70,9 +73,14 @@ from airflow_provider_tsb.spark.timing import phase
 from airflow_provider_tsb.spark.write_options import SinkMode, WriteOptions, WriteTarget
 
 __all__ = [
-    "STAGING_DIR", "DuplicateKeyError", "SchemaChangeError", "SinkMode", "Staged", "StagingCatalog",
-    "collect_withdrawn", "merge_rows", "remove_orphan_attempts", "stage_output", "staging_dir", "staging_grace_s",
+    "BARRIER_COLUMN", "STAGING_DIR", "DuplicateKeyError", "SchemaChangeError", "SinkMode", "Staged",
+    "StagingCatalog", "collect_withdrawn", "merge_rows", "remove_orphan_attempts", "stage_output", "stage_outputs",
+    "staging_dir", "staging_grace_s",
 ]
+
+#: the partition column a write of several barriers' outputs splits them by (:func:`stage_outputs`;
+#: its directories are moved out at once, a crash's leftovers go with their attempt directory)
+BARRIER_COLUMN = "_tsb_barrier"
 
 
 @dataclass(frozen=True)
@@ -132,14 +140,78 @@ def stage_output(
     return Staged(files, schema, removed)
 
 
+def stage_outputs(
+    spark: SparkSession, frames: Mapping[int, DataFrame], target: WriteTarget, options: WriteOptions, log: SinkLog,
+    rel_dirs: Mapping[int, str], group_dir: str,
+) -> dict[int, Staged] | None:
+    """Stage the outputs of several barriers of one ``append`` sink with one Spark job.
+
+    The executors write the barriers' rows together, partitioned by :data:`BARRIER_COLUMN`,
+    into ``<table>/<group_dir>``; each barrier's directory is then moved to its own attempt
+    directory ``rel_dirs[barrier]``, so from there on every barrier is an attempt of its own
+    (:func:`stage_output`'s result, committed by its own Delta commit). A barrier with no rows
+    gets no file.
+
+    Args:
+        frames: ``{barrier: output}``, each barrier's DataFrame for this sink.
+        target: the write (its ``barrier`` names the first barrier in errors).
+        log: the sink's log before the first barrier (the table exists).
+        rel_dirs: ``{barrier: attempt directory}``, relative to the table root (new).
+        group_dir: the directory the Spark job writes into, relative to the table root (new;
+            deleted once its barriers' directories are moved out).
+
+    Returns ``{barrier: Staged}``, or ``None`` (nothing written) when the outputs cannot share a
+    write: not an ``append`` sink, ``compaction`` on, a new table, or outputs whose columns
+    differ between the barriers (a schema change inside the group).
+
+    Raises:
+        SchemaChangeError: as :func:`stage_output`, for the outputs' common schema.
+    """
+    if options.mode != "append" or options.compaction is not None or log.table is None or not frames:
+        return None
+    barriers = sorted(frames)
+    union = reduce(lambda a, b: a.unionByName(b),
+                   (frames[b].withColumn(BARRIER_COLUMN, F.lit(b)) for b in barriers))
+    try:  # one schema request for all: columns that differ between the barriers fail here
+        fields = [f for f in union.schema.fields if f.name != BARRIER_COLUMN]
+    except AnalysisException:
+        return None
+    missing = [c for c in options.partition_by if c not in {f.name for f in fields}]
+    if missing or BARRIER_COLUMN in spark_schema(log.table).fieldNames():
+        return None  # stage_output gives the error, or writes the column
+    check_partition_columns(target.table, log.location, log.table.metadata().partition_columns, options.partition_by)
+    declared = spark.createDataFrame([], options.schema).schema if options.schema else None
+    schema = evolve_schema(StructType(fields), spark_schema(log.table), table=target.table, barrier=barriers[0],
+                           declared=declared)
+    types = {f.name: f.dataType for f in fields}
+    out = union.select(*[F.col(f.name) if types[f.name] == f.dataType else F.col(f.name).cast(f.dataType).alias(f.name)
+                         for f in schema.fields], BARRIER_COLUMN)
+    grouped = WriteOptions(mode="append", partition_by=(BARRIER_COLUMN, *options.partition_by),
+                           max_files=options.max_files)
+    _write(out, target, grouped, log, group_dir, list_files=False)
+    fs, root = filesystem(log.location)
+    staged: dict[int, Staged] = {}
+    for barrier in barriers:
+        src, dst = f"{root}/{group_dir}/{BARRIER_COLUMN}={barrier}", f"{root}/{rel_dirs[barrier]}"
+        fs.create_dir(posixpath.dirname(dst), recursive=True)
+        if fs.get_file_info(src).type == FileType.Directory:
+            fs.move(src, dst)
+        else:
+            fs.create_dir(dst, recursive=True)
+        with phase("footers"):
+            staged[barrier] = Staged(staged_files(log.location, rel_dirs[barrier], options.partition_by), schema, [])
+    fs.delete_dir(f"{root}/{group_dir}")
+    return staged
+
+
 def _write(
     out: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog, rel_dir: str, *,
-    cached: DataFrame | None = None, known: Collection[str] | None = None,
+    cached: DataFrame | None = None, known: Collection[str] | None = None, list_files: bool = True,
 ) -> list[StagedFile]:
     """The executors write ``out`` (coalesced to ``max_files``) into the attempt directory; the
     driver reads the footers of the files this write added. ``cached``: a persisted frame to
     release after the write; ``known``: the paths of an earlier write into the directory
-    (``None``: the directory is new)."""
+    (``None``: the directory is new); ``list_files=False``: the caller lists them (returns ``[]``)."""
     if options.max_files:
         out = out.coalesce(options.max_files)
     fs, root = filesystem(log.location)
@@ -155,6 +227,8 @@ def _write(
     finally:
         if cached is not None:
             cached.unpersist()
+    if not list_files:
+        return []
     with phase("footers"):
         return [f for f in staged_files(log.location, rel_dir, options.partition_by) if f.path not in (known or ())]
 

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
 from airflow_provider_tsb.delta.errors import MisalignedInputError
 from airflow_provider_tsb.delta.log import shared_commit_reads
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.metastore.records import JobStatus
-from airflow_provider_tsb.spark.barrier_commit import WriteResult, write_barrier
+from airflow_provider_tsb.spark.barrier_commit import StagedAttempt, WriteResult, write_barrier
+from airflow_provider_tsb.spark.barrier_group import BarrierGroup, SinkOutput
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.input_leases import InputLease, RunLease
 from airflow_provider_tsb.spark.model import BarrierContext, TsbApp
@@ -177,6 +178,7 @@ def run_barrier(
     before: dict[str, float] | None = None,
     queue: ReportQueue | None = None,
     run_lease: RunLease | None = None,
+    group: BarrierGroup | None = None,
 ) -> list[WriteResult]:
     """Process one barrier end to end (alignment, skip-if-committed, process, commit sinks).
 
@@ -193,6 +195,9 @@ def run_barrier(
         run_lease: the batch run's input lease (:class:`RunLease`): when it covers ``plan``, the
             barrier takes no lease of its own, its start record goes on ``queue`` and the run
             lease is narrowed behind it once the barrier is done.
+        group: the micro-batch's :class:`~airflow_provider_tsb.spark.barrier_group.BarrierGroup`
+            holding ``plan``: its first barrier stages the group's outputs, the later ones commit
+            theirs (see :func:`run_barrier_group`).
 
     Returns one :class:`WriteResult` per sink (sorted by sink name).
 
@@ -206,7 +211,7 @@ def run_barrier(
         try:
             lease = _start(catalog, app.job_id, plan, started, queue, run_lease)
             with shared_commit_reads():  # each commit file read once for the barrier
-                results = _run_barrier(spark, app, plan, locations, catalog, queue)
+                results = _run_barrier(spark, app, plan, locations, catalog, queue, group)
         except BaseException:
             _record_failure(catalog, app.job_id, plan.barrier, lease, queue)
             raise
@@ -295,26 +300,124 @@ def _run_barrier(
     locations: Mapping[str, str],
     catalog: BarrierCatalog | None,
     queue: ReportQueue | None = None,
+    group: BarrierGroup | None = None,
 ) -> list[WriteResult]:
     """The barrier's work (its input lease is held by the caller); its results."""
     with phase("delta_log"):
-        check_alignment(app, plan, locations)
+        if group is None or plan.barrier == group.first:  # a later barrier of a group: checked by the first
+            check_alignment(app, plan, locations)
         logs = {sink: SinkLog.read(locations[sink], app.job_id) for sink in sorted(app.sinks)}
     if all(sink_log.is_committed(plan.barrier) for sink_log in logs.values()):
         if queue is not None:  # the previous barrier's WRITTEN first
             queue.wait()
         return _skip_committed(app, plan, logs, catalog)
-    results: list[WriteResult] = []
-    outputs = app.process(BarrierContext(spark, app, plan, locations, logs))
-    check_outputs(app, outputs)
+    outputs: Mapping[str, SinkOutput] | None = group.take(plan.barrier) if group is not None else None
+    if outputs is None and group is not None and plan.barrier == group.first:
+        outputs = _stage_group(spark, app, group, locations, logs)
+    if outputs is None:
+        outputs = app.process(BarrierContext(spark, app, plan, locations, logs))
+        check_outputs(app, outputs)
     if queue is not None:  # the reports run while the driver waits on Spark's write
         queue.release()
+    results: list[WriteResult] = []
     for sink, sink_log in logs.items():
         target = WriteTarget(sink, locations[sink], app.job_id, plan.barrier, plan.inputs, plan.ts_ms)
-        results.append(write_barrier(spark, outputs[sink], target, app.sinks[sink].options, catalog=catalog,
-                                     log=sink_log, queue=queue))
+        out = outputs[sink]
+        staged = out if isinstance(out, StagedAttempt) else None
+        results.append(write_barrier(spark, None if staged is not None else out, target, app.sinks[sink].options,
+                                     catalog=catalog, log=sink_log, queue=queue, staged=staged))
     log.info("job %s: barrier %s done: %s", app.job_id, plan.barrier, results)
     return results
+
+
+def _stage_group(
+    spark: SparkSession, app: TsbApp, group: BarrierGroup, locations: Mapping[str, str], logs: Mapping[str, SinkLog],
+) -> Mapping[str, SinkOutput] | None:
+    """The first barrier of ``group`` plans every barrier of it and stages their outputs
+    (:meth:`BarrierGroup.stage`); returns its own outputs (``None``: it runs alone after all).
+
+    The group ends before a barrier that a sink already holds (a replay), that is misaligned
+    or whose ``process`` fails (each then runs alone and fails or skips with its own error),
+    or whose ``process`` reads a sink's previous state."""
+    outputs: dict[int, Mapping[str, DataFrame]] = {}
+    for plan in group.plans:
+        if plan.barrier != group.first and not _can_join(app, plan, locations, logs):
+            group.truncate(plan.barrier)
+            break
+        ctx = BarrierContext(spark, app, plan, locations, logs)
+        try:
+            out = app.process(ctx)
+            check_outputs(app, out)
+        except Exception:
+            if plan.barrier == group.first:
+                raise
+            group.truncate(plan.barrier)
+            break
+        if ctx.read_sinks and plan.barrier != group.first:
+            group.truncate(plan.barrier)
+            break
+        outputs[plan.barrier] = out
+    if len(group.plans) < 2:
+        return outputs[group.first]
+    group.stage(spark, app, locations, logs, outputs)
+    return group.take(group.first)
+
+
+def _can_join(app: TsbApp, plan: BarrierPlan, locations: Mapping[str, str], logs: Mapping[str, SinkLog]) -> bool:
+    """True when a later barrier of a group may be staged with its first: no sink holds it yet
+    and its inputs are aligned."""
+    if any(sink_log.is_committed(plan.barrier) for sink_log in logs.values()):
+        return False
+    try:
+        with phase("delta_log"):
+            check_alignment(app, plan, locations)
+    except MisalignedInputError:
+        return False
+    return True
+
+
+def run_barrier_group(
+    spark: SparkSession,
+    app: TsbApp,
+    plans: Sequence[BarrierPlan],
+    locations: Mapping[str, str],
+    catalog: BarrierCatalog | None,
+    *,
+    before: dict[str, float] | None = None,
+) -> list[int]:
+    """Process consecutive ready barriers as one micro-batch (:mod:`~airflow_provider_tsb.spark.barrier_group`):
+    one Spark job per ``append`` sink for their outputs, then a commit per barrier, in order.
+
+    One input lease covers every barrier's inputs from the start (:class:`RunLease`), and the
+    barriers' end-of-barrier reports run behind the next barrier's work (:class:`ReportQueue`),
+    all made before this returns. One plan: :func:`run_barrier` alone.
+
+    Args:
+        plans: the barriers, oldest first, as :meth:`BarrierCatalog.pending_barriers` gives them.
+        before: the first barrier's ``{phase: seconds}`` before this call (see :func:`run_barrier`).
+
+    Returns the barriers processed (committed or found committed), in order.
+
+    Raises:
+        whatever :func:`run_barrier` raises for a barrier: the barriers before it are committed.
+    """
+    if len(plans) == 1:
+        run_barrier(spark, app, plans[0], locations, catalog, before=before)
+        return [plans[0].barrier]
+    group = BarrierGroup(plans)
+    done: list[int] = []
+    run_lease = RunLease.take(catalog, app.job_id, plans)
+    try:
+        with ReportQueue(app.job_id, getattr(catalog, "release_lease", None)) as queue:
+            for plan in plans:
+                member = group if plan in group.plans else None  # not when the group ended before it
+                run_barrier(spark, app, plan, locations, catalog, before=None if done else before, queue=queue,
+                            run_lease=run_lease, group=member)
+                done.append(plan.barrier)
+    finally:
+        if run_lease is not None:
+            run_lease.release()
+    return done
 
 
 def _skip_committed(

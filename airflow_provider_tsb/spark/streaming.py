@@ -56,7 +56,8 @@ from airflow_provider_tsb.spark.barrier_source import (  # noqa: F401 - re-expor
 )
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.model import TsbApp
-from airflow_provider_tsb.spark.runner import run_barrier, sinks_base_barrier, start_run
+from airflow_provider_tsb.spark.plans import DEFAULT_MAX_BARRIERS_PER_TRIGGER
+from airflow_provider_tsb.spark.runner import run_barrier, run_barrier_group, sinks_base_barrier, start_run
 from airflow_provider_tsb.spark.session import is_connect
 
 log = logging.getLogger("airflow_provider_tsb.spark")
@@ -119,6 +120,7 @@ def run_streaming(
     trigger_interval_s: float = 0.5,
     final_since_ms: int | None = None,
     poll_interval_s: float = 0.05,
+    max_barriers_per_trigger: int = DEFAULT_MAX_BARRIERS_PER_TRIGGER,
 ) -> list[int]:
     """Streaming mode: run the barrier query until a stop condition, return the barriers done.
 
@@ -133,6 +135,9 @@ def run_streaming(
             source's long poll); an idle query makes one micro-batch attempt per interval.
         poll_interval_s: seconds between catalog look-ups while the source waits: a ready
             barrier starts its micro-batch within about this delay.
+        max_barriers_per_trigger: Spark Connect engine: ready barriers one micro-batch takes at
+            most (:mod:`~airflow_provider_tsb.spark.barrier_group`); the submit engine's query
+            takes one barrier per micro-batch.
 
     A query that fails because a Spark Python worker missed its start-up window (a busy
     machine; :func:`python_worker_start_failed`) is restarted from its checkpoint, up to
@@ -151,7 +156,7 @@ def run_streaming(
         done = run_client_micro_batches(
             spark, app, catalog, locations, after=base, until_barrier=until_barrier, max_barriers=max_barriers,
             idle_timeout_s=idle_timeout_s, final_since_ms=final_since_ms, wait_s=trigger_interval_s,
-            poll_s=poll_interval_s,
+            poll_s=poll_interval_s, max_barriers_per_trigger=max_barriers_per_trigger,
         )
         catalog.heartbeat(app.job_id)
         return done
@@ -294,13 +299,16 @@ def run_client_micro_batches(
     final_since_ms: int | None = None,
     wait_s: float = 1.0,
     poll_s: float = 0.05,
+    max_barriers_per_trigger: int = DEFAULT_MAX_BARRIERS_PER_TRIGGER,
 ) -> list[int]:
-    """Streaming mode on Spark Connect: the client runs one micro-batch per barrier, in order.
+    """Streaming mode on Spark Connect: the client runs micro-batches of ready barriers, in order.
 
-    Each turn long-polls the catalog for the next ready barrier (:class:`BarrierFeed`, at most
-    ``wait_s`` seconds, a look-up every ``poll_s``) and runs
-    :func:`~airflow_provider_tsb.spark.runner.run_barrier` for it (the phase ``poll`` of its
-    timing is the wait from the barrier being ready to its start). Stops after a final barrier
+    Each turn long-polls the catalog for the next ready barriers (:class:`BarrierFeed`, at most
+    ``wait_s`` seconds, a look-up every ``poll_s``) and runs the ready ones, up to
+    ``max_barriers_per_trigger``, as one micro-batch
+    (:func:`~airflow_provider_tsb.spark.runner.run_barrier_group`: one Spark job per append sink,
+    one Delta commit per barrier; the phase ``poll`` of the first one's timing is the wait from
+    the barrier being ready to its start). Stops after a final barrier
     generated since ``final_since_ms`` is committed, after ``until_barrier`` or
     ``max_barriers`` barriers, or after ``idle_timeout_s`` seconds without a barrier.
 
@@ -324,17 +332,17 @@ def run_client_micro_batches(
             break
         if until_barrier is not None and current >= until_barrier:
             break
-        plan = feed.next_after(current)
-        if plan is None:
+        plans = feed.next_plans_after(current, max_barriers_per_trigger)
+        if not plans:
             if idle_timeout_s is not None and time.monotonic() - last_progress >= idle_timeout_s:
                 log.info("job %s: no barrier for %.1f s; stopping (idle timeout)", app.job_id, idle_timeout_s)
                 break
             continue
         began = time.time()
-        poll = max(0.0, began - plan.ready_at_ms / 1000) if plan.ready_at_ms else 0.0
-        run_barrier(spark, app, plan, locations, catalog, before={"poll": poll})
-        done.append(plan.barrier)
-        current = plan.barrier
+        first = plans[0]
+        poll = max(0.0, began - first.ready_at_ms / 1000) if first.ready_at_ms else 0.0
+        done.extend(run_barrier_group(spark, app, plans, locations, catalog, before={"poll": poll}))
+        current = plans[-1].barrier
         last_progress = time.monotonic()
     if feed.final is not None and current >= feed.final:
         log.info("job %s: committed final barrier %s (end of input); stopping", app.job_id, feed.final)

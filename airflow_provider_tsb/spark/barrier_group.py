@@ -1,0 +1,94 @@
+"""Several ready barriers in one micro-batch: one Spark job per sink, one Delta commit per barrier.
+
+A streaming job that fell behind (its inputs hold barriers ``n+1 .. n+k`` when its micro-batch
+starts, e.g. after a restart, a slow barrier, or barriers generated faster than one Spark job
+each) processes up to ``max_barriers_per_trigger`` of them in one micro-batch, as Structured
+Streaming's ``maxFilesPerTrigger`` caps a micro-batch by files. The barriers stay separate
+where readers see them: each is its own Delta commit with its own version, txn and tag,
+PROCESSED and WRITTEN (FLIP-276: a snapshot per timestamp barrier), so a reader at any of them
+gets the same answer as with one micro-batch per barrier. What the group shares is the Spark
+work: ``process`` is called once per barrier (lazy DataFrames, each reading its own epoch), and
+the outputs of an ``append`` sink are written by one Spark job, split by barrier
+(:func:`~airflow_provider_tsb.spark.outputs.stage_outputs`) into one attempt directory per
+barrier; the commit protocol then runs barrier by barrier from step e
+(:func:`~airflow_provider_tsb.spark.barrier_commit.write_barrier` with ``staged``).
+
+A barrier's output is only staged ahead when it does not read its job's sinks
+(``BarrierContext.previous``: it would need the barrier before it committed); other sinks
+(``merge``, ``overwrite``, compaction, a new table) keep a Spark job per barrier, still planned
+up front. The runner (:func:`~airflow_provider_tsb.spark.runner.run_barrier_group`) holds one
+input lease over the group's input versions from its start.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+
+from airflow_provider_tsb.delta.sink_log import SinkLog
+from airflow_provider_tsb.spark.barrier_commit import StagedAttempt
+from airflow_provider_tsb.spark.catalog import BarrierPlan
+from airflow_provider_tsb.spark.model import TsbApp
+from airflow_provider_tsb.spark.outputs import stage_outputs
+from airflow_provider_tsb.spark.outputs_staging import staging_dir
+from airflow_provider_tsb.spark.plans import DEFAULT_MAX_BARRIERS_PER_TRIGGER  # noqa: F401 - re-exported
+from airflow_provider_tsb.spark.write_options import WriteTarget
+
+#: a sink's part of one barrier in a group: its staged files, or its output still to write
+SinkOutput = StagedAttempt | DataFrame
+
+
+
+class BarrierGroup:
+    """The barriers of one micro-batch, in order, and their outputs once :meth:`stage` ran.
+
+    Args:
+        plans: two or more consecutive ready barriers of the job, oldest first.
+    """
+
+    def __init__(self, plans: Sequence[BarrierPlan]) -> None:
+        self.plans = list(plans)
+        self._outputs: dict[int, dict[str, SinkOutput]] = {}
+
+    @property
+    def first(self) -> int:
+        """The group's first barrier (the one whose run stages the group)."""
+        return self.plans[0].barrier
+
+    def truncate(self, barrier: int) -> None:
+        """Drop ``barrier`` and the barriers after it from the group (they run one at a time)."""
+        self.plans = [p for p in self.plans if p.barrier < barrier]
+
+    def stage(self, spark: SparkSession, app: TsbApp, locations: Mapping[str, str], logs: Mapping[str, SinkLog],
+              outputs: Mapping[int, Mapping[str, DataFrame]]) -> None:
+        """Write the group's outputs: an ``append`` sink's with one Spark job for all barriers
+        (:func:`~airflow_provider_tsb.spark.outputs.stage_outputs`), the other sinks' are kept
+        to be written barrier by barrier.
+
+        Args:
+            logs: ``{sink: SinkLog}`` read as the first barrier started.
+            outputs: ``{barrier: {sink: DataFrame}}``, ``process``'s result for each barrier.
+
+        Raises:
+            SchemaChangeError: the outputs' common schema is not a valid change of the table's.
+        """
+        barriers = [p.barrier for p in self.plans if p.barrier in outputs]
+        first = self.plans[0]
+        for sink in sorted(app.sinks):
+            log = logs[sink]
+            attempts = {b: uuid.uuid4().hex for b in barriers}
+            rel_dirs = {b: f"{staging_dir(app.job_id, log.epoch.epoch, b)}/{attempts[b]}" for b in barriers}
+            group_dir = f"{staging_dir(app.job_id, log.epoch.epoch, first.barrier)}/{uuid.uuid4().hex}"
+            target = WriteTarget(sink, locations[sink], app.job_id, first.barrier, first.inputs, first.ts_ms)
+            staged = stage_outputs(spark, {b: outputs[b][sink] for b in barriers}, target, app.sinks[sink].options,
+                                   log, rel_dirs, group_dir)
+            for b in barriers:
+                self._outputs.setdefault(b, {})[sink] = (
+                    StagedAttempt(attempts[b], rel_dirs[b], staged[b]) if staged is not None else outputs[b][sink]
+                )
+
+    def take(self, barrier: int) -> dict[str, SinkOutput] | None:
+        """The barrier's outputs by sink (``None``: not staged; the barrier runs ``process`` itself)."""
+        return self._outputs.pop(barrier, None)

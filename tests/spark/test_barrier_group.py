@@ -1,0 +1,144 @@
+"""Several ready barriers in one micro-batch (``spark/barrier_group.py``), the way production runs
+it: the streaming job operators' own Spark Connect client processes on the metastore catalog,
+the flights topology on nycflights13 days.
+
+``enrich_flights`` (an ``append`` sink) starts streaming with barriers 2-6 ready and takes them
+as micro-batches of at most 3: barriers 2-4 are written by one Spark job, then 5-6 by another,
+and each is still its own Delta commit. ``carrier_daily_delay`` (a ``merge`` sink: planned
+together, written barrier by barrier) takes 1-4, then 5-6. Checked on the data: one version per
+barrier tagged with it, the FLIP-276 invariants at every barrier, and the shared write itself
+(a later barrier's files were written before an earlier barrier of its group committed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+
+from airflow_provider_tsb.delta import version_of_barrier
+from airflow_provider_tsb.delta.barriers import barrier_of_version
+from airflow_provider_tsb.delta.roots import mark_end_of_input
+from airflow_provider_tsb.metastore.records import TsKind
+from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
+from tsb_examples.datasets import nycflights13 as nyc
+
+pytestmark = [pytest.mark.spark]
+
+REPO = Path(__file__).resolve().parents[2]
+FLIGHTS, WEATHER = "tsb.raw.flights", "tsb.raw.weather"
+ENRICHED, DAILY = "tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay"
+DAYS = 6
+
+
+def _flights_topology(warehouse: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("tsb_test_group_flights", REPO / "dags" / "common" / "flights.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.flights_topology(warehouse=str(warehouse))
+
+
+def _context(start: dt.datetime) -> dict:
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    run = SimpleNamespace(dag_id="flights_streaming", run_id="group-1", start_date=start)
+    return {"dag_run": run, "outlet_events": OutletEventAccessors()}
+
+
+def _commits(location: str) -> dict[int, dict]:
+    """``{barrier: {"version", "timestamp" (commit, epoch ms), "paths" (data files at the version)}}``."""
+    table = DeltaTable(location)
+    out = {}
+    for entry in table.history():
+        version = entry["version"]
+        barrier = barrier_of_version(location, version)
+        if barrier is None:
+            continue
+        adds = pa.table(DeltaTable(location, version=version).get_add_actions(flatten=True))
+        paths = set(adds.column("path").to_pylist())
+        out[barrier] = {"version": version, "timestamp": entry["timestamp"], "paths": paths}
+    return out
+
+
+def _written_ms(location: str, paths: set[str]) -> int:
+    """The newest modification time, epoch ms, of the data files ``paths`` of the table."""
+    return max(int(Path(location, p).stat().st_mtime * 1000) for p in paths)
+
+
+def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
+    tmp_path: Path, metastore_url: str, spark_remote: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_tsb.hooks.barrier import TsbBarrierHook, read_root_versions
+
+    host, port = spark_remote[len("sc://"):].rstrip("/").rsplit(":", 1)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL",
+                       f'{{"conn_type": "spark_connect", "host": "sc://{host}", "port": {int(port)}}}')
+    monkeypatch.setenv("TSB_METASTORE_URL", metastore_url)
+    store = MetaStore(metastore_url)
+    store.migrate()
+    topology = _flights_topology(tmp_path / "warehouse")
+    store.registry.register_topology(topology)
+    flights, weather = topology.location(FLIGHTS), topology.location(WEATHER)
+    hook = TsbBarrierHook(topology, ts_kind="event")
+    start = dt.datetime.now(dt.UTC)
+    context = _context(start)
+
+    def operator(job_id: str, mode: str, **kwargs: Any) -> TsbSparkJobOperator:
+        return TsbSparkJobOperator(task_id=job_id, topology=topology, job_id=job_id, mode=mode,
+                                   conn_id="spark_local", trigger_interval_s=0.3, **kwargs)
+
+    days = nyc.days(dt.date(2013, 1, 1), DAYS)
+    for n, day in enumerate(days, start=1):
+        nyc.ingest_day(flights, weather, day)
+        if n == DAYS:
+            mark_end_of_input(flights)
+            mark_end_of_input(weather)
+        versions = read_root_versions(topology)
+        store.barriers.create_barrier(topology.name, versions, ts_ms=hook.watermark(versions), ts_kind=TsKind.EVENT,
+                                      final=n == DAYS)
+        if n == 1:  # the sink exists before the streaming job starts: its groups share a write
+            assert operator("enrich_flights", "batch", barrier=1).execute(context)["barriers"] == [1]
+
+    enriched = operator("enrich_flights", "streaming", max_barriers_per_trigger=3).execute(context)
+    daily = operator("carrier_daily_delay", "streaming", max_barriers_per_trigger=4).execute(context)
+    assert enriched["barriers"] == [2, 3, 4, 5, 6] and daily["barriers"] == [1, 2, 3, 4, 5, 6]
+
+    # every barrier its own version, tagged with it, and the invariants at each (FLIP-276)
+    barriers = store.barriers.barriers(topology.name, limit=100, ascending=True)
+    enriched_at, daily_at = _commits(topology.location(ENRICHED)), _commits(topology.location(DAILY))
+    assert sorted(enriched_at) == sorted(daily_at) == list(range(1, DAYS + 1))
+    assert len({c["version"] for c in enriched_at.values()}) == DAYS
+    for info in barriers:
+        b = info.barrier
+        n = DeltaTable(flights, version=info.root_versions[FLIGHTS]).to_pyarrow_table().num_rows
+        assert n == sum(nyc.flights_of_day(d).num_rows for d in days[:b])
+        rows = DeltaTable(topology.location(ENRICHED), version=enriched_at[b]["version"]).to_pyarrow_table()
+        assert rows.num_rows == n, b
+        assert pc.count(rows.column("temp")).as_py() > 0.9 * n, b  # the weather of the same barrier
+        per_day = DeltaTable(topology.location(DAILY), version=daily_at[b]["version"]).to_pyarrow_table()
+        assert pc.sum(per_day.column("flights")).as_py() == n, b
+        assert version_of_barrier(topology.location(DAILY), b) == daily_at[b]["version"]
+    res = store.resolution.resolve([FLIGHTS, ENRICHED, DAILY])
+    assert res.barrier == DAYS
+
+    # the shared write: barrier 4's files were written before barrier 2 committed (one Spark job
+    # for 2-4), barrier 6's before 5 committed; barrier 5's only after 4 committed (a new micro-batch)
+    location = topology.location(ENRICHED)
+    new = {b: enriched_at[b]["paths"] - enriched_at[b - 1]["paths"] for b in range(2, DAYS + 1)}
+    assert all(new.values())
+    assert _written_ms(location, new[4]) <= enriched_at[2]["timestamp"]
+    assert _written_ms(location, new[6]) <= enriched_at[5]["timestamp"]
+    assert _written_ms(location, new[5]) >= enriched_at[4]["timestamp"]
+    # nothing left behind in the staging area but the committed attempts' files
+    staged = {str(p.relative_to(location)) for p in Path(location, "tsb_staging").rglob("*.parquet")}
+    assert staged <= set().union(*(c["paths"] for c in enriched_at.values()))
+    assert not list(Path(location, "tsb_staging").rglob("_tsb_barrier=*"))
+    store.dispose()
