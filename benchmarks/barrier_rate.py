@@ -19,7 +19,7 @@ is bounded by the jobs or by the bookkeeping. The FLIP-276 invariant (every sink
 root's rows) is checked at REPEATABLE_READ at the end.
 
     .venv/bin/python benchmarks/barrier_rate.py [--seconds 600] [--jobs 2] [--rows 100]
-        [--max-in-flight 4] [--sqlite] [--engine connect|submit]
+        [--max-in-flight 4] [--max-barriers-per-trigger 16] [--sqlite] [--engine connect|submit]
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ from pathlib import Path
 
 from flights_bench import FlightsBench, check_alive, engine_server, median, percentile, wait_committed
 from topology_scale import ROOT, append_root, build_topology, e2e_delays, invariants_hold, shape_edges
+
+#: seconds between the harness's checks for room in flight (three metastore queries each; the
+#: emitter checks once per ``interval_s``): every 5 ms, the checks took about half of the harness
+#: process's samples (py-spy) while it shares the 2 cores with the jobs it measures
+ROOM_POLL_S = 0.025
 
 
 class ExpiryLoop(threading.Thread):
@@ -107,7 +112,8 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
     next_id, hour = next_id + args.rows, hour + 1
     warm_up = bench.generate().barrier
     procs = [bench.launch(j, "streaming", root / "logs", final_since_ms=int(time.time() * 1000), env_vars=env[j],
-                          trigger_interval_s=0.05) for j in env]
+                          trigger_interval_s=0.05, max_barriers_per_trigger=args.max_barriers_per_trigger)
+             for j in env]
     expiry = ExpiryLoop(url, [ROOT, *sinks], args.keep, args.expiry_every)
     try:
         wait_committed(bench, procs, warm_up, timeout_s=900)
@@ -118,7 +124,7 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
         while time.monotonic() - started < args.seconds:
             if bench.in_flight() >= args.max_in_flight:
                 check_alive(procs)
-                time.sleep(0.005)
+                time.sleep(ROOM_POLL_S)
                 continue
             append_root(bench, next_id, args.rows, hour)
             next_id, hour = next_id + args.rows, hour + 1
@@ -149,7 +155,8 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
     backend = "sqlite" if args.sqlite else "postgresql"
     return [
         f"load={os.getloadavg()[0]:.1f} engine={args.engine} jobs={args.jobs} rows={args.rows} "
-        f"max_in_flight={args.max_in_flight} seconds={window:.0f} metastore={backend} "
+        f"max_in_flight={args.max_in_flight} max_barriers_per_trigger={args.max_barriers_per_trigger} "
+        f"seconds={window:.0f} metastore={backend} "
         f"expiry_cycles={expiry.cycles} expiry_removed_files={expiry.removed} invariants={'ok' if ok else 'FAILED'}",
         f"baseline: generate_only_median_ms={median(baseline):.1f} "
         f"generate_only_p99_ms={percentile(baseline, 0.99):.1f} "
@@ -167,6 +174,8 @@ def main() -> int:
     parser.add_argument("--max-in-flight", type=int, default=4, help="barriers generated but not COMMIT, at most")
     parser.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles")
     parser.add_argument("--keep", type=int, default=100, help="barriers expiry keeps")
+    parser.add_argument("--max-barriers-per-trigger", type=int, default=16,
+                        help="ready barriers a job's micro-batch takes at most (1: a micro-batch per barrier)")
     parser.add_argument("--sqlite", action="store_true", help="metastore on SQLite instead of PostgreSQL")
     parser.add_argument("--engine", default="connect", choices=("connect", "submit"))
     args = parser.parse_args()
