@@ -267,11 +267,7 @@ def write_barrier(
         return _replayed(target, log, reports)
     with phase("delta_log"):  # (b) orphans of failed attempts (nothing of this barrier committed)
         removed = _remove_orphans(target, log, reports, keep=staged.attempt if staged is not None else None)
-    if staged is not None:
-        attempt, rel_dir = staged.attempt, staged.rel_dir
-    else:
-        attempt = uuid.uuid4().hex
-        rel_dir = f"{staging_dir(target.job_id, log.epoch.epoch, target.barrier)}/{attempt}"
+    attempt, rel_dir = _attempt(target, log, staged)
     files, outcome = _stage_and_commit(spark, df, target, options, log, reports, rel_dir, attempt, staged)
     crash_point("after_commit", target.job_id, target.barrier)
     winner = attempt if outcome.committed else SinkLog.read(log.location, target.job_id).attempt_of(target.barrier)
@@ -282,6 +278,14 @@ def write_barrier(
     return WriteResult(target.table, target.barrier, outcome.version, skipped=not outcome.committed,
                        files=len(files.files) if outcome.committed else 0, rows=rows if outcome.committed else 0,
                        orphans_removed=removed)
+
+
+def _attempt(target: WriteTarget, log: SinkLog, staged: StagedAttempt | None) -> tuple[str, str]:
+    """The attempt id and its directory (relative to the table root): ``staged``'s, else new ones."""
+    if staged is not None:
+        return staged.attempt, staged.rel_dir
+    attempt = uuid.uuid4().hex
+    return attempt, f"{staging_dir(target.job_id, log.epoch.epoch, target.barrier)}/{attempt}"
 
 
 def _stage_and_commit(

@@ -169,9 +169,36 @@ def stage_outputs(
     """
     if options.mode != "append" or options.compaction is not None or log.table is None or not frames:
         return None
-    barriers = sorted(frames)
+    shaped = _shape_outputs(spark, frames, target, options, log)
+    if shaped is None:
+        return None
+    out, schema = shaped
+    grouped = WriteOptions(mode="append", partition_by=(BARRIER_COLUMN, *options.partition_by),
+                           max_files=options.max_files)
+    _write(out, target, grouped, log, group_dir, list_files=False)
+    fs, root = filesystem(log.location)
+    staged: dict[int, Staged] = {}
+    for barrier in sorted(frames):
+        src, dst = f"{root}/{group_dir}/{BARRIER_COLUMN}={barrier}", f"{root}/{rel_dirs[barrier]}"
+        fs.create_dir(posixpath.dirname(dst), recursive=True)
+        if fs.get_file_info(src).type == FileType.Directory:
+            fs.move(src, dst)
+        else:  # no row: no file
+            fs.create_dir(dst, recursive=True)
+        with phase("footers"):
+            staged[barrier] = Staged(staged_files(log.location, rel_dirs[barrier], options.partition_by), schema, [])
+    fs.delete_dir(f"{root}/{group_dir}")
+    return staged
+
+
+def _shape_outputs(
+    spark: SparkSession, frames: Mapping[int, DataFrame], target: WriteTarget, options: WriteOptions, log: SinkLog,
+) -> tuple[DataFrame, StructType] | None:
+    """The barriers' outputs as one frame in the table's schema after them, with
+    :data:`BARRIER_COLUMN`, and that schema; ``None`` when they cannot share a write (their
+    columns differ, or the table has a column of that name)."""
     union = reduce(lambda a, b: a.unionByName(b),
-                   (frames[b].withColumn(BARRIER_COLUMN, F.lit(b)) for b in barriers))
+                   (frames[b].withColumn(BARRIER_COLUMN, F.lit(b)) for b in sorted(frames)))
     try:  # one schema request for all: columns that differ between the barriers fail here
         fields = [f for f in union.schema.fields if f.name != BARRIER_COLUMN]
     except AnalysisException:
@@ -181,27 +208,12 @@ def stage_outputs(
         return None  # stage_output gives the error, or writes the column
     check_partition_columns(target.table, log.location, log.table.metadata().partition_columns, options.partition_by)
     declared = spark.createDataFrame([], options.schema).schema if options.schema else None
-    schema = evolve_schema(StructType(fields), spark_schema(log.table), table=target.table, barrier=barriers[0],
+    schema = evolve_schema(StructType(fields), spark_schema(log.table), table=target.table, barrier=min(frames),
                            declared=declared)
     types = {f.name: f.dataType for f in fields}
     out = union.select(*[F.col(f.name) if types[f.name] == f.dataType else F.col(f.name).cast(f.dataType).alias(f.name)
                          for f in schema.fields], BARRIER_COLUMN)
-    grouped = WriteOptions(mode="append", partition_by=(BARRIER_COLUMN, *options.partition_by),
-                           max_files=options.max_files)
-    _write(out, target, grouped, log, group_dir, list_files=False)
-    fs, root = filesystem(log.location)
-    staged: dict[int, Staged] = {}
-    for barrier in barriers:
-        src, dst = f"{root}/{group_dir}/{BARRIER_COLUMN}={barrier}", f"{root}/{rel_dirs[barrier]}"
-        fs.create_dir(posixpath.dirname(dst), recursive=True)
-        if fs.get_file_info(src).type == FileType.Directory:
-            fs.move(src, dst)
-        else:
-            fs.create_dir(dst, recursive=True)
-        with phase("footers"):
-            staged[barrier] = Staged(staged_files(log.location, rel_dirs[barrier], options.partition_by), schema, [])
-    fs.delete_dir(f"{root}/{group_dir}")
-    return staged
+    return out, schema
 
 
 def _write(

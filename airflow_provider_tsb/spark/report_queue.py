@@ -28,8 +28,10 @@ The ordering rules that keep the commit protocol (docs/design.md) as it was:
   without it, as they did when it ended with the ``succeeded`` record; the last one ends when
   the queue closes. A lease never ended (a crash) lapses by itself.
 
-Streaming mode reports synchronously: its next barrier is seldom waiting, and the barrier's
-end-to-end delay is measured to its WRITTEN report.
+Streaming mode reports synchronously when its micro-batch holds one barrier: its next barrier
+is seldom waiting, and the barrier's end-to-end delay is measured to its WRITTEN report. A
+micro-batch of several ready barriers (:mod:`~airflow_provider_tsb.spark.barrier_group`) queues
+them as a batch run does; the queue is closed, so every report made, when the micro-batch ends.
 """
 
 from __future__ import annotations

@@ -152,20 +152,14 @@ def run_streaming(
         log.info("job %s: sinks already hold final barrier %s; input ended, nothing to do", app.job_id, final)
         catalog.heartbeat(app.job_id)
         return []
+    stops = {"until_barrier": until_barrier, "max_barriers": max_barriers, "idle_timeout_s": idle_timeout_s,
+             "final_since_ms": final_since_ms, "wait_s": trigger_interval_s, "poll_s": poll_interval_s}
     if is_connect(spark):
-        done = run_client_micro_batches(
-            spark, app, catalog, locations, after=base, until_barrier=until_barrier, max_barriers=max_barriers,
-            idle_timeout_s=idle_timeout_s, final_since_ms=final_since_ms, wait_s=trigger_interval_s,
-            poll_s=poll_interval_s, max_barriers_per_trigger=max_barriers_per_trigger,
-        )
-        catalog.heartbeat(app.job_id)
-        return done
-    ckpt = checkpoint or os.path.join(locations[sorted(app.sinks)[0]], "_tsb_checkpoints", app.job_id)
-    done = _run_source_query(
-        spark, app, catalog, locations, ckpt, base, until_barrier=until_barrier, max_barriers=max_barriers,
-        idle_timeout_s=idle_timeout_s, final_since_ms=final_since_ms, wait_s=trigger_interval_s,
-        poll_s=poll_interval_s,
-    )
+        done = run_client_micro_batches(spark, app, catalog, locations, after=base,
+                                        max_barriers_per_trigger=max_barriers_per_trigger, **stops)
+    else:
+        ckpt = checkpoint or os.path.join(locations[sorted(app.sinks)[0]], "_tsb_checkpoints", app.job_id)
+        done = _run_source_query(spark, app, catalog, locations, ckpt, base, **stops)
     catalog.heartbeat(app.job_id)
     return done
 
@@ -304,13 +298,11 @@ def run_client_micro_batches(
     """Streaming mode on Spark Connect: the client runs micro-batches of ready barriers, in order.
 
     Each turn long-polls the catalog for the next ready barriers (:class:`BarrierFeed`, at most
-    ``wait_s`` seconds, a look-up every ``poll_s``) and runs the ready ones, up to
-    ``max_barriers_per_trigger``, as one micro-batch
-    (:func:`~airflow_provider_tsb.spark.runner.run_barrier_group`: one Spark job per append sink,
-    one Delta commit per barrier; the phase ``poll`` of the first one's timing is the wait from
-    the barrier being ready to its start). Stops after a final barrier
-    generated since ``final_since_ms`` is committed, after ``until_barrier`` or
-    ``max_barriers`` barriers, or after ``idle_timeout_s`` seconds without a barrier.
+    ``wait_s`` seconds, a look-up every ``poll_s``) and runs up to ``max_barriers_per_trigger``
+    of them as one micro-batch (:func:`~airflow_provider_tsb.spark.runner.run_barrier_group`; the
+    phase ``poll`` of the first one's timing is the wait from it being ready to its start).
+    Stops after a final barrier generated since ``final_since_ms`` is committed, after
+    ``until_barrier`` or ``max_barriers`` barriers, or after ``idle_timeout_s`` s without one.
 
     Args:
         after: the barrier the sinks hold (``None``: empty sinks).
@@ -338,9 +330,7 @@ def run_client_micro_batches(
                 log.info("job %s: no barrier for %.1f s; stopping (idle timeout)", app.job_id, idle_timeout_s)
                 break
             continue
-        began = time.time()
-        first = plans[0]
-        poll = max(0.0, began - first.ready_at_ms / 1000) if first.ready_at_ms else 0.0
+        poll = max(0.0, time.time() - plans[0].ready_at_ms / 1000) if plans[0].ready_at_ms else 0.0
         done.extend(run_barrier_group(spark, app, plans, locations, catalog, before={"poll": poll}))
         current = plans[-1].barrier
         last_progress = time.monotonic()

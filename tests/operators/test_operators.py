@@ -78,6 +78,29 @@ def test_job_operator_command_line(tsb_env) -> None:
     assert mine.conf == {**LOCAL_SPARK_CONF, "spark.driver.memory": "3g"}
 
 
+def test_streaming_job_operator_passes_max_barriers_per_trigger_and_checks_it(tsb_env) -> None:
+    from airflow_provider_tsb.spark.cli import build_arg_parser
+    from tsb_dev.dataplane import load_app_module
+
+    topo = wordcount_topology(tsb_env.warehouse)
+    op = TsbSparkJobOperator(task_id="wordcount_words", topology=topo, job_id="wordcount_words", mode="streaming",
+                             max_barriers_per_trigger=5)
+    args = op.job_hook.build_application_args(None, None)
+    assert args[args.index("--max-barriers-per-trigger") + 1] == "5"
+    parser = build_arg_parser(load_app_module("wordcount/wordcount_words.py").APP)
+    assert parser.parse_args(args).max_barriers_per_trigger == 5
+    default = TsbSparkJobOperator(task_id="w", topology=topo, job_id="wordcount_words", mode="streaming")
+    default_args = default.job_hook.build_application_args(None, None)
+    assert default_args[default_args.index("--max-barriers-per-trigger") + 1] == "16"
+    for bad in (0, -1, 2.5, "4", True):
+        with pytest.raises(ValueError, match=f"task 'wordcount_words': max_barriers_per_trigger must be an integer "
+                                             f">= 1 .*got {bad!r}"):
+            TsbSparkJobOperator(task_id="wordcount_words", topology=topo, job_id="wordcount_words",
+                                mode="streaming", max_barriers_per_trigger=bad)
+    with pytest.raises(SystemExit):
+        parser.parse_args([*args[: args.index("--max-barriers-per-trigger")], "--max-barriers-per-trigger", "0"])
+
+
 @pytest.mark.spark
 def test_job_operator_runs_spark_and_emits_asset_events(tsb_env) -> None:
     topo = wordcount_topology(tsb_env.warehouse)

@@ -3,17 +3,18 @@ it: the streaming job operators' own Spark Connect client processes on the metas
 the flights topology on nycflights13 days.
 
 ``enrich_flights`` (an ``append`` sink) starts streaming with barriers 2-6 ready and takes them
-as micro-batches of at most 3: barriers 2-4 are written by one Spark job, then 5-6 by another,
-and each is still its own Delta commit. ``carrier_daily_delay`` (a ``merge`` sink: planned
-together, written barrier by barrier) takes 1-4, then 5-6. Checked on the data: one version per
-barrier tagged with it, the FLIP-276 invariants at every barrier, and the shared write itself
-(a later barrier's files were written before an earlier barrier of its group committed).
+as micro-batches of at most 3: barriers 2-4 are written by one Spark job, and the process is
+SIGKILLed after barrier 4's files are PROCESSED, before its commit (2 and 3 are committed). Its
+retry takes 4-6 as one micro-batch. ``carrier_daily_delay`` (a ``merge`` sink: planned together,
+written barrier by barrier) takes 1-4, then 5-6. Checked on the data: one version per barrier
+tagged with it, exactly once, the FLIP-276 invariants at every barrier, the shared write itself
+(a later barrier's files were written before an earlier barrier of its group committed), and a
+staging area left with the committed attempts' files only.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,8 +28,8 @@ from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.delta.barriers import barrier_of_version
 from airflow_provider_tsb.delta.roots import mark_end_of_input
 from airflow_provider_tsb.metastore.records import TsKind
-from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
+from tests.support.orchestration import connect_connection, flights_deployment
 from tsb_examples.datasets import nycflights13 as nyc
 
 pytestmark = [pytest.mark.spark]
@@ -37,13 +38,6 @@ REPO = Path(__file__).resolve().parents[2]
 FLIGHTS, WEATHER = "tsb.raw.flights", "tsb.raw.weather"
 ENRICHED, DAILY = "tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay"
 DAYS = 6
-
-
-def _flights_topology(warehouse: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("tsb_test_group_flights", REPO / "dags" / "common" / "flights.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.flights_topology(warehouse=str(warehouse))
 
 
 def _context(start: dt.datetime) -> dict:
@@ -73,21 +67,18 @@ def _written_ms(location: str, paths: set[str]) -> int:
     return max(int(Path(location, p).stat().st_mtime * 1000) for p in paths)
 
 
+# on PostgreSQL only: what the group changes is the data plane's order of work, not the SQL (CI time)
+@pytest.mark.parametrize("metastore_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
 def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
     tmp_path: Path, metastore_url: str, spark_remote: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_provider_tsb.hooks.barrier import TsbBarrierHook, read_root_versions
+    from airflow_provider_tsb.hooks.barrier import read_root_versions
 
-    host, port = spark_remote[len("sc://"):].rstrip("/").rsplit(":", 1)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL",
-                       f'{{"conn_type": "spark_connect", "host": "sc://{host}", "port": {int(port)}}}')
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", connect_connection(spark_remote))
     monkeypatch.setenv("TSB_METASTORE_URL", metastore_url)
-    store = MetaStore(metastore_url)
-    store.migrate()
-    topology = _flights_topology(tmp_path / "warehouse")
-    store.registry.register_topology(topology)
-    flights, weather = topology.location(FLIGHTS), topology.location(WEATHER)
-    hook = TsbBarrierHook(topology, ts_kind="event")
+    monkeypatch.setenv("TSB_STAGING_GRACE_SECONDS", "0")  # the killed attempt's files go at the retry's writes
+    dep = flights_deployment(metastore_url, tmp_path / "warehouse")
+    store, topology, flights, weather, hook = dep.store, dep.topology, dep.flights, dep.weather, dep.hook
     start = dt.datetime.now(dt.UTC)
     context = _context(start)
 
@@ -107,9 +98,15 @@ def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
         if n == 1:  # the sink exists before the streaming job starts: its groups share a write
             assert operator("enrich_flights", "batch", barrier=1).execute(context)["barriers"] == [1]
 
+    monkeypatch.setenv("TSB_KILL_AT", "after_files:enrich_flights:4")
+    monkeypatch.setenv("TSB_KILL_ONCE_DIR", str(tmp_path / "killed"))
+    with pytest.raises(Exception, match="enrich_flights"):
+        operator("enrich_flights", "streaming", max_barriers_per_trigger=3).execute(context)
+    assert store.table_states.newest_written(ENRICHED).barrier == 3  # 2 and 3 committed, 4 PROCESSED only
+    monkeypatch.delenv("TSB_KILL_AT")
     enriched = operator("enrich_flights", "streaming", max_barriers_per_trigger=3).execute(context)
     daily = operator("carrier_daily_delay", "streaming", max_barriers_per_trigger=4).execute(context)
-    assert enriched["barriers"] == [2, 3, 4, 5, 6] and daily["barriers"] == [1, 2, 3, 4, 5, 6]
+    assert enriched["barriers"] == [4, 5, 6] and daily["barriers"] == [1, 2, 3, 4, 5, 6]
 
     # every barrier its own version, tagged with it, and the invariants at each (FLIP-276)
     barriers = store.barriers.barriers(topology.name, limit=100, ascending=True)
@@ -129,14 +126,15 @@ def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
     res = store.resolution.resolve([FLIGHTS, ENRICHED, DAILY])
     assert res.barrier == DAYS
 
-    # the shared write: barrier 4's files were written before barrier 2 committed (one Spark job
-    # for 2-4), barrier 6's before 5 committed; barrier 5's only after 4 committed (a new micro-batch)
+    # the shared write: barrier 3's files were written before barrier 2 committed (one Spark job
+    # for 2-4), barrier 6's before 4 committed (the retry's one Spark job for 4-6); barrier 4's
+    # only after 3 committed (the retry wrote them again)
     location = topology.location(ENRICHED)
     new = {b: enriched_at[b]["paths"] - enriched_at[b - 1]["paths"] for b in range(2, DAYS + 1)}
     assert all(new.values())
-    assert _written_ms(location, new[4]) <= enriched_at[2]["timestamp"]
-    assert _written_ms(location, new[6]) <= enriched_at[5]["timestamp"]
-    assert _written_ms(location, new[5]) >= enriched_at[4]["timestamp"]
+    assert _written_ms(location, new[3]) <= enriched_at[2]["timestamp"]
+    assert _written_ms(location, new[6]) <= enriched_at[4]["timestamp"]
+    assert _written_ms(location, new[4]) >= enriched_at[3]["timestamp"]
     # nothing left behind in the staging area but the committed attempts' files
     staged = {str(p.relative_to(location)) for p in Path(location, "tsb_staging").rglob("*.parquet")}
     assert staged <= set().union(*(c["paths"] for c in enriched_at.values()))

@@ -20,10 +20,8 @@ open-window state holds the others; the late counter has exactly the late rows o
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import time
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -34,7 +32,7 @@ from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.delta.roots import append_rows
 from airflow_provider_tsb.exceptions import TopologyError
 from airflow_provider_tsb.metastore.records import TsKind
-from airflow_provider_tsb.metastore.store import MetaStore
+from tests.support.orchestration import flights_deployment
 from tsb_dev.job_processes import Deployment, run_job
 from tsb_examples.datasets import nycflights13 as nyc
 
@@ -46,13 +44,6 @@ HOUR = pd.Timedelta(hours=1)
 KEYS = ["origin", "window_start", "window_end"]
 
 pytestmark = [pytest.mark.spark]
-
-
-def _flights_topology(warehouse: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("tsb_test_common_flights", REPO / "dags" / "common" / "flights.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.flights_topology(windows=True, warehouse=str(warehouse))
 
 
 def _copies(day: dt.date, hour_utc: dt.datetime, n: int, dep_delay: float) -> pa.Table:
@@ -120,14 +111,10 @@ def _normalize(df: pd.DataFrame) -> pd.DataFrame:
 def test_hourly_windows_emit_at_the_watermark_and_drop_late_rows(
     tmp_path: Path, metastore_url: str, request: pytest.FixtureRequest
 ) -> None:
-    from airflow_provider_tsb.hooks.barrier import TsbBarrierHook, read_root_versions
+    from airflow_provider_tsb.hooks.barrier import read_root_versions
 
-    store = MetaStore(metastore_url)
-    store.migrate()
-    topology = _flights_topology(tmp_path / "warehouse")
-    store.registry.register_topology(topology)
-    flights, weather = topology.location(FLIGHTS), topology.location(WEATHER)
-    hook = TsbBarrierHook(topology, ts_kind="event")
+    dep = flights_deployment(metastore_url, tmp_path / "warehouse", windows=True)
+    store, topology, flights, weather, hook = dep.store, dep.topology, dep.flights, dep.weather, dep.hook
     arrivals: dict[int, pa.Table] = {}
     marks: dict[int, int] = {}
 

@@ -29,3 +29,31 @@ def run_context(run_id: str, dag_id: str = "test_dag") -> dict:
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
     return {"dag_run": SimpleNamespace(dag_id=dag_id, run_id=run_id), "outlet_events": OutletEventAccessors()}
+
+
+def flights_deployment(url: str, warehouse: Path, *, windows: bool = False) -> SimpleNamespace:
+    """The flights topology of ``dags/common/flights.py`` (``windows``: with the event-time window
+    job) under ``warehouse``, registered in a migrated metastore at ``url``: ``store``,
+    ``topology``, ``flights`` and ``weather`` (the root tables' locations) and ``hook`` (the
+    emitter's event-time barrier hook)."""
+    import importlib.util
+
+    from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+    spec = importlib.util.spec_from_file_location("tsb_test_common_flights", REPO / "dags" / "common" / "flights.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    topology = module.flights_topology(windows=windows, warehouse=str(warehouse))
+    store = MetaStore(url)
+    store.migrate()
+    store.registry.register_topology(topology)
+    return SimpleNamespace(store=store, topology=topology, flights=topology.location("raw.flights"),
+                           weather=topology.location("raw.weather"), hook=TsbBarrierHook(topology, ts_kind="event"))
+
+
+def connect_connection(remote: str) -> str:
+    """An Airflow ``spark_connect`` connection (JSON, for ``AIRFLOW_CONN_*``) to the Spark Connect
+    server at ``remote`` (``sc://host:port``)."""
+    host, port = remote[len("sc://"):].rstrip("/").rsplit(":", 1)
+    return f'{{"conn_type": "spark_connect", "host": "sc://{host}", "port": {int(port)}}}'

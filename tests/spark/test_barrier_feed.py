@@ -1,0 +1,55 @@
+"""The barrier feed's batches of ready barriers (``BarrierFeed.next_plans_after``, what a streaming
+micro-batch on Spark Connect takes): in order, at most ``limit``, never past ``until_barrier``
+or ``max_barriers``, and nothing after a final barrier (FLIP-147), on a real plan file over a
+real Delta root table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from airflow_provider_tsb.delta.roots import append_rows
+from airflow_provider_tsb.spark.barrier_source import BarrierFeed
+from airflow_provider_tsb.spark.catalog import PlanFile, PlanFileCatalog
+
+ROOT = "raw.events"
+
+
+def _catalog(tmp_path: Path, barriers: int, final_at: int | None = None) -> tuple[PlanFileCatalog, dict[str, str]]:
+    location = str(tmp_path / "events")
+    plan = PlanFile(str(tmp_path / "plan.json"))
+    plan.set_tables({ROOT: location})
+    for n in range(1, barriers + 1):
+        append_rows(location, pa.table({"id": [n]}))
+        plan.append_barrier([ROOT], final=n == final_at)
+    return PlanFileCatalog(plan.path), {ROOT: location}
+
+
+def test_ready_barriers_come_in_batches_of_at_most_the_limit(tmp_path: Path) -> None:
+    catalog, sources = _catalog(tmp_path, 7)
+    feed = BarrierFeed(catalog.spec(), "job", sources, catalog=catalog)
+    first = feed.next_plans_after(-1, 3)
+    assert [p.barrier for p in first] == [1, 2, 3]
+    # each plan's previous inputs are the inputs of the plan before it: one epoch each
+    assert [p.previous_barrier for p in first] == [None, 1, 2]
+    assert first[1].previous_inputs == first[0].inputs and first[2].previous_inputs == first[1].inputs
+    assert [p.barrier for p in feed.next_plans_after(3, 3)] == [4, 5, 6]
+    assert [p.barrier for p in feed.next_plans_after(6, 3)] == [7]
+    assert feed.next_plans_after(7, 3) == []
+    assert feed.next_after(2).barrier == 3  # the one-barrier form is the same rule
+
+
+def test_a_batch_stops_at_until_barrier_max_barriers_and_a_final_barrier(tmp_path: Path) -> None:
+    catalog, sources = _catalog(tmp_path, 7, final_at=5)
+    until = BarrierFeed(catalog.spec(), "job", sources, catalog=catalog, until_barrier=4)
+    assert [p.barrier for p in until.next_plans_after(-1, 16)] == [1, 2, 3, 4]
+    assert until.next_plans_after(4, 16) == []
+    bounded = BarrierFeed(catalog.spec(), "job", sources, catalog=catalog, max_barriers=3)
+    assert [p.barrier for p in bounded.next_plans_after(-1, 16)] == [1, 2, 3]
+    assert bounded.next_plans_after(3, 16) == []
+    # offered again (a replay after a restart) is not a new barrier: it does not count twice
+    assert [p.barrier for p in bounded.next_plans_after(1, 16)] == [2, 3]
+    final = BarrierFeed(catalog.spec(), "job", sources, catalog=catalog)
+    assert [p.barrier for p in final.next_plans_after(2, 16)] == [3, 4, 5]
+    assert final.final == 5 and final.ended(5) and final.next_plans_after(5, 16) == []
