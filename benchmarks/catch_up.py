@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from barrier_rate import metastore_url
-from flights_bench import FlightsBench, engine_server, median, wait_committed
+from flights_bench import FlightsBench, engine_server, median
 from topology_scale import ROOT, append_root, build_topology, invariants_hold, shape_edges
 
 
@@ -53,7 +53,12 @@ def one_run(args: argparse.Namespace, root: Path, remote: str, per_trigger: int)
         procs = [bench.launch(j, "streaming", root / "logs", final_since_ms=since, env_vars=env[j],
                               trigger_interval_s=0.05, max_barriers_per_trigger=per_trigger) for j in env]
         try:
-            wait_committed(bench, procs, final, timeout_s=1800)
+            while not bench.committed(final):  # a job ends by itself once its sink holds the final barrier
+                if any(p.process.poll() not in (None, 0) for p in procs) or time.monotonic() - started > 1800:
+                    for p in procs:
+                        p.wait(timeout_s=60)  # raises with the failed job's log tail
+                    raise TimeoutError(f"barrier {final} not COMMIT within 1800 s; logs in {root / 'logs'}")
+                time.sleep(0.05)
             seconds = time.monotonic() - started
             for p in procs:
                 p.wait(timeout_s=300)
