@@ -166,17 +166,23 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
     ]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=600.0, help="length of the measured window")
+def add_chain_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the chain's shape shared with ``catch_up.py``: ``--jobs``, ``--rows``,
+    ``--max-barriers-per-trigger`` and ``--sqlite``."""
     parser.add_argument("--jobs", type=int, default=2, help="jobs in the chain")
     parser.add_argument("--rows", type=int, default=100, help="rows appended to the root per barrier")
-    parser.add_argument("--max-in-flight", type=int, default=4, help="barriers generated but not COMMIT, at most")
-    parser.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles")
-    parser.add_argument("--keep", type=int, default=100, help="barriers expiry keeps")
     parser.add_argument("--max-barriers-per-trigger", type=int, default=16,
                         help="ready barriers a job's micro-batch takes at most (1: a micro-batch per barrier)")
     parser.add_argument("--sqlite", action="store_true", help="metastore on SQLite instead of PostgreSQL")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_chain_arguments(parser)
+    parser.add_argument("--seconds", type=float, default=600.0, help="length of the measured window")
+    parser.add_argument("--max-in-flight", type=int, default=4, help="barriers generated but not COMMIT, at most")
+    parser.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles")
+    parser.add_argument("--keep", type=int, default=100, help="barriers expiry keeps")
     parser.add_argument("--engine", default="connect", choices=("connect", "submit"))
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from barrier_rate import metastore_url
+from barrier_rate import add_chain_arguments, metastore_url
 from flights_bench import FlightsBench, engine_server, median
 from topology_scale import ROOT, append_root, build_topology, invariants_hold, shape_edges
 
@@ -77,12 +77,9 @@ def one_run(args: argparse.Namespace, root: Path, remote: str, per_trigger: int)
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_chain_arguments(parser)  # --max-barriers-per-trigger: the grouped arm's setting
     parser.add_argument("--barriers", type=int, default=120, help="barriers in the backlog (and a final one)")
-    parser.add_argument("--jobs", type=int, default=2, help="jobs in the chain")
-    parser.add_argument("--rows", type=int, default=100, help="rows appended to the root per barrier")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each arm, alternating")
-    parser.add_argument("--max-barriers-per-trigger", type=int, default=16, help="the grouped arm's setting")
-    parser.add_argument("--sqlite", action="store_true", help="metastore on SQLite instead of PostgreSQL")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     base = Path(tempfile.mkdtemp(prefix="tsb-catch-up-"))

@@ -404,18 +404,28 @@ def run_barrier_group(
     if len(plans) == 1:
         run_barrier(spark, app, plans[0], locations, catalog, before=before)
         return [plans[0].barrier]
-    group = BarrierGroup(plans)
+    return _run_in_order(spark, app, plans, locations, catalog, group=BarrierGroup(plans), before=before)
+
+
+def _run_in_order(
+    spark: SparkSession, app: TsbApp, plans: Sequence[BarrierPlan], locations: Mapping[str, str],
+    catalog: BarrierCatalog | None, *, group: BarrierGroup | None = None, before: dict[str, float] | None = None,
+) -> list[int]:
+    """:func:`run_barrier` for each plan in order, under one input lease over every plan's inputs
+    (:class:`RunLease`), each barrier's reports behind the next barrier's work
+    (:class:`ReportQueue`); ``group``: the plans' micro-batch (a plan the group ended before runs
+    alone); ``before``: the first barrier's phases before the call. Returns the barriers done."""
     done: list[int] = []
     run_lease = RunLease.take(catalog, app.job_id, plans)
     try:
         with ReportQueue(app.job_id, getattr(catalog, "release_lease", None)) as queue:
             for plan in plans:
-                member = group if plan in group.plans else None  # not when the group ended before it
+                member = group if group is not None and plan in group.plans else None
                 run_barrier(spark, app, plan, locations, catalog, before=None if done else before, queue=queue,
                             run_lease=run_lease, group=member)
                 done.append(plan.barrier)
     finally:
-        if run_lease is not None:
+        if run_lease is not None:  # after the queue: its narrowings use the lease
             run_lease.release()
     return done
 
@@ -453,16 +463,6 @@ def run_batch(
     after = start_run(app, catalog, locations)
     plans = [plan for plan in catalog.pending_barriers(app.job_id, sources, after)
              if until_barrier is None or plan.barrier <= until_barrier][:max_barriers]
-    done: list[int] = []
-    run_lease = RunLease.take(catalog, app.job_id, plans)  # the inputs of every barrier of the run
-    try:
-        # each barrier's reports run behind the barriers' work (spark/report_queue.py)
-        with ReportQueue(app.job_id, getattr(catalog, "release_lease", None)) as queue:
-            for plan in plans:
-                run_barrier(spark, app, plan, locations, catalog, queue=queue, run_lease=run_lease)
-                done.append(plan.barrier)
-    finally:
-        if run_lease is not None:  # after the queue: its narrowings use the lease
-            run_lease.release()
+    done = _run_in_order(spark, app, plans, locations, catalog)
     catalog.heartbeat(app.job_id)
     return done
