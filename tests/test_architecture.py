@@ -351,3 +351,22 @@ def test_a_dag_file_imports_no_data_plane_library(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def _module_map() -> set[str]:
+    """The modules docs/design.md's "Module map" names (paths under the package)."""
+    text = (PACKAGE.parent / "docs" / "design.md").read_text()
+    section = text.split("\n## Module map\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([\w/]+\.py)` \|", section, flags=re.MULTILINE))
+
+
+def _package_modules() -> set[str]:
+    return {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+            if "__pycache__" not in p.parts and "versions" not in p.relative_to(PACKAGE).parts}
+
+
+def test_the_module_map_matches_the_tree() -> None:
+    named, tree = _module_map(), _package_modules()
+    assert len(named) > 100
+    assert sorted(tree - named) == [], "modules missing from docs/design.md's Module map"
+    assert sorted(named - tree) == [], "docs/design.md's Module map names modules that are not in the tree"
