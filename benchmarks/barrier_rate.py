@@ -168,12 +168,14 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
 
 def add_chain_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of the chain's shape shared with ``catch_up.py``: ``--jobs``, ``--rows``,
-    ``--max-barriers-per-trigger`` and ``--sqlite``."""
+    ``--max-barriers-per-trigger``, ``--sqlite`` and ``--engine``."""
     parser.add_argument("--jobs", type=int, default=2, help="jobs in the chain")
     parser.add_argument("--rows", type=int, default=100, help="rows appended to the root per barrier")
     parser.add_argument("--max-barriers-per-trigger", type=int, default=16,
                         help="ready barriers a job's micro-batch takes at most (1: a micro-batch per barrier)")
     parser.add_argument("--sqlite", action="store_true", help="metastore on SQLite instead of PostgreSQL")
+    parser.add_argument("--engine", default="connect", choices=("connect", "submit"),
+                        help="the jobs as Spark Connect clients of one local server, or a spark-submit driver each")
 
 
 def main() -> int:
@@ -183,7 +185,6 @@ def main() -> int:
     parser.add_argument("--max-in-flight", type=int, default=4, help="barriers generated but not COMMIT, at most")
     parser.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles")
     parser.add_argument("--keep", type=int, default=100, help="barriers expiry keeps")
-    parser.add_argument("--engine", default="connect", choices=("connect", "submit"))
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     base = Path(tempfile.mkdtemp(prefix="tsb-rate-"))

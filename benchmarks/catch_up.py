@@ -1,7 +1,8 @@
 """Catch-up of a lagging streaming topology: several barriers per micro-batch against one each.
 
 The chain of ``barrier_rate.py`` (``--jobs`` wordcount-sized ``scale_stage.py`` jobs, Spark
-Connect clients of one local server, ``--rows`` rows appended to the root per barrier) with a
+Connect clients of one local server, or with ``--engine submit`` a ``spark-submit`` driver each
+running a Structured Streaming query, ``--rows`` rows appended to the root per barrier) with a
 backlog: barrier 1 is committed first (the sinks exist), then ``--barriers`` barriers and a final
 one are generated with no job running, and the jobs are started in streaming mode; the figure is
 the time from their start to the final barrier's COMMIT. Each arm gets a fresh topology on the
@@ -11,7 +12,7 @@ Spark job per barrier). Both pay the same client start-up. The FLIP-276 invarian
 holds the root's rows at REPEATABLE_READ) is checked at the final barrier of every run.
 
     .venv/bin/python benchmarks/catch_up.py [--barriers 120] [--jobs 2] [--rows 100] [--rounds 2]
-        [--max-barriers-per-trigger 16] [--sqlite]
+        [--max-barriers-per-trigger 16] [--sqlite] [--engine connect|submit]
 
 Last line: ``barriers= grouped_s= single_s= speedup= grouped_barriers_per_s= single_barriers_per_s=``.
 """
@@ -30,13 +31,13 @@ from flights_bench import FlightsBench, engine_server, median
 from topology_scale import ROOT, append_root, build_topology, invariants_hold, shape_edges
 
 
-def one_run(args: argparse.Namespace, root: Path, remote: str, per_trigger: int) -> float:
+def one_run(args: argparse.Namespace, root: Path, remote: str | None, per_trigger: int) -> float:
     """Seconds from the jobs' start to the COMMIT of a backlog of ``args.barriers`` barriers."""
     url, server = metastore_url(args, root)
     try:
         topology, env = build_topology("catch_up", "chain", args.jobs, root / "warehouse")
         sinks = tuple(sink for _, sink in shape_edges("chain", args.jobs).values())
-        bench = FlightsBench(root, engine="connect", remote=remote, topology=topology, sinks=sinks, url=url)
+        bench = FlightsBench(root, engine=args.engine, remote=remote, topology=topology, sinks=sinks, url=url)
         append_root(bench, 0, args.rows, 0)
         bench.generate()
         for j in env:  # in chain order: each job's barrier 1 after its source's
@@ -85,17 +86,17 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="tsb-catch-up-"))
     times: dict[int, list[float]] = {args.max_barriers_per_trigger: [], 1: []}
     loads = []
-    with engine_server("connect", None, base / "connect") as remote:
+    with engine_server(args.engine, None, base / args.engine) as remote:
         for r in range(args.rounds):
             for per_trigger in times:
-                seconds = one_run(args, base / f"run{r}-{per_trigger}", str(remote), per_trigger)
+                seconds = one_run(args, base / f"run{r}-{per_trigger}", remote, per_trigger)
                 times[per_trigger].append(seconds)
                 loads.append(os.getloadavg()[0])
                 print(f"round {r + 1}: max_barriers_per_trigger={per_trigger} seconds={seconds:.1f} "
                       f"load={loads[-1]:.1f}", flush=True)
     grouped, single = median(times[args.max_barriers_per_trigger]), median(times[1])
     n = args.barriers + 1
-    print(f"(tables and logs in {base}; metastore {'sqlite' if args.sqlite else 'postgresql'}, "
+    print(f"(tables and logs in {base}; engine {args.engine}, metastore {'sqlite' if args.sqlite else 'postgresql'}, "
           f"load {min(loads):.1f}-{max(loads):.1f} after the runs)")
     print(f"barriers={n} grouped_s={grouped:.1f} single_s={single:.1f} speedup={single / grouped:.2f} "
           f"grouped_barriers_per_s={n / grouped:.2f} single_barriers_per_s={n / single:.2f}")

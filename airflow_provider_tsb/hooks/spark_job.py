@@ -105,7 +105,7 @@ class JobRunOptions:
         idle_timeout_s: streaming: stop after this many seconds without a new barrier.
         trigger_interval_s: streaming: longest wait, seconds, for a barrier in one offset poll.
         poll_interval_s: streaming: seconds between catalog look-ups while waiting.
-        max_barriers_per_trigger: streaming on Spark Connect: ready barriers one micro-batch
+        max_barriers_per_trigger: streaming, either engine: ready barriers one micro-batch
             takes at most (``--max-barriers-per-trigger``).
         heartbeat_interval_s: seconds between liveness heartbeats while the app runs.
     """

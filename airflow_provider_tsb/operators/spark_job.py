@@ -76,7 +76,7 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         attempt per interval, and stopping waits at most this long).
     :param poll_interval_s: streaming mode: seconds between catalog look-ups while waiting: a
         ready barrier starts its micro-batch within about this delay.
-    :param max_barriers_per_trigger: streaming mode on Spark Connect: when several barriers are
+    :param max_barriers_per_trigger: streaming mode, either engine: when several barriers are
         ready (the job fell behind), one micro-batch takes up to this many: one Spark job per
         ``append`` sink writes all their outputs, and each barrier is still its own Delta commit
         (``1``: a micro-batch per barrier).

@@ -57,6 +57,11 @@ class BarrierGroup:
         """The group's first barrier (the one whose run stages the group)."""
         return self.plans[0].barrier
 
+    def drop_first(self) -> None:
+        """Drop the group's first barrier, found committed in every sink (a micro-batch replayed
+        after a failure): the next barrier stages the group."""
+        self.plans = self.plans[1:]
+
     def truncate(self, barrier: int) -> None:
         """Drop ``barrier`` and the barriers after it from the group (they run one at a time)."""
         self.plans = [p for p in self.plans if p.barrier < barrier]

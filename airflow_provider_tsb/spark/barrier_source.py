@@ -28,11 +28,11 @@ SOURCE_SCHEMA = "barrier long, plan string"
 
 
 class BarrierPartition(InputPartition):
-    """One micro-batch's only partition: the serialized :class:`BarrierPlan`."""
+    """One micro-batch's only partition: its barriers' serialized :class:`BarrierPlan` s, in order."""
 
-    def __init__(self, plan_json: str) -> None:
-        super().__init__(plan_json)
-        self.plan_json = plan_json
+    def __init__(self, plan_jsons: list[str]) -> None:
+        super().__init__(plan_jsons)
+        self.plan_jsons = plan_jsons
 
 
 class BarrierFeed:
@@ -145,19 +145,23 @@ class BarrierFeed:
 
 
 class TsbStreamReader(DataSourceStreamReader):
-    """Offsets are ``{"barrier": n}`` (``-1`` before the first barrier); one barrier per batch.
+    """Offsets are ``{"barrier": n}`` (``-1`` before the first barrier); a micro-batch ``(start,
+    end]`` holds the ready barriers after ``start`` up to ``end``: at most
+    ``max_barriers_per_trigger`` of them (Structured Streaming's ``maxFilesPerTrigger`` for
+    barriers; :mod:`~airflow_provider_tsb.spark.barrier_group`), one when it is ``1``.
 
     Options: ``catalog`` (JSON catalog spec), ``job_id``, ``sources`` (JSON
     ``{table: location}``), ``start_after`` (barrier the sinks are at, ``-1`` for none),
-    optional ``until_barrier`` and ``max_barriers`` (the reader never offers a barrier past
-    them, so a stopping query never starts a barrier it will not finish), and
-    ``final_since_ms`` (nothing is offered after a final barrier generated since then; empty:
-    after any final barrier). The rules are :class:`BarrierFeed`'s.
+    ``max_barriers_per_trigger`` (default 1), optional ``until_barrier`` and ``max_barriers``
+    (the reader never offers a barrier past them, so a stopping query never starts a barrier it
+    will not finish), and ``final_since_ms`` (nothing is offered after a final barrier generated
+    since then; empty: after any final barrier). The rules are :class:`BarrierFeed`'s.
     """
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.job_id = options["job_id"]
         self.start_after = int(options.get("start_after", "-1"))
+        self.per_trigger = max(1, int(options.get("max_barriers_per_trigger") or 1))
         self._current = self.start_after
         self.feed = BarrierFeed(
             json.loads(options["catalog"]), self.job_id, json.loads(options["sources"]),
@@ -172,29 +176,38 @@ class TsbStreamReader(DataSourceStreamReader):
         return {"barrier": self.start_after}
 
     def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:  # noqa: N802
-        """The next barrier after ``start`` that is WRITTEN in all inputs (or ``start``)."""
+        """The last of the next ready barriers after ``start`` (at most ``max_barriers_per_trigger``
+        of them, WRITTEN in all inputs), or ``start`` when none is ready."""
         after = int(start["barrier"]) if start is not None else self._current
-        plan = self.feed.next_after(after)
-        self._current = plan.barrier if plan is not None else after
+        plans = self.feed.next_plans_after(after, self.per_trigger)
+        self._current = plans[-1].barrier if plans else after
         return {"barrier": self._current}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        """One partition holding the plan of barrier ``end`` (none for an empty range)."""
-        if int(start["barrier"]) == int(end["barrier"]):
+        """One partition holding the plans of the barriers in ``(start, end]`` (none for an empty
+        range). A micro-batch replayed from the checkpoint after a failure gets the same
+        barriers again: they are the ready barriers of that range, whatever the sinks hold.
+
+        Raises:
+            RuntimeError: the catalog has no ready barrier ``end`` after ``start`` (sinks restored
+                without their query's checkpoint reset).
+        """
+        first, last = int(start["barrier"]), int(end["barrier"])
+        if first == last:
             return []
-        plan = self.feed.plan_after(int(start["barrier"]))
-        if plan is None or plan.barrier != int(end["barrier"]):
+        plans = [p for p in self.feed.plans_after(first, last - first) if p.barrier <= last]
+        if not plans or plans[-1].barrier != last:
             raise RuntimeError(
-                f"tsb source for job {self.job_id}: micro-batch ({start}, {end}] expected barrier "
-                f"{end['barrier']} after {start['barrier']}, catalog returned "
-                f"{None if plan is None else plan.barrier} (sinks restored without resetting the checkpoint?)"
+                f"tsb source for job {self.job_id}: micro-batch ({first}, {last}] expected barrier "
+                f"{last} after {first}, catalog returned {[p.barrier for p in plans]} "
+                "(sinks restored without resetting the checkpoint?)"
             )
-        return [BarrierPartition(plan.to_json())]
+        return [BarrierPartition([plan.to_json() for plan in plans])]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int, str]]:
-        """Yield the control row ``(barrier, plan JSON)``."""
-        plan_json = partition.plan_json  # type: ignore[attr-defined]
-        yield (int(json.loads(plan_json)["barrier"]), plan_json)
+        """Yield a control row ``(barrier, plan JSON)`` per barrier of the micro-batch, in order."""
+        for plan_json in partition.plan_jsons:  # type: ignore[attr-defined]
+            yield (int(json.loads(plan_json)["barrier"]), plan_json)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the Delta commits are the durable state."""

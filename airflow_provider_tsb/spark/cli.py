@@ -47,7 +47,7 @@ def build_arg_parser(app: TsbApp) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-barriers-per-trigger", type=_positive_int, default=DEFAULT_MAX_BARRIERS_PER_TRIGGER, metavar="N",
-        help="streaming on Spark Connect: ready barriers one micro-batch takes at most (a Spark job per append sink "
+        help="streaming: ready barriers one micro-batch takes at most (a Spark job per append sink "
         "for all of them, a Delta commit per barrier)",
     )
     p.add_argument("--checkpoint", help="streaming checkpoint dir (default: <first sink>/_tsb_checkpoints/<job>)")

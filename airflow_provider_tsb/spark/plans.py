@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from airflow_provider_tsb.exceptions import UnknownBarrierError
 from airflow_provider_tsb.metastore.records import TsKind
 
-#: ready barriers one streaming micro-batch takes at most on Spark Connect (the operator's
+#: ready barriers one streaming micro-batch takes at most, on either engine (the operator's
 #: ``max_barriers_per_trigger``; :mod:`airflow_provider_tsb.spark.barrier_group`)
 DEFAULT_MAX_BARRIERS_PER_TRIGGER = 16
 

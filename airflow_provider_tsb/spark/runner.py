@@ -308,6 +308,8 @@ def _run_barrier(
             check_alignment(app, plan, locations)
         logs = {sink: SinkLog.read(locations[sink], app.job_id) for sink in sorted(app.sinks)}
     if all(sink_log.is_committed(plan.barrier) for sink_log in logs.values()):
+        if group is not None and group.plans and plan.barrier == group.first:  # a replay: the next stages the group
+            group.drop_first()
         if queue is not None:  # the previous barrier's WRITTEN first
             queue.wait()
         return _skip_committed(app, plan, logs, catalog)

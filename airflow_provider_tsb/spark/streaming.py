@@ -7,19 +7,21 @@
   ``STREAMING_CONNECT_SERIALIZATION_ERROR`` for a function that holds the client's session or
   catalog), so the barrier protocol could not stay in the job. Instead the client long-polls
   the catalog with the same :class:`~airflow_provider_tsb.spark.barrier_source.BarrierFeed`
-  the source uses and runs :func:`~airflow_provider_tsb.spark.runner.run_barrier` per barrier:
-  the same micro-batches, the same stop rules, no Python worker on the Spark side. Its
+  the source uses and runs :func:`~airflow_provider_tsb.spark.runner.run_barrier_group` per
+  micro-batch: the same micro-batches, the same stop rules, no Python worker on the Spark side. Its
   checkpoint is the sinks' Delta logs (a restarted client resumes after the barrier its sinks
   hold; replays are discarded by the txn).
 
 The Structured Streaming query:
 
 The source ``spark.readStream.format("tsb")`` (a Python Data Source) has offsets
-``{"barrier": n}``; each micro-batch covers exactly one barrier, the next one that is WRITTEN
-in all the job's inputs, and yields one control row ``(barrier, plan JSON)``. The sink is
-``foreachBatch`` running :func:`airflow_provider_tsb.spark.runner.run_barrier`, i.e. the
-exactly-once commit protocol. The checkpoint's offset log maps micro-batch -> barrier, so a
-restarted query replays the same barriers (whose commits the txn check then discards).
+``{"barrier": n}``; a micro-batch covers the next barriers that are WRITTEN in all the job's
+inputs, at most ``max_barriers_per_trigger`` of them (one with ``1``), and yields a control row
+``(barrier, plan JSON)`` per barrier. The sink is ``foreachBatch`` running
+:func:`airflow_provider_tsb.spark.runner.run_barrier_group` (one barrier:
+:func:`~airflow_provider_tsb.spark.runner.run_barrier`), i.e. the exactly-once commit protocol,
+a commit per barrier. The checkpoint's offset log maps micro-batch -> barriers, so a restarted
+query replays the same barriers (whose commits the txn check then discards).
 After restoring the sinks to an earlier barrier, delete the checkpoint.
 
 The source (:mod:`airflow_provider_tsb.spark.barrier_source`) runs in Spark Python workers: its
@@ -57,7 +59,7 @@ from airflow_provider_tsb.spark.barrier_source import (  # noqa: F401 - re-expor
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.model import TsbApp
 from airflow_provider_tsb.spark.plans import DEFAULT_MAX_BARRIERS_PER_TRIGGER
-from airflow_provider_tsb.spark.runner import run_barrier, run_barrier_group, sinks_base_barrier, start_run
+from airflow_provider_tsb.spark.runner import run_barrier_group, sinks_base_barrier, start_run
 from airflow_provider_tsb.spark.session import is_connect
 
 log = logging.getLogger("airflow_provider_tsb.spark")
@@ -83,8 +85,10 @@ def barrier_stream(
     after: int | None = None,
     wait_s: float = 0.0,
     poll_s: float = 0.05,
+    max_barriers_per_trigger: int = 1,
 ) -> DataFrame:
-    """The streaming DataFrame of the job's barriers (one control row per micro-batch).
+    """The streaming DataFrame of the job's barriers (a control row per barrier, up to
+    ``max_barriers_per_trigger`` barriers per micro-batch).
 
     ``after``: the barrier the sinks are at (read from their Delta logs when ``None``);
     ``wait_s``/``poll_s``: the source's long poll, seconds (see :class:`TsbStreamReader`).
@@ -103,6 +107,7 @@ def barrier_stream(
         .option("final_since_ms", "" if final_since_ms is None else str(final_since_ms))
         .option("wait_s", str(wait_s))
         .option("poll_s", str(poll_s))
+        .option("max_barriers_per_trigger", str(max_barriers_per_trigger))
         .load()
     )
 
@@ -135,9 +140,8 @@ def run_streaming(
             source's long poll); an idle query makes one micro-batch attempt per interval.
         poll_interval_s: seconds between catalog look-ups while the source waits: a ready
             barrier starts its micro-batch within about this delay.
-        max_barriers_per_trigger: Spark Connect engine: ready barriers one micro-batch takes at
-            most (:mod:`~airflow_provider_tsb.spark.barrier_group`); the submit engine's query
-            takes one barrier per micro-batch.
+        max_barriers_per_trigger: ready barriers one micro-batch takes at most, on either engine
+            (:mod:`~airflow_provider_tsb.spark.barrier_group`; ``1``: a micro-batch per barrier).
 
     A query that fails because a Spark Python worker missed its start-up window (a busy
     machine; :func:`python_worker_start_failed`) is restarted from its checkpoint, up to
@@ -159,7 +163,8 @@ def run_streaming(
                                         max_barriers_per_trigger=max_barriers_per_trigger, **stops)
     else:
         ckpt = checkpoint or os.path.join(locations[sorted(app.sinks)[0]], "_tsb_checkpoints", app.job_id)
-        done = _run_source_query(spark, app, catalog, locations, ckpt, base, **stops)
+        done = _run_source_query(spark, app, catalog, locations, ckpt, base,
+                                 max_barriers_per_trigger=max_barriers_per_trigger, **stops)
     catalog.heartbeat(app.job_id)
     return done
 
@@ -167,7 +172,7 @@ def run_streaming(
 def _run_source_query(
     spark: SparkSession, app: TsbApp, catalog: BarrierCatalog, locations: Mapping[str, str], ckpt: str,
     base: int | None, *, until_barrier: int | None, max_barriers: int | None, idle_timeout_s: float | None,
-    final_since_ms: int | None, wait_s: float, poll_s: float,
+    final_since_ms: int | None, wait_s: float, poll_s: float, max_barriers_per_trigger: int = 1,
 ) -> list[int]:
     """The submit engine's part of :func:`run_streaming`: the barrier source's streaming query,
     restarted from its checkpoint ``ckpt`` when a Python worker missed its start-up window;
@@ -179,6 +184,7 @@ def _run_source_query(
         query = _start_query(
             spark, app, catalog, locations, progress, ckpt, until_barrier=until_barrier, max_barriers=remaining,
             final_since_ms=final_since_ms, after=base, wait_s=wait_s, poll_s=poll_s,
+            max_barriers_per_trigger=max_barriers_per_trigger,
         )
         _watch(query, progress, until_barrier=until_barrier, max_barriers=max_barriers, idle_timeout_s=idle_timeout_s)
         exc = query.exception()
@@ -222,22 +228,25 @@ def _first_line(exc: BaseException) -> str:
 def _start_query(
     spark: SparkSession, app: TsbApp, catalog: BarrierCatalog, locations: Mapping[str, str], progress: _Progress,
     checkpoint: str, *, until_barrier: int | None, max_barriers: int | None, final_since_ms: int | None,
-    after: int | None, wait_s: float, poll_s: float,
+    after: int | None, wait_s: float, poll_s: float, max_barriers_per_trigger: int = 1,
 ) -> StreamingQuery:
-    """Start the barrier query whose ``foreachBatch`` runs :func:`run_barrier` (submit engine)."""
+    """Start the barrier query whose ``foreachBatch`` runs the micro-batch's barriers
+    (:func:`run_barrier_group`: one input lease, a commit each, in order; submit engine)."""
 
     def handle(batch: DataFrame, batch_id: int) -> None:
-        # control rows only (<= 1 barrier descriptor), never table data
+        # control rows only (a barrier descriptor each), never table data
         began = time.time()
         rows = batch.collect()
         source_s = time.time() - began
-        for row in rows:
-            plan = BarrierPlan.from_json(row["plan"])
-            poll = max(0.0, began - plan.ready_at_ms / 1000) if plan.ready_at_ms else 0.0
-            run_barrier(spark, app, plan, locations, catalog, before={"poll": poll, "source": source_s})
-            with progress.lock:
-                progress.barriers.append(plan.barrier)
-                progress.last_progress = time.monotonic()
+        plans = sorted((BarrierPlan.from_json(row["plan"]) for row in rows), key=lambda p: p.barrier)
+        if not plans:
+            return
+        poll = max(0.0, began - plans[0].ready_at_ms / 1000) if plans[0].ready_at_ms else 0.0
+        done = run_barrier_group(spark, app, plans, locations, catalog, before={"poll": poll, "source": source_s})
+        with progress.lock:
+            progress.barriers.extend(done)
+            progress.last_progress = time.monotonic()
+            for plan in plans:
                 if plan.ends_input_since(final_since_ms):
                     progress.final = plan.barrier
 
@@ -245,6 +254,7 @@ def _start_query(
         barrier_stream(
             spark, app, catalog, locations, until_barrier=until_barrier, max_barriers=max_barriers,
             final_since_ms=final_since_ms, after=after, wait_s=wait_s, poll_s=poll_s,
+            max_barriers_per_trigger=max_barriers_per_trigger,
         )
         .writeStream.queryName(f"tsb_{app.job_id}")
         .foreachBatch(handle)
@@ -310,7 +320,7 @@ def run_client_micro_batches(
     Returns the barriers committed (or found committed), ascending.
 
     Raises:
-        whatever :func:`run_barrier` raises for a barrier (the micro-batch failed).
+        whatever :func:`run_barrier_group` raises for a barrier (the micro-batch failed).
     """
     feed = BarrierFeed(
         catalog.spec(), app.job_id, {n: locations[n] for n in app.sources}, until_barrier=until_barrier,

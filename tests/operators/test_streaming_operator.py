@@ -202,7 +202,7 @@ def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_
     assert offset == {"barrier": first + 1}, offset
     assert 1.0 <= waited < 20, waited
     partitions = reader.partitions({"barrier": first}, offset)
-    assert [json.loads(p.plan_json)["barrier"] for p in partitions] == [first + 1]
+    assert [json.loads(j)["barrier"] for p in partitions for j in p.plan_jsons] == [first + 1]
 
     idle = TsbStreamReader({
         "catalog": json.dumps({"kind": "metastore", "url": streaming_store.url, "report": ""}),

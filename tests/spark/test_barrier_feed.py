@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from airflow_provider_tsb.delta.roots import append_rows
 from airflow_provider_tsb.spark.barrier_source import BarrierFeed
@@ -53,3 +54,40 @@ def test_a_batch_stops_at_until_barrier_max_barriers_and_a_final_barrier(tmp_pat
     final = BarrierFeed(catalog.spec(), "job", sources, catalog=catalog)
     assert [p.barrier for p in final.next_plans_after(2, 16)] == [3, 4, 5]
     assert final.final == 5 and final.ended(5) and final.next_plans_after(5, 16) == []
+
+
+def test_the_stream_reader_offers_ranges_of_ready_barriers_and_replays_them(tmp_path: Path) -> None:
+    """The ``spark-submit`` engine's source (``TsbStreamReader``): a micro-batch ``(start, end]``
+    holds up to ``max_barriers_per_trigger`` ready barriers, and its partition the plans of every
+    one of them in order, the same when Spark replays the range from its checkpoint."""
+    import json
+
+    from airflow_provider_tsb.spark.barrier_source import TsbStreamReader
+
+    catalog, sources = _catalog(tmp_path, 7)
+
+    def reader(per_trigger: str | None) -> TsbStreamReader:
+        options = {"catalog": json.dumps(catalog.spec()), "job_id": "job", "sources": json.dumps(sources),
+                   "start_after": "-1"}
+        return TsbStreamReader(options if per_trigger is None else {**options, "max_barriers_per_trigger": per_trigger})
+
+    def barriers(r: TsbStreamReader, start: int, end: int) -> list[int]:
+        parts = r.partitions({"barrier": start}, {"barrier": end})
+        rows = [row for part in parts for row in r.read(part)]
+        assert [json.loads(plan)["barrier"] for _, plan in rows] == [b for b, _ in rows]
+        return [b for b, _ in rows]
+
+    grouped = reader("3")
+    assert grouped.latestOffset({"barrier": -1}) == {"barrier": 3}
+    assert barriers(grouped, -1, 3) == [1, 2, 3]
+    assert grouped.latestOffset({"barrier": 3}) == {"barrier": 6}
+    assert barriers(grouped, 3, 6) == [4, 5, 6]
+    assert barriers(reader("3"), 3, 6) == [4, 5, 6]  # a restarted query replays the range it logged
+    assert grouped.latestOffset({"barrier": 6}) == {"barrier": 7}
+    assert barriers(grouped, 7, 7) == []
+    single = reader(None)  # without the option: a barrier per micro-batch, as before
+    assert single.latestOffset({"barrier": 2}) == {"barrier": 3}
+    assert barriers(single, 2, 3) == [3]
+    with pytest.raises(RuntimeError, match=r"micro-batch \(2, 9\] expected barrier 9 after 2, catalog returned "
+                       r"\[3, 4, 5, 6, 7\]"):
+        barriers(single, 2, 9)

