@@ -12,7 +12,7 @@ Costs are given per function; "walk" means one small log-file read per commit vi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from airflow_provider_tsb.delta.conventions import (
     RESTORE_BARRIER_KEY,
     RESTORE_NEXT_EPOCH_KEY,
     TRUNCATE_KEY,
+    BarrierTag,
     app_id,
     parse_tag,
 )
@@ -86,6 +87,33 @@ def iter_lineage(
         version -= 1
 
 
+def tagged_lineage(
+    location: str, start: int | None = None, *, read: Callable[[int], dict[str, Any] | None] | None = None,
+) -> Iterator[tuple[int, BarrierTag]]:
+    """Yield ``(version, tag)`` of the barrier commits of the current lineage, newest first
+    (:func:`iter_lineage`'s walk; commits without a ``tsb`` tag are passed over).
+
+    Raises:
+        as :func:`iter_lineage`.
+    """
+    for version, info in iter_lineage(location, start, read=read):
+        tag = parse_tag(info)
+        if tag is not None:
+            yield version, tag
+
+
+def version_in_lineage(tagged: Iterable[tuple[int, BarrierTag]], barrier: int) -> int | None:
+    """The newest version tagged with ``barrier`` among ``tagged`` (newest first, as
+    :func:`tagged_lineage` yields them), or ``None``; stops at the first older barrier (barrier
+    ids grow along a lineage)."""
+    for version, tag in tagged:
+        if tag.barrier == barrier:
+            return version
+        if tag.barrier < barrier:
+            return None
+    return None
+
+
 def barrier_of_version(location: str, version: int) -> int | None:
     """Return the barrier tagged on commit ``version``, or ``None`` if it is not a tsb commit.
 
@@ -111,15 +139,7 @@ def version_of_barrier(location: str, barrier: int) -> int | None:
     table = latest_table_or_none(location)
     if table is None:
         return None
-    for version, info in iter_lineage(location, table.version()):
-        tag = parse_tag(info)
-        if tag is None:
-            continue
-        if tag.barrier == barrier:
-            return version
-        if tag.barrier < barrier:
-            return None
-    return None
+    return version_in_lineage(tagged_lineage(location, table.version()), barrier)
 
 
 def versions_of_barriers(location: str, after: int | None) -> dict[int, int]:
@@ -133,10 +153,7 @@ def versions_of_barriers(location: str, after: int | None) -> dict[int, int]:
     table = latest_table_or_none(location)
     if table is None:
         return found
-    for version, info in iter_lineage(location, table.version()):
-        tag = parse_tag(info)
-        if tag is None:
-            continue
+    for version, tag in tagged_lineage(location, table.version()):
         if after is not None and tag.barrier <= after:
             break
         found.setdefault(tag.barrier, version)
@@ -153,11 +170,8 @@ def latest_written_barrier(location: str) -> tuple[int, int] | None:
     table = latest_table_or_none(location)
     if table is None:
         return None
-    for version, info in iter_lineage(location, table.version()):
-        tag = parse_tag(info)
-        if tag is not None:
-            return tag.barrier, version
-    return None
+    newest = next(tagged_lineage(location, table.version()), None)
+    return (newest[1].barrier, newest[0]) if newest is not None else None
 
 
 def table_epoch(location: str, *, table: Any = None) -> TableEpoch:

@@ -21,7 +21,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from airflow_provider_tsb.delta.barriers import TableEpoch, epoch_of, iter_lineage
+from airflow_provider_tsb.delta.barriers import TableEpoch, epoch_of, tagged_lineage, version_in_lineage
 from airflow_provider_tsb.delta.conventions import app_id, parse_tag
 from airflow_provider_tsb.delta.log import (
     commit_info,
@@ -102,25 +102,14 @@ class SinkLog:
         """
         if self.version is None:
             return None
-        for version, info in iter_lineage(self.location, self.version, read=self.commit_info):
-            tag = parse_tag(info)
-            if tag is None:
-                continue
-            if tag.barrier == barrier:
-                return version
-            if tag.barrier < barrier:
-                return None
-        return None
+        return version_in_lineage(tagged_lineage(self.location, self.version, read=self.commit_info), barrier)
 
     def head(self) -> tuple[int, int] | None:
         """``(barrier, version)`` of the newest barrier WRITTEN in the table, or ``None``."""
         if self.version is None:
             return None
-        for version, info in iter_lineage(self.location, self.version, read=self.commit_info):
-            tag = parse_tag(info)
-            if tag is not None:
-                return tag.barrier, version
-        return None
+        newest = next(tagged_lineage(self.location, self.version, read=self.commit_info), None)
+        return (newest[1].barrier, newest[0]) if newest is not None else None
 
     def attempt_of(self, barrier: int) -> str | None:
         """The attempt id (``tsb.attempt``) of the commit holding ``barrier``, or ``None``."""
