@@ -1,7 +1,8 @@
 """The barrier feed's batches of ready barriers (``BarrierFeed.next_plans_after``, what a streaming
-micro-batch on Spark Connect takes): in order, at most ``limit``, never past ``until_barrier``
-or ``max_barriers``, and nothing after a final barrier (FLIP-147), on a real plan file over a
-real Delta root table."""
+micro-batch takes on either engine): in order, at most ``limit``, never past ``until_barrier``
+or ``max_barriers``, and nothing after a final barrier (FLIP-147); the ``spark-submit`` engine's
+source offering them as offset ranges; a replayed micro-batch's group starting after what the
+sink holds. On a real plan file over real Delta tables."""
 
 from __future__ import annotations
 
@@ -91,3 +92,30 @@ def test_the_stream_reader_offers_ranges_of_ready_barriers_and_replays_them(tmp_
     with pytest.raises(RuntimeError, match=r"micro-batch \(2, 9\] expected barrier 9 after 2, catalog returned "
                        r"\[3, 4, 5, 6, 7\]"):
         barriers(single, 2, 9)
+
+
+def test_a_replayed_micro_batch_starts_its_group_after_the_barriers_its_sinks_hold(tmp_path: Path) -> None:
+    """A micro-batch Spark replays from its checkpoint after a failure may begin with barriers the
+    sink already committed: each is skipped (WRITTEN re-reported from the log) and hands the
+    group's start on, so the barriers left are still staged together by the first of them."""
+    from deltalake import Schema as DeltaSchema
+
+    from airflow_provider_tsb.delta.commit import commit_barrier_files
+    from airflow_provider_tsb.delta.conventions import BarrierTag
+    from airflow_provider_tsb.spark.barrier_group import BarrierGroup
+    from airflow_provider_tsb.spark.model import Sink, TsbApp
+    from airflow_provider_tsb.spark.runner import run_barrier
+
+    catalog, sources = _catalog(tmp_path, 5)
+    sink = str(tmp_path / "out")
+    for barrier in (1, 2, 3):  # the sink holds barriers 1-3
+        commit_barrier_files(sink, [], tag=BarrierTag(barrier, "job"), mode="append",
+                             schema=DeltaSchema.from_arrow(pa.schema([("id", pa.int64())])))
+    app = TsbApp("job", {ROOT: None}, {"out": Sink()}, lambda ctx: {})
+    plans = BarrierFeed(catalog.spec(), "job", sources, catalog=catalog).next_plans_after(1, 4)
+    group = BarrierGroup(plans)
+    assert group.first == 2
+    for plan in plans[:2]:  # no Spark needed: a committed barrier is never processed
+        [result] = run_barrier(None, app, plan, {**sources, "out": sink}, None, group=group)  # type: ignore[arg-type]
+        assert result.skipped and result.barrier == plan.barrier and result.version == plan.barrier - 1
+    assert group.first == 4 and [p.barrier for p in group.plans] == [4, 5]
