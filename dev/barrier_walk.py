@@ -22,7 +22,7 @@ points (``spark.killpoints``), paths and single commit reads (``delta.log``), st
 (``delta.storage``), the tag format (``delta.conventions``) and the error classes
 (``delta.errors``).
 
-    .venv/bin/python -m dev.barrier_walk [--remote sc://HOST:PORT] [--quiet spark.timing,...]
+    .venv/bin/python -m dev.barrier_walk [--remote sc://HOST:PORT] [--quiet spark.timing,...] [--barrier 2]
 """
 
 from __future__ import annotations
@@ -130,15 +130,15 @@ def traced(quiet: set[str]) -> Iterator[Walk]:
         sys.setprofile(None)
 
 
-def trace_run_barrier(quiet: set[str]) -> tuple[Callable[..., Any], list[tuple[str, Walk]]]:
-    """A ``run_barrier`` that traces its barrier-2 calls, and the walks recorded."""
+def trace_run_barrier(quiet: set[str], barrier: int = 2) -> tuple[Callable[..., Any], list[tuple[str, Walk]]]:
+    """A ``run_barrier`` that traces its calls for ``barrier``, and the walks recorded."""
     from airflow_provider_tsb.spark import runner
 
     original = runner.run_barrier
     walks: list[tuple[str, Walk]] = []
 
     def run_barrier(spark: Any, app: Any, plan: Any, *args: Any, **kwargs: Any) -> Any:
-        if plan.barrier != 2:
+        if plan.barrier != barrier:
             return original(spark, app, plan, *args, **kwargs)
         with traced(quiet) as walk:
             result = original(spark, app, plan, *args, **kwargs)
@@ -148,9 +148,9 @@ def trace_run_barrier(quiet: set[str]) -> tuple[Callable[..., Any], list[tuple[s
     return run_barrier, walks
 
 
-def report(job_id: str, walk: Walk) -> str:
+def report(job_id: str, walk: Walk, barrier: int = 2) -> str:
     """The walk of one job's barrier as text."""
-    lines = [f"job {job_id}, barrier 2: stops={len(walk.stops)} modules={len(walk.modules)} "
+    lines = [f"job {job_id}, barrier {barrier}: stops={len(walk.stops)} modules={len(walk.modules)} "
              f"revisits={walk.revisits} climbs={len(walk.climbs)}"]
     lines += [f"  {i:2d}. {stop}" for i, stop in enumerate(walk.stops, 1)]
     if walk.climbs:
@@ -165,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--remote", help="a Spark Connect server (default: a local Spark driver)")
     parser.add_argument("--quiet", default=QUIET, help="modules left out of the walk (comma-separated)")
+    parser.add_argument("--barrier", type=int, default=2,
+                        help="the barrier traced (2: the first after the sinks were created; 3 and on: an append "
+                             "after an append, each run's steady state)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from airflow_provider_tsb.spark import runner
@@ -174,15 +177,15 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = get_spark("tsb-barrier-walk", master="local[1]", remote=args.remote)
     apps = [load_app_module(f"wordcount/{name}.py").APP for name in ("wordcount_words", "wordcount_counts")]
-    traced_run, walks = trace_run_barrier({m for m in args.quiet.split(",") if m})
+    traced_run, walks = trace_run_barrier({m for m in args.quiet.split(",") if m}, args.barrier)
     runner.run_barrier = traced_run  # run_batch calls it through the module
     with tempfile.TemporaryDirectory() as tmp:
-        plan, _tables = make_wordcount_plan(Path(tmp), 2)
+        plan, _tables = make_wordcount_plan(Path(tmp), args.barrier)
         catalog = PlanFileCatalog(plan, plan + ".report.json")
         for app in apps:
             runner.run_batch(spark, app, catalog, app.resolve_locations(catalog.tables()))
     for job_id, walk in walks:
-        print(report(job_id, walk))
+        print(report(job_id, walk, args.barrier))
     return 0
 
 

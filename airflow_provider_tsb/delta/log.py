@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,27 +25,64 @@ from airflow_provider_tsb.delta.storage import is_remote, pyarrow_filesystem, st
 
 LOG_DIR = "_delta_log"
 
-#: commit files read in the current :func:`shared_commit_reads` block: {(location, version): actions}
-_SHARED: contextvars.ContextVar[dict[tuple[str, int], list[dict[str, Any]]] | None] = contextvars.ContextVar(
-    "tsb_shared_commit_reads", default=None
-)
+class CommitMemo:
+    """Commit files already read, by ``(location, version)``: at most ``size`` of them, the least
+    recently used dropped first.
+
+    A commit file ``_delta_log/<n>.json`` is written once and never changed (Delta protocol "Delta
+    Log Entries"), so its actions can be kept for as long as a job runs: a barrier's newest sink
+    commit is the one the next barrier's log read starts from, and an input's version at barrier
+    ``n`` is its version before barrier ``n + 1``.
+
+    Args:
+        size: commits kept (a few per table and barrier; 256 is a few hundred KB).
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._actions: OrderedDict[tuple[str, int], list[dict[str, Any]]] = OrderedDict()
+
+    def get(self, key: tuple[str, int]) -> list[dict[str, Any]] | None:
+        """The actions kept for ``key``, or ``None``."""
+        actions = self._actions.get(key)
+        if actions is not None:
+            self._actions.move_to_end(key)
+        return actions
+
+    def put(self, key: tuple[str, int], actions: list[dict[str, Any]]) -> None:
+        """Keep ``actions`` for ``key``."""
+        self._actions[key] = actions
+        self._actions.move_to_end(key)
+        while len(self._actions) > self.size:
+            self._actions.popitem(last=False)
+
+
+#: the memo of the current :func:`shared_commit_reads` block
+_SHARED: contextvars.ContextVar[CommitMemo | None] = contextvars.ContextVar("tsb_shared_commit_reads", default=None)
 
 
 @contextmanager
-def shared_commit_reads() -> Iterator[None]:
-    """Within the block (one barrier of a job), each commit file is read at most once.
+def shared_commit_reads(memo: CommitMemo | None = None) -> Iterator[CommitMemo]:
+    """Within the block (a job's run, or one barrier), each commit file is read at most once
+    while the block's :class:`CommitMemo` keeps it: the alignment check, the change reads of the
+    inputs and the sinks' look-ups share them, and so do the barriers of a run. A commit found
+    absent is not kept (it may be committed later in the block). Blocks nest: an inner block uses
+    the outermost one's memo.
 
-    A commit file ``_delta_log/<n>.json`` is written once and never changed (Delta protocol
-    "Delta Log Entries"), so its actions are kept for the block: the alignment check, the change
-    reads of the inputs and the sinks' look-ups share them. A commit found absent is not kept
-    (it may be committed later in the block). Blocks nest; the outermost one owns the memo.
+    Args:
+        memo: a memo kept by the caller across blocks (a streaming query's micro-batches, each
+            run in a callback of its own); default a new one for the block.
+
+    Yields the block's memo.
     """
-    if _SHARED.get() is not None:
-        yield
+    outer = _SHARED.get()
+    if outer is not None:
+        yield outer
         return
-    token = _SHARED.set({})
+    memo = memo if memo is not None else CommitMemo()
+    token = _SHARED.set(memo)
     try:
-        yield
+        yield memo
     finally:
         _SHARED.reset(token)
 
@@ -121,16 +159,17 @@ def open_table(location: str, version: int | None = None) -> DeltaTable:
 def read_commit_actions(location: str, version: int) -> list[dict[str, Any]] | None:
     """Return the actions of commit ``version`` (one dict per JSON line), or ``None`` if absent.
 
-    Cost: one read of ``_delta_log/<version:020d>.json``; none when it was read before in the
-    current :func:`shared_commit_reads` block.
+    Cost: one read of ``_delta_log/<version:020d>.json``; none when the current
+    :func:`shared_commit_reads` block keeps it.
     """
     shared = _SHARED.get()
     key = (normalize_location(location), int(version))
-    if shared is not None and key in shared:
-        return shared[key]
+    kept = shared.get(key) if shared is not None else None
+    if kept is not None:
+        return kept
     actions = _read_commit_file(location, version)
     if shared is not None and actions is not None:
-        shared[key] = actions
+        shared.put(key, actions)
     return actions
 
 

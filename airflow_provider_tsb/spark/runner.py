@@ -415,12 +415,14 @@ def _run_in_order(
 ) -> list[int]:
     """:func:`run_barrier` for each plan in order, under one input lease over every plan's inputs
     (:class:`RunLease`), each barrier's reports behind the next barrier's work
-    (:class:`ReportQueue`); ``group``: the plans' micro-batch (a plan the group ended before runs
-    alone); ``before``: the first barrier's phases before the call. Returns the barriers done."""
+    (:class:`ReportQueue`), each commit file read once for all of them (the barrier before's
+    sink commit is the next one's log head; :func:`shared_commit_reads`); ``group``: the plans'
+    micro-batch (a plan the group ended before runs alone); ``before``: the first barrier's
+    phases before the call. Returns the barriers done."""
     done: list[int] = []
     run_lease = RunLease.take(catalog, app.job_id, plans)
-    try:
-        with ReportQueue(app.job_id, getattr(catalog, "release_lease", None)) as queue:
+    try:  # the commit files read are shared by the run's barriers (immutable: Delta protocol)
+        with shared_commit_reads(), ReportQueue(app.job_id, getattr(catalog, "release_lease", None)) as queue:
             for plan in plans:
                 member = group if group is not None and plan in group.plans else None
                 run_barrier(spark, app, plan, locations, catalog, before=None if done else before, queue=queue,

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from airflow_provider_tsb.delta.log import CommitMemo, shared_commit_reads
 from airflow_provider_tsb.spark.barrier_source import (  # noqa: F401 - re-exported
     SOURCE_SCHEMA,
     BarrierFeed,
@@ -233,6 +234,8 @@ def _start_query(
     """Start the barrier query whose ``foreachBatch`` runs the micro-batch's barriers
     (:func:`run_barrier_group`: one input lease, a commit each, in order; submit engine)."""
 
+    memo = CommitMemo()  # commit files read, shared by the micro-batches (shared_commit_reads)
+
     def handle(batch: DataFrame, batch_id: int) -> None:
         # control rows only (a barrier descriptor each), never table data
         began = time.time()
@@ -242,7 +245,8 @@ def _start_query(
         if not plans:
             return
         poll = max(0.0, began - plans[0].ready_at_ms / 1000) if plans[0].ready_at_ms else 0.0
-        done = run_barrier_group(spark, app, plans, locations, catalog, before={"poll": poll, "source": source_s})
+        with shared_commit_reads(memo):
+            done = run_barrier_group(spark, app, plans, locations, catalog, before={"poll": poll, "source": source_s})
         with progress.lock:
             progress.barriers.extend(done)
             progress.last_progress = time.monotonic()
@@ -329,6 +333,7 @@ def run_client_micro_batches(
     current = -1 if after is None else after
     done: list[int] = []
     last_progress = time.monotonic()
+    memo = CommitMemo()  # commit files read, shared by the micro-batches (shared_commit_reads)
     while not feed.ended(current):
         if max_barriers is not None and len(done) >= max_barriers:
             break
@@ -341,7 +346,8 @@ def run_client_micro_batches(
                 break
             continue
         poll = max(0.0, time.time() - plans[0].ready_at_ms / 1000) if plans[0].ready_at_ms else 0.0
-        done.extend(run_barrier_group(spark, app, plans, locations, catalog, before={"poll": poll}))
+        with shared_commit_reads(memo):
+            done.extend(run_barrier_group(spark, app, plans, locations, catalog, before={"poll": poll}))
         current = plans[-1].barrier
         last_progress = time.monotonic()
     if feed.final is not None and current >= feed.final:

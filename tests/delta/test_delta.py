@@ -109,6 +109,39 @@ def test_a_sink_log_read_once_answers_every_look_up(tmp_path: Path) -> None:
     assert sorted(v for _loc, v in opened) == [2, 3], opened  # each commit file once
 
 
+
+def test_a_run_reads_each_commit_file_once_across_its_barriers(tmp_path: Path) -> None:
+    """A job's run keeps the commit files it read (``CommitMemo``, immutable files: Delta protocol
+    "Delta Log Entries"): a barrier's own new commit, read to find its version, is the next
+    barrier's log head, read then from the memo; a memo kept by the caller carries over blocks
+    (a streaming query's micro-batches); the oldest entries go past its size; an absent commit
+    is read again."""
+    from unittest import mock
+
+    from airflow_provider_tsb.delta import log as delta_log
+    from airflow_provider_tsb.delta.sink_log import SinkLog
+
+    t = tmp_path / "t"
+    commit(t, 1)
+    opened: list[int] = []
+    real = delta_log._read_commit_file
+    memo = delta_log.CommitMemo(size=3)
+    with mock.patch.object(delta_log, "_read_commit_file", side_effect=lambda *a: opened.append(a[1]) or real(*a)):
+        for barrier in (2, 3, 4):  # each as a micro-batch of its own, in one run
+            with delta_log.shared_commit_reads(memo) as shared:
+                assert shared is memo
+                log = SinkLog.read(str(t), JOB)  # the head: the commit before, read by that commit
+                assert log.head() == (barrier - 1, barrier - 2)
+                out = commit_barrier_files(str(t), [stage(t, barrier, 1)], tag=BarrierTag(barrier, JOB),
+                                           mode="append", schema=DeltaSchema.from_arrow(SCHEMA), log=log)
+                assert (out.version, out.committed) == (barrier - 1, True)
+        assert opened == [0, 1, 2, 3], opened  # version 0 at the first head; then each new commit once
+        with delta_log.shared_commit_reads(memo):
+            assert delta_log.read_commit_actions(str(t), 99) is None
+            assert delta_log.read_commit_actions(str(t), 99) is None  # absent: not kept
+            delta_log.read_commit_actions(str(t), 0)  # dropped: only the 3 newest are kept
+    assert opened == [0, 1, 2, 3, 99, 99, 0], opened
+
 def test_replay_is_discarded(tmp_path: Path) -> None:
     t = tmp_path / "t"
     commit(t, 1)
