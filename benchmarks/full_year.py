@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -121,14 +122,18 @@ def plain_job(bench: FlightsBench, job_id: str, barriers: tuple[int, int] | None
 
 def run_interleaved(batch: FlightsBench, plain: FlightsBench, days: int, chunk: int) -> dict[str, float]:
     """The batch and plain arms in turns of ``chunk`` barriers of one job (each turn a process
-    of each arm), the arm that goes first alternating turn by turn (ABBA): on one Connect server
+    of each arm), the arm that goes first alternating turn by turn and from one job's first turn
+    to the next's (ABBA), after the ingested days are flushed to disk: on one Connect server
     each stretch of a job runs next to the same stretch of the other arm, so the server's
     warming through the year and the advantage of running second fall on both arms alike.
     ``chunk`` >= ``days``: one turn per job. The tsb arm's last turn takes the final barrier.
     Returns each arm's seconds, the sum of its turns'."""
     seconds = {"batch": 0.0, "plain": 0.0}
-    turn = 0
-    for job_id in JOBS:
+    os.sync()  # the arms' ingested days written out now, not by the kernel during the first turn
+    for index, job_id in enumerate(JOBS):
+        # each job starts with the arm the previous job started second with: a job's first
+        # turn (new query shapes after another job's) was the slow one for the arm going first
+        turn = index
         for first in range(1, days + 1, chunk):
             last = min(first + chunk - 1, days)
             runners = {"batch": lambda j=job_id, n=last: batch_job(batch, j, None if n == days else n),
