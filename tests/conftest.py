@@ -58,7 +58,7 @@ SHARED_GROUPS: dict[str, str] = {
 
 
 def xdist_group(nodeid: str) -> str:
-    """The xdist group of a test (``make test`` runs ``-n 2``, scheduled by
+    """The xdist group of a test (``make test`` runs ``-n <cores + 1>``, scheduled by
     :func:`pytest_xdist_make_scheduler`): its file's :data:`SHARED_GROUPS` group, else its file,
     so a module's tests keep their order in one worker (some go on from what an earlier one
     left) and its module fixtures are built once."""
@@ -86,7 +86,7 @@ LONG_MARKERS = ("e2e", "cluster", "airflow", "browser")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """``make test``'s ``-n 2``: whole :func:`xdist_group` groups go to a worker, in collection
+    """``make test``'s ``-n <cores + 1>``: whole :func:`xdist_group` groups go to a worker, in collection
     order (xdist's ``loadscope`` scheduler with the groups as scopes; its ``loadgroup`` reads
     the node id suffix that xdist 3.8 can no longer set under pytest 9.2)."""
     from xdist.scheduler import LoadScopeScheduling
