@@ -275,6 +275,9 @@ def main() -> int:
     if args.serve:
         serve(args.serve[0], int(args.serve[1]))
         return 0
+    if args.generator == "httpx":
+        print("note: the clients are Python threads on the server's cores (wrk not on the PATH, or --generator "
+              "httpx): their CPU is in the figures; apt-get install wrk for the server's own", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="tsb-sharing-load-") as tmp, metastore_url(args.sqlite, tmp) as url:
         build(url, Path(tmp) / "wh", args.barriers)
         server = airflow_api_server(url, args.workers) if args.api_server else standalone_server(url)
