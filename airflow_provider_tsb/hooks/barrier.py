@@ -272,7 +272,11 @@ class TsbBarrierHook(BaseHook):
                     self.log.info("final barrier %s (%s): root versions %s", info.barrier, why, versions)
                 break
             if out_of_time:
-                self.log.warning("stopping without a final barrier: root tables %s not readable", versions)
+                if versions is None:
+                    self.log.warning("stopping without a final barrier: a root table does not exist yet")
+                else:
+                    self.log.info("stopping without a final barrier (final_on_stop=False) at root versions %s",
+                                  versions)
                 break
             info = self._barrier_if_changed(store, versions, f"{run_prefix}#{seq}", max_in_flight)
             if info is not None:

@@ -175,7 +175,7 @@ def test_emitter_generates_a_final_barrier_at_end_of_input(tsb_env) -> None:
     # new data reopens the input; the next stretch emits barriers and, on its duration, a final one
     ingest_next_words(words, run_key="r3", lines=20)
     assert not input_ended(words)
-    short = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=0.5)
+    short = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=1.5)
     assert short.execute(run_context("run-2")) == [2, 3]
     assert [tsb_env.store.barriers.barrier("wordcount", b).final for b in (2, 3)] == [False, True]
 
@@ -273,13 +273,14 @@ def test_emitter_backpressure_keeps_at_most_max_in_flight_uncommitted(tsb_env) -
     topo = wordcount_topology(tsb_env.warehouse)
     words = topo.location("raw.words")
     ingest_next_words(words, run_key="r1", lines=5)
-    emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=0.5,
+    # 2 s: room for two barriers on a busy CI worker (one took 0.74 s there with 0.5 s given)
+    emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=2.0,
                                         max_in_flight=2, final_on_stop=False)
     stop = threading.Event()
 
     def feed() -> None:  # new data all the time, no job commits anything
         i = 2
-        while not stop.is_set():
+        while not stop.wait(0.02):  # leave the emitter the GIL between commits
             ingest_next_words(words, run_key=f"r{i}", lines=5)
             i += 1
 
@@ -294,7 +295,7 @@ def test_emitter_backpressure_keeps_at_most_max_in_flight_uncommitted(tsb_env) -
     tsb_env.store.table_states.record_written("wordcount.word_count", 1, 0, "wordcount_words")
     tsb_env.store.table_states.record_written("wordcount.count_of_counts", 1, 0, "wordcount_counts")
     ingest_next_words(words, run_key="more", lines=5)
-    again = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=0.3,
+    again = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=1.0,
                                       max_in_flight=2, final_on_stop=False)
     assert again.execute(run_context("run-2")) == [3]  # barrier 1 committed: room for one more
 
