@@ -3,7 +3,7 @@
 
 Runs the FLIP-276 word count (``spark_apps/wordcount``: ``wordcount_words``, a merge sink fed by
 the root table's changes and its own previous state; ``wordcount_counts``, an overwrite sink over
-an intermediate input) in batch mode on a plan file, barrier 1 untraced, then traces each job's
+an intermediate input) in batch mode, barrier 1 untraced, then traces each job's
 ``run_barrier`` of barrier 2 with :func:`sys.setprofile` and prints:
 
 * the walk: the modules entered by a call from another module, in call order, consecutive
@@ -22,7 +22,13 @@ points (``spark.killpoints``), paths and single commit reads (``delta.log``), st
 (``delta.storage``), the tag format (``delta.conventions``) and the error classes
 (``delta.errors``).
 
-    .venv/bin/python -m dev.barrier_walk [--remote sc://HOST:PORT] [--quiet spark.timing,...] [--barrier 2]
+The catalog is the metastore (a SQLite file, the topology registered and its barriers generated
+as the emitter does), as a job the operator starts sees it: a batch run's input lease covers its
+barriers and the reports run on the report queue's thread (not traced: the walk is the
+barrier's thread). ``--plan-file`` traces the plan-file catalog instead (no leases, every report
+synchronous).
+
+    .venv/bin/python -m dev.barrier_walk [--remote sc://HOST:PORT] [--plan-file] [--quiet MODULES] [--barrier 2]
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "airflow_provider_tsb"
 LAYERS = {"delta": 0, "metastore": 1, "spark": 2}
 #: modules left out of the walk by default (see the module doc)
-QUIET = "spark.timing,spark.killpoints,delta.log,delta.storage,delta.conventions,delta.errors"
+QUIET = "spark.timing,spark.killpoints,spark.frames,delta.log,delta.storage,delta.conventions,delta.errors"
 
 
 def module_of(filename: str) -> str | None:
@@ -59,30 +65,66 @@ def layer(module: str) -> int:
     return LAYERS.get(module.split(".")[0], -1)
 
 
+#: the control plane a barrier reports to (its catalog, the input lease, the report queue, the
+#: metastore behind them): calls into it are *messages* of the protocol at fixed points (the
+#: barrier's start, PROCESSED before its commit, WRITTEN after), listed apart from the stops
+CONTROL = ("spark.catalog", "spark.metastore_catalog", "spark.barrier_reports", "spark.report_queue",
+           "spark.input_leases", "metastore.")
+
+
+def is_control(module: str) -> bool:
+    """Whether ``module`` is of the control plane (:data:`CONTROL`)."""
+    return any(module == c or (c.endswith(".") and module.startswith(c)) for c in CONTROL)
+
+
+def add_stop(stops: list[str], module: str, function: str) -> None:
+    """Append ``module:function`` unless the walk is already in ``module``."""
+    if not stops or stops[-1].split(":")[0] != module:
+        stops.append(f"{module}:{function}")
+
+
+def count_revisits(stops: list[str]) -> int:
+    """Stops in a module the walk had already left."""
+    seen: set[str] = set()
+    count = 0
+    for stop in stops:
+        module = stop.split(":")[0]
+        count += module in seen
+        seen.add(module)
+    return count
+
+
 @dataclass
 class Walk:
-    """The stops of one traced call and what they add up to."""
+    """The stops of one traced call and what they add up to.
+
+    Attributes:
+        stops: the plan's walk: the stops outside the app's reads and the control plane.
+        all_stops: every stop, the app's reads and the control plane's included.
+        app_reads: ``(stops before it, its stops)`` of each call the app's ``process`` made
+            into the package (a read of the context).
+        messages: ``(stops before it, module:function)`` of each call into the control plane.
+    """
 
     stops: list[str] = field(default_factory=list)
+    all_stops: list[str] = field(default_factory=list)
+    app_reads: list[tuple[int, list[str]]] = field(default_factory=list)
+    #: ``(kind, index)`` of the messages and app reads in call order (``kind``: ``control`` or ``app``)
+    asides: list[tuple[str, int]] = field(default_factory=list)
+    messages: list[tuple[int, str]] = field(default_factory=list)
     climbs: list[str] = field(default_factory=list)
     quiet: collections.Counter = field(default_factory=collections.Counter)
     log_reads: collections.Counter = field(default_factory=collections.Counter)
 
     @property
     def modules(self) -> list[str]:
-        """Modules in first-visit order."""
+        """Modules of the plan's walk in first-visit order."""
         return list(dict.fromkeys(s.split(":")[0] for s in self.stops))
 
     @property
     def revisits(self) -> int:
-        """Stops in a module the walk had already left."""
-        seen: set[str] = set()
-        count = 0
-        for stop in self.stops:
-            module = stop.split(":")[0]
-            count += module in seen
-            seen.add(module)
-        return count
+        """Stops of the plan's walk in a module it had already left."""
+        return count_revisits(self.stops)
 
 
 def _read_kind(module: str, function: str, frame: Any) -> str | None:
@@ -97,37 +139,65 @@ def _read_kind(module: str, function: str, frame: Any) -> str | None:
 
 
 @contextmanager
-def traced(quiet: set[str]) -> Iterator[Walk]:
-    """Record the walk of the calls made inside the block (see the module doc)."""
+def traced(quiet: set[str], app_code: Any = None) -> Iterator[Walk]:
+    """Record the walk of the calls made inside the block (see the module doc); ``app_code``:
+    the code object of the app's ``process``, whose calls into the package are its reads."""
     walk = Walk()
+    #: (the frame of the call being left out, "app" or "control"), until it returns
+    outside: list[tuple[Any, str]] = []
 
     def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "return":
+            if outside and frame is outside[-1][0]:
+                outside.pop()
+            return
         if event != "call":
+            return
+        if app_code is not None and frame.f_code is app_code:
+            outside.append((frame, "app"))
             return
         module = module_of(frame.f_code.co_filename)
         if module is None:
             return
-        function = frame.f_code.co_name
-        read = _read_kind(module, function, frame)
-        if read:
-            walk.log_reads[read] += 1
-        if module in quiet:
-            walk.quiet[module] += 1
-            return
-        caller = module_of(frame.f_back.f_code.co_filename) if frame.f_back is not None else None
-        if caller == module:
-            return  # inside the module: not a stop
-        current = walk.stops[-1].split(":")[0] if walk.stops else None
-        if module != current:
-            walk.stops.append(f"{module}:{function}")
-        if caller is not None and layer(module) > layer(caller) >= 0:
-            walk.climbs.append(f"{caller} -> {module}:{function}")
+        _record(walk, outside, frame, module, quiet)
 
     sys.setprofile(profile)
     try:
         yield walk
     finally:
         sys.setprofile(None)
+
+
+def _record(walk: Walk, outside: list[tuple[Any, str]], frame: Any, module: str, quiet: set[str]) -> None:
+    """One call into ``module`` of the package (see :func:`traced`)."""
+    function = frame.f_code.co_name
+    read = _read_kind(module, function, frame)
+    if read:
+        walk.log_reads[read] += 1
+    if module in quiet:
+        walk.quiet[module] += 1
+        return
+    caller = module_of(frame.f_back.f_code.co_filename) if frame.f_back is not None else None
+    if caller == module:
+        return  # inside the module: not a stop
+    add_stop(walk.all_stops, module, function)
+    kind = outside[-1][1] if outside else None
+    if kind == "control":
+        return
+    if kind == "app":
+        if caller is None:  # the app's process calls the context: a new read
+            walk.asides.append(("app", len(walk.app_reads)))
+            walk.app_reads.append((len(walk.stops), []))
+        add_stop(walk.app_reads[-1][1], module, function)
+        return
+    if is_control(module):
+        walk.asides.append(("control", len(walk.messages)))
+        walk.messages.append((len(walk.stops), f"{module}:{function}"))
+        outside.append((frame, "control"))
+        return
+    add_stop(walk.stops, module, function)
+    if caller is not None and layer(module) > layer(caller) >= 0:
+        walk.climbs.append(f"{caller} -> {module}:{function}")
 
 
 def trace_run_barrier(quiet: set[str], barrier: int = 2) -> tuple[Callable[..., Any], list[tuple[str, Walk]]]:
@@ -140,7 +210,7 @@ def trace_run_barrier(quiet: set[str], barrier: int = 2) -> tuple[Callable[..., 
     def run_barrier(spark: Any, app: Any, plan: Any, *args: Any, **kwargs: Any) -> Any:
         if plan.barrier != barrier:
             return original(spark, app, plan, *args, **kwargs)
-        with traced(quiet) as walk:
+        with traced(quiet, getattr(app.process, "__code__", None)) as walk:
             result = original(spark, app, plan, *args, **kwargs)
         walks.append((app.job_id, walk))
         return result
@@ -151,8 +221,20 @@ def trace_run_barrier(quiet: set[str], barrier: int = 2) -> tuple[Callable[..., 
 def report(job_id: str, walk: Walk, barrier: int = 2) -> str:
     """The walk of one job's barrier as text."""
     lines = [f"job {job_id}, barrier {barrier}: stops={len(walk.stops)} modules={len(walk.modules)} "
-             f"revisits={walk.revisits} climbs={len(walk.climbs)}"]
-    lines += [f"  {i:2d}. {stop}" for i, stop in enumerate(walk.stops, 1)]
+             f"revisits={walk.revisits} climbs={len(walk.climbs)} (all calls: stops={len(walk.all_stops)} "
+             f"modules={len({s.split(':')[0] for s in walk.all_stops})} revisits={count_revisits(walk.all_stops)})"]
+    asides = collections.defaultdict(list)  # {stops before: lines}, in call order
+    for kind, index in walk.asides:
+        if kind == "control":
+            position, message = walk.messages[index]
+            asides[position].append(f"      control: {message}")
+        else:
+            position, read = walk.app_reads[index]
+            asides[position].append("      the app reads: " + " -> ".join(read))
+    for i, stop in enumerate(walk.stops, 1):
+        lines += asides.pop(i - 1, [])
+        lines.append(f"  {i:2d}. {stop}")
+    lines += [line for position in sorted(asides) for line in asides[position]]
     if walk.climbs:
         lines.append("  climbs: " + "; ".join(walk.climbs))
     if walk.quiet:
@@ -168,25 +250,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--barrier", type=int, default=2,
                         help="the barrier traced (2: the first after the sinks were created; 3 and on: an append "
                              "after an append, each run's steady state)")
+    parser.add_argument("--plan-file", action="store_true",
+                        help="the plan-file catalog (default: the metastore, as the operator's jobs run)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from airflow_provider_tsb.spark import runner
-    from airflow_provider_tsb.spark.catalog import PlanFileCatalog
     from airflow_provider_tsb.spark.session import get_spark
-    from tsb_dev.dataplane import load_app_module, make_wordcount_plan
 
     spark = get_spark("tsb-barrier-walk", master="local[1]", remote=args.remote)
-    apps = [load_app_module(f"wordcount/{name}.py").APP for name in ("wordcount_words", "wordcount_counts")]
-    traced_run, walks = trace_run_barrier({m for m in args.quiet.split(",") if m}, args.barrier)
-    runner.run_barrier = traced_run  # run_batch calls it through the module
-    with tempfile.TemporaryDirectory() as tmp:
-        plan, _tables = make_wordcount_plan(Path(tmp), args.barrier)
-        catalog = PlanFileCatalog(plan, plan + ".report.json")
-        for app in apps:
-            runner.run_batch(spark, app, catalog, app.resolve_locations(catalog.tables()))
-    for job_id, walk in walks:
+    for job_id, walk in walk_wordcount(spark, args.barrier, plan_file=args.plan_file, quiet=args.quiet):
         print(report(job_id, walk, args.barrier))
     return 0
+
+
+def walk_wordcount(spark: Any, barrier: int = 2, *, plan_file: bool = False, quiet: str = QUIET,
+                   ) -> list[tuple[str, Walk]]:
+    """Run the word count's two jobs in batch mode up to ``barrier`` on ``spark`` and return
+    ``[(job id, the walk of its barrier)]`` (module doc; ``quiet``: comma-separated modules)."""
+    from airflow_provider_tsb.spark import runner
+    from tsb_dev.dataplane import load_app_module
+
+    apps = [load_app_module(f"wordcount/{name}.py").APP for name in ("wordcount_words", "wordcount_counts")]
+    traced_run, walks = trace_run_barrier({m for m in quiet.split(",") if m}, barrier)
+    original, runner.run_barrier = runner.run_barrier, traced_run  # run_batch calls it through the module
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            catalog = _catalog(Path(tmp), barrier, plan_file=plan_file)
+            for app in apps:
+                runner.run_batch(spark, app, catalog, app.resolve_locations(catalog.tables()))
+    finally:
+        runner.run_barrier = original
+    return walks
+
+
+def _catalog(root: Path, barriers: int, *, plan_file: bool) -> Any:
+    """The word count's catalog with ``barriers`` barriers generated: a plan file, or a metastore
+    (SQLite) with the topology registered, as a job started by the operator reads it."""
+    if plan_file:
+        from airflow_provider_tsb.spark.catalog import PlanFileCatalog
+        from tsb_dev.dataplane import make_wordcount_plan
+
+        plan, _tables = make_wordcount_plan(root, barriers)
+        return PlanFileCatalog(plan, plan + ".report.json")
+    from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
+    from tsb_dev.job_processes import wordcount_deployment
+
+    url = f"sqlite:///{root}/tsb.db"
+    wordcount_deployment(root, url, barriers)
+    return MetastoreCatalog(url)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from airflow_provider_tsb.delta.conventions import (
     parse_tag,
 )
 from airflow_provider_tsb.delta.integrity import figures_after, figures_metadata, recorded_figures
-from airflow_provider_tsb.delta.log import commit_info, normalize_location
+from airflow_provider_tsb.delta.log import commit_exists, commit_info, normalize_location
 from airflow_provider_tsb.delta.restore import finish_pending_restore
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.delta.snapshots import latest_table, latest_table_or_none
@@ -117,7 +117,7 @@ class CommitOutcome:
 
 
 def _existing_version(log: SinkLog, barrier: int) -> CommitOutcome:
-    version = log.version_of(barrier)
+    version = log.barrier_version if log.barrier == barrier else log.version_of(barrier)
     if version is None:
         # committed, then superseded or restored-to (restore base): report the head.
         version = int(log.version or 0)
@@ -125,15 +125,20 @@ def _existing_version(log: SinkLog, barrier: int) -> CommitOutcome:
 
 
 def _current_log(location: str, job_id: str, log: SinkLog | None) -> SinkLog:
-    """``log`` while the table's newest version is still its version (two ``stat`` calls), else
-    the log read again; a restore interrupted between its two commits is finished first."""
-    fresh = latest_table_or_none(location)
-    if log is None or log.table is None or fresh is None or fresh.version() != log.version:
-        log = SinkLog(location, job_id, fresh)
+    """``log`` while the table has no commit after its version (one ``stat`` of the next commit
+    file, :func:`~airflow_provider_tsb.delta.log.commit_exists`), else the log read again; a
+    restore interrupted between its two commits is finished first."""
+    if log is None or log.table is None or log.version is None or commit_exists(location, log.version + 1):
+        log = SinkLog.read(location, job_id)
     if log.epoch.pending:
         finish_pending_restore(location)
         log = SinkLog.read(location, job_id)
     return log
+
+
+def _holds(log: SinkLog, barrier: int) -> bool:
+    """Whether ``barrier`` is committed in ``log`` (its answer when the log was read for it)."""
+    return log.holds_barrier if log.barrier == barrier else log.is_committed(barrier)
 
 
 def commit_barrier_files(
@@ -184,14 +189,14 @@ def commit_barrier_files(
     if removes and mode != "append":
         raise ValueError(f"commit of barrier {tag.barrier} to {loc!r}: removes need mode 'append', got {mode!r}")
     adds = [f.to_add_action() for f in files]
-    if latest_table_or_none(loc) is None:
+    if (log is None or log.table is None) and latest_table_or_none(loc) is None:
         if removes:
             raise ValueError(f"commit of barrier {tag.barrier}: no table at {loc!r} to remove {len(removes)} file(s)")
         created = figures_metadata(figures_after(None, [f.size for f in files], [], overwrite=True))
         if _create_table(loc, adds, tag, schema, partition_by, before_commit, created):
             return CommitOutcome(0, committed=True, created=True)
     log = _current_log(loc, tag.job_id, log)
-    if log.is_committed(tag.barrier):
+    if _holds(log, tag.barrier):
         return _existing_version(log, tag.barrier)
     actions = [*adds, *(r.to_remove_action(int(time.time() * 1000)) for r in removes)]
     sizes = ([f.size for f in files], [r.size for r in removes])
@@ -212,7 +217,7 @@ def _write_transaction(
     read_version = dt.version()
     # the base's figures as its own commit recorded them (O(1)), else counted from its files: a
     # count would take a tampered base's extra files as truth and hide them from the readers
-    base = recorded_figures(log.commit_info(read_version)) or dt
+    base = recorded_figures(log.newest_info if read_version == log.version else log.commit_info(read_version)) or dt
     figures = figures_metadata(figures_after(base, sizes[0], sizes[1], overwrite=mode == "overwrite"))
     if before_commit is not None:
         before_commit()

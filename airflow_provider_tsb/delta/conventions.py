@@ -121,3 +121,14 @@ def barrier_commit_properties(
         custom_metadata={**tag.to_metadata(), **(figures or {})},
         app_transactions=[Transaction(app_id(tag.job_id, epoch), tag.barrier)],
     )
+
+
+#: the directory under a sink's root where a job's executors stage each attempt's files (not
+#: hidden, so that ``vacuum`` expires them once removed; the ``add`` paths point into it)
+STAGING_DIR = "tsb_staging"
+
+
+def staging_dir(job_id: str, epoch: int, barrier: int) -> str:
+    """Directory (relative to the table root) holding all attempts of (job, epoch, barrier):
+    ``tsb_staging/<job>/<epoch>/<barrier>``."""
+    return f"{STAGING_DIR}/{job_id}/{epoch}/{barrier}"

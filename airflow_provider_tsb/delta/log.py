@@ -173,6 +173,19 @@ def read_commit_actions(location: str, version: int) -> list[dict[str, Any]] | N
     return actions
 
 
+def commit_exists(location: str, version: int) -> bool:
+    """Whether commit ``version`` exists (``_delta_log/<version:020d>.json``; a version of a Delta
+    table is its commit file, Delta protocol "Delta Log Entries").
+
+    Cost: none when the current :func:`shared_commit_reads` block keeps it, else one ``stat``.
+    """
+    shared = _SHARED.get()
+    if shared is not None and shared.get((normalize_location(location), int(version))) is not None:
+        return True
+    fs, path = filesystem(location)
+    return fs.get_file_info(f"{path}/{LOG_DIR}/{version:020d}.json").type != pafs.FileType.NotFound
+
+
 def _read_commit_file(location: str, version: int) -> list[dict[str, Any]] | None:
     fs, path = filesystem(location)
     log_file = f"{path}/{LOG_DIR}/{version:020d}.json"

@@ -8,6 +8,13 @@ commit file read three times per sink and barrier. A :class:`SinkLog` is read on
 barrier starts (:meth:`SinkLog.read`), and answers them all from that read; commit files it
 walks are kept for its lifetime (the barrier), so no commit file is read twice.
 
+Read for a barrier (``SinkLog.read(..., barrier=n, previous=m)``), it also answers that
+barrier's questions as it is read, as plain attributes: whether the barrier is committed, its
+version and attempt, the previous barrier's version, the head; and, for a sink whose write plans
+against the table's files (a merge, auto compaction), the table's :class:`Snapshot` at its
+version. The commit protocol then asks the log nothing more (issue 22 item 5: the lookups a
+barrier needs passed in, read once).
+
 Its answers describe the table at :attr:`SinkLog.version`. A commit made after it by another
 attempt of the job (a zombie) does not make the barrier's commit wrong: the commit carries the
 epoch-scoped txn (Delta protocol "Transaction Identifiers"), so delta-rs refuses it as a
@@ -28,9 +35,10 @@ from airflow_provider_tsb.delta.log import (
     commit_info_of,
     normalize_location,
     read_commit_actions,
+    shared_commit_reads,
     txn_version_of,
 )
-from airflow_provider_tsb.delta.snapshots import latest_table_or_none
+from airflow_provider_tsb.delta.snapshots import Snapshot, latest_table_or_none, snapshot_at
 
 
 class SinkLog:
@@ -44,19 +52,39 @@ class SinkLog:
         epoch: the table's restore epoch (``TableEpoch(0, None)`` without a table).
         committed: the highest barrier of the job committed in the epoch (the txn version, or
             the barrier the table was restored to), or ``None``.
+        newest_info: the ``commitInfo`` of :attr:`version` (``None`` without a table).
+        snapshot: the table at :attr:`version` when read with ``snapshot=True`` (else ``None``).
+        barrier: the barrier the log was read for (``None``: none), and its answers:
+        holds_barrier: whether :attr:`barrier` is committed in the current epoch.
+        barrier_version: the newest version tagged with it in the current lineage (``None``: not
+            committed, or committed and then superseded or restored to).
+        barrier_attempt: the attempt (``tsb.attempt``) of that commit, or ``None``.
+        previous: the previous barrier the log was read for (``None``: none), and
+        previous_version: its version in the current lineage (``None``: none).
+        newest: ``(barrier, version)`` of the newest barrier in the table (:meth:`head`), read
+            with :attr:`barrier` or :attr:`previous`.
     """
 
-    def __init__(self, location: str, job_id: str, table: DeltaTable | None) -> None:
+    def __init__(self, location: str, job_id: str, table: DeltaTable | None, *, barrier: int | None = None,
+                 previous: int | None = None, snapshot: Snapshot | None = None) -> None:
         self.location = normalize_location(location)
         self.job_id = job_id
         self.table = table
+        self.snapshot = snapshot
         self._infos: dict[int, dict[str, Any] | None] = {}
         self.version: int | None = table.version() if table is not None else None
+        self.newest_info: dict[str, Any] | None = None
+        self.barrier, self.previous = barrier, previous
+        self.holds_barrier = False
+        self.barrier_version: int | None = None
+        self.barrier_attempt: str | None = None
+        self.previous_version: int | None = None
+        self.newest: tuple[int, int] | None = None
         if table is None or self.version is None:
             self.epoch, self.committed = TableEpoch(0, None), None
             return
         newest = read_commit_actions(self.location, self.version)
-        self._infos[self.version] = commit_info_of(newest)
+        self._infos[self.version] = self.newest_info = commit_info_of(newest)
         self.epoch = epoch_of(table.metadata().configuration or {}, self._infos[self.version] or {})
         app = app_id(job_id, self.epoch.epoch)
         # the newest commit is usually the job's previous barrier, whose txn answers without
@@ -66,18 +94,51 @@ class SinkLog:
             txn = table.transaction_version(app)
         done = [b for b in (txn, self.epoch.base_barrier) if b is not None]
         self.committed = max(done) if done else None
+        if barrier is not None or previous is not None:
+            self._answer(barrier, previous)
+
+    def _answer(self, barrier: int | None, previous: int | None) -> None:
+        """Answer the barrier's questions (class doc) in one walk back along the lineage, which
+        stops at the oldest barrier asked for (each commit file read once)."""
+        with shared_commit_reads():
+            tagged = []
+            oldest = min(b for b in (barrier, previous) if b is not None)
+            for version, tag in tagged_lineage(self.location, self.version):
+                tagged.append((version, tag))
+                if tag.barrier <= oldest:
+                    break
+        self.newest = (tagged[0][1].barrier, tagged[0][0]) if tagged else None
+        if previous is not None:
+            self.previous_version = version_in_lineage(tagged, previous)
+        if barrier is not None and self.is_committed(barrier):
+            self.holds_barrier = True
+            self.barrier_version = version_in_lineage(tagged, barrier)
+            self.barrier_attempt = next((t.attempt for v, t in tagged if v == self.barrier_version), None)
 
     @classmethod
-    def read(cls, location: str, job_id: str) -> SinkLog:
-        """Read the log of the table at ``location`` for ``job_id``.
+    def read(cls, location: str, job_id: str, *, barrier: int | None = None, previous: int | None = None,
+             snapshot: bool = False) -> SinkLog:
+        """Read the log of the table at ``location`` for ``job_id``; with ``barrier`` and
+        ``previous``, answer their questions as it is read (class doc).
+
+        Args:
+            barrier: the barrier the job is about to write.
+            previous: the barrier before it (the sink's state its ``previous`` read reads).
+            snapshot: also take the table's :class:`Snapshot` at its version (a merge or an
+                auto compaction plans against its files).
 
         Cost: the cached latest snapshot advanced to the newest commit (two ``stat`` calls when
-        nothing was committed since, else the new JSON commits) and one commit-file read.
+        nothing was committed since, else the new JSON commits) and one commit-file read; with
+        ``barrier`` or ``previous``, the commits back to the older of them (usually one or two,
+        read once per job run with :func:`~airflow_provider_tsb.delta.log.shared_commit_reads`);
+        with ``snapshot``, the snapshot (free when cached).
 
         Raises:
             DeltaLogError: delta-rs cannot load the table.
         """
-        return cls(location, job_id, latest_table_or_none(location))
+        table = latest_table_or_none(location)
+        snap = snapshot_at(location, table.version()) if snapshot and table is not None else None
+        return cls(location, job_id, table, barrier=barrier, previous=previous, snapshot=snap)
 
     @property
     def exists(self) -> bool:

@@ -1,14 +1,25 @@
-"""Delta ``add`` statistics from Parquet footers (driver side: footers only, never data)."""
+"""The Delta ``add`` metadata of Parquet files written under a table root: the files of an
+attempt directory (:func:`staged_files`), their Hive-style partition values and the statistics
+of their footers (driver side: footers only, never data; Delta protocol "Per-file Statistics").
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import math
+import posixpath
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from airflow_provider_tsb.delta.commit import StagedFile
+from airflow_provider_tsb.delta.log import filesystem
 
 
 def _stat_value(value: Any) -> Any | None:
@@ -78,3 +89,53 @@ def footer_stats(fs: pafs.FileSystem, path: str) -> tuple[int, str]:
             maxs.pop(name, None)
     stats = {"numRecords": num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
     return num_rows, json.dumps(stats, separators=(",", ":"))
+
+
+#: Spark's directory value of a null partition value (Hive convention).
+HIVE_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+def _list_data_files(fs: pafs.FileSystem, directory: str, *, recursive: bool = False) -> list[pafs.FileInfo]:
+    entries = fs.get_file_info(pafs.FileSelector(directory, recursive=recursive, allow_not_found=True))
+    files = []
+    for entry in entries:
+        if entry.type != pafs.FileType.File:
+            continue
+        if entry.base_name.endswith(".parquet") and not entry.base_name.startswith((".", "_")):
+            files.append(entry)
+        else:  # _SUCCESS, .crc checksums: not data, never referenced
+            fs.delete_file(entry.path)
+    return sorted(files, key=lambda e: e.path)
+
+
+def partition_values_of(subdir: str, partition_by: Sequence[str]) -> dict[str, str | None]:
+    """Partition values of a Hive-style directory ``col=value/...`` written by Spark's
+    ``partitionBy`` (values unescaped, :data:`HIVE_NULL_PARTITION` as ``None``).
+
+    Raises:
+        ValueError: the directory does not name exactly the partition columns, in order.
+    """
+    parts = [p.split("=", 1) for p in subdir.split("/") if p]
+    if [p[0] for p in parts] != list(partition_by) or any(len(p) != 2 for p in parts):
+        raise ValueError(f"staged directory {subdir!r} does not match the partition columns {list(partition_by)}")
+    return {unquote(k): (None if v == HIVE_NULL_PARTITION else unquote(v)) for k, v in parts}
+
+
+def staged_files(location: str, rel_dir: str, partition_by: Sequence[str] = ()) -> list[StagedFile]:
+    """The data files of an attempt directory (partitioned: in its ``col=value/`` directories),
+    with sizes and statistics from their footers (driver side, footers only)."""
+    fs, root = filesystem(location)
+    base = f"{root}/{rel_dir}"
+    infos = _list_data_files(fs, base, recursive=bool(partition_by))
+
+    def one(info: pafs.FileInfo) -> StagedFile:
+        num, stats = footer_stats(fs, info.path)
+        mtime = int(info.mtime.timestamp() * 1000) if info.mtime else int(time.time() * 1000)
+        sub = posixpath.relpath(info.path, base)
+        values = partition_values_of(posixpath.dirname(sub), partition_by) if partition_by else {}
+        return StagedFile(f"{rel_dir}/{sub}", int(info.size), mtime, num, stats, values)
+
+    if len(infos) <= 1:
+        return [one(i) for i in infos]
+    with ThreadPoolExecutor(max_workers=min(8, len(infos))) as pool:
+        return list(pool.map(one, infos))

@@ -171,7 +171,8 @@ def read_table_spark(spark: SparkSession, tv: ResolvedVersion) -> DataFrame:
     """
 
     from airflow_provider_tsb.delta.log import open_table
-    from airflow_provider_tsb.spark.inputs import read_snapshot, spark_schema
+    from airflow_provider_tsb.spark.frames import spark_schema
+    from airflow_provider_tsb.spark.inputs import read_snapshot
 
     mode = _mode(tv.staged)
     verify_served(tv)

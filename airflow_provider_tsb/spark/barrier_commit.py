@@ -36,26 +36,22 @@ served) orphans are deleted at once.
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_provider_tsb.delta.commit import CommitOutcome, RemovedFile, StagedFile, commit_barrier_files
+from airflow_provider_tsb.delta.commit import CommitOutcome, commit_barrier_files
+from airflow_provider_tsb.delta.conventions import staging_dir
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.exceptions import FencedError
+from airflow_provider_tsb.spark.barrier_reports import Reports
 from airflow_provider_tsb.spark.killpoints import crash_point
 from airflow_provider_tsb.spark.outputs import Staged, stage_output
-from airflow_provider_tsb.spark.outputs_staging import (
-    StagingCatalog,
-    collect_withdrawn,
-    drop_unserved_attempt,
-    remove_orphan_attempts,
-    staging_dir,
-    staging_grace_s,
-)
+from airflow_provider_tsb.spark.outputs_staging import drop_unserved_attempt, remove_orphan_attempts
 from airflow_provider_tsb.spark.report_queue import ReportQueue
 from airflow_provider_tsb.spark.timing import phase
 from airflow_provider_tsb.spark.write_options import WriteOptions, WriteTarget
@@ -64,6 +60,8 @@ if TYPE_CHECKING:
     from airflow_provider_tsb.spark.catalog import BarrierCatalog
 
 __all__ = ["Reports", "StagedAttempt", "WriteResult", "write_barrier"]
+
+logger = logging.getLogger("airflow_provider_tsb.spark")
 
 
 @dataclass(frozen=True)
@@ -105,121 +103,6 @@ class WriteResult:
     orphans_removed: int = 0
 
 
-class Reports:
-    """What the commit protocol tells the barrier catalog, and asks it (fencing, held staging).
-
-    Args:
-        catalog: the job's catalog (``None``: nothing is reported, nothing fenced).
-        target: the write.
-        grace_s: the staging grace period, seconds.
-        queue: the job's queue of reports still running behind it (the previous barrier's): every
-            report here waits for it first, and :meth:`finish` joins it (``None``: all synchronous).
-    """
-
-    def __init__(self, catalog: BarrierCatalog | None, target: WriteTarget, grace_s: float,
-                 queue: ReportQueue | None = None) -> None:
-        self.catalog = catalog
-        self.staging = catalog if isinstance(catalog, StagingCatalog) else None
-        self.target = target
-        self.grace_s = grace_s
-        self.queue = queue
-
-    def _in_order(self) -> None:
-        """Wait for the reports queued before this write (the previous barrier's WRITTEN)."""
-        if self.queue is not None:
-            self.queue.wait()
-
-    def fence(self) -> None:
-        """Raise :class:`FencedError` when a newer attempt of the job started."""
-        if self.staging is not None:
-            self.staging.check_fencing_token(self.target.job_id, self.target.barrier)
-
-    def fenced_now(self) -> FencedError | None:
-        """The :class:`FencedError` of a failure caused by a newer attempt (e.g. it deleted our
-        in-progress files), or ``None`` when this attempt is still the newest."""
-        try:
-            self.fence()
-        except FencedError as exc:
-            return exc
-        except Exception:  # the metastore is down: the original error is the one to show
-            return None
-        return None
-
-    def held(self) -> set[str]:
-        """Attempt directories of the barrier a READ_COMMITTED reader may hold."""
-        if self.staging is None:
-            return set()
-        return self.staging.held_staging(self.target.table, self.target.barrier, self.grace_s)
-
-    def before_commit(self, options: WriteOptions, files: Sequence[StagedFile], removes: Sequence[RemovedFile]
-                      ) -> Callable[[], None]:
-        """Steps e and f's check, as the commit's ``before_commit``: the first call reports
-        PROCESSED (:meth:`processed`), whose metastore transaction checks the fencing token (a
-        :class:`StagingCatalog` does), later calls (a schema change commits before the barrier's
-        commit) check the fencing token only.
-
-        Raises (when called):
-            FencedError: a newer attempt of the job started.
-        """
-        reported = False
-
-        def before() -> None:
-            nonlocal reported
-            if reported:
-                self.fence()
-                return
-            self.processed(options, files, removes)
-            reported = True
-            crash_point("after_files", self.target.job_id, self.target.barrier)
-        return before
-
-    def processed(self, options: WriteOptions, files: Sequence[StagedFile], removes: Sequence[RemovedFile]) -> None:
-        """PROCESSED with the manifest: ``append`` (staged files added to the previous version,
-        minus ``removes``) or ``overwrite`` (staged files replace it)."""
-        if self.catalog is None:
-            return
-        self._in_order()
-        t, mode = self.target, options.commit_mode
-        entries = [{**f.to_json(), "sink_mode": mode} for f in files]
-        if removes and self.staging is not None:
-            for entry in entries:
-                entry.pop("sink_mode")
-            manifest = {"mode": mode, "files": entries, "removes": [r.path for r in removes]}
-            self.catalog.record_processed(t.table, t.barrier, t.job_id, manifest)  # type: ignore[arg-type]
-        else:
-            self.catalog.record_processed(t.table, t.barrier, t.job_id, entries)
-
-    def written(self, version: int, attempt: str | None) -> None:
-        """WRITTEN at Delta ``version``, naming the committed attempt."""
-        self._in_order()
-        self._written(version, attempt)
-
-    def finish(self, version: int, attempt: str | None, location: str) -> int:
-        """Step g: WRITTEN at ``version``, then the deletion of the withdrawn attempt directories
-        that are due; queued behind the job's next barrier when there is a queue. Returns how many
-        directories were deleted (0 when queued: the deletion has not run yet)."""
-        if self.queue is None:
-            self._written(version, attempt)
-            return self.collect(location)
-        self.queue.submit(self.target.barrier, f"WRITTEN of {self.target.table} at version {version}",
-                          lambda: (self._written(version, attempt), self.collect(location)))
-        return 0
-
-    def _written(self, version: int, attempt: str | None) -> None:
-        t = self.target
-        if self.staging is not None:
-            self.staging.record_written(t.table, t.barrier, version, t.job_id, attempt=attempt)
-        elif self.catalog is not None:
-            self.catalog.record_written(t.table, t.barrier, version, t.job_id)
-
-    def collect(self, location: str) -> int:
-        """Delete the withdrawn attempt directories that are due; how many."""
-        if self.staging is None:
-            return 0
-        with phase("delta_log"):
-            return collect_withdrawn(location, self.target.table, self.staging, self.grace_s)
-
-
 def write_barrier(
     spark: SparkSession,
     df: DataFrame | None,
@@ -259,25 +142,29 @@ def write_barrier(
             attempt of this barrier: that commit is taken as a replay).
     """
     options = options or WriteOptions()
-    reports = Reports(catalog, target, staging_grace_s(), queue)
-    if log is None:
+    reports = Reports(catalog, target, queue)
+    if log is None or log.barrier != target.barrier:
         with phase("delta_log"):
-            log = SinkLog.read(target.location, target.job_id)
-    if log.is_committed(target.barrier):  # (a) exactly-once on replay
+            log = SinkLog.read(target.location, target.job_id, barrier=target.barrier,
+                               snapshot=options.mode == "merge" or options.compaction is not None)
+    if log.holds_barrier:  # (a) exactly-once on replay
         return _replayed(target, log, reports)
-    with phase("delta_log"):  # (b) orphans of failed attempts (nothing of this barrier committed)
-        removed = _remove_orphans(target, log, reports, keep=staged.attempt if staged is not None else None)
     attempt, rel_dir = _attempt(target, log, staged)
     files, outcome = _stage_and_commit(spark, df, target, options, log, reports, rel_dir, attempt, staged)
     crash_point("after_commit", target.job_id, target.barrier)
-    winner = attempt if outcome.committed else SinkLog.read(log.location, target.job_id).attempt_of(target.barrier)
-    if not outcome.committed:  # another attempt won the race: ours are orphans
-        _remove_orphans(target, log, reports, keep=winner)
-    removed += reports.finish(outcome.version, winner, log.location)  # (g) WRITTEN, then what no reader holds
+    winner = attempt if outcome.committed else _winner(target)
+    collected = reports.finish(outcome.version, winner, log.location)  # (g) WRITTEN, then what no reader holds
+    # (b) the directories of this barrier's earlier failed attempts, now that one attempt holds it
+    removed = _remove_orphans(target, log, reports, keep=winner) + collected
     rows = sum(f.num_records for f in files.files if f.data_change)
     return WriteResult(target.table, target.barrier, outcome.version, skipped=not outcome.committed,
                        files=len(files.files) if outcome.committed else 0, rows=rows if outcome.committed else 0,
                        orphans_removed=removed)
+
+
+def _winner(target: WriteTarget) -> str | None:
+    """The attempt whose commit holds the barrier (another attempt's, which won the race)."""
+    return SinkLog.read(target.location, target.job_id, barrier=target.barrier).barrier_attempt
 
 
 def _attempt(target: WriteTarget, log: SinkLog, staged: StagedAttempt | None) -> tuple[str, str]:
@@ -301,11 +188,12 @@ def _stage_and_commit(
             staged = stage_output(spark, df, target, options, log, rel_dir)
         else:
             raise ValueError(f"table {target.table}, barrier {target.barrier}: write_barrier needs df or staged")
+        tag, mode = target.tag(attempt), options.commit_mode
         with phase("commit"):  # (e) PROCESSED and (f) one atomic commit, by the job's newest attempt only
             outcome = commit_barrier_files(
-                log.location, staged.files, tag=target.tag(attempt), mode=options.commit_mode,
-                schema=staged.delta_schema, partition_by=options.partition_by, removes=staged.removed,
-                before_commit=reports.before_commit(options, staged.files, staged.removed), log=log,
+                log.location, staged.files, tag=tag, mode=mode, schema=staged.delta_schema,
+                partition_by=options.partition_by, removes=staged.removed,
+                before_commit=reports.before_commit(mode, staged.files, staged.removed), log=log,
             )
         if not outcome.committed:  # another attempt committed the barrier first: ours was never served
             drop_unserved_attempt(log.location, rel_dir, reports.held)  # (a zombie cannot delete it later)
@@ -323,17 +211,28 @@ def _stage_and_commit(
 
 def _replayed(target: WriteTarget, log: SinkLog, reports: Reports) -> WriteResult:
     """Step a: the barrier is committed; report it WRITTEN again and clear what is left over."""
+    version = log.barrier_version
+    if version is None:  # committed, then superseded or restored-to (the restore base)
+        version = int(log.version or 0)
+    reports.written(version, log.barrier_attempt)
     with phase("delta_log"):
-        winner = log.attempt_of(target.barrier)
-        removed = _remove_orphans(target, log, reports, keep=winner)
-        version = log.version_of(target.barrier)
-        if version is None:  # committed, then superseded or restored-to (the restore base)
-            version = int(log.version or 0)
-    reports.written(version, winner)
+        removed = _remove_orphans(target, log, reports, keep=log.barrier_attempt)
     return WriteResult(target.table, target.barrier, version, skipped=True, orphans_removed=removed)
 
 
 def _remove_orphans(target: WriteTarget, log: SinkLog, reports: Reports, keep: str | None) -> int:
+    """The attempt directories of the barrier but ``keep`` that no reader holds; a newer attempt
+    of the job (this one is fenced) leaves them to that attempt: 0."""
     before_delete: Callable[[], None] = reports.fence
-    return remove_orphan_attempts(log.location, target.job_id, log.epoch.epoch, target.barrier, keep,
-                                  held=reports.held, before_delete=before_delete)
+    try:
+        return remove_orphan_attempts(log.location, target.job_id, log.epoch.epoch, target.barrier, keep,
+                                      held=reports.held, before_delete=before_delete)
+    except FencedError as exc:
+        log_fenced(target, exc)
+        return 0
+
+
+def log_fenced(target: WriteTarget, exc: FencedError) -> None:
+    """Say why an attempt left its barrier's orphan directories."""
+    logger.warning("job %s: barrier %s of %s: the orphan attempt directories are left to the newer attempt (%s)",
+                target.job_id, target.barrier, target.table, exc)

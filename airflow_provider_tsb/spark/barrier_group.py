@@ -27,12 +27,12 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
+from airflow_provider_tsb.delta.conventions import staging_dir
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.spark.barrier_commit import StagedAttempt
 from airflow_provider_tsb.spark.catalog import BarrierPlan
 from airflow_provider_tsb.spark.model import TsbApp
 from airflow_provider_tsb.spark.outputs import stage_outputs
-from airflow_provider_tsb.spark.outputs_staging import staging_dir
 from airflow_provider_tsb.spark.plans import DEFAULT_MAX_BARRIERS_PER_TRIGGER  # noqa: F401 - re-exported
 from airflow_provider_tsb.spark.write_options import WriteTarget
 

@@ -7,7 +7,6 @@ not supported (tsb tables and delta-rs root tables use neither); such tables rai
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import reduce
@@ -15,12 +14,13 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from airflow_provider_tsb.delta.errors import DeltaLogError, UnsupportedTableFeatureError
 from airflow_provider_tsb.delta.integrity import verify_version
 from airflow_provider_tsb.delta.log import join, normalize_location, read_commit_actions
 from airflow_provider_tsb.delta.snapshots import Snapshot, snapshot_at
+from airflow_provider_tsb.spark.frames import read_files, spark_schema
 from airflow_provider_tsb.spark.timing import phase
 
 #: Columns added by :func:`read_changes`.
@@ -31,13 +31,6 @@ INSERT_TYPES = ("insert", "update_postimage")
 DELETE_TYPES = ("delete", "update_preimage")
 
 
-def spark_schema(table: object) -> StructType:
-    """Return the Spark schema of a loaded ``DeltaTable`` or a cached
-    :class:`~airflow_provider_tsb.delta.snapshots.Snapshot` (Delta schema JSON is Spark's)."""
-    text = table.schema_json if isinstance(table, Snapshot) else table.schema().to_json()  # type: ignore[attr-defined]
-    return StructType.fromJson(json.loads(text))
-
-
 def _check_supported(table: Snapshot, location: str) -> None:
     features = set(table.reader_features)
     if "deletionVectors" in features or "columnMapping" in features:
@@ -46,35 +39,6 @@ def _check_supported(table: Snapshot, location: str) -> None:
             "column mapping are not supported by the tsb Spark reader; rewrite the table without them "
             "(e.g. REORG/purge deletion vectors, or recreate it with delta.columnMapping.mode=none)"
         )
-
-
-def partition_literal(value: str | None, data_type: DataType) -> Column:
-    return F.lit(value).cast(data_type)
-
-
-def read_files(
-    spark: SparkSession,
-    schema: StructType,
-    partition_columns: Sequence[str],
-    groups: Mapping[tuple[tuple[str, str | None], ...], list[str]],
-    extra: Mapping[str, Column] | None = None,
-    file_schema_extra: Sequence[StructField] = (),
-) -> DataFrame | None:
-    """Read groups of files sharing partition values; ``None`` if there are no files."""
-    data_schema = StructType([f for f in schema.fields if f.name not in partition_columns] + list(file_schema_extra))
-    types = {f.name: f.dataType for f in schema.fields}
-    frames: list[DataFrame] = []
-    for part_values, paths in groups.items():
-        df = spark.read.schema(data_schema).parquet(*paths)
-        for name, value in part_values:
-            df = df.withColumn(name, partition_literal(value, types[name]))
-        for name, col in (extra or {}).items():
-            df = df.withColumn(name, col)
-        frames.append(df)
-    if not frames:
-        return None
-    out_cols = [f.name for f in schema.fields] + [f.name for f in file_schema_extra] + list(extra or {})
-    return reduce(lambda a, b: a.unionByName(b), (f.select(*out_cols) for f in frames))
 
 
 def _group_key(

@@ -259,9 +259,13 @@ class BarrierContext:
         location = self.locations[sink]
         log = self.sink_logs.get(sink) or SinkLog.read(location, self.app.job_id)
         prev = self.plan.previous_barrier
-        version = log.version_of(prev) if prev is not None else None
+        if prev is not None and log.previous == prev:  # answered as the log was read
+            version, head = log.previous_version, log.newest
+        else:
+            version = log.version_of(prev) if prev is not None else None
+            head = log.head() if version is None else None
         if version is None:
-            if prev is not None and log.head() is not None:
+            if prev is not None and head is not None:
                 raise MisalignedInputError(
                     f"job {self.app.job_id}: sink {sink} has no version for previous barrier {prev} "
                     f"while processing barrier {self.barrier}"

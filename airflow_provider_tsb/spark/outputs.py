@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import reduce
 
 from deltalake import Schema as DeltaSchema
@@ -34,10 +33,12 @@ from pyspark.sql.types import StructType
 from pyspark.storagelevel import StorageLevel
 
 from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile
+from airflow_provider_tsb.delta.conventions import STAGING_DIR, staging_dir
 from airflow_provider_tsb.delta.log import filesystem, normalize_location
 from airflow_provider_tsb.delta.sink_log import SinkLog
-from airflow_provider_tsb.delta.snapshots import snapshot_at
-from airflow_provider_tsb.spark.inputs import read_files, spark_schema
+from airflow_provider_tsb.delta.snapshots import Snapshot, snapshot_at
+from airflow_provider_tsb.delta.stats import staged_files
+from airflow_provider_tsb.spark.frames import spark_schema
 from airflow_provider_tsb.spark.killpoints import crash_point_during
 from airflow_provider_tsb.spark.outputs_compaction import Compaction, compacted_rows, plan_compaction, rearranged
 from airflow_provider_tsb.spark.outputs_merge import (
@@ -60,13 +61,10 @@ from airflow_provider_tsb.spark.outputs_schema import (
     nullable_schema,
 )
 from airflow_provider_tsb.spark.outputs_staging import (
-    STAGING_DIR,
     StagingCatalog,
     collect_withdrawn,
     has_any_file,
     remove_orphan_attempts,
-    staged_files,
-    staging_dir,
     staging_grace_s,
 )
 from airflow_provider_tsb.spark.timing import phase
@@ -92,16 +90,18 @@ class Staged:
         schema: the table's Spark schema after the barrier.
         removed: the table's files the commit removes (a merge's affected files, a compaction's
             small files).
+        delta_schema: :attr:`schema` as a delta-rs schema (Delta schema JSON is Spark's).
     """
 
     files: list[StagedFile]
     schema: StructType
     removed: list[RemovedFile]
+    delta_schema: DeltaSchema = field(repr=False, compare=False)
 
-    @property
-    def delta_schema(self) -> DeltaSchema:
-        """:attr:`schema` as a delta-rs schema (Delta schema JSON is Spark's)."""
-        return DeltaSchema.from_json(json.dumps(self.schema.jsonValue()))
+    @classmethod
+    def of(cls, files: list[StagedFile], schema: StructType, removed: list[RemovedFile]) -> Staged:
+        """The staged output with its :attr:`delta_schema` made from ``schema``."""
+        return cls(files, schema, removed, DeltaSchema.from_json(json.dumps(schema.jsonValue())))
 
 
 def stage_output(
@@ -130,14 +130,16 @@ def stage_output(
             f"sink's keys / partition_by (output columns: {columns})"
         )
     if options.mode == "merge" and not options.delete_when:
-        files, schema, removed = _stage_upserts(spark, df, target, options, log, rel_dir)
+        schema, removed = _stage_upserts(spark, df, target, options, log, rel_dir)
+        with phase("footers"):
+            files = staged_files(log.location, rel_dir, options.partition_by)
     else:
         out, schema, removed, cached = _shape_output(spark, df, target, options, log)
         files = _write(out, target, options, log, rel_dir, cached=cached)
     if log.version is not None and options.mode != "overwrite" and options.compaction is not None:
         adds, gone = _compact(spark, log, rel_dir, schema, options, removed, files)
         files, removed = files + adds, removed + gone
-    return Staged(files, schema, removed)
+    return Staged.of(files, schema, removed)
 
 
 def stage_outputs(
@@ -186,7 +188,7 @@ def stage_outputs(
         else:  # no row: no file
             fs.create_dir(dst, recursive=True)
         with phase("footers"):
-            staged[barrier] = Staged(staged_files(log.location, rel_dirs[barrier], options.partition_by), schema, [])
+            staged[barrier] = Staged.of(staged_files(log.location, rel_dirs[barrier], options.partition_by), schema, [])
     fs.delete_dir(f"{root}/{group_dir}")
     return staged
 
@@ -218,17 +220,17 @@ def _shape_outputs(
 
 def _write(
     out: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog, rel_dir: str, *,
-    cached: DataFrame | None = None, known: Collection[str] | None = None, list_files: bool = True,
+    cached: DataFrame | None = None, append: bool = False, list_files: bool = True,
 ) -> list[StagedFile]:
     """The executors write ``out`` (coalesced to ``max_files``) into the attempt directory; the
-    driver reads the footers of the files this write added. ``cached``: a persisted frame to
-    release after the write; ``known``: the paths of an earlier write into the directory
-    (``None``: the directory is new); ``list_files=False``: the caller lists them (returns ``[]``)."""
+    driver reads the footers of its files. ``cached``: a persisted frame to release after the
+    write; ``append``: the directory holds an earlier write already (else it is new);
+    ``list_files=False``: the caller reads the footers (returns ``[]``)."""
     if options.max_files:
         out = out.coalesce(options.max_files)
     fs, root = filesystem(log.location)
     # "error" (errorifexists): the attempt directory is new; Spark Connect knows only this spelling
-    writer = out.write.mode("error" if known is None else "append").option("compression", "snappy")
+    writer = out.write.mode("append" if append else "error").option("compression", "snappy")
     if options.partition_by:
         writer = writer.partitionBy(*options.partition_by)
     try:
@@ -242,7 +244,7 @@ def _write(
     if not list_files:
         return []
     with phase("footers"):
-        return [f for f in staged_files(log.location, rel_dir, options.partition_by) if f.path not in (known or ())]
+        return staged_files(log.location, rel_dir, options.partition_by)
 
 
 def _aligned(
@@ -252,10 +254,10 @@ def _aligned(
     schema; a new table's is ``df``'s, nullable."""
     if log.table is None:
         return df, nullable_schema(df.schema)
-    check_partition_columns(target.table, log.location, log.table.metadata().partition_columns, options.partition_by)
+    table_schema = spark_schema(log.table)
     declared = spark.createDataFrame([], options.schema).schema if options.schema else None
-    schema = evolve_schema(df.schema, spark_schema(log.table), table=target.table, barrier=target.barrier,
-                           declared=declared)
+    check_partition_columns(target.table, log.location, log.table.metadata().partition_columns, options.partition_by)
+    schema = evolve_schema(df.schema, table_schema, table=target.table, barrier=target.barrier, declared=declared)
     if options.mode == "overwrite":
         schema = nullable_schema(schema)
     return align_to_table(df, log.location, schema), schema
@@ -263,64 +265,60 @@ def _aligned(
 
 def _stage_upserts(
     spark: SparkSession, df: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog, rel_dir: str,
-) -> tuple[list[StagedFile], StructType, list[RemovedFile]]:
+) -> tuple[StructType, list[RemovedFile]]:
     """A merge without ``delete_when``, in one pass over the output: the executors write it
     straight from its plan (no cache, no separate action before), then its keys are checked
     for uniqueness on the written files (:func:`_check_staged_keys`; a duplicate deletes the
     attempt directory before anything is reported or committed), and the table's files holding
     one of its keys are found (:func:`affected_files`: on the driver when the keys are few) and
-    their other rows written next to it (a second write, only when such files exist)."""
+    their other rows written next to it (a second write, only when such files exist). Returns
+    the table's schema after the barrier and the files the commit removes; the caller reads the
+    footers of everything written."""
     out, schema = _aligned(spark, df, target, options, log)
-    files = _write(out, target, options, log, rel_dir)
-    summary = _check_staged_keys(spark, files, schema, target, options, log, rel_dir)
+    _write(out, target, options, log, rel_dir, list_files=False)
+    staged = _staged_rows(spark, log.location, rel_dir, schema)
+    summary = _check_staged_keys(staged, target, options, log, rel_dir)
     if log.table is None:
-        return files, schema, []
-    with phase("delta_log"):
-        snapshot = snapshot_at(log.location, int(log.version or 0))
+        return schema, []
+    snapshot = sink_snapshot(log)
     if snapshot.add_actions.num_rows == 0:
-        return files, schema, []
-    update_keys = _staged_rows(spark, log.location, files, schema, options.partition_by).select(*options.keys)
+        return schema, []
+    update_keys = staged.select(*options.keys)
     affected, _, _ = affected_files(spark, log.location, snapshot, update_keys, options.keys, summary.bounds,
                                     output_keys=summary.rows)
     kept = kept_rows(spark, log.location, snapshot, affected, update_keys, options.keys, schema)
     if kept is None:
-        return files, schema, []
-    more = _write(kept[0], target, options, log, rel_dir, known={f.path for f in files})
-    return files + more, schema, kept[1]
+        return schema, []
+    _write(kept[0], target, options, log, rel_dir, append=True, list_files=False)
+    return schema, kept[1]
 
 
-def _check_staged_keys(
-    spark: SparkSession, files: Sequence[StagedFile], schema: StructType, target: WriteTarget,
-    options: WriteOptions, log: SinkLog, rel_dir: str,
-) -> KeySummary:
+def _check_staged_keys(staged: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog, rel_dir: str,
+                       ) -> KeySummary:
     """The written output's :class:`KeySummary`, on the driver when it is small
-    (:func:`summarize_staged_keys`), else one Spark action over the written files.
+    (:func:`summarize_staged_keys`), else one Spark action over ``staged`` (its rows).
 
     Raises:
         DuplicateKeyError: two rows of the output share a key; the attempt directory is deleted.
     """
     fs, root = filesystem(log.location)
     try:
-        summary = summarize_staged_keys(fs, root, files, options.keys, table=target.table, barrier=target.barrier)
+        summary = summarize_staged_keys(fs, f"{root}/{rel_dir}", options.keys, options.partition_by,
+                                        table=target.table, barrier=target.barrier)
         if summary is None:
-            rows = _staged_rows(spark, log.location, files, schema, options.partition_by)
-            summary = check_unique_keys(rows, options.keys, table=target.table, barrier=target.barrier)
+            summary = check_unique_keys(staged, options.keys, table=target.table, barrier=target.barrier)
     except DuplicateKeyError:
         fs.delete_dir(f"{root}/{rel_dir}")
         raise
     return summary
 
 
-def _staged_rows(
-    spark: SparkSession, location: str, files: Sequence[StagedFile], schema: StructType, partition_by: Sequence[str],
-) -> DataFrame:
-    """The rows of staged files (lazy), in ``schema``; an empty frame without files."""
-    groups: dict[tuple[tuple[str, str | None], ...], list[str]] = defaultdict(list)
-    for f in files:
-        groups[tuple((c, f.partition_values.get(c)) for c in partition_by)].append(
-            f"{normalize_location(location)}/{f.path}")
-    rows = read_files(spark, schema, partition_by, groups)
-    return rows if rows is not None else spark.createDataFrame([], schema)
+def _staged_rows(spark: SparkSession, location: str, rel_dir: str, schema: StructType) -> DataFrame:
+    """The rows written into the attempt directory so far (lazy), in ``schema``: Spark reads the
+    directory (``col=value/`` partition directories included, ``_SUCCESS`` and ``.crc`` files
+    skipped as Spark's own)."""
+    path = f"{normalize_location(location)}/{rel_dir}"
+    return spark.read.schema(schema).option("basePath", path).parquet(path).select(*schema.fieldNames())
 
 
 def _shape_output(
@@ -344,7 +342,7 @@ def _shape_output(
     except DuplicateKeyError:
         cached.unpersist()
         raise
-    plan = plan_merge(spark, log.location, int(log.version or 0), cached, options.keys, schema, summary)
+    plan = plan_merge(spark, sink_snapshot(log), cached, options.keys, schema, summary)
     return plan.rows, schema, plan.removed, cached
 
 
@@ -356,9 +354,8 @@ def _compact(
     rewrite the table's small files into the attempt directory (appended next to the barrier's
     own files); returns their ``dataChange = false`` adds and removes, or nothing."""
     compaction: Compaction = options.compaction  # type: ignore[assignment]
-    with phase("delta_log"):
-        snapshot = snapshot_at(log.location, int(log.version or 0))
-        plan = plan_compaction(snapshot, compaction, exclude={r.path for r in removed})
+    snapshot = sink_snapshot(log)
+    plan = plan_compaction(snapshot, compaction, exclude={r.path for r in removed})
     if not plan.files:
         return [], []
     writer = compacted_rows(spark, log.location, snapshot, plan, schema, compaction).write.mode("append")
@@ -370,6 +367,15 @@ def _compact(
     with phase("footers"):
         written = [f for f in staged_files(log.location, rel_dir, options.partition_by) if f.path not in known]
     return rearranged(written, plan)
+
+
+def sink_snapshot(log: SinkLog) -> Snapshot:
+    """The sink's table at :attr:`SinkLog.version`: the snapshot the log was read with (a merge or
+    compaction sink's, :func:`~airflow_provider_tsb.spark.runner.read_sink_logs`), else loaded."""
+    if log.snapshot is not None:
+        return log.snapshot
+    with phase("delta_log"):
+        return snapshot_at(log.location, int(log.version or 0))
 
 
 def _flag_deletes(df: DataFrame, delete_when: str | None, target: WriteTarget) -> DataFrame:

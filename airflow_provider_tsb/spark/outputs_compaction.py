@@ -36,8 +36,7 @@ from pyspark.sql.types import StructType
 from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile
 from airflow_provider_tsb.delta.log import join
 from airflow_provider_tsb.delta.snapshots import Snapshot
-from airflow_provider_tsb.spark.inputs import read_files, spark_schema
-from airflow_provider_tsb.spark.outputs_schema import with_columns_of
+from airflow_provider_tsb.spark.frames import read_files, spark_schema, with_columns_of
 
 #: default :attr:`Compaction.min_files`
 DEFAULT_MIN_FILES = 16

@@ -47,17 +47,17 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile
+from airflow_provider_tsb.delta.commit import RemovedFile
 from airflow_provider_tsb.delta.log import filesystem, join
-from airflow_provider_tsb.delta.snapshots import snapshot_at
-from airflow_provider_tsb.spark.inputs import partition_literal, read_files, spark_schema
-from airflow_provider_tsb.spark.outputs_schema import with_columns_of
+from airflow_provider_tsb.delta.snapshots import Snapshot
+from airflow_provider_tsb.spark.frames import partition_literal, read_files, spark_schema, with_columns_of
 
 DELETE_FLAG = "__tsb_delete"
 FILE_COLUMN = "__tsb_file"
@@ -134,23 +134,28 @@ def check_unique_keys(
 
 
 def summarize_staged_keys(
-    fs: pafs.FileSystem, root: str, files: Sequence[StagedFile], keys: Sequence[str], *, table: str, barrier: int,
+    fs: pafs.FileSystem, directory: str, keys: Sequence[str], partition_by: Sequence[str] = (), *, table: str,
+    barrier: int,
 ) -> KeySummary | None:
-    """:func:`check_unique_keys` of a merge output already written to ``files`` (paths relative
-    to ``root`` on ``fs``), computed on the driver from the files' key columns (pyarrow, no
-    Spark job); ``None`` when the driver should not do it: more than
-    :data:`DRIVER_KEY_ROWS` rows (the footers' counts), a key that is a partition column (not
-    in the files) or of a floating-point type (Spark's grouping normalizes NaN and -0.0).
+    """:func:`check_unique_keys` of a merge output already written into ``directory`` (an
+    attempt directory on ``fs``; ``partition_by``: its ``col=value/`` directories), computed on
+    the driver from the files' key columns (pyarrow, no Spark job); ``None`` when the driver
+    should not do it: more than :data:`DRIVER_KEY_ROWS` rows (the footers' counts), a key that
+    is a partition column (not in the files) or of a floating-point type (Spark's grouping
+    normalizes NaN and -0.0). Files whose names start with ``_`` or ``.`` (Spark's ``_SUCCESS``
+    and checksums) are not data.
 
     Raises:
         DuplicateKeyError: as :func:`check_unique_keys`.
     """
-    if sum(f.num_records for f in files) > DRIVER_KEY_ROWS or any(k in f.partition_values for f in files for k in keys):
+    if any(k in partition_by for k in keys):
         return None
-    parts = [pq.read_table(f"{root}/{f.path}", columns=list(keys), filesystem=fs) for f in files]
-    if not parts:
+    dataset = pads.dataset(directory, filesystem=fs, format="parquet")
+    if not dataset.files:
         return KeySummary(0, {k: (None, None) for k in keys})
-    rows = pa.concat_tables(parts).drop_null()
+    if dataset.count_rows() > DRIVER_KEY_ROWS:
+        return None
+    rows = dataset.to_table(columns=list(keys)).drop_null()
     if any(pa.types.is_floating(rows.schema.field(k).type) for k in keys):
         return None
     counts = rows.group_by(list(keys)).aggregate([([], "count_all")]).rename_columns([*keys, "count"])
@@ -351,16 +356,18 @@ def kept_rows(
 
 
 def plan_merge(
-    spark: SparkSession, location: str, version: int, flagged: DataFrame, keys: Sequence[str], schema: StructType,
+    spark: SparkSession, snapshot: Snapshot, flagged: DataFrame, keys: Sequence[str], schema: StructType,
     summary: KeySummary | None = None,
 ) -> MergePlan:
-    """Plan a merge of ``flagged`` (the output with :data:`DELETE_FLAG`) into version ``version``.
+    """Plan a merge of ``flagged`` (the output with :data:`DELETE_FLAG`) into the table at
+    ``snapshot`` (:class:`~airflow_provider_tsb.delta.snapshots.Snapshot`, the sink's version the
+    barrier writes on).
 
     ``schema``: the table's schema after this barrier (new columns of the affected files' kept
     rows are null). ``summary``: the output's :class:`KeySummary` when already known (else one
     Spark action computes it); one more small action finds the affected paths.
     """
-    snapshot = snapshot_at(location, version)
+    location = snapshot.location
     upserts = flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG).select(*schema.fieldNames())
     update_keys = flagged.select(*keys).distinct()
     if snapshot.add_actions.num_rows == 0:

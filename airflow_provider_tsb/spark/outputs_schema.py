@@ -163,11 +163,3 @@ def align_to_table(df: DataFrame, location: str, table_schema: StructType) -> Da
             for f in table_schema.fields
         ]
     )
-
-
-def with_columns_of(df: DataFrame, schema: StructType) -> DataFrame:
-    """``df`` (rows of an older table version) with ``schema``'s columns: the new ones null."""
-    have = set(df.columns)
-    return df.select(
-        *[F.col(f.name) if f.name in have else F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields]
-    )

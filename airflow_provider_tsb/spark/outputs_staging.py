@@ -13,21 +13,15 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, runtime_checkable
-from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 
 from airflow_provider_tsb.delta.barriers import version_of_barrier
-from airflow_provider_tsb.delta.commit import StagedFile
-from airflow_provider_tsb.delta.conventions import parse_tag
+from airflow_provider_tsb.delta.conventions import parse_tag, staging_dir
 from airflow_provider_tsb.delta.log import commit_info, filesystem
-from airflow_provider_tsb.delta.stats import footer_stats
 
-STAGING_DIR = "tsb_staging"
 #: seconds a withdrawn attempt directory is kept for READ_COMMITTED readers that resolved it
 DEFAULT_STAGING_GRACE_S = 600.0
 STAGING_GRACE_ENV = "TSB_STAGING_GRACE_SECONDS"
@@ -85,11 +79,6 @@ class StagingCatalog(Protocol):
         """WRITTEN, naming the committed attempt."""
         ...
 
-
-
-def staging_dir(job_id: str, epoch: int, barrier: int) -> str:
-    """Directory (relative to the table root) holding all attempts of (job, epoch, barrier)."""
-    return f"{STAGING_DIR}/{job_id}/{epoch}/{barrier}"
 
 
 def _committed_attempt(location: str, barrier: int) -> str | None:
@@ -158,56 +147,6 @@ def collect_withdrawn(location: str, table: str, catalog: StagingCatalog, grace_
     catalog.forget_withdrawn_staging(table, [p for p, _ in due])
     return removed
 
-
-
-#: Spark's directory value of a null partition value (Hive convention).
-HIVE_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-
-
-def _list_data_files(fs: pafs.FileSystem, directory: str, *, recursive: bool = False) -> list[pafs.FileInfo]:
-    entries = fs.get_file_info(pafs.FileSelector(directory, recursive=recursive, allow_not_found=True))
-    files = []
-    for entry in entries:
-        if entry.type != pafs.FileType.File:
-            continue
-        if entry.base_name.endswith(".parquet") and not entry.base_name.startswith((".", "_")):
-            files.append(entry)
-        else:  # _SUCCESS, .crc checksums: not data, never referenced
-            fs.delete_file(entry.path)
-    return sorted(files, key=lambda e: e.path)
-
-
-def partition_values_of(subdir: str, partition_by: Sequence[str]) -> dict[str, str | None]:
-    """Partition values of a Hive-style directory ``col=value/...`` written by Spark's
-    ``partitionBy`` (values unescaped, :data:`HIVE_NULL_PARTITION` as ``None``).
-
-    Raises:
-        ValueError: the directory does not name exactly the partition columns, in order.
-    """
-    parts = [p.split("=", 1) for p in subdir.split("/") if p]
-    if [p[0] for p in parts] != list(partition_by) or any(len(p) != 2 for p in parts):
-        raise ValueError(f"staged directory {subdir!r} does not match the partition columns {list(partition_by)}")
-    return {unquote(k): (None if v == HIVE_NULL_PARTITION else unquote(v)) for k, v in parts}
-
-
-def staged_files(location: str, rel_dir: str, partition_by: Sequence[str] = ()) -> list[StagedFile]:
-    """The data files of an attempt directory (partitioned: in its ``col=value/`` directories),
-    with sizes and statistics from their footers (driver side, footers only)."""
-    fs, root = filesystem(location)
-    base = f"{root}/{rel_dir}"
-    infos = _list_data_files(fs, base, recursive=bool(partition_by))
-
-    def one(info: pafs.FileInfo) -> StagedFile:
-        num, stats = footer_stats(fs, info.path)
-        mtime = int(info.mtime.timestamp() * 1000) if info.mtime else int(time.time() * 1000)
-        sub = posixpath.relpath(info.path, base)
-        values = partition_values_of(posixpath.dirname(sub), partition_by) if partition_by else {}
-        return StagedFile(f"{rel_dir}/{sub}", int(info.size), mtime, num, stats, values)
-
-    if len(infos) <= 1:
-        return [one(i) for i in infos]
-    with ThreadPoolExecutor(max_workers=min(8, len(infos))) as pool:
-        return list(pool.map(one, infos))
 
 
 def has_any_file(fs: pafs.FileSystem, directory: str) -> bool:

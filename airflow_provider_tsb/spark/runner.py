@@ -304,10 +304,10 @@ def _run_barrier(
 ) -> list[WriteResult]:
     """The barrier's work (its input lease is held by the caller); its results."""
     with phase("delta_log"):
+        logs = read_sink_logs(app, plan, locations)
         if group is None or plan.barrier == group.first:  # a later barrier of a group: checked by the first
             check_alignment(app, plan, locations)
-        logs = {sink: SinkLog.read(locations[sink], app.job_id) for sink in sorted(app.sinks)}
-    if all(sink_log.is_committed(plan.barrier) for sink_log in logs.values()):
+    if all(sink_log.holds_barrier for sink_log in logs.values()):
         if group is not None and group.plans and plan.barrier == group.first:  # a replay: the next stages the group
             group.drop_first()
         if queue is not None:  # the previous barrier's WRITTEN first
@@ -330,6 +330,19 @@ def _run_barrier(
                                      catalog=catalog, log=sink_log, queue=queue, staged=staged))
     log.info("job %s: barrier %s done: %s", app.job_id, plan.barrier, results)
     return results
+
+
+def read_sink_logs(app: TsbApp, plan: BarrierPlan, locations: Mapping[str, str]) -> dict[str, SinkLog]:
+    """``{sink: SinkLog}``: each sink's log read once as ``plan``'s barrier starts, with the
+    barrier's answers (committed, its version and attempt, the previous barrier's version) and,
+    for a sink whose write plans against the table's files (a merge, auto compaction), the
+    table's snapshot: what the context and the commit protocol need, passed in."""
+    out = {}
+    for sink in sorted(app.sinks):
+        options = app.sinks[sink].options
+        out[sink] = SinkLog.read(locations[sink], app.job_id, barrier=plan.barrier, previous=plan.previous_barrier,
+                                 snapshot=options.mode == "merge" or options.compaction is not None)
+    return out
 
 
 def _stage_group(
@@ -440,8 +453,7 @@ def _skip_committed(
     """Every sink holds the barrier: re-report WRITTEN (from the logs read), write nothing."""
     results = []
     for sink, sink_log in logs.items():
-        with phase("delta_log"):
-            version = sink_log.version_of(plan.barrier)
+        version = sink_log.barrier_version
         if version is not None and catalog is not None:
             catalog.record_written(sink, plan.barrier, version, app.job_id)
         results.append(WriteResult(sink, plan.barrier, version if version is not None else -1, skipped=True))

@@ -17,7 +17,6 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import version_of_barrier
-from airflow_provider_tsb.delta.commit import StagedFile
 from airflow_provider_tsb.delta.log import read_commit_actions
 from airflow_provider_tsb.delta.snapshots import snapshot_at
 from airflow_provider_tsb.spark import outputs_merge
@@ -48,9 +47,7 @@ def test_a_merge_finds_the_files_of_updated_keys_on_the_driver_as_spark_does(
     update = spark.createDataFrame([("B6", day, 9), ("UA", day + dt.timedelta(days=4), 9), ("ZZ", day, 9)], ddl)
     staged = tmp_path / "staged"
     update.coalesce(1).write.parquet(str(staged))
-    files = [StagedFile(p.name, p.stat().st_size, 0, 3, "{}") for p in staged.glob("*.parquet")]
-    summary = summarize_staged_keys(pafs.LocalFileSystem(), str(staged), files, ("carrier", "day"),
-                                    table=TABLE, barrier=5)
+    summary = summarize_staged_keys(pafs.LocalFileSystem(), str(staged), ("carrier", "day"), table=TABLE, barrier=5)
     assert summary is not None and summary.rows is not None and summary.rows.num_rows == 3
     keys = update.select("carrier", "day")
     on_driver, candidates, total = affected_files(spark, loc, snapshot, keys, ("carrier", "day"), summary.bounds,
