@@ -81,7 +81,8 @@ def plain_write(spark, df, sink: str, spec: Sink, location: str, job_id: str, ba
     with phase("delta_log"):
         existing = latest_table_or_none(location)
     log = SimpleNamespace(location=normalize_location(location), table=existing,  # what stage_output reads
-                          version=existing.version() if existing is not None else None)
+                          version=existing.version() if existing is not None else None,
+                          snapshot=None)  # the merge and compaction load their snapshot (spark.outputs.sink_snapshot)
     options = spec.options
     staged = stage_output(spark, df, WriteTarget(sink, location, job_id, barrier), options, log,
                           f"plain/{barrier}/{time.time_ns()}")
