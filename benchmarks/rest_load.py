@@ -32,8 +32,11 @@ does not say what the api-server costs. ``--profile FILE`` records the api-serve
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -181,6 +184,102 @@ def hammer(base: str, token: str, gen: Generator, clients: int, requests: int, b
     return samples
 
 
+WRK_SCRIPT = """
+local threads = {}
+setup = function(thread) table.insert(threads, thread) end
+init = function(args)
+  math.randomseed(tonumber(os.getenv("TSB_SEED")))
+  names = {}
+  for name in string.gmatch(os.getenv("TSB_TABLES"), "[^,]+") do table.insert(names, name) end
+  low = tonumber(os.getenv("TSB_LOW"))
+  topology = os.getenv("TSB_TOPOLOGY")
+  headers = {["Authorization"] = "Bearer " .. os.getenv("TSB_TOKEN"), ["Content-Type"] = "application/json"}
+  baseline = os.getenv("TSB_BASELINE") == "1"
+  only = os.getenv("TSB_ONLY") or ""
+  pause = tonumber(os.getenv("TSB_PAUSE_MS"))
+  out = io.open(os.getenv("TSB_ANSWERS"), "w")
+  out:setvbuf("line")
+  bad = 0
+end
+delay = function() return math.random(0, 2 * pause) end
+local kinds = {"repeatable", "repeatable", "committed", "as_of", "monotonic", "lease"}
+request = function()
+  if baseline then return wrk.format("GET", "/tsb/api/v1/health", headers) end
+  if only ~= "" then kinds = {only} end
+  if only == "delays" or (only == "" and math.random() < 0.15) then
+    return wrk.format("GET", "/tsb/api/v1/delays?topology=" .. topology .. "&limit=10", headers)
+  end
+  local pool = {}
+  for i, n in ipairs(names) do pool[i] = n end
+  local q = {}
+  for i = 1, math.random(2, math.min(5, #pool)) do
+    table.insert(q, '"' .. table.remove(pool, math.random(1, #pool)) .. '"')
+  end
+  local kind = kinds[math.random(1, #kinds)]
+  local body = '{"tables": [' .. table.concat(q, ",") .. ']'
+  if kind == "committed" then body = body .. ', "level": "READ_COMMITTED"'
+  elseif kind == "as_of" then body = body .. ', "as_of": ' .. math.random(1, low)
+  elseif kind == "monotonic" then body = body .. ', "min_barrier": ' .. low
+  elseif kind == "lease" then body = body .. ', "lease_seconds": 30' end
+  return wrk.format("POST", "/tsb/api/v1/versions", headers, body .. "}")
+end
+response = function(status, headers, body)
+  if status ~= 200 then bad = bad + 1 end
+  out:write(status, "\\t", body, "\\n")
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  local http = 0
+  for _, thread in ipairs(threads) do http = http + thread:get("bad") end
+  io.write(string.format("wrk: p50_ms=%.3f p99_ms=%.3f requests=%d errors=%d\\n",
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000, summary.requests,
+    e.connect + e.read + e.write + e.timeout + http))
+end
+"""
+
+
+def wrk(base: str, token: str, gen: Generator, clients: int, seconds: float, tmp: Path,
+        baseline: bool = False, only: str = "", pause_ms: int = 0) -> tuple[list[Sample], str]:
+    """``clients`` connections of one ``wrk`` thread for ``seconds`` sending the same mix as
+    :func:`hammer` (a C client: its CPU stays off the server's cores). wrk does not tie an
+    answer to its request, so each answer is checked on its own (:func:`wrong_versions` with
+    the body the answer implies: its level, ``as_of`` and lease) and against the barriers
+    committed before the run and started after it. Returns the answers as samples (``ms`` 0)
+    and wrk's figures line."""
+    script, answers = tmp / "rest_load.lua", tmp / "answers.tsv"
+    script.write_text(WRK_SCRIPT)
+    low = gen.committed
+    env = {**os.environ, "TSB_SEED": "7", "TSB_TABLES": ",".join(gen.tables), "TSB_LOW": str(low),
+           "TSB_TOPOLOGY": TOPOLOGY, "TSB_TOKEN": token, "TSB_ANSWERS": str(answers),
+           "TSB_BASELINE": "1" if baseline else "0", "TSB_ONLY": only,
+           "TSB_PAUSE_MS": str(pause_ms)}
+    out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--timeout", "60s",
+                          "-s", str(script), base], env=env, capture_output=True, text=True, check=True).stdout
+    high = gen.started
+    found = re.search(r"wrk: p50_ms=\S+ p99_ms=\S+ requests=\d+ errors=\d+", out)
+    if found is None:
+        raise RuntimeError(f"wrk printed no figures: {out[-500:]}")
+    samples = []
+    for line in answers.read_text().splitlines():
+        status, _, text = line.partition("\t")
+        try:
+            answer = json.loads(text)
+        except ValueError:
+            samples.append(Sample("unparsed", None, low, high, 0.0, 0, text[:200]))
+            continue
+        if baseline:
+            samples.append(Sample("health", None, low, high, 0.0, int(status), answer))
+            continue
+        if "level" not in answer:
+            samples.append(Sample("delays", None, low, high, 0.0, int(status), answer))
+            continue
+        body = {"tables": list(answer.get("tables", {})), "level": answer.get("level"), "as_of": answer.get("as_of")}
+        if answer.get("lease"):
+            body["lease_seconds"] = 30
+        samples.append(Sample("versions", body, 0 if body["as_of"] else low, high, 0.0, int(status), answer))
+    return samples, found[0]
+
+
 def wrong_versions(store: Any, s: Sample, cache: dict[tuple[str, int], Any]) -> str | None:
     """Why the ``POST /versions`` answer of ``s`` differs from the in-process resolve (None: equal)."""
     a, body = s.answer, s.body or {}
@@ -243,7 +342,7 @@ def start_profiler(out: str | None, pid: int) -> subprocess.Popen[bytes] | None:
     if not out:
         return None
     spy = str(Path(sys.executable).parent / "py-spy")
-    return subprocess.Popen([spy, "record", "--subprocesses", "--format", "raw", "--rate", "250", "-o", out,
+    return subprocess.Popen([spy, "record", "--subprocesses", "--format", "raw", "--rate", "100", "-o", out,
                              "--pid", str(pid)], stdout=subprocess.DEVNULL)
 
 
@@ -283,6 +382,28 @@ def cpu_phase(pids: dict[str, int], phase: Any) -> tuple[Any, dict[str, float]]:
     return result, {k: tree_cpu_s([p]) - before[k] for k, p in pids.items()}
 
 
+def load_phases(args: argparse.Namespace, base_url: str, token: str, gen: Generator, pids: dict[str, int],
+                tmp: Path) -> tuple[list[Sample], dict[str, float], list[Sample], dict[str, float], list[str]]:
+    """The baseline, then the load, by the clients of ``args.generator``: (baseline samples, their
+    CPU, load samples, their CPU, the two figures lines ``p50_ms= p99_ms=`` of baseline and load)."""
+    if args.generator == "wrk":
+        (base, base_line), base_cpu = cpu_phase(
+            pids, lambda: wrk(base_url, token, gen, args.clients, args.seconds, tmp, baseline=True,
+                              pause_ms=args.pause_ms))
+        profiler = start_profiler(args.profile, pids["api-server"])
+        (samples, line), cpu = cpu_phase(
+            pids, lambda: wrk(base_url, token, gen, args.clients, args.seconds, tmp, only=args.only,
+                              pause_ms=args.pause_ms))
+        stop_profiler(profiler)
+        lines = [" ".join(x.split()[1:3]) for x in (base_line, line)]
+        return base, base_cpu, samples, cpu, lines
+    base, base_cpu = cpu_phase(pids, lambda: hammer(base_url, token, gen, args.clients, args.requests, True))
+    profiler = start_profiler(args.profile, pids["api-server"])
+    samples, cpu = cpu_phase(pids, lambda: hammer(base_url, token, gen, args.clients, args.requests, False))
+    stop_profiler(profiler)
+    return base, base_cpu, samples, cpu, [figures(base), figures(samples)]
+
+
 def run(args: argparse.Namespace, url: str, tmp: Path, postmaster: int) -> int:
     from tsb_dev.local_airflow import start_airflow
 
@@ -296,10 +417,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path, postmaster: int) -> int:
         thread.start()
         load_before = os.getloadavg()[0]
         pids = {"api-server": af.processes["api-server"].pid, "postgres": postmaster, "clients": os.getpid()}
-        base, base_cpu = cpu_phase(pids, lambda: hammer(af.base_url, token, gen, args.clients, args.requests, True))
-        profiler = start_profiler(args.profile, pids["api-server"])
-        samples, cpu = cpu_phase(pids, lambda: hammer(af.base_url, token, gen, args.clients, args.requests, False))
-        stop_profiler(profiler)
+        base, base_cpu, samples, cpu, lines = load_phases(args, af.base_url, token, gen, pids, tmp)
         load_after = os.getloadavg()[0]
     finally:
         gen.stop.set()
@@ -310,16 +428,19 @@ def run(args: argparse.Namespace, url: str, tmp: Path, postmaster: int) -> int:
     for line in reasons:
         print("  " + line)
     kinds = {k: sum(s.kind == k for s in samples) for k in sorted({s.kind for s in samples})}
-    by_kind = {k: f"{quantile([s.ms for s in samples if s.kind == k], 50):.0f}" for k in kinds}
-    print(f"p50_ms by kind: {by_kind}")
+    if args.generator == "httpx":
+        by_kind = {k: f"{quantile([s.ms for s in samples if s.kind == k], 50):.0f}" for k in kinds}
+        print(f"p50_ms by kind: {by_kind}")
     print(f"requests: {len(samples)} {kinds}; barriers {args.preload} preloaded, {gen.committed} at the end; "
-          f"{args.tables} tables; api workers {args.workers}")
+          f"{args.tables} tables; api workers {args.workers}; clients {args.generator}")
     per = {k: f"{v * 1000 / len(samples):.1f}" for k, v in cpu.items()}
     base_per = {k: f"{v * 1000 / len(base):.1f}" for k, v in base_cpu.items()}
     print(f"CPU ms per request (api-server with its workers; PostgreSQL and this process incl. the generator): "
           f"load {per}, baseline {base_per}{' (py-spy attached)' if args.profile else ''}")
-    print(f"baseline clients={args.clients} {figures(base)} errors={base_err}")
-    print(f"clients={args.clients} {figures(samples)} errors={errors} wrong={wrong} "
+    if args.generator == "wrk":
+        print(f"answers per second: {len(samples) / args.seconds:.0f}")
+    print(f"baseline clients={args.clients} {lines[0]} errors={base_err}")
+    print(f"clients={args.clients} {lines[1]} errors={errors} wrong={wrong} "
           f"load={load_before:.1f},{load_after:.1f}")
     gen.store.dispose()
     return 0 if errors == wrong == base_err == 0 else 1
@@ -333,6 +454,14 @@ def main() -> int:
     parser.add_argument("--preload", type=int, default=30, help="barriers generated before the run")
     parser.add_argument("--interval", type=float, default=0.2, help="seconds between generated barriers")
     parser.add_argument("--workers", type=int, default=1, help="api-server workers ([api] workers)")
+    parser.add_argument("--generator", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
+                        help="the clients: wrk (C, default when installed) or httpx threads of this process")
+    parser.add_argument("--seconds", type=float, default=10.0, help="wrk: seconds of each phase")
+    parser.add_argument("--pause-ms", type=int, default=0,
+                        help="wrk: each client waits this long between an answer and its next request (0: no pause)")
+    kinds = ("", "repeatable", "committed", "as_of", "monotonic", "lease", "delays")
+    parser.add_argument("--only", default="", choices=kinds,
+                        help="wrk: send only requests of this kind (the CPU per request of one kind)")
     parser.add_argument("--profile", metavar="FILE", help="py-spy the api-server during the load (collapsed stacks)")
     args = parser.parse_args()
     from tsb_dev.pg import start_postgres

@@ -39,7 +39,8 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query, Request, Response
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from airflow_provider_tsb.api.access import EDIT, READ, AllowAll, TopologyAccess
@@ -162,6 +163,14 @@ TopologyQuery = Annotated[
 BarrierQuery = Annotated[int | None, Query(ge=0, le=MAX_INT)]
 
 
+def json_answer(answer: BaseModel) -> Response:
+    """``answer`` as the JSON response, serialized once: FastAPI would validate a returned model
+    against the route's ``response_model`` again and then serialize it (about a fifth of the
+    CPU of a ``GET /delays``, docs/benchmarks.md "REST API under many readers"). The route keeps
+    its ``response_model`` for the OpenAPI schema."""
+    return Response(answer.model_dump_json(), media_type="application/json")
+
+
 def _table_name(catalog: str, database: str, table: str) -> str:
     return normalize_table_name(f"{catalog}.{database}.{table}")
 
@@ -273,7 +282,7 @@ def get_version(
 
 
 @router.post("/versions", response_model=VersionsOut)
-def post_versions(store: StoreDep, access: AccessDep, request: VersionsRequest) -> dict[str, Any]:
+def post_versions(store: StoreDep, access: AccessDep, request: VersionsRequest) -> Response:
     """Consistent versions of tables Q at a level (FLIP-276 "Data Consistency Type").
 
     Body: ``tables``, ``level``, ``as_of`` (AS OF barrier n), ``min_barrier`` (monotonic reads:
@@ -293,7 +302,7 @@ def post_versions(store: StoreDep, access: AccessDep, request: VersionsRequest) 
                 "([tsb] max_lease_seconds); take a shorter lease and renew it"
             )
         res = store.resolution.resolve(request.tables, request.to_options())
-    return res.to_dict()
+    return json_answer(VersionsOut.model_validate(res.to_dict()))
 
 
 # ------------------------------------------------------------------ views
@@ -431,17 +440,17 @@ def get_delays(
     topology: TopologyQuery = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 20,
     before: BarrierQuery = None,
-) -> DelaysOut:
+) -> Response:
     """Per barrier (newest ``limit``, paged by ``before``): the end-to-end delay from generation to
     WRITTEN per table, per job its own processing delay (its sinks' WRITTEN minus its latest
     input WRITTEN) and the bottleneck job. Cost is bounded by ``limit`` x tables, independent
     of the barrier history length."""
     name = _pick_topology(store, access, topology)
     items, next_before = store.delays.delays(name, limit=limit, before=before)
-    return DelaysOut(
+    return json_answer(DelaysOut(
         topology=name, barriers=[BarrierDelay.model_validate(d, from_attributes=True) for d in items],
         next_before=next_before,
-    )
+    ))
 
 
 @router.get("/freshness", response_model=FreshnessOut)

@@ -24,7 +24,7 @@ from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.compat import call_namesake
 from airflow_provider_tsb.metastore.models import BarrierRow, TableBarrierRow, TableRow
 from airflow_provider_tsb.metastore.records import BarrierDelays, BarrierState, JobDelay, TableDelay
-from airflow_provider_tsb.metastore.registry import RegistryManager
+from airflow_provider_tsb.metastore.registry_reads import job_io
 
 #: :attr:`TableDelay.state` of a table that has neither PROCESSED nor WRITTEN the barrier.
 PENDING = "PENDING"
@@ -43,13 +43,12 @@ class DelayManager:
     """The delay view over the newest barriers of a topology.
 
     Args:
-        core: the metastore's engine and transactions.
-        registry: where the jobs' sources and sinks come from (:meth:`RegistryManager.job_io`).
+        core: the metastore's engine and transactions; the jobs' sources and sinks are read in
+            the view's own transaction (:func:`~.registry_reads.job_io`).
     """
 
-    def __init__(self, core: MetastoreCore, registry: RegistryManager) -> None:
+    def __init__(self, core: MetastoreCore) -> None:
         self._core = core
-        self._registry = registry
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Deprecated: the flat ``store.delays(...)`` of before the managers (:mod:`.compat`)."""
@@ -84,7 +83,7 @@ class DelayManager:
                 ).all()
                 for name, kind, barrier, state, written in rows:
                     reached[int(barrier)][name] = _Reached(kind == "root", state, written)
-        io = self._registry.job_io(topology)
+            io = job_io(s, topology)  # in the same transaction: one pool checkout per call
         items = [
             barrier_delays(int(b), int(ts), int(created), reached.get(int(b), {}), io)
             for b, ts, created in barriers

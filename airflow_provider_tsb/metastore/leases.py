@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.consistency import check_lease_seconds
@@ -24,6 +24,7 @@ from airflow_provider_tsb.metastore.models import (
     LeaseVersionRow,
 )
 from airflow_provider_tsb.metastore.records import (
+    TableExpiry,
     VersionRange,
     merge_ranges,
     now_ms,
@@ -49,35 +50,52 @@ def _check_seconds(seconds: float) -> None:
 
 
 def lease_versions(
-    s: Session, versions: Mapping[int, Pinned | None], seconds: float, holder: str | None
+    s: Session, versions: Mapping[int, Pinned | None], seconds: float, holder: str | None,
+    *, locked: Mapping[int, TableExpiry | None] | None = None,
 ) -> tuple[str, int]:
     """Lease ``{table id: Delta version or (from, to)}`` in the caller's write transaction ``s``.
 
     Locks the tables' rows in share mode and refuses an expired version under that lock (see
     module doc); ``None`` versions are skipped. Used by :meth:`LeaseManager.create_lease` and by
-    resolution, which leases what it answers in the same transaction.
+    resolution, which leases what it answers in the same transaction. Two inserts (the lease
+    and its versions, SQLAlchemy Core: no unit of work).
+
+    Args:
+        locked: ``{table id: expiry marks or None}`` when the caller already locked these
+            tables' rows in share mode in ``s`` and read their marks under that lock (the
+            resolution of a leased read does both in its first query); the lock and the marks
+            are then not taken again.
 
     Returns:
         ``(lease id, expiry epoch ms)``.
 
     Raises:
         ExpiredVersionError: a version is already marked expired.
-        ValueError: ``seconds`` is not positive and finite, or a range is invalid.
+        ValueError: ``seconds`` is not positive and finite, a range is invalid, or ``locked``
+            lacks a table of ``versions``.
     """
     _check_seconds(seconds)
     ranges = {table_id: _range(v) for table_id, v in versions.items() if v is not None}
-    lock_tables(s, ranges)
-    found = expiries(s, list(ranges))
+    if locked is None:
+        lock_tables(s, ranges)
+        found: Mapping[int, TableExpiry | None] = expiries(s, list(ranges))
+    else:
+        unlocked = sorted(set(ranges) - set(locked))
+        if unlocked:
+            raise ValueError(f"lease_versions: table ids {unlocked} are not among the tables the caller locked")
+        found = locked
     for table_id, (lo, hi) in sorted(ranges.items()):
         check_not_expired(s, table_id, found.get(table_id), lo, hi, what="lease's version")
     lease_id = str(uuid.uuid4())
     created = now_ms()
     expires = created + int(seconds * 1000)
-    s.add(LeaseRow(id=lease_id, holder=holder, created_at_ms=created, expires_at_ms=expires))
-    s.flush()
-    for table_id, (lo, hi) in ranges.items():
-        s.add(LeaseVersionRow(lease_id=lease_id, table_id=table_id, version=hi,
-                              from_version=lo if lo != hi else None))
+    row = {"id": lease_id, "holder": holder, "created_at_ms": created, "expires_at_ms": expires}
+    s.execute(insert(LeaseRow), [row])
+    if ranges:
+        s.execute(insert(LeaseVersionRow), [
+            {"lease_id": lease_id, "table_id": table_id, "version": hi, "from_version": lo if lo != hi else None}
+            for table_id, (lo, hi) in ranges.items()
+        ])
     return lease_id, expires
 
 

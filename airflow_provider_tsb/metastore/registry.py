@@ -104,7 +104,7 @@ class RegistryManager:
             return reads.graph_of(reads.tables(s, topology), reads.jobs(s, topology))
 
     def job_io(self, topology: str | None = None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-        """Sources and sinks of every registered job (of one topology) in two queries.
+        """Sources and sinks of every registered job (of one topology) in one query.
 
         Returns:
             {job id: (source table names, sink table names)}, names sorted.

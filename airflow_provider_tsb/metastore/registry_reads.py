@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import or_, select
+from sqlalchemy import literal, or_, select, union_all
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import UnknownJobError, UnknownTableError
@@ -183,22 +183,25 @@ def graph_of(table_infos: list[TableInfo], job_infos: list[JobInfo]) -> nx.DiGra
 
 
 def job_io(s: Session, topology: str | None = None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """Sources and sinks of every registered job (of one topology) in two queries.
+    """Sources and sinks of every registered job (of one topology) in one query (a job with
+    neither is listed too: outer joins).
 
     Returns:
         {job id: (source table names, sink table names)}, names sorted.
     """
-    query = select(JobRow.id)
-    if topology:
-        query = query.where(JobRow.topology == topology)
-    out: dict[str, tuple[list[str], list[str]]] = {j: ([], []) for j in s.scalars(query)}
+    parts = []
     for link, slot in ((JobSourceRow, 0), (JobSinkRow, 1)):
-        rows = s.execute(
-            select(link.job_id, TableRow.name).join(TableRow, TableRow.id == link.table_id)
-            .where(link.job_id.in_(list(out)))
-        ).all()
-        for job_id, name in rows:
-            out[job_id][slot].append(name)
+        part = (
+            select(JobRow.id, literal(slot).label("slot"), TableRow.name)
+            .outerjoin(link, link.job_id == JobRow.id)
+            .outerjoin(TableRow, TableRow.id == link.table_id)
+        )
+        parts.append(part.where(JobRow.topology == topology) if topology else part)
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    for job_id, slot, name in s.execute(union_all(*parts)).all():
+        lists = out.setdefault(job_id, ([], []))
+        if name is not None:
+            lists[slot].append(name)
     return {j: (tuple(sorted(a)), tuple(sorted(b))) for j, (a, b) in out.items()}
 
 

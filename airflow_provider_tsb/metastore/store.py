@@ -140,7 +140,7 @@ class MetaStore:
         self.job_runs = JobRunManager(core)
         resolver = ResolutionManager(core, self.registry, self.table_states, self.leases)
         self.resolution = StalenessResolver(core, resolver)
-        self.delays = DelayManager(core, self.registry)
+        self.delays = DelayManager(core)
         self.freshness = FreshnessManager(core, self.registry)
         self.revisions = RevisionManager(core)
 

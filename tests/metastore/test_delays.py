@@ -23,7 +23,7 @@ def two_barriers(core: MetastoreCore) -> list[int]:
 
 def test_delays_per_table_job_and_end_to_end(core: MetastoreCore, registry: RegistryManager) -> None:
     two_barriers(core)
-    items, next_before = DelayManager(core, registry).delays(TOPOLOGY)
+    items, next_before = DelayManager(core).delays(TOPOLOGY)
     newest, oldest = items
     assert next_before is None and (newest.barrier, oldest.barrier) == (2, 1)
     assert (oldest.complete, oldest.end_to_end_ms, oldest.bottleneck) == (True, 250, "count_counts")

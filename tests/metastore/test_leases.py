@@ -6,7 +6,7 @@ import pytest
 
 from airflow_provider_tsb.exceptions import UnknownTableError
 from airflow_provider_tsb.metastore.base import MetastoreCore
-from airflow_provider_tsb.metastore.leases import LeaseManager
+from airflow_provider_tsb.metastore.leases import LeaseManager, lease_versions
 from airflow_provider_tsb.metastore.records import now_ms
 from airflow_provider_tsb.metastore.registry import RegistryManager
 from tests.metastore.conftest import COUNTS, WORDS
@@ -55,3 +55,17 @@ def test_a_lease_narrows_but_never_widens(core: MetastoreCore, registry: Registr
         leases.narrow_lease(run, {WORDS: 9, COUNTS: 5})
     assert leases.release_lease(run) is True
     assert leases.narrow_lease(run, {WORDS: 9}) is False  # gone
+
+
+def test_a_lease_under_the_callers_locks_pins_locked_tables_only(
+    core: MetastoreCore, registry: RegistryManager) -> None:
+    """Resolution locks Q's rows and reads their marks in its first query, then leases under
+    that lock (``locked``); a table it did not lock is refused, never leased without the lock."""
+    words, counts = registry.table(WORDS).id, registry.table(COUNTS).id
+    with core.transaction(write=True) as s:
+        lease_id, _ = lease_versions(s, {words: 2, counts: (0, 1)}, 60, "reader", locked={words: None, counts: None})
+    assert LeaseManager(core).leased_ranges(WORDS) == [(2, 2)]
+    assert LeaseManager(core).leased_ranges(COUNTS) == [(0, 1)]
+    with core.transaction(write=True) as s, pytest.raises(ValueError, match=rf"table ids \[{counts}\] are not among"):
+        lease_versions(s, {words: 2, counts: 1}, 60, None, locked={words: None})
+    assert LeaseManager(core).leased_ranges(COUNTS) == [(0, 1)], lease_id

@@ -85,3 +85,11 @@ def test_relative_or_dotdot_locations_are_refused(registry: RegistryManager, loc
     with pytest.raises(InvalidLocationError, match="give an absolute path"):
         registry.register_sink("writer_x", "tsb.wc.x", location=location)
     assert registry.table("tsb.wc.x", required=False) is None
+
+
+def test_job_io_lists_a_job_without_sources_or_sinks(registry: RegistryManager) -> None:
+    """One query with outer joins: a registered job that links no table is listed with empty tuples."""
+    registry.register_job(TOPOLOGY, Job("idle_job", "apps/idle.py", (), ()))
+    io = registry.job_io(TOPOLOGY)
+    assert io["idle_job"] == ((), ()) and io["count_words"] == ((WORDS,), (COUNTS,))
+    assert "idle_job" not in registry.job_io("another_topology")

@@ -10,6 +10,7 @@ from airflow_provider_tsb.exceptions import InconsistentReadError, StaleReadErro
 from airflow_provider_tsb.metastore import resolution as steps
 from airflow_provider_tsb.metastore.barriers import BarrierManager
 from airflow_provider_tsb.metastore.base import MetastoreCore
+from airflow_provider_tsb.metastore.expiry import expiries
 from airflow_provider_tsb.metastore.leases import LeaseManager
 from airflow_provider_tsb.metastore.registry import RegistryManager
 from airflow_provider_tsb.metastore.resolution import ResolutionManager
@@ -61,7 +62,7 @@ def test_the_named_steps_on_one_session(resolver: ResolutionManager, core: Metas
         assert steps.candidate_barrier(s, q, ConsistencyLevel.READ_COMMITTED) == 1
         barrier, found = steps.confirm(s, q, 1, ConsistencyLevel.REPEATABLE_READ)
         assert barrier == 1 and set(found) == set(q.ids)
-        versions = steps.table_versions(s, q, barrier, found, steps.expiries(s, q.ids))
+        versions = steps.table_versions(s, q, barrier, found, expiries(s, q.ids))
         assert {n: tv.version for n, tv in versions.items()} == {COUNTS: 0, CC: 0}
 
 
