@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.compat import call_namesake
@@ -37,6 +37,26 @@ class _Reached:
     root: bool
     state: str
     written_at_ms: int | None
+
+
+#: larger than any barrier id (a BIGINT): the page bound of the first page
+MAX_BARRIER = 2**63 - 1
+#: the newest ``limit`` barriers of a topology below ``before`` (built once: building a
+#: statement cost about as much CPU as running it)
+NEWEST_BARRIERS = (
+    select(BarrierRow.barrier_id, BarrierRow.ts_ms, BarrierRow.created_at_ms)
+    .where(BarrierRow.topology == bindparam("topology"), BarrierRow.barrier_id < bindparam("before"))
+    .order_by(BarrierRow.barrier_id.desc())
+    .limit(bindparam("limit"))
+)
+#: each table's state at the barriers ``ids`` (one primary-key seek per table and barrier)
+REACHED = (
+    select(TableRow.name, TableRow.kind, TableBarrierRow.barrier_id, TableBarrierRow.state,
+           TableBarrierRow.written_at_ms)
+    .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
+    .where(TableRow.topology == bindparam("topology"),
+           TableBarrierRow.barrier_id.in_(bindparam("ids", expanding=True)))
+)
 
 
 class DelayManager:
@@ -65,22 +85,13 @@ class DelayManager:
             barriers plus one primary-key seek per (table, barrier), bounded by ``limit`` and
             independent of the barrier history length.
         """
+        below = MAX_BARRIER if before is None else before
         with self._core.transaction() as s:
-            query = select(BarrierRow.barrier_id, BarrierRow.ts_ms, BarrierRow.created_at_ms).where(
-                BarrierRow.topology == topology
-            )
-            if before is not None:
-                query = query.where(BarrierRow.barrier_id < before)
-            barriers = s.execute(query.order_by(BarrierRow.barrier_id.desc()).limit(limit)).all()
+            barriers = s.execute(NEWEST_BARRIERS, {"topology": topology, "before": below, "limit": limit}).all()
             reached: dict[int, dict[str, _Reached]] = defaultdict(dict)
             if barriers:
-                rows = s.execute(
-                    select(TableRow.name, TableRow.kind, TableBarrierRow.barrier_id, TableBarrierRow.state,
-                           TableBarrierRow.written_at_ms)
-                    .join(TableBarrierRow, TableBarrierRow.table_id == TableRow.id)
-                    .where(TableRow.topology == topology,
-                           TableBarrierRow.barrier_id.in_([b.barrier_id for b in barriers]))
-                ).all()
+                ids = [b.barrier_id for b in barriers]
+                rows = s.execute(REACHED, {"topology": topology, "ids": ids}).all()
                 for name, kind, barrier, state, written in rows:
                     reached[int(barrier)][name] = _Reached(kind == "root", state, written)
             io = job_io(s, topology)  # in the same transaction: one pool checkout per call

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import literal, or_, select, union_all
+from sqlalchemy import CompoundSelect, bindparam, literal, or_, select, union_all
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import UnknownJobError, UnknownTableError
@@ -182,13 +182,7 @@ def graph_of(table_infos: list[TableInfo], job_infos: list[JobInfo]) -> nx.DiGra
     return build_graph(nodes, [Job(j.id, j.application, j.sources, j.sinks) for j in job_infos])
 
 
-def job_io(s: Session, topology: str | None = None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """Sources and sinks of every registered job (of one topology) in one query (a job with
-    neither is listed too: outer joins).
-
-    Returns:
-        {job id: (source table names, sink table names)}, names sorted.
-    """
+def _job_io_statement(of_topology: bool) -> CompoundSelect:
     parts = []
     for link, slot in ((JobSourceRow, 0), (JobSinkRow, 1)):
         part = (
@@ -196,9 +190,23 @@ def job_io(s: Session, topology: str | None = None) -> dict[str, tuple[tuple[str
             .outerjoin(link, link.job_id == JobRow.id)
             .outerjoin(TableRow, TableRow.id == link.table_id)
         )
-        parts.append(part.where(JobRow.topology == topology) if topology else part)
+        parts.append(part.where(JobRow.topology == bindparam("topology")) if of_topology else part)
+    return union_all(*parts)
+
+
+#: :func:`job_io`'s statements, of one topology and of all (built once)
+JOB_IO = {True: _job_io_statement(True), False: _job_io_statement(False)}
+
+
+def job_io(s: Session, topology: str | None = None) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Sources and sinks of every registered job (of one topology) in one query (a job with
+    neither is listed too: outer joins).
+
+    Returns:
+        {job id: (source table names, sink table names)}, names sorted.
+    """
     out: dict[str, tuple[list[str], list[str]]] = {}
-    for job_id, slot, name in s.execute(union_all(*parts)).all():
+    for job_id, slot, name in s.execute(JOB_IO[bool(topology)], {"topology": topology} if topology else {}).all():
         lists = out.setdefault(job_id, ([], []))
         if name is not None:
             lists[slot].append(name)

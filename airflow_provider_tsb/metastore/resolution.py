@@ -5,7 +5,8 @@ session of the read's one transaction (so a step's SQL is visible and the whole 
 transaction, one round trip per step):
 
 1. :func:`registered`: the tables of Q as registered (one query), in one barrier domain;
-2. (with a lease) :func:`~.expiry.lock_tables`, then :func:`~.expiry.expiries`: the expiry marks;
+2. :func:`~.expiry.expiries`: the expiry marks (with a lease read after step 1 locked the rows;
+   without, in step 1's query: :func:`registered_with_expiries`);
 3. the barrier: :func:`pinned_barrier` for AS OF, else :func:`candidate_barrier` (one index seek
    per table and state) and :func:`confirm` (one primary-key lookup per table; a fallback scan
    only when a table skipped barriers);
@@ -105,17 +106,23 @@ def states_read(level: ConsistencyLevel) -> tuple[str, ...]:
     return (BarrierState.WRITTEN,)
 
 
-def registered(s: Session, names: list[str]) -> ReadSet:
-    """Step 1: the tables of Q as registered (one query), all in one barrier domain.
+#: the statement of :func:`registered` (built once), and the same locking the rows in share mode
+#: in id order, as :func:`~.expiry.lock_tables` does (PostgreSQL locks them as the sorted scan returns them)
+REGISTERED = select(TableRow.id, TableRow.name, TableRow.location, TableRow.topology)
+REGISTERED = REGISTERED.where(TableRow.name.in_(bindparam("names", expanding=True)))
+REGISTERED_LOCKED = REGISTERED.order_by(TableRow.id).with_for_update(read=True)
+
+
+def registered(s: Session, names: list[str], *, lock: bool = False) -> ReadSet:
+    """Step 1: the tables of Q as registered (one query), all in one barrier domain; with
+    ``lock`` (a leased read, in a write transaction) their rows locked in share mode: the lock
+    snapshot expiry marks under (metastore/expiry.py).
 
     Raises:
         UnknownTableError: a table is not registered.
         TopologyError: the tables belong to topologies of different barrier domains.
     """
-    rows = s.execute(
-        select(TableRow.id, TableRow.name, TableRow.location, TableRow.topology).where(TableRow.name.in_(names))
-    ).all()
-    return read_set(s, names, rows)
+    return read_set(s, names, s.execute(REGISTERED_LOCKED if lock else REGISTERED, {"names": names}).all())
 
 
 #: the statement of :func:`registered_with_expiries` (built once)
@@ -129,41 +136,10 @@ REGISTERED_WITH_EXPIRIES = (
 def registered_with_expiries(s: Session, names: list[str]) -> tuple[ReadSet, dict[int, TableExpiry]]:
     """Steps 1 and 2 of a read without a lease in one query: the tables of Q as registered
     (:func:`registered`) and their expiry marks (:func:`~.expiry.expiries`), an outer join.
-
-    Raises:
-        as :func:`registered`.
-    """
+    Raises as :func:`registered`."""
     rows = s.execute(REGISTERED_WITH_EXPIRIES, {"names": names}).all()
     marks = {r.id: expiry_of(r.name, r.TableExpiryRow) for r in rows if r.TableExpiryRow is not None}
     return read_set(s, names, rows), marks
-
-
-#: the tables of Q locked in share mode in id order, as :func:`~.expiry.lock_tables` locks them
-#: (PostgreSQL locks the rows as the sorted scan returns them)
-REGISTERED_LOCKED = (
-    select(TableRow.id, TableRow.name, TableRow.location, TableRow.topology)
-    .where(TableRow.name.in_(bindparam("names", expanding=True)))
-    .order_by(TableRow.id)
-    .with_for_update(read=True)
-)
-
-
-def registered_locked(s: Session, names: list[str]) -> tuple[ReadSet, dict[int, TableExpiry]]:
-    """Steps 1 and 2 of a leased read (a write transaction): the tables of Q as registered,
-    their rows locked in share mode (the lock snapshot expiry marks under, metastore/expiry.py),
-    then their expiry marks.
-
-    Two statements, not one: under READ COMMITTED a statement that waited for expiry's lock
-    re-reads the locked row but still sees the joined marks as of its start, i.e. before the
-    marks expiry committed; the second statement's snapshot is taken after the lock is held.
-    ``tests/maintenance/test_lease_expiry.py::test_race_writer_expiry_readers`` loses leased
-    files on PostgreSQL with the join.
-
-    Raises:
-        as :func:`registered`.
-    """
-    q = read_set(s, names, s.execute(REGISTERED_LOCKED, {"names": names}).all())
-    return q, expiries(s, q.ids)
 
 
 def read_set(s: Session, names: list[str], rows: Sequence[Row[Any]]) -> ReadSet:
@@ -383,15 +359,11 @@ def table_versions(
 
 
 def with_lease(
-    s: Session, q: ReadSet, result: Mapping[str, TableVersion], opts: ReadOptions,
-    marks: Mapping[int, TableExpiry],
+    s: Session, q: ReadSet, result: Mapping[str, TableVersion], opts: ReadOptions, marks: Mapping[int, TableExpiry]
 ) -> tuple[str | None, int | None]:
-    """Step 6: lease the answer's versions for ``opts.lease_seconds`` (nothing when ``None``),
-    under the share locks step 1 took and with the marks it read under them (``marks``).
-
-    Returns:
-        ``(lease id, expiry epoch ms)``, or ``(None, None)``.
-    """
+    """Step 6: lease the answer's versions for ``opts.lease_seconds`` (nothing when ``None``)
+    under step 1's share locks, with the ``marks`` read under them. Returns ``(lease id, expiry
+    epoch ms)``, or ``(None, None)``."""
     if opts.lease_seconds is None:
         return None, None
     versions = {q.rows[n].id: tv.version for n, tv in result.items()}
@@ -403,7 +375,10 @@ def resolve_in(s: Session, names: list[str], opts: ReadOptions) -> Resolution:
     """Steps 1-6 in transaction ``s`` (a write transaction when ``opts.lease_seconds`` is set);
     READ_COMMITTED, REPEATABLE_READ and AS OF. Raises as :meth:`ResolutionManager.resolve`."""
     if opts.lease_seconds is not None:
-        q, marks = registered_locked(s, names)
+        # the marks in a statement of their own: one joined to the locking read would see them as
+        # of its start, before expiry's lock was released (test_race_writer_expiry_readers)
+        q = registered(s, names, lock=True)
+        marks = expiries(s, q.ids)
     else:
         q, marks = registered_with_expiries(s, names)
     fast = None if opts.as_of is not None else newest_consistent_rows(s, q.ids, states_read(opts.level))
