@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import statistics
@@ -52,6 +51,7 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from wrk_clients import run_wrk  # noqa: E402
 
 TOPOLOGY = "restload"
 ROOT = "tsb.rl.src"
@@ -185,8 +185,6 @@ def hammer(base: str, token: str, gen: Generator, clients: int, requests: int, b
 
 
 WRK_SCRIPT = """
-local threads = {}
-setup = function(thread) table.insert(threads, thread) end
 init = function(args)
   math.randomseed(tonumber(os.getenv("TSB_SEED")))
   names = {}
@@ -227,14 +225,6 @@ response = function(status, headers, body)
   if status ~= 200 then bad = bad + 1 end
   out:write(status, "\\t", body, "\\n")
 end
-done = function(summary, latency, requests)
-  local e = summary.errors
-  local http = 0
-  for _, thread in ipairs(threads) do http = http + thread:get("bad") end
-  io.write(string.format("wrk: p50_ms=%.3f p99_ms=%.3f requests=%d errors=%d\\n",
-    latency:percentile(50) / 1000, latency:percentile(99) / 1000, summary.requests,
-    e.connect + e.read + e.write + e.timeout + http))
-end
 """
 
 
@@ -246,19 +236,13 @@ def wrk(base: str, token: str, gen: Generator, clients: int, seconds: float, tmp
     the body the answer implies: its level, ``as_of`` and lease) and against the barriers
     committed before the run and started after it. Returns the answers as samples (``ms`` 0)
     and wrk's figures line."""
-    script, answers = tmp / "rest_load.lua", tmp / "answers.tsv"
-    script.write_text(WRK_SCRIPT)
+    answers = tmp / "answers.tsv"
     low = gen.committed
-    env = {**os.environ, "TSB_SEED": "7", "TSB_TABLES": ",".join(gen.tables), "TSB_LOW": str(low),
+    env = {"TSB_SEED": "7", "TSB_TABLES": ",".join(gen.tables), "TSB_LOW": str(low),
            "TSB_TOPOLOGY": TOPOLOGY, "TSB_TOKEN": token, "TSB_ANSWERS": str(answers),
-           "TSB_BASELINE": "1" if baseline else "0", "TSB_ONLY": only,
-           "TSB_PAUSE_MS": str(pause_ms)}
-    out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--timeout", "60s",
-                          "-s", str(script), base], env=env, capture_output=True, text=True, check=True).stdout
+           "TSB_BASELINE": "1" if baseline else "0", "TSB_ONLY": only, "TSB_PAUSE_MS": str(pause_ms)}
+    p50, p99, requests, errors = run_wrk(base, clients, seconds, WRK_SCRIPT, env, tmp, "rest_load")
     high = gen.started
-    found = re.search(r"wrk: p50_ms=\S+ p99_ms=\S+ requests=\d+ errors=\d+", out)
-    if found is None:
-        raise RuntimeError(f"wrk printed no figures: {out[-500:]}")
     samples = []
     for line in answers.read_text().splitlines():
         status, _, text = line.partition("\t")
@@ -277,7 +261,7 @@ def wrk(base: str, token: str, gen: Generator, clients: int, seconds: float, tmp
         if answer.get("lease"):
             body["lease_seconds"] = 30
         samples.append(Sample("versions", body, 0 if body["as_of"] else low, high, 0.0, int(status), answer))
-    return samples, found[0]
+    return samples, f"wrk: p50_ms={p50:.3f} p99_ms={p99:.3f} requests={requests} errors={errors}"
 
 
 def wrong_versions(store: Any, s: Sample, cache: dict[tuple[str, int], Any]) -> str | None:

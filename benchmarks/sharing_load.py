@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import re
 import shutil
 import socket
 import statistics
@@ -53,6 +52,8 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from wrk_clients import run_wrk  # noqa: E402
+
 from tsb_dev.wordcount_writer import TOPOLOGY, WordcountWriter  # noqa: E402
 
 QUERY = f"/shares/{TOPOLOGY}/schemas/wc/tables/word_count/query"
@@ -127,8 +128,6 @@ def hammer(base: str, token: str, clients: int, requests: int, barriers: int, qu
 
 
 WRK_SCRIPT = """
-local threads = {}
-setup = function(thread) table.insert(threads, thread) end
 init = function(args)
   math.randomseed(7)
   barriers = tonumber(os.getenv("TSB_BARRIERS"))
@@ -148,29 +147,14 @@ end
 response = function(status, headers, body)
   if status ~= 200 or (query and not string.find(body, '"file"', 1, true)) then bad = bad + 1 end
 end
-done = function(summary, latency, requests)
-  local e = summary.errors
-  local wrong = 0
-  for _, thread in ipairs(threads) do wrong = wrong + thread:get("bad") end
-  io.write(string.format("wrk: p50_ms=%.3f p99_ms=%.3f requests=%d errors=%d\\n",
-    latency:percentile(50) / 1000, latency:percentile(99) / 1000, summary.requests,
-    e.connect + e.read + e.write + e.timeout + wrong))
-end
 """
 
 
 def wrk(url: str, clients: int, seconds: int, barriers: int, query: bool, tmp: str,
         token: str = "") -> tuple[float, float, int, int]:
     """``clients`` connections of one ``wrk`` thread for ``seconds``: (p50 ms, p99 ms, answers, errors)."""
-    script = Path(tmp) / "sharing_load.lua"
-    script.write_text(WRK_SCRIPT)
-    env = {**os.environ, "TSB_BARRIERS": str(barriers), "TSB_QUERY": "1" if query else "0", "TSB_TOKEN": token}
-    out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "-s", str(script), url],
-                         env=env, capture_output=True, text=True, check=True).stdout
-    found = re.search(r"wrk: p50_ms=(\S+) p99_ms=(\S+) requests=(\d+) errors=(\d+)", out)
-    if found is None:
-        raise RuntimeError(f"wrk printed no figures: {out[-500:]}")
-    return float(found[1]), float(found[2]), int(found[3]), int(found[4])
+    env = {"TSB_BARRIERS": str(barriers), "TSB_QUERY": "1" if query else "0", "TSB_TOKEN": token}
+    return run_wrk(url, clients, seconds, WRK_SCRIPT, env, tmp, "sharing_load")
 
 
 def _quantile(values: list[float], q: float) -> float:
