@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,14 +25,17 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from airflow_provider_tsb.delta.commit_fold import UNKNOWN, CommitFold
 from airflow_provider_tsb.delta.log import normalize_location, table_exists
+from airflow_provider_tsb.delta.snapshots import commit_fingerprint, newer_commit_possible
 from airflow_provider_tsb.delta.storage import storage_options
 
 #: commit metadata key marking the newest version of a root table as the end of its input
 END_OF_INPUT = "tsb.end_of_input"
 #: commits an event-time watermark is moved forward over, one by one, at most
 MAX_STEP = 100
-#: root tables (and columns) whose last watermark is kept
+#: root tables (and columns) whose last watermark is kept, and root tables whose writer table is kept
 MAX_WATERMARKS = 256
+_writers: dict[str, tuple[DeltaTable, tuple[int, int] | None]] = {}
+_writers_lock = threading.Lock()
 
 
 
@@ -39,6 +43,11 @@ def append_rows(
     location: str, rows: pa.Table, *, metadata: dict[str, Any] | None = None, end_of_input: bool = False
 ) -> int:
     """Append ``rows`` to the root table at ``location`` (created if missing); one commit.
+
+    Cost: after the first call per location, the commit alone: the append goes through this
+    process's loaded table, moved to the newest commit on disk first (one ``stat`` when no other
+    writer committed since; ``update_incremental`` otherwise). Loading the table for each append,
+    twice (the write, then the new version), cost 40 ms of a 58 ms append at 600 versions here.
 
     Args:
         location: table location.
@@ -48,17 +57,56 @@ def append_rows(
 
     Returns:
         The new Delta version.
+
+    Raises:
+        Exception: delta-rs's error when the commit fails (a schema that does not match the
+            table's names the fields); the loaded table is dropped and loaded again next time.
     """
     loc = normalize_location(location)
     meta = {**(metadata or {}), **({END_OF_INPUT: "true"} if end_of_input else {})}
-    write_deltalake(
-        loc,
-        rows,
-        mode="append",
-        commit_properties=CommitProperties(custom_metadata=meta) if meta else None,
-        storage_options=storage_options(loc),
-    )
-    return DeltaTable(loc, storage_options=storage_options(loc)).version()
+    props = CommitProperties(custom_metadata=meta) if meta else None
+    with _writers_lock:
+        try:
+            table = _writer_table(loc)
+            if table is None:
+                write_deltalake(loc, rows, mode="append", commit_properties=props, storage_options=storage_options(loc))
+                table = DeltaTable(loc, storage_options=storage_options(loc))
+            else:
+                write_deltalake(table, rows, mode="append", commit_properties=props)
+            _remember_writer(loc, table)
+            return table.version()
+        except Exception:
+            _writers.pop(loc, None)
+            raise
+
+
+def _writer_table(loc: str) -> DeltaTable | None:
+    """This process's loaded table at ``loc`` (normalized), at the newest commit on disk; ``None``
+    when there is no table yet. The table is loaded again when the commit file of the version it
+    holds changed (the table was deleted and created again) or ``update_incremental`` fails (its
+    log cleaned up under it), as :func:`~.snapshots.latest_table` does. Called under ``_writers_lock``."""
+    entry = _writers.get(loc)
+    table = None
+    if entry is not None and commit_fingerprint(loc, entry[0].version()) == entry[1]:
+        table = entry[0]
+        if newer_commit_possible(loc, table.version()):
+            try:
+                table.update_incremental()
+            except Exception:
+                table = None
+    if table is None:
+        if not table_exists(loc):
+            return None
+        table = DeltaTable(loc, storage_options=storage_options(loc))
+    return table
+
+
+def _remember_writer(loc: str, table: DeltaTable) -> None:
+    """Keep ``table`` with its head commit's fingerprint (at most :data:`MAX_WATERMARKS` tables)."""
+    _writers.pop(loc, None)
+    if len(_writers) >= MAX_WATERMARKS:
+        _writers.pop(next(iter(_writers)))
+    _writers[loc] = (table, commit_fingerprint(loc, table.version()))
 
 
 def mark_end_of_input(location: str, *, metadata: dict[str, Any] | None = None) -> int:

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_tsb.delta import roots
@@ -69,3 +70,21 @@ def test_a_delete_an_older_version_and_a_recreated_table_read_the_snapshot(tmp_p
     for hour in (9, 8, 7, 6, 5):  # created again, past the version seen last
         version = _append(loc, hour)
     assert event_time_watermark(str(loc), version, "n") == 9 == _from_snapshot(loc, version, "n")
+
+
+def test_append_rows_writes_through_its_loaded_table_and_follows_other_writers(tmp_path: Path) -> None:
+    """``append_rows`` keeps the table it loaded: another writer's commit in between, a table
+    deleted and created again at the same location and a refused batch all give the right next
+    version and rows; a batch of another schema gets delta-rs's error naming the field."""
+    loc = str(tmp_path / "root")
+    assert [roots.append_rows(loc, pa.table({"a": [i]})) for i in (1, 2)] == [0, 1]
+    write_deltalake(loc, pa.table({"a": [3]}), mode="append")  # another process's commit
+    assert roots.append_rows(loc, pa.table({"a": [4]})) == 3
+    assert sorted(DeltaTable(loc).to_pyarrow_table()["a"].to_pylist()) == [1, 2, 3, 4]
+    shutil.rmtree(loc)  # deleted and created again: fewer versions than the table it kept
+    assert [roots.append_rows(loc, pa.table({"a": [i]})) for i in (5, 6)] == [0, 1]
+    with pytest.raises(Exception, match="Field b not found"):  # delta-rs's SchemaMismatchError
+        roots.append_rows(loc, pa.table({"b": ["x"]}))
+    assert roots.append_rows(loc, pa.table({"a": [7]}), end_of_input=True) == 2
+    assert sorted(DeltaTable(loc).to_pyarrow_table()["a"].to_pylist()) == [5, 6, 7]
+    assert roots.input_ended(loc)
