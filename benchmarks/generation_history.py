@@ -13,8 +13,9 @@ Last line::
 
     barriers=<n> first_median_ms=<a> last_median_ms=<b> growth=<b/a> last_p99_ms=<q> last_max_ms=<m> load=<1-min load>
 
-``last_max_ms`` is the slowest of the last window: one generation in 100 also maintains the
-barrier log (compaction, checkpoint, cleanup: :func:`airflow_provider_tsb.delta.barrier_log._maintain`).
+``last_max_ms`` is the slowest of the last window: one generation in 100 starts the barrier log's
+maintenance (compaction, checkpoint, cleanup: :func:`airflow_provider_tsb.delta.barrier_log._maintain`),
+which runs on its own thread while the next generations go on beside it.
 
     .venv/bin/python benchmarks/generation_history.py [--barriers 2000] [--window 100]
 """

@@ -29,7 +29,8 @@ a crash in between leaves a log row for a barrier no job ever saw, and the next 
 replaces that row (a predicate overwrite of ``barrier = n``: still one row per barrier). Every
 :data:`COMPACT_EVERY` barriers the log's one-row files are compacted into one, checkpointed and
 its older commit files deleted (:func:`_maintain`), so a generation costs the same after a
-million barriers as after a hundred.
+million barriers as after a hundred. The maintenance runs on a thread of its own, after the
+generation that started it returned, so no generation waits for it (:func:`wait_maintenance`).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ LOG_PROPERTIES = {"delta.logRetentionDuration": "interval 10 seconds", "delta.ch
 #: a generation does not load the log from its last checkpoint again (``_writer_table``).
 _writers: dict[str, DeltaTable] = {}
 _writers_lock = threading.Lock()
+#: The barrier logs whose maintenance is running on its own thread (one at a time per log).
+_maintenance: dict[str, threading.Thread] = {}
 
 SCHEMA = pa.schema(
     [
@@ -141,7 +144,8 @@ def logged_barrier(location: str, topology: str) -> int | None:
     (local logs): the newest version by probing commit files
     (:func:`~airflow_provider_tsb.delta.snapshots.newest_version`, flat in the log's length)
     and one read of that commit; the cached snapshot's incremental update and delta-rs's txn
-    look-up only when the newest commit holds no ``txn`` of the topology (a log written by hand).
+    look-up only when the newest commit holds no ``txn`` of the topology (the log's compaction,
+    :func:`_maintain`, or a log written by hand).
     """
     loc = normalize_location(location)
     app_id = log_app_id(topology)
@@ -178,6 +182,8 @@ def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = Fals
         app_transactions=[Transaction(log_app_id(entry.topology), int(entry.barrier))],
     )
     loc = normalize_location(location)
+    if replace:
+        wait_maintenance(loc)  # the row it replaces may be in the files a running compaction rewrites
     try:
         if "://" not in loc:
             os.makedirs(loc, exist_ok=True)
@@ -189,31 +195,69 @@ def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = Fals
                 predicate=f"barrier = {int(entry.barrier)}" if replace else None, commit_properties=props,
                 configuration=LOG_PROPERTIES if target is None else None,
             )
-            if target is not None and entry.barrier % COMPACT_EVERY == 0:
-                _maintain(target, loc, entry)
     except Exception as exc:
         _writers.pop(loc, None)  # reload after a failure: the cached table may be stale or broken
         raise DeltaLogError(
             f"cannot write barrier {entry.barrier} of topology {entry.topology!r} to its barrier log at "
             f"{loc!r}: {exc}; the barrier was not generated"
         ) from exc
+    if target is not None and entry.barrier % COMPACT_EVERY == 0:
+        _start_maintenance(loc, entry.barrier)
 
 
-def _maintain(table: DeltaTable, loc: str, entry: BarrierLogEntry) -> None:
+def wait_maintenance(location: str, timeout: float | None = None) -> bool:
+    """Wait for the maintenance of the barrier log at ``location`` this process started, if one runs.
+
+    Args:
+        timeout: seconds to wait at most; ``None`` waits until it ends.
+
+    Returns:
+        Whether no maintenance of the log runs in this process any more.
+    """
+    thread = _maintenance.get(normalize_location(location))
+    if thread is not None:
+        thread.join(timeout)
+        return not thread.is_alive()
+    return True
+
+
+def _start_maintenance(loc: str, barrier: int) -> None:
+    """Run :func:`_maintain` on a thread of its own, unless the log's last one still runs (the next
+    :data:`COMPACT_EVERY` barriers start another). The thread is not a daemon: a process that
+    generated a barrier waits for it before it exits, so a short-lived generator (``tsb barrier``)
+    still keeps its log short."""
+    with _writers_lock:
+        running = _maintenance.get(loc)
+        if running is not None and running.is_alive():
+            return
+        thread = _maintenance[loc] = threading.Thread(
+            target=_maintain, args=(loc, barrier), name=f"tsb-barrier-log-maintenance:{loc}")
+        thread.start()
+
+
+def _maintain(loc: str, barrier: int) -> None:
     """The log's maintenance, every :data:`COMPACT_EVERY` barriers: its one-row files rewritten
-    into one (``optimize.compact``, a ``dataChange=false`` commit that restates the topology's
-    ``txn``, so :func:`logged_barrier` still reads it from the newest commit), a checkpoint at that
-    commit, and the commit files it makes unneeded deleted (``cleanup_metadata``, those older than
-    the ``delta.logRetentionDuration`` of :data:`LOG_PROPERTIES`). A failure is logged, not raised:
-    the barrier's row is committed already, the log is correct without it, the next one retries."""
+    into one (``optimize.compact``, a ``dataChange=false`` commit), a checkpoint, and the commit
+    files it makes unneeded deleted (``cleanup_metadata``, those older than the
+    ``delta.logRetentionDuration`` of :data:`LOG_PROPERTIES`).
+
+    It runs beside the generations that go on (:func:`_start_maintenance`), on a table of its
+    own: a generation's append and the compaction commit concurrently, and delta-rs's conflict
+    check lets both land (a compaction is ``dataChange=false``, so it commits at snapshot isolation
+    over a blind append: the Delta protocol's ``dataChange`` flag of "Add File and Remove File",
+    delta-rs's ``ConflictChecker``). So the compaction restates no ``txn``: a later barrier's commit may land
+    before it, and :func:`logged_barrier` answers from the snapshot when the newest commit is the
+    compaction. A failure is logged, not raised: every row is committed already, the log is
+    correct without its maintenance, and the next one retries."""
+    from airflow_provider_tsb.delta.storage import storage_options
+
     try:
-        table.optimize.compact(commit_properties=CommitProperties(
-            app_transactions=[Transaction(log_app_id(entry.topology), int(entry.barrier))]))
+        table = DeltaTable(loc, storage_options=storage_options(loc))
+        table.optimize.compact()
         table.create_checkpoint()
         table.cleanup_metadata()
     except Exception as exc:
-        _writers.pop(loc, None)
-        log.warning("the maintenance of the barrier log at %r after barrier %s failed: %s", loc, entry.barrier, exc)
+        log.warning("the maintenance of the barrier log at %r after barrier %s failed: %s", loc, barrier, exc)
 
 
 def _writer_table(loc: str) -> DeltaTable | None:

@@ -239,6 +239,7 @@ def test_the_log_is_compacted_every_n_barriers_and_keeps_every_row(tmp_path, mon
     files = []
     for b in range(1, 8):
         write_barrier(log, BarrierLogEntry("wc", b, b, "system", False, b, f"r{b}", {WORDS: b}))
+        assert barrier_log.wait_maintenance(log, timeout=60)
         files.append(len(DeltaTable(log).file_uris()))
         assert barrier_log.logged_barrier(log, "wc") == b == DeltaTable(log).transaction_version("tsb-barrier-log:wc")
     assert files == [1, 2, 1, 2, 3, 1, 2]  # compacted at barriers 3 and 6 (barrier 1 created the table)
@@ -270,6 +271,7 @@ def test_the_logs_commit_files_are_cleaned_up_behind_its_checkpoints(tmp_path, m
 
     def write(b: int) -> None:
         write_barrier(log, BarrierLogEntry("wc", b, b, "system", False, b, f"r{b}", {WORDS: b}))
+        assert barrier_log.wait_maintenance(log, timeout=60)
 
     for b in range(1, 4):
         write(b)
@@ -291,6 +293,59 @@ def test_the_logs_commit_files_are_cleaned_up_behind_its_checkpoints(tmp_path, m
     barrier_log._writers.clear()  # a new process
     for b in range(2, 31):
         write_barrier(old, BarrierLogEntry("wc", b, b, "system", False, b, f"r{b}", {WORDS: b}))
+        assert barrier_log.wait_maintenance(old, timeout=60)
     assert DeltaTable(old).metadata().configuration == fast
     assert _commit_files(old) <= 12
     assert [e.barrier for e in read_barrier_log(old)] == list(range(1, 31))
+
+
+def test_generations_go_on_while_the_log_is_maintained_and_both_land(tmp_path, monkeypatch, caplog) -> None:
+    """The log's maintenance runs on a thread of its own (``_start_maintenance``): a generation
+    returns while a compaction is held, the compaction then lands over the barriers committed
+    meanwhile, and under a free race (a maintenance every 10 barriers while generations go on)
+    every maintenance lands, every row is kept once and ``logged_barrier`` follows the newest."""
+    import logging
+    import threading
+
+    from deltalake import DeltaTable
+
+    from airflow_provider_tsb.delta import barrier_log
+
+    monkeypatch.setattr(barrier_log, "COMPACT_EVERY", 10)
+    caplog.set_level(logging.WARNING, logger="airflow_provider_tsb.delta")
+    log = str(tmp_path / "log")
+    held, entered = threading.Event(), threading.Event()
+    real = barrier_log._maintain
+
+    def held_maintain(loc: str, barrier: int) -> None:
+        entered.set()
+        assert held.wait(60)
+        real(loc, barrier)
+
+    def write(b: int) -> None:
+        write_barrier(log, BarrierLogEntry("wc", b, b, "system", False, b, f"r{b}", {WORDS: b}))
+
+    monkeypatch.setattr(barrier_log, "_maintain", held_maintain)
+    for b in range(1, 11):
+        write(b)
+    assert entered.wait(30)  # barrier 10 started it
+    writer = threading.Thread(target=lambda: [write(b) for b in range(11, 20)])
+    writer.start()
+    writer.join(30)
+    assert not writer.is_alive(), "a generation waited for the log's maintenance"
+    assert not barrier_log.wait_maintenance(log, timeout=0)
+    assert len(DeltaTable(log).file_uris()) == 19
+    held.set()
+    assert barrier_log.wait_maintenance(log, timeout=60)
+    assert len(DeltaTable(log).file_uris()) == 1  # the 19 rows compacted, those of 11..19 too
+    assert barrier_log.logged_barrier(log, "wc") == 19
+
+    monkeypatch.setattr(barrier_log, "_maintain", real)
+    for b in range(20, 301):
+        write(b)
+        assert barrier_log.logged_barrier(log, "wc") == b
+    assert barrier_log.wait_maintenance(log, timeout=60)
+    assert [e.barrier for e in read_barrier_log(log)] == list(range(1, 301))
+    assert DeltaTable(log).transaction_version("tsb-barrier-log:wc") == 300
+    assert len(DeltaTable(log).file_uris()) <= 11
+    assert not [r for r in caplog.records if "maintenance" in r.getMessage()], caplog.text
