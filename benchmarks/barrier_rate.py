@@ -7,8 +7,9 @@ operator starts, as Spark Connect clients of one local server (``--engine submit
 For ``--seconds`` seconds, barriers are generated as fast as the topology commits them: a few
 rows are appended to the root table and a barrier generated whenever fewer than
 ``--max-in-flight`` barriers are generated but not yet COMMIT (the emitter's backpressure).
-Meanwhile snapshot expiry runs every ``--expiry-every`` seconds on every table, keeping the last
-``--keep`` barriers plus leases, and counts failed cycles.
+Meanwhile snapshot expiry runs every ``--expiry-every`` seconds on every table, in a process of
+its own as a ``TsbExpireOperator`` task would, keeping the last ``--keep`` barriers plus leases,
+and counts failed cycles.
 
 Figures: ``barriers_per_s`` (barriers COMMIT in the window / seconds), ``generate_p99_ms`` (one
 barrier's generation: root versions, tag checks, barrier log, metastore), ``commit_lag_p99_s``
@@ -25,12 +26,13 @@ root's rows) is checked at REPEATABLE_READ at the end.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from flights_bench import FlightsBench, check_alive, engine_server, median, percentile, wait_committed
 from topology_scale import ROOT, append_root, build_topology, e2e_delays, invariants_hold, shape_edges
@@ -41,34 +43,47 @@ from topology_scale import ROOT, append_root, build_topology, e2e_delays, invari
 ROOM_POLL_S = 0.025
 
 
-class ExpiryLoop(threading.Thread):
-    """Snapshot expiry of every table every ``every_s`` seconds; counts cycles and failures."""
+class ExpiryLoop:
+    """Snapshot expiry of every table every ``every_s`` seconds, in a process of its own (as
+    production runs it: ``TsbExpireOperator`` in a worker, never in the emitter's process, so it
+    does not hold the generating process's GIL); counts cycles and failures."""
 
     def __init__(self, url: str, tables: list[str], keep: int, every_s: float) -> None:
-        super().__init__(daemon=True)
-        self.url, self.tables, self.keep, self.every_s = url, tables, keep, every_s
+        ctx = multiprocessing.get_context("spawn")
+        self._done, self._results = ctx.Event(), ctx.Queue()
+        self._process = ctx.Process(
+            target=_expiry_loop, args=(url, tables, keep, every_s, self._done, self._results), daemon=True)
         self.cycles = self.failed = self.removed = 0
         self.errors: list[str] = []
-        self._done = threading.Event()
 
-    def run(self) -> None:
-        from airflow_provider_tsb.maintenance.expiry import expire_snapshots
-        from airflow_provider_tsb.metastore.store import MetaStore
-
-        store = MetaStore(self.url)
-        while not self._done.wait(self.every_s):
-            for table in self.tables:
-                self.cycles += 1
-                try:
-                    self.removed += expire_snapshots(store, table, self.keep)["removed_files"]
-                except Exception as exc:  # counted and reported: the figure is how many fail
-                    self.failed += 1
-                    self.errors.append(f"{table}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
-        store.dispose()
+    def start(self) -> None:
+        self._process.start()
 
     def stop(self) -> None:
+        """Stop after the running cycle and read its counts."""
         self._done.set()
-        self.join()
+        self.cycles, self.failed, self.removed, self.errors = self._results.get(timeout=600)
+        self._process.join(60)
+
+
+def _expiry_loop(url: str, tables: list[str], keep: int, every_s: float, done: Any, results: Any) -> None:
+    """The expiry process's loop (:class:`ExpiryLoop`); puts ``(cycles, failed, removed, errors)``."""
+    from airflow_provider_tsb.maintenance.expiry import expire_snapshots
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+    store = MetaStore(url)
+    cycles = failed = removed = 0
+    errors: list[str] = []
+    while not done.wait(every_s):
+        for table in tables:
+            cycles += 1
+            try:
+                removed += expire_snapshots(store, table, keep)["removed_files"]
+            except Exception as exc:  # counted and reported: the figure is how many fail
+                failed += 1
+                errors.append(f"{table}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+    store.dispose()
+    results.put((cycles, failed, removed, errors))
 
 
 def generate_only(bench: FlightsBench, rows: int, count: int, start_id: int, hour: int) -> list[float]:
