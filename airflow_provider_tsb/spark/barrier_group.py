@@ -15,8 +15,9 @@ barrier; the commit protocol then runs barrier by barrier from step e
 
 A barrier's output is only staged ahead when it does not read its job's sinks
 (``BarrierContext.previous``: it would need the barrier before it committed); other sinks
-(``merge``, ``overwrite``, compaction, a new table) keep a Spark job per barrier, still planned
-up front. The runner (:func:`~airflow_provider_tsb.spark.runner.run_barrier_group`) holds one
+(``merge``, ``overwrite``, a new table) keep a Spark job per barrier, still planned up front.
+An ``append`` sink's auto compaction rides on the group's first barrier (planned on the table
+before the group). The runner (:func:`~airflow_provider_tsb.spark.runner.run_barrier_group`) holds one
 input lease over the group's input versions from its start.
 """
 

@@ -162,14 +162,19 @@ def stage_outputs(
         group_dir: the directory the Spark job writes into, relative to the table root (new;
             deleted once its barriers' directories are moved out).
 
+    With ``options.compaction``, the group's first barrier also carries the auto compaction
+    planned on ``log``'s snapshot (the table before the group: its commit is made on that
+    version), so a sink compacts at most once per group, with one more Spark job only when the
+    table holds ``min_files`` small files.
+
     Returns ``{barrier: Staged}``, or ``None`` (nothing written) when the outputs cannot share a
-    write: not an ``append`` sink, ``compaction`` on, a new table, or outputs whose columns
-    differ between the barriers (a schema change inside the group).
+    write: not an ``append`` sink, a new table, or outputs whose columns differ between the
+    barriers (a schema change inside the group).
 
     Raises:
         SchemaChangeError: as :func:`stage_output`, for the outputs' common schema.
     """
-    if options.mode != "append" or options.compaction is not None or log.table is None or not frames:
+    if options.mode != "append" or log.table is None or not frames:
         return None
     shaped = _shape_outputs(spark, frames, target, options, log)
     if shaped is None:
@@ -190,6 +195,10 @@ def stage_outputs(
         with phase("footers"):
             staged[barrier] = Staged.of(staged_files(log.location, rel_dirs[barrier], options.partition_by), schema, [])
     fs.delete_dir(f"{root}/{group_dir}")
+    if options.compaction is not None:
+        first = min(frames)
+        adds, gone = _compact(spark, log, rel_dirs[first], schema, options, [], staged[first].files)
+        staged[first] = Staged.of(staged[first].files + adds, schema, gone)
     return staged
 
 

@@ -67,3 +67,58 @@ def test_compaction_keeps_rows_bounds_files_and_hides_from_changes(spark, tmp_pa
                 (i, v, "insert") for i, v in output(spark, b).collect()
             ), b
     assert rearranging >= 2, "compaction never ran"
+
+
+def test_a_group_of_barriers_compacts_once_on_its_first_barrier(spark, tmp_path: Path) -> None:
+    """An ``append`` sink's barriers staged by one Spark job (``stage_outputs``: a micro-batch of
+    several barriers) compact too: the group's first barrier carries the compaction planned on
+    the table before the group, its later barriers only their own files; the rows equal an
+    uncompacted twin's at every barrier and each barrier's changes are its own rows."""
+    import uuid
+
+    from airflow_provider_tsb.delta.conventions import staging_dir
+    from airflow_provider_tsb.delta.sink_log import SinkLog
+    from airflow_provider_tsb.spark.barrier_commit import StagedAttempt, write_barrier
+    from airflow_provider_tsb.spark.outputs import stage_outputs
+    from airflow_provider_tsb.spark.write_options import WriteOptions, WriteTarget
+
+    compacted, twin = str(tmp_path / "compacted"), str(tmp_path / "twin")
+    for b in range(1, 5):  # 8 small files, written one barrier at a time without compaction
+        for loc in (compacted, twin):
+            write_sink(spark, output(spark, b), table="t", location=loc, job_id="j", barrier=b, mode="append")
+    small = DeltaTable(compacted).get_add_actions(flatten=True).num_rows
+    assert small >= MIN_FILES
+    group = [5, 6, 7]
+    options = WriteOptions(mode="append", compaction=Compaction(min_files=MIN_FILES))
+    log = SinkLog.read(compacted, "j", barrier=group[0], snapshot=True)
+    rel_dirs = {b: f"{staging_dir('j', log.epoch.epoch, b)}/{uuid.uuid4().hex}" for b in group}
+    group_dir = f"{staging_dir('j', log.epoch.epoch, group[0])}/{uuid.uuid4().hex}"
+    staged = stage_outputs(spark, {b: output(spark, b) for b in group}, WriteTarget("t", compacted, "j", 5, {}, None),
+                           options, log, rel_dirs, group_dir)
+    assert staged is not None, "a compacting append sink's group was not written by one Spark job"
+    for b in group:
+        attempt = StagedAttempt(rel_dirs[b].rsplit("/", 1)[1], rel_dirs[b], staged[b])
+        write_barrier(spark, None, WriteTarget("t", compacted, "j", b, {}, None), options, staged=attempt)
+        write_sink(spark, output(spark, b), table="t", location=twin, job_id="j", barrier=b, mode="append")
+        version = version_of_barrier(compacted, b)
+        assert rows_of(compacted, version) == rows_of(twin, version_of_barrier(twin, b)), b
+        actions = read_commit_actions(compacted, version) or []
+        removes = [a["remove"] for a in actions if "remove" in a]
+        rearranged = [a["add"] for a in actions if "add" in a and not a["add"]["dataChange"]]
+        if b == group[0]:
+            assert len(removes) == small and not any(r["dataChange"] for r in removes), removes
+            assert rearranged, "the group's first barrier added no compacted file"
+        else:
+            assert not removes and not rearranged, (b, actions)
+        changes = read_changes(spark, compacted, version - 1, version).collect()
+        assert sorted((r.id, r.v, r._change_type) for r in changes) == sorted(
+            (i, v, "insert") for i, v in output(spark, b).collect()), b
+    final = DeltaTable(compacted).get_add_actions(flatten=True).num_rows
+    own = sum(1 for b in group for f in staged[b].files if f.data_change)
+    twin_files = DeltaTable(twin).get_add_actions(flatten=True).num_rows
+    assert final == len(rearranged_files(staged[group[0]])) + own < twin_files
+
+
+def rearranged_files(staged) -> list:
+    """The staged files a compaction wrote (``dataChange = false``)."""
+    return [f for f in staged.files if not f.data_change]
