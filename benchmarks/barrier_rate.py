@@ -17,10 +17,12 @@ barrier's generation: root versions, tag checks, barrier log, metastore), ``comm
 alone (``generate_only_p99_ms``: the same bookkeeping with no job running, as fast as it goes),
 so ``bookkeeping_share`` = generation time / time per committed barrier says whether the rate
 is bounded by the jobs or by the bookkeeping. The FLIP-276 invariant (every sink holds the
-root's rows) is checked at REPEATABLE_READ at the end.
+root's rows) is checked at REPEATABLE_READ at the end; ``sink_files_max`` is the most live data
+files a sink holds then (an ``append`` sink gains a file per barrier unless ``--compaction``).
 
     .venv/bin/python benchmarks/barrier_rate.py [--seconds 600] [--jobs 2] [--rows 100]
         [--max-in-flight 4] [--max-barriers-per-trigger 16] [--sqlite] [--engine connect|submit]
+        [--compaction MIN_FILES]
 """
 
 from __future__ import annotations
@@ -126,6 +128,8 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
     append_root(bench, next_id, args.rows, hour)
     next_id, hour = next_id + args.rows, hour + 1
     warm_up = bench.generate().barrier
+    if args.compaction:
+        env = {j: {**e, "TSB_SCALE_COMPACTION": str(args.compaction)} for j, e in env.items()}
     procs = [bench.launch(j, "streaming", root / "logs", final_since_ms=int(time.time() * 1000), env_vars=env[j],
                           trigger_interval_s=0.05, max_barriers_per_trigger=args.max_barriers_per_trigger)
              for j in env]
@@ -163,6 +167,9 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
     lags = e2e_delays(bench, generated)
     baseline = generate_only(bench, args.rows, 50, next_id + 10**6, hour + 10**4)
     ok = invariants_hold(bench, "chain", args.jobs, final)
+    from deltalake import DeltaTable
+
+    sink_files = max(DeltaTable(bench.location(sink)).get_add_actions().num_rows for sink in sinks)
     rate = len(committed) / window
     share = (sum(gen_ms) / len(gen_ms) / 1000) * rate
     if expiry.errors:
@@ -171,6 +178,7 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
     return [
         f"load={os.getloadavg()[0]:.1f} engine={args.engine} jobs={args.jobs} rows={args.rows} "
         f"max_in_flight={args.max_in_flight} max_barriers_per_trigger={args.max_barriers_per_trigger} "
+        f"compaction={args.compaction} sink_files_max={sink_files} "
         f"seconds={window:.0f} metastore={backend} "
         f"expiry_cycles={expiry.cycles} expiry_removed_files={expiry.removed} invariants={'ok' if ok else 'FAILED'}",
         f"baseline: generate_only_median_ms={median(baseline):.1f} "
@@ -200,6 +208,8 @@ def main() -> int:
     parser.add_argument("--max-in-flight", type=int, default=4, help="barriers generated but not COMMIT, at most")
     parser.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles")
     parser.add_argument("--keep", type=int, default=100, help="barriers expiry keeps")
+    parser.add_argument("--compaction", type=int, default=0, metavar="MIN_FILES",
+                        help="the sinks' auto compaction at this many small files (default 0: off)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     base = Path(tempfile.mkdtemp(prefix="tsb-rate-"))

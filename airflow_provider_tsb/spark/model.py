@@ -22,7 +22,7 @@ from airflow_provider_tsb.delta.errors import MisalignedInputError
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.spark.catalog import BarrierPlan
 from airflow_provider_tsb.spark.inputs import Ranges, change_ranges, read_changes, read_snapshot
-from airflow_provider_tsb.spark.outputs_compaction import Compaction
+from airflow_provider_tsb.spark.outputs_compaction import APPEND_MIN_FILES, Compaction
 from airflow_provider_tsb.spark.write_options import SinkMode, WriteOptions
 
 
@@ -50,9 +50,10 @@ class Sink:
             inserts, updates and deletes of the epoch, at most one row per key.
         compaction: auto compaction of the table's small files in the barrier's own commit
             (:class:`~airflow_provider_tsb.spark.outputs_compaction.Compaction`): ``None`` (the
-            default) compacts ``merge`` sinks with ``Compaction()`` and nothing else, ``False``
-            never, ``True`` or a ``Compaction`` also ``append`` sinks (``overwrite`` sinks
-            never need it). See :attr:`compaction_options`.
+            default) compacts ``merge`` sinks with ``Compaction()`` (at 16 small files) and
+            ``append`` sinks at 50 (``APPEND_MIN_FILES``: a streaming append sink gains a file
+            per barrier), ``False`` never, ``True`` is ``Compaction()``, a ``Compaction`` its
+            own thresholds (``overwrite`` sinks never need it). See :attr:`compaction_options`.
 
     Raises:
         ValueError: ``merge`` without keys, ``delete_when`` without ``merge``, a column named
@@ -85,7 +86,7 @@ class Sink:
             return self.compaction
         if self.compaction is True or self.mode == "merge":
             return Compaction()
-        return None
+        return Compaction(min_files=APPEND_MIN_FILES)
 
     def __post_init__(self) -> None:
         if isinstance(self.partition_by, str):

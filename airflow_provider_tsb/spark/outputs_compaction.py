@@ -40,6 +40,11 @@ from airflow_provider_tsb.spark.frames import read_files, spark_schema, with_col
 
 #: default :attr:`Compaction.min_files`
 DEFAULT_MIN_FILES = 16
+#: :attr:`Compaction.min_files` of an ``append`` sink's default compaction: Databricks' auto
+#: compaction threshold (``spark.databricks.delta.autoCompact.minNumFiles``). A streaming append
+#: sink gains a file per barrier and compacts once every 50; a higher threshold than a merge
+#: sink's, whose reads of its own table grow with its files
+APPEND_MIN_FILES = 50
 #: default :attr:`Compaction.target_bytes` (128 MiB, Delta's ``OPTIMIZE`` target)
 DEFAULT_TARGET_BYTES = 128 * 1024 * 1024
 

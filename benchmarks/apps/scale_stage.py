@@ -3,7 +3,8 @@ gained in the epoch ``(n-1, n]`` to its sink, with ``hop`` one more.
 
 Its job id, sources and sink come from the environment the operator gives the job:
 ``TSB_JOB_ID`` (set by the operator), ``TSB_SCALE_SOURCES`` (comma-separated table names) and
-``TSB_SCALE_SINK`` (the operator's ``env_vars``). Rows: ``id long, v double, hop int, ts
+``TSB_SCALE_SINK`` (the operator's ``env_vars``); ``TSB_SCALE_COMPACTION=<min_files>`` turns
+on the sink's auto compaction (``Sink(compaction=Compaction(min_files=...))``). Rows: ``id long, v double, hop int, ts
 timestamp``.
 """
 
@@ -15,11 +16,12 @@ import sys
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from airflow_provider_tsb.spark import BarrierContext, Sink, TsbApp, run_app
+from airflow_provider_tsb.spark import BarrierContext, Compaction, Sink, TsbApp, run_app
 
 SOURCES = [s for s in os.environ.get("TSB_SCALE_SOURCES", "").split(",") if s]
 SINK = os.environ.get("TSB_SCALE_SINK", "")
 COLUMNS = "id long, v double, hop int, ts timestamp"
+COMPACTION = int(os.environ.get("TSB_SCALE_COMPACTION", "0") or 0)
 
 
 def process(ctx: BarrierContext) -> dict[str, DataFrame]:
@@ -42,7 +44,8 @@ if __name__ == "__main__":
     app = TsbApp(
         job_id=os.environ["TSB_JOB_ID"],
         sources={s: None for s in SOURCES},
-        sinks={SINK: Sink(mode="append", schema=COLUMNS)},
+        sinks={SINK: Sink(mode="append", schema=COLUMNS,
+                          compaction=Compaction(min_files=COMPACTION) if COMPACTION else None)},
         process=process,
         description=f"{'+'.join(SOURCES)} -> {SINK}",
     )

@@ -122,3 +122,18 @@ def test_a_group_of_barriers_compacts_once_on_its_first_barrier(spark, tmp_path:
 def rearranged_files(staged) -> list:
     """The staged files a compaction wrote (``dataChange = false``)."""
     return [f for f in staged.files if not f.data_change]
+
+
+def test_a_sinks_default_compaction_follows_its_mode() -> None:
+    """``Sink(compaction=None)``: merge sinks at 16 small files, append sinks at 50
+    (``APPEND_MIN_FILES``), overwrite sinks never; ``False`` turns it off, ``True`` is ``Compaction()``."""
+    from airflow_provider_tsb.spark.model import Sink
+    from airflow_provider_tsb.spark.outputs_compaction import APPEND_MIN_FILES
+
+    assert APPEND_MIN_FILES == 50
+    assert Sink(mode="append").compaction_options == Compaction(min_files=50)
+    assert Sink(mode="merge", keys=("id",)).compaction_options == Compaction(min_files=16)
+    assert Sink(mode="overwrite").compaction_options is None
+    assert Sink(mode="append", compaction=False).compaction_options is None
+    assert Sink(mode="append", compaction=True).compaction_options == Compaction()
+    assert Sink(mode="append", compaction=Compaction(min_files=4)).options.compaction == Compaction(min_files=4)
