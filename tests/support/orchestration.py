@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,11 +32,14 @@ def run_context(run_id: str, dag_id: str = "test_dag") -> dict:
     return {"dag_run": SimpleNamespace(dag_id=dag_id, run_id=run_id), "outlet_events": OutletEventAccessors()}
 
 
-def flights_deployment(url: str, warehouse: Path, *, windows: bool = False) -> SimpleNamespace:
+def flights_deployment(url: str, warehouse: Path, *, windows: bool = False,
+                       applications: Mapping[str, str] | None = None) -> SimpleNamespace:
     """The flights topology of ``dags/common/flights.py`` (``windows``: with the event-time window
     job) under ``warehouse``, registered in a migrated metastore at ``url``: ``store``,
     ``topology``, ``flights`` and ``weather`` (the root tables' locations) and ``hook`` (the
-    emitter's event-time barrier hook)."""
+    emitter's event-time barrier hook). ``applications``: ``{job id: app path}`` replacing the
+    jobs' declared applications before registration."""
+    import dataclasses
     import importlib.util
 
     from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
@@ -45,6 +49,8 @@ def flights_deployment(url: str, warehouse: Path, *, windows: bool = False) -> S
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     topology = module.flights_topology(windows=windows, warehouse=str(warehouse))
+    for job_id, application in (applications or {}).items():
+        topology.jobs[job_id] = dataclasses.replace(topology.jobs[job_id], application=application)
     store = MetaStore(url)
     store.migrate()
     store.registry.register_topology(topology)
