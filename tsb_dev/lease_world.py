@@ -48,6 +48,10 @@ from airflow_provider_tsb.topology import Topology
 TOPOLOGY = "leases"
 EVENTS, SNAP, SUMMARY = "tsb.lr.events", "tsb.lr.snap", "tsb.lr.summary"
 ROWS = 20
+#: the tables' Delta ``checkpointInterval``: a checkpoint every 10 versions, so that snapshot
+#: expiry's metadata cleanup (:mod:`airflow_provider_tsb.delta.log_cleanup`) runs within a test's
+#: few dozen barriers (the default is 100)
+LOG_CONFIGURATION = {"delta.checkpointInterval": "10"}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -68,10 +72,12 @@ def _tags(barrier: int, job: str) -> CommitProperties:
 
 def write_barrier(store: MetaStore, loc: dict[str, str], ts_ms: int | None = None) -> int:
     """One barrier end to end (the writer's step, barrier timestamp ``ts_ms``); returns its id."""
-    write_deltalake(loc[EVENTS], pa.table({"e": pa.array([random.random() for _ in range(5)])}), mode="append")
+    write_deltalake(loc[EVENTS], pa.table({"e": pa.array([random.random() for _ in range(5)])}), mode="append",
+                    configuration=LOG_CONFIGURATION)
     barrier = store.barriers.create_barrier(TOPOLOGY, {EVENTS: DeltaTable(loc[EVENTS]).version()}, ts_ms=ts_ms).barrier
     rows = pa.table({"b": pa.array([barrier] * ROWS, pa.int64()), "k": pa.array(range(ROWS), pa.int64())})
-    write_deltalake(loc[SNAP], rows, mode="overwrite", commit_properties=_tags(barrier, "snap_job"))
+    write_deltalake(loc[SNAP], rows, mode="overwrite", commit_properties=_tags(barrier, "snap_job"),
+                    configuration=LOG_CONFIGURATION)
     version = version_of_barrier(loc[SNAP], barrier)
     assert version is not None, f"snap has no version tagged with barrier {barrier}"
     store.table_states.record_written(SNAP, barrier, version, "snap_job")
@@ -121,7 +127,7 @@ def role_expiry(cfg: dict[str, Any]) -> dict[str, Any]:
 
     store = MetaStore(cfg["url"])
     deadline = time.monotonic() + cfg.get("seconds", 60)
-    cycles = failed = retries = removed = 0
+    cycles = failed = retries = removed = removed_log = 0
     errors: dict[str, int] = {}
     while not _stopped(cfg, deadline):
         for table in (SNAP, EVENTS):
@@ -133,12 +139,14 @@ def role_expiry(cfg: dict[str, Any]) -> dict[str, Any]:
                                               consumers=cfg.get("consumers", True))
                 retries += result["attempts"] - 1
                 removed += result["removed_files"]
+                removed_log += result.get("removed_log_files", 0)
             except Exception as exc:
                 failed += 1
                 errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
             cycles += 1
         time.sleep(cfg.get("pause", 0.02))
-    return {"expiry_cycles": cycles, "failed": failed, "retries": retries, "removed_files": removed, "errors": errors}
+    return {"expiry_cycles": cycles, "failed": failed, "retries": retries, "removed_files": removed,
+            "removed_log_files": removed_log, "errors": errors}
 
 
 def role_reader(cfg: dict[str, Any]) -> dict[str, Any]:

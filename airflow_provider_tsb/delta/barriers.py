@@ -28,6 +28,7 @@ from airflow_provider_tsb.delta.conventions import (
 )
 from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
 from airflow_provider_tsb.delta.log import commit_info, normalize_location, transaction_version
+from airflow_provider_tsb.delta.log_cleanup import log_start
 from airflow_provider_tsb.delta.snapshots import latest_table, latest_table_or_none, latest_version, newest_version
 
 
@@ -61,16 +62,22 @@ def iter_lineage(
             :func:`~airflow_provider_tsb.delta.log.commit_info`; a
             :class:`~airflow_provider_tsb.delta.sink_log.SinkLog` passes its memo).
 
-    Stops silently at version 0, or raises when a commit file is missing (log cleaned up).
+    Stops silently at version 0, or where the log starts after metadata cleanup
+    (:func:`~airflow_provider_tsb.delta.log_cleanup.log_start`: the commits below the oldest
+    checkpoint a kept version needs are gone, and so are those versions' data files), and raises
+    when a commit file is missing above that.
 
     Raises:
         TableNotFoundError: no table at ``location``.
-        DeltaLogError: a commit of the lineage is no longer in the log.
+        DeltaLogError: a commit of the lineage is missing from the log above where it starts.
     """
     version = latest_version(location) if start is None else start
     while version >= 0:
         info = read(version) if read is not None else commit_info(location, version)
         if info is None:
+            start = log_start(location)
+            if start is not None and version < start:
+                return  # metadata cleanup deleted the log below its oldest loadable version
             raise DeltaLogError(
                 f"Delta log of {normalize_location(location)!r} has no commit {version} "
                 "(cleaned up?): cannot walk the lineage further back"

@@ -84,9 +84,9 @@ class TsbMaintenanceHook(BaseHook):
                 continue
             policy = policy_for(name, keep_barriers, retention)
             result = expire_snapshots(store, name, policy, dry_run=dry_run)
-            self.log.info("%s: versions from %s kept, barriers %s %sexpired, %s file(s) removed", name,
-                          result["horizon"], result["expired_barriers"], "would be " if dry_run else "",
-                          result["removed_files"])
+            self.log.info("%s: versions from %s kept, barriers %s %sexpired, %s file(s) and %s log file(s) removed",
+                          name, result["horizon"], result["expired_barriers"], "would be " if dry_run else "",
+                          result["removed_files"], result["removed_log_files"])
             results.append(result)
         return results
 

@@ -16,7 +16,11 @@ consumers is the model (and its races, apache/paimon#6978 and #5819, the tests).
    without a log commit (:mod:`airflow_provider_tsb.delta.vacuum`), so expiry never conflicts
    with the table's writer, however often it commits, and adds no version to its log. An
    ``OSError`` of the object store is retried with exponential backoff, at most
-   ``max_retries`` times.
+   ``max_retries`` times;
+4. deletes the log files below the newest checkpoint at or before the oldest kept version
+   (:func:`~airflow_provider_tsb.delta.log_cleanup.cleanup_metadata`, Delta protocol "Metadata
+   Cleanup"), in the same retried step: every kept version stays loadable, and the log, which
+   delta-rs lists at every commit, stops growing with the table's age.
 
 A lease therefore either committed before the marks (and is kept) or is refused: no live lease
 loses its files. A reader that resolved without a lease and reads after the vacuum gets
@@ -37,6 +41,7 @@ from airflow_provider_tsb.maintenance.retention import RetentionPolicy
 from airflow_provider_tsb.metastore.records import ExpiryPlan
 
 if TYPE_CHECKING:
+    from airflow_provider_tsb.delta.log_cleanup import LogCleanup
     from airflow_provider_tsb.metastore.store import MetaStore
 
 log = logging.getLogger("airflow_provider_tsb.maintenance.expiry")
@@ -65,6 +70,10 @@ class ExpiryResult:
         expired_barriers: the WRITTEN barriers whose versions this run expired (``dry_run``:
             would expire): AS OF them is refused from now on.
         removed_files: data files deleted (``dry_run``: that would be deleted).
+        removed_log_files: ``_delta_log`` files deleted by metadata cleanup (``dry_run``: that
+            would be).
+        log_start: the oldest version the table's log still loads after the cleanup
+            (``None``: not cleaned, it still starts where it did).
         attempts: vacuum attempts (1 + retries after an object store ``OSError``).
         dry_run: nothing was marked nor deleted.
     """
@@ -78,6 +87,8 @@ class ExpiryResult:
     newly_expired: int
     expired_barriers: list[int]
     removed_files: int
+    removed_log_files: int
+    log_start: int | None
     attempts: int
     dry_run: bool
 
@@ -88,8 +99,8 @@ class ExpiryResult:
 
 def expire_snapshots(
     store: MetaStore, table: str, keep_barriers: int | RetentionPolicy, *, dry_run: bool = False,
-    consumers: bool = True, max_retries: int = DEFAULT_MAX_RETRIES, backoff_s: float = DEFAULT_BACKOFF_S,
-    before_vacuum: Callable[[ExpiryPlan], None] | None = None,
+    consumers: bool = True, cleanup_metadata: bool = True, max_retries: int = DEFAULT_MAX_RETRIES,
+    backoff_s: float = DEFAULT_BACKOFF_S, before_vacuum: Callable[[ExpiryPlan], None] | None = None,
 ) -> dict[str, Any]:
     """Expire ``table``'s old versions: mark them in the metastore, then vacuum (module doc).
 
@@ -102,6 +113,8 @@ def expire_snapshots(
         dry_run: compute what would go (files listed by vacuum's dry run); mark nothing.
         consumers: keep what registered reader jobs of the table have still to read
             (Paimon's consumers); ``False`` expires it too (those jobs then fail on it).
+        cleanup_metadata: also delete the log files no kept version needs (step 4); a table
+            with ``delta.enableExpiredLogCleanup=false`` keeps them either way.
         max_retries: vacuum retries after an ``OSError`` of the object store (>= 0).
         backoff_s: first wait before a retry, seconds; doubled each time (at most
             :data:`MAX_BACKOFF_S`), with jitter.
@@ -111,13 +124,13 @@ def expire_snapshots(
     Returns:
         :meth:`ExpiryResult.to_dict`: ``{"table", "keep_barriers", "retention", "kept_versions",
         "horizon", "latest_version", "newly_expired", "expired_barriers", "removed_files",
-        "attempts", "dry_run"}``.
+        "removed_log_files", "log_start", "attempts", "dry_run"}``.
 
     Raises:
         ValueError: ``keep_barriers`` < 1 or ``max_retries`` < 0.
         UnknownTableError: the table is not registered.
         OSError: the object store still failed after ``max_retries`` retries (the marks
-            stay: the next expiry deletes the files).
+            stay: the next expiry deletes the files and the log files).
     """
     from airflow_provider_tsb.delta.log import normalize_location, table_exists
 
@@ -127,7 +140,7 @@ def expire_snapshots(
     info = store.registry.table(table)
     location = normalize_location(info.location)
     if not table_exists(location):
-        return ExpiryResult(info.name, policy.keep_last, policy.to_dict(), [], None, None, 0, [], 0, 0,
+        return ExpiryResult(info.name, policy.keep_last, policy.to_dict(), [], None, None, 0, [], 0, 0, None, 0,
                             dry_run).to_dict()
     from deltalake import DeltaTable
 
@@ -138,10 +151,11 @@ def expire_snapshots(
     plan = store.expiry.mark_expired(info.name, policy, latest, consumers=consumers, dry_run=dry_run)
     if before_vacuum is not None:
         before_vacuum(plan)
-    removed, attempts, kept = _vacuum(dt, plan, dry_run=dry_run, max_retries=max_retries, backoff_s=backoff_s)
+    removed, log, attempts, kept = _vacuum(dt, plan, dry_run=dry_run, cleanup=cleanup_metadata,
+                                           max_retries=max_retries, backoff_s=backoff_s)
     return ExpiryResult(
         info.name, policy.keep_last, policy.to_dict(), kept, plan.expiry.horizon, latest, plan.newly_expired,
-        list(plan.newly_expired_barriers), len(removed), attempts, dry_run,
+        list(plan.newly_expired_barriers), len(removed), len(log.deleted), log.checkpoint, attempts, dry_run,
     ).to_dict()
 
 
@@ -156,12 +170,14 @@ def _checked_policy(keep_barriers: int | RetentionPolicy, max_retries: int) -> R
 
 
 def _vacuum(
-    dt: Any, plan: ExpiryPlan, *, dry_run: bool, max_retries: int, backoff_s: float
-) -> tuple[list[str], int, list[int]]:
+    dt: Any, plan: ExpiryPlan, *, dry_run: bool, cleanup: bool, max_retries: int, backoff_s: float
+) -> tuple[list[str], LogCleanup, int, list[int]]:
     """Delete the files no kept version needs (:func:`~airflow_provider_tsb.delta.vacuum.vacuum_files`:
-    no log commit, so no race with the table's writer); retry an ``OSError`` of the object store
-    with backoff. Returns (files removed, attempts, versions kept)."""
+    no log commit, so no race with the table's writer), then (``cleanup``) the log files below the
+    oldest kept version's checkpoint; retry an ``OSError`` of the object store with backoff.
+    Returns (files removed, the log cleanup, attempts, versions kept)."""
     from airflow_provider_tsb.delta.log import normalize_location
+    from airflow_provider_tsb.delta.log_cleanup import LogCleanup, cleanup_metadata
     from airflow_provider_tsb.delta.vacuum import vacuum_files
 
     head = dt.version()
@@ -170,8 +186,11 @@ def _vacuum(
     while True:
         attempt += 1
         try:
-            result = vacuum_files(dt, normalize_location(plan.location), versions, dry_run=dry_run)
-            return list(result.deleted), attempt, versions
+            location = normalize_location(plan.location)
+            result = vacuum_files(dt, location, versions, dry_run=dry_run)
+            log = (cleanup_metadata(location, versions[0], configuration=dt.metadata().configuration, dry_run=dry_run)
+                   if cleanup and versions else LogCleanup(None, ()))
+            return list(result.deleted), log, attempt, versions
         except OSError as exc:
             if attempt > max_retries:
                 raise

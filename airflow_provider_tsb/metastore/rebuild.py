@@ -30,6 +30,7 @@ from airflow_provider_tsb.delta.barrier_log import BarrierLogEntry, read_barrier
 from airflow_provider_tsb.delta.barriers import iter_lineage
 from airflow_provider_tsb.delta.conventions import parse_tag
 from airflow_provider_tsb.delta.errors import DeltaLogError
+from airflow_provider_tsb.delta.log_cleanup import log_start
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none
 from airflow_provider_tsb.exceptions import TopologyError
 from airflow_provider_tsb.metastore.base import MetastoreCore
@@ -108,6 +109,10 @@ def _tags(location: str, warnings: list[str], name: str) -> dict[int, _Tagged]:
     except DeltaLogError as exc:
         warnings.append(f"table {name!r}: barriers before the oldest commit still in its Delta log are not "
                         f"restored ({exc})")
+    start = log_start(location)
+    if start:  # the walk ended where metadata cleanup (snapshot expiry) left the log
+        warnings.append(f"table {name!r}: its Delta log starts at version {start} (metadata cleanup by snapshot "
+                        "expiry); the barriers of older versions, expired, are not restored")
     return found
 
 

@@ -19,7 +19,8 @@ any object with the :class:`ResolvedVersion` attributes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -129,6 +130,30 @@ def expired_version(tv: ResolvedVersion, exc: BaseException) -> Exception:
     )
 
 
+@contextmanager
+def log_cleaned_up(tv: ResolvedVersion) -> Iterator[None]:
+    """Turn a failure to load the version ``tv`` serves into :func:`expired_version` when snapshot
+    expiry's metadata cleanup deleted that version's log (it is below
+    :func:`~airflow_provider_tsb.delta.log_cleanup.log_start`: its data files went first); any
+    other failure passes through unchanged.
+
+    Raises:
+        ExpiredVersionError: the version's log was cleaned up after this read was resolved.
+    """
+    from airflow_provider_tsb.delta.log_cleanup import log_start
+    from airflow_provider_tsb.exceptions import DeltaLogError, TsbError
+
+    try:
+        yield
+    except Exception as exc:
+        if tv.version is None or (isinstance(exc, TsbError) and not isinstance(exc, DeltaLogError)):
+            raise
+        start = log_start(tv.location)
+        if start is not None and tv.version < start:
+            raise expired_version(tv, exc) from exc
+        raise
+
+
 def verify_served(tv: ResolvedVersion, table: Any = None) -> None:
     """Verify the Delta log of the version ``tv`` serves against the live-file figures its
     barrier's commit recorded (``tv.file_count`` / ``tv.size_bytes`` from the metastore, else the
@@ -175,14 +200,16 @@ def read_table_spark(spark: SparkSession, tv: ResolvedVersion) -> DataFrame:
     from airflow_provider_tsb.spark.inputs import read_snapshot
 
     mode = _mode(tv.staged)
-    verify_served(tv)
-    if mode is None:
-        if tv.version is None:
-            raise _missing(tv)
-        return read_snapshot(spark, tv.location, tv.version)
+    with log_cleaned_up(tv):
+        verify_served(tv)
+        if mode is None:
+            if tv.version is None:
+                raise _missing(tv)
+            return read_snapshot(spark, tv.location, tv.version)
+        schema: StructType | None = (spark_schema(open_table(tv.location, tv.version))
+                                     if tv.version is not None else None)
     files = staged_paths(tv.location, tv.staged or {})
     _check_staged(tv, files)
-    schema: StructType | None = spark_schema(open_table(tv.location, tv.version)) if tv.version is not None else None
     staged = _staged_spark(spark, tv, files, schema)
     if mode == "overwrite" or tv.version is None:
         return staged
@@ -237,8 +264,9 @@ def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
     mode = _mode(tv.staged)
     base: pa.Table | None = None
     if tv.version is not None:
-        table = open_table(tv.location, tv.version)
-        verify_served(tv, table)
+        with log_cleaned_up(tv):
+            table = open_table(tv.location, tv.version)
+            verify_served(tv, table)
         try:
             base = scan_to_arrow(table, exclude=_removed(tv) if mode else None)
         except FileNotFoundError as exc:

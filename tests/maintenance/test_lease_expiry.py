@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from airflow_provider_tsb.api.routes import create_metaservice_app
+from airflow_provider_tsb.delta.log_cleanup import list_log
 from airflow_provider_tsb.exceptions import ExpiredVersionError, TsbError
 from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.metastore.store import MetaStore
@@ -160,9 +161,16 @@ def test_expiry_keeps_up_with_a_fast_writer(store: MetaStore, metastore_url: str
                      keep_barriers=2, interval=0.0, expiry_pause=0.0)
     assert counts["barriers"] == 40 and counts["expiry_cycles"] > 10, counts
     assert counts["failed"] == 0 and counts["lost"] == 0 and counts["stale_versions"] == 0, counts
-    expire_snapshots(store, lw.SNAP, 2)
+    assert counts["removed_log_files"] > 0, counts  # metadata cleanup ran beside the writer's commits
+    result = expire_snapshots(store, lw.SNAP, 2)
     files = [p for p in os.listdir(locations[lw.SNAP]) if p.endswith(".parquet")]
     assert len(files) <= 3, files  # the two kept barriers' files (+ one a lease may pin)
+    # the log starts at the newest checkpoint before the kept versions (one every 10): at most
+    # 10 + 2 commits left of 43, and every kept barrier reads right
+    log = list_log(locations[lw.SNAP])
+    assert result["log_start"] == min(log.commits) == 39 and len(log.commits) <= 12, (result, sorted(log.commits))
+    for barrier in (42, 43):
+        assert lw.check_snap(to_arrow(store.resolution.resolve([lw.SNAP], as_of=barrier))[lw.SNAP], barrier)
 
 
 def test_paimon_5819_registered_consumer_keeps_what_it_reads(store: MetaStore, metastore_url: str, tmp_path) -> None:
