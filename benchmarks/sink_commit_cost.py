@@ -1,4 +1,5 @@
-"""A sink's delta-rs commit as its live files grow: why ``append`` sinks compact by default.
+"""A sink's delta-rs commit as its live files and its log grow: why ``append`` sinks compact by
+default, and why snapshot expiry cleans up the log.
 
 Two Delta tables get the same ``--commits`` one-file commits, each one
 ``create_write_transaction`` with an app ``txn``, as a barrier's commit makes them
@@ -6,12 +7,16 @@ Two Delta tables get the same ``--commits`` one-file commits, each one
 file live (an ``append`` sink without compaction: a file per barrier). The baseline, the
 *compacted* table, does the same commits and, every ``--compact-every`` commits, a delta-rs
 ``optimize.compact`` outside the timing (an ``append`` sink's default auto compaction, at 50
-small files: ``APPEND_MIN_FILES``). The arms alternate commit by commit. Per window of
+small files: ``APPEND_MIN_FILES``). The *cleaned* table does what the compacted one does and,
+at each compaction, the metadata cleanup snapshot expiry runs keeping the newest ``--keep``
+versions (:func:`airflow_provider_tsb.delta.log_cleanup.cleanup_metadata`, outside the timing;
+the compacted table is its baseline). The arms alternate commit by commit. Per window of
 ``--window`` commits, the median commit of each arm; the last line compares the last window::
 
-    commits=<n> growing_last_median_ms=<a> compacted_last_median_ms=<b> ratio=<a/b> growing_files=<f> load=<1-min>
+    commits=<n> growing_last_median_ms=<a> compacted_last_median_ms=<b> ratio=<a/b>
+      cleaned_last_median_ms=<c> cleanup_ratio=<b/c> growing_files=<f> log_files=<compacted>/<cleaned> load=<1-min>
 
-    .venv/bin/python benchmarks/sink_commit_cost.py [--commits 3000] [--window 500] [--compact-every 50]
+    .venv/bin/python benchmarks/sink_commit_cost.py [--commits 3000] [--window 500] [--compact-every 50] [--keep 100]
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.transaction import AddAction
+
+from airflow_provider_tsb.delta.log_cleanup import cleanup_metadata, list_log
 
 ROWS = pa.table({"id": pa.array(range(10), pa.int64()), "v": pa.array([1.0] * 10)})
 
@@ -48,9 +55,10 @@ def main() -> int:
     parser.add_argument("--commits", type=int, default=3000)
     parser.add_argument("--window", type=int, default=500, help="commits per reported window")
     parser.add_argument("--compact-every", type=int, default=50, help="the baseline's compaction interval")
+    parser.add_argument("--keep", type=int, default=100, help="versions the cleaned arm's log cleanup keeps")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tsb-sink-commit-"))
-    arms = {"growing": str(root / "growing"), "compacted": str(root / "compacted")}
+    arms = {name: str(root / name) for name in ("growing", "compacted", "cleaned")}
     tables = {}
     for name, location in arms.items():
         write_deltalake(location, ROWS)
@@ -60,17 +68,21 @@ def main() -> int:
         for name, location in arms.items():
             times[name].append(commit_one(tables[name], location, n))
         if n % args.compact_every == 0:
-            tables["compacted"].optimize.compact()
-            tables["compacted"].update_incremental()
+            for name in ("compacted", "cleaned"):
+                tables[name].optimize.compact()
+                tables[name].update_incremental()
+            cleanup_metadata(arms["cleaned"], tables["cleaned"].version() - args.keep)
         if n % args.window == 0:
             window = {name: statistics.median(t[-args.window:]) for name, t in times.items()}
-            print(f"{n} commits: median growing {window['growing']:.1f} ms, compacted {window['compacted']:.1f} ms",
-                  flush=True)
+            print(f"{n} commits: median growing {window['growing']:.1f} ms, compacted {window['compacted']:.1f} ms, "
+                  f"cleaned {window['cleaned']:.1f} ms", flush=True)
     last = {name: statistics.median(t[-args.window:]) for name, t in times.items()}
     files = len(tables["growing"].file_uris())
+    logs = {name: len(list_log(arms[name]).commits) for name in ("compacted", "cleaned")}
     print(f"commits={args.commits} growing_last_median_ms={last['growing']:.1f} "
           f"compacted_last_median_ms={last['compacted']:.1f} ratio={last['growing'] / last['compacted']:.2f} "
-          f"growing_files={files} load={os.getloadavg()[0]:.1f}")
+          f"cleaned_last_median_ms={last['cleaned']:.1f} cleanup_ratio={last['compacted'] / last['cleaned']:.2f} "
+          f"growing_files={files} log_files={logs['compacted']}/{logs['cleaned']} load={os.getloadavg()[0]:.1f}")
     return 0
 
 
