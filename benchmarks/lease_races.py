@@ -25,7 +25,9 @@ back to back for SECONDS, expiry runs every ``--expiry-every`` seconds keeping t
 ``--keep`` barriers plus leases, two leased readers and one without a lease read meanwhile.
 The snap table's data files are sampled every 5 s; flat means the last sample is no larger than
 the retention's share (``--keep`` barriers' files plus what one expiry period writes). Last
-line: ``barriers= barriers_per_s= cycles= failed= lost= files_max= files_last= bytes_last=``.
+line: ``barriers= barriers_per_s= cycles= failed= lost= files_max= files_last= bytes_last=
+log_files_last= log_removed=`` (the commit files left in the snap table's ``_delta_log``, a
+checkpoint every 10 versions, and the log files expiry's metadata cleanup deleted).
 
     .venv/bin/python benchmarks/lease_races.py [--rounds 10] [--barriers 25] [--postgres] [--unsafe]
     .venv/bin/python benchmarks/lease_races.py --fast-writer 120 --expiry-every 10 --keep 100 --postgres
@@ -45,6 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from airflow_provider_tsb.delta.log_cleanup import list_log  # noqa: E402
 from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402
 from tsb_dev import lease_world as lw  # noqa: E402
 
@@ -160,11 +163,13 @@ def fast_writer(url_for: Callable[[str], str], args: argparse.Namespace) -> None
             samples.append(data_files(locations[lw.SNAP]))
             print(f"t={time.monotonic() - started:.0f}s files={samples[-1][0]} bytes={samples[-1][1]}", flush=True)
         counts = result["race"]
+        log_files = len(list_log(locations[lw.SNAP]).commits)
     print(f"load={os.getloadavg()[0]:.1f} seconds={args.fast_writer:.0f} keep={args.keep} "
           f"expiry_every_s={args.expiry_every:g} backend={'postgresql' if args.postgres else 'sqlite'}")
     print(f"barriers={counts.get('barriers', 0)} barriers_per_s={counts.get('barriers', 0) / args.fast_writer:.1f} "
           f"cycles={counts.get('expiry_cycles', 0)} failed={counts.get('failed', 0)} lost={counts.get('lost', 0)} "
-          f"files_max={max(n for n, _ in samples)} files_last={samples[-1][0]} bytes_last={samples[-1][1]}")
+          f"files_max={max(n for n, _ in samples)} files_last={samples[-1][0]} bytes_last={samples[-1][1]} "
+          f"log_files_last={log_files} log_removed={counts.get('removed_log_files', 0)}")
 
 
 if __name__ == "__main__":
