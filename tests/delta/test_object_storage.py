@@ -126,6 +126,50 @@ def test_two_writers_racing_for_one_version_keep_both_commits(s3: dict[str, str]
     assert DeltaTable(location, storage_options=s3).version() == 2
 
 
+def test_expiry_cleans_up_a_log_on_s3(s3: dict[str, str], tmp_path: Path) -> None:
+    """Snapshot expiry's metadata cleanup lists and deletes through the table's object store: the
+    commits below the checkpoint before the oldest kept version go, the kept barriers read right."""
+    from deltalake import DeltaTable
+    from deltalake import Schema as DeltaSchema
+
+    from airflow_provider_tsb.delta import version_of_barrier
+    from airflow_provider_tsb.delta.commit import commit_barrier_files
+    from airflow_provider_tsb.delta.conventions import BarrierTag
+    from airflow_provider_tsb.delta.log_cleanup import list_log, log_start
+    from airflow_provider_tsb.maintenance.expiry import expire_snapshots
+    from airflow_provider_tsb.metastore.store import MetaStore
+    from airflow_provider_tsb.root_tables import append_to_root
+    from airflow_provider_tsb.topology import Topology
+
+    warehouse = f"s3://tsb-test/{uuid.uuid4().hex[:8]}"
+    topo = Topology("wc", warehouse=warehouse)
+    topo.root_table("raw.words")
+    topo.job("counts", "/apps/counts.py", sources=["raw.words"], sinks=["wc.counts"])
+    root, sink = topo.location("raw.words"), topo.location("wc.counts")
+    store = MetaStore(f"sqlite:///{tmp_path / 'tsb.db'}")
+    store.migrate()
+    store.registry.register_topology(topo)
+    schema = DeltaSchema.from_arrow(pa.schema([("word", pa.string()), ("cnt", pa.int64())]))
+    for barrier in range(1, 7):
+        append_to_root(root, pa.table({"word": [f"w{barrier}"]}), run_key=f"d{barrier}")
+        assert store.barriers.create_barrier(topo.name, {"tsb.raw.words": barrier - 1}).barrier == barrier
+        rows = pa.table({"word": [f"w{barrier}"], "cnt": pa.array([barrier], pa.int64())})
+        staged = stage_file(sink, f"tsb_staging/counts/0/{barrier}/a/part-0.parquet", rows)
+        tag = BarrierTag(barrier, "counts", {"tsb.raw.words": barrier - 1})
+        outcome = commit_barrier_files(sink, [staged], tag=tag, mode="overwrite", schema=schema)
+        store.table_states.record_written("tsb.wc.counts", barrier, outcome.version, "counts")
+        if barrier == 4:
+            DeltaTable(sink, storage_options=s3).create_checkpoint()  # at version 3
+    result = expire_snapshots(store, "tsb.wc.counts", 2)  # keeps versions 4 and 5
+    assert result["log_start"] == 3 and result["removed_log_files"] == 3, result
+    assert sorted(list_log(sink).commits) == [3, 4, 5] and log_start(sink) == 3
+    assert version_of_barrier(sink, 6) == 5 and version_of_barrier(sink, 2) is None
+    for barrier in (5, 6):
+        counts = to_arrow(store.resolution.resolve(["tsb.wc.counts"], as_of=barrier))["tsb.wc.counts"]
+        assert counts.column("cnt").to_pylist() == [barrier]
+    assert DeltaTable(sink, storage_options=s3).version() == 5
+
+
 def test_connection_types_map_to_delta_rs_options() -> None:
     def conn(kind: str, login: str | None = None, password: str | None = None, host: str | None = None,
              **extra: object) -> SimpleNamespace:
