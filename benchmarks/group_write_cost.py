@@ -1,0 +1,124 @@
+"""What a micro-batch group's Spark job costs per barrier: the bound of the sustained rate.
+
+A root table gets ``--barriers`` one-file commits of 100 rows. For each group size ``n`` in
+``--sizes``, each barrier's output is its epoch's changes (``read_changes``, inserts, as a
+streaming ``append`` stage's ``process`` returns them), and the group arm stages them with
+:func:`airflow_provider_tsb.spark.outputs.stage_outputs` (one Spark job for the group: the union
+of the barriers' plans, written partitioned by barrier) into an ``append`` sink, as a streaming
+job's group does before its commits. The baseline stages the same ``n`` barriers one Spark job
+each (:func:`~airflow_provider_tsb.spark.outputs.stage_output`: a group of one). The arms
+alternate, ``--rounds`` times, on one warm Spark Connect server; the medians are printed::
+
+    n=<n> group_s=<s> group_per_barrier_ms=<ms> single_s=<s> speedup=<single/group>
+    sizes=<...> per_barrier_growth=<per-barrier ms at the largest size / at the smallest> load=<1-min>
+
+    .venv/bin/python benchmarks/group_write_cost.py [--sizes 4,16,44] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import write_deltalake
+from pyspark.sql import functions as F
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from airflow_provider_tsb.delta.sink_log import SinkLog  # noqa: E402
+from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions  # noqa: E402
+from airflow_provider_tsb.spark.inputs import read_changes  # noqa: E402
+from airflow_provider_tsb.spark.outputs import stage_output, stage_outputs  # noqa: E402
+from airflow_provider_tsb.spark.session import get_spark  # noqa: E402
+from airflow_provider_tsb.spark.write_options import WriteOptions, WriteTarget  # noqa: E402
+
+JOB = "bench_stage"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def outputs(spark: object, source: str, barriers: list[int]) -> dict[int, object]:
+    """``{barrier: its epoch's inserted rows}`` (barrier ``b`` is the source's version ``b``)."""
+    return {b: read_changes(spark, source, b - 1, b).where(F.col("_change_type") == "insert").select("id", "v")
+            for b in barriers}
+
+
+def group_arm(spark: object, source: str, sink: str, barriers: list[int]) -> float:
+    """Seconds to stage ``barriers`` with one Spark job (``stage_outputs``)."""
+    tick = time.perf_counter()
+    log = SinkLog.read(sink, JOB)
+    frames = outputs(spark, source, barriers)
+    target = WriteTarget("tsb.bench.sink", sink, JOB, barriers[0], {}, 0)
+    rel = {b: f"tsb_staging/{JOB}/g/{b}/{uuid.uuid4().hex}" for b in barriers}
+    staged = stage_outputs(spark, frames, target, WriteOptions(mode="append"), log, rel,
+                           f"tsb_staging/{JOB}/g/{uuid.uuid4().hex}")
+    assert staged is not None and sum(f.num_records for b in barriers for f in staged[b].files) == 100 * len(barriers)
+    return time.perf_counter() - tick
+
+
+def single_arm(spark: object, source: str, sink: str, barriers: list[int]) -> float:
+    """Seconds to stage the same barriers one Spark job each (``stage_output``)."""
+    tick = time.perf_counter()
+    rows = 0
+    for b in barriers:
+        log = SinkLog.read(sink, JOB)
+        frame = outputs(spark, source, [b])[b]
+        staged = stage_output(spark, frame, WriteTarget("tsb.bench.sink", sink, JOB, b, {}, 0),
+                              WriteOptions(mode="append"), log, f"tsb_staging/{JOB}/s/{b}/{uuid.uuid4().hex}")
+        rows += sum(f.num_records for f in staged.files)
+    assert rows == 100 * len(barriers)
+    return time.perf_counter() - tick
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="4,16,44", help="group sizes, comma-separated")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    sizes = [int(n) for n in args.sizes.split(",")]
+    root = Path(tempfile.mkdtemp(prefix="tsb-group-write-"))
+    source, sink = str(root / "source"), str(root / "sink")
+    for i in range(max(sizes) + 1):
+        write_deltalake(source, pa.table({"id": pa.array(range(i * 100, i * 100 + 100), pa.int64()),
+                                          "v": pa.array([float(i)] * 100)}), mode="append")
+    write_deltalake(sink, pa.table({"id": pa.array([], pa.int64()), "v": pa.array([], pa.float64())}))
+    server = ConnectServer(root / "spark", ConnectServerOptions(port=free_port()))
+    status = server.start()
+    spark = get_spark("group-write-cost", remote=status.url, conf={"spark.sql.shuffle.partitions": "2"})
+    per_barrier = {}
+    try:
+        group_arm(spark, source, sink, list(range(1, 3)))  # warm-up
+        single_arm(spark, source, sink, [1])
+        for n in sizes:
+            barriers = list(range(1, n + 1))
+            group, single = [], []
+            for _ in range(args.rounds):
+                group.append(group_arm(spark, source, sink, barriers))
+                single.append(single_arm(spark, source, sink, barriers))
+            g, s = statistics.median(group), statistics.median(single)
+            per_barrier[n] = g / n * 1000
+            print(f"n={n} group_s={g:.3f} group_per_barrier_ms={per_barrier[n]:.1f} single_s={s:.3f} "
+                  f"speedup={s / g:.2f}", flush=True)
+    finally:
+        spark.stop()
+        server.stop()
+    print(f"sizes={args.sizes} per_barrier_growth={per_barrier[max(sizes)] / per_barrier[min(sizes)]:.2f} "
+          f"load={os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
