@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,10 +29,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.delta.barriers import barrier_of_version
-from airflow_provider_tsb.delta.roots import mark_end_of_input
-from airflow_provider_tsb.metastore.records import TsKind
-from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
-from tests.support.orchestration import connect_connection, flights_deployment
+from tests.support.orchestration import flights_backlog, flights_deployment, flights_engines, flights_job
 from tsb_examples.datasets import nycflights13 as nyc
 
 pytestmark = [pytest.mark.spark]
@@ -74,7 +70,6 @@ def _written_ms(location: str, paths: set[str]) -> int:
 #: per engine: the retry's barriers, and the barrier whose commit came after barrier 6's files
 #: were written (the retry's shared write)
 RETRY = {"connect": ([4, 5, 6], 4), "submit": ([4, 5, 6], 5)}
-SUBMIT_CONNECTION = '{"conn_type": "spark", "host": "local[2]"}'
 
 
 # on PostgreSQL only: what the group changes is the data plane's order of work, not the SQL (CI time)
@@ -83,44 +78,28 @@ SUBMIT_CONNECTION = '{"conn_type": "spark", "host": "local[2]"}'
 def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
     tmp_path: Path, metastore_url: str, spark_remote: str, monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
-    from airflow_provider_tsb.hooks.barrier import read_root_versions
 
     # the engine under test runs enrich_flights' streaming micro-batches; the set-up barrier and
     # carrier_daily_delay run on Spark Connect either way (a spark-submit costs a JVM start: CI time)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", connect_connection(spark_remote) if engine == "connect"
-                       else SUBMIT_CONNECTION)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT", connect_connection(spark_remote))
-    monkeypatch.setenv("TSB_METASTORE_URL", metastore_url)
+    flights_engines(monkeypatch, metastore_url, spark_remote, engine)
     monkeypatch.setenv("TSB_STAGING_GRACE_SECONDS", "0")  # the killed attempt's files go at the retry's writes
     dep = flights_deployment(metastore_url, tmp_path / "warehouse")
-    store, topology, flights, weather, hook = dep.store, dep.topology, dep.flights, dep.weather, dep.hook
+    store, topology, flights = dep.store, dep.topology, dep.flights
     start = dt.datetime.now(dt.UTC)
     context = _context(start)
 
-    def operator(job_id: str, mode: str, conn_id: str = "spark_local", **kwargs: Any) -> TsbSparkJobOperator:
-        return TsbSparkJobOperator(task_id=job_id, topology=topology, job_id=job_id, mode=mode,
-                                   conn_id=conn_id, trigger_interval_s=0.3, **kwargs)
-
     days = nyc.days(dt.date(2013, 1, 1), DAYS)
-    for n, day in enumerate(days, start=1):
-        nyc.ingest_day(flights, weather, day)
-        if n == DAYS:
-            mark_end_of_input(flights)
-            mark_end_of_input(weather)
-        versions = read_root_versions(topology)
-        store.barriers.create_barrier(topology.name, versions, ts_ms=hook.watermark(versions), ts_kind=TsKind.EVENT,
-                                      final=n == DAYS)
-        if n == 1:  # the sink exists before the streaming job starts: its groups share a write
-            assert operator("enrich_flights", "batch", "spark_connect", barrier=1).execute(context)["barriers"] == [1]
+    flights_backlog(dep, context, days)
 
     monkeypatch.setenv("TSB_KILL_AT", "after_files:enrich_flights:4")
     monkeypatch.setenv("TSB_KILL_ONCE_DIR", str(tmp_path / "killed"))
     with pytest.raises(Exception, match="enrich_flights"):
-        operator("enrich_flights", "streaming", max_barriers_per_trigger=3).execute(context)
+        flights_job(dep, "enrich_flights", "streaming", max_barriers_per_trigger=3).execute(context)
     assert store.table_states.newest_written(ENRICHED).barrier == 3  # 2 and 3 committed, 4 PROCESSED only
     monkeypatch.delenv("TSB_KILL_AT")
-    enriched = operator("enrich_flights", "streaming", max_barriers_per_trigger=3).execute(context)
-    daily = operator("carrier_daily_delay", "streaming", "spark_connect", max_barriers_per_trigger=4).execute(context)
+    enriched = flights_job(dep, "enrich_flights", "streaming", max_barriers_per_trigger=3).execute(context)
+    daily = flights_job(dep, "carrier_daily_delay", "streaming", "spark_connect",
+                        max_barriers_per_trigger=4).execute(context)
     retried, committed_after_6 = RETRY[engine]
     assert enriched["barriers"] == retried and daily["barriers"] == [1, 2, 3, 4, 5, 6]
 

@@ -26,13 +26,10 @@ from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import version_of_barrier
 from airflow_provider_tsb.delta.log_cleanup import list_log, log_start
-from airflow_provider_tsb.delta.roots import mark_end_of_input
 from airflow_provider_tsb.exceptions import ExpiredVersionError
 from airflow_provider_tsb.maintenance.integrity import check_integrity
-from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.operators.maintenance import TsbSnapshotExpiryOperator
-from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
-from tests.support.orchestration import connect_connection, flights_deployment
+from tests.support.orchestration import flights_barrier, flights_deployment, flights_engines, flights_job
 from tsb_examples.datasets import nycflights13 as nyc
 
 pytestmark = [pytest.mark.spark]
@@ -54,27 +51,17 @@ def _context() -> dict:
 def test_streaming_jobs_go_on_over_logs_that_expiry_cleaned_up(
     tmp_path: Path, metastore_url: str, spark_remote: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_provider_tsb.hooks.barrier import read_root_versions
-
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT", connect_connection(spark_remote))
-    monkeypatch.setenv("TSB_METASTORE_URL", metastore_url)
+    flights_engines(monkeypatch, metastore_url, spark_remote)
     dep = flights_deployment(metastore_url, tmp_path / "warehouse")
-    store, topology, hook = dep.store, dep.topology, dep.hook
+    store, topology = dep.store, dep.topology
     context = _context()
     days = nyc.days(dt.date(2013, 1, 1), DAYS)
 
     def barrier(n: int) -> None:
-        nyc.ingest_day(dep.flights, dep.weather, days[n - 1])
-        if n == DAYS:
-            mark_end_of_input(dep.flights)
-            mark_end_of_input(dep.weather)
-        versions = read_root_versions(topology)
-        store.barriers.create_barrier(topology.name, versions, ts_ms=hook.watermark(versions), ts_kind=TsKind.EVENT,
-                                      final=n == DAYS)
+        assert flights_barrier(dep, days[n - 1], final=n == DAYS) == n
 
     def run(mode: str, **kwargs: Any) -> list[list[int]]:
-        return [TsbSparkJobOperator(task_id=job, topology=topology, job_id=job, mode=mode, conn_id="spark_connect",
-                                    trigger_interval_s=0.3, **kwargs).execute(context)["barriers"] for job in JOBS]
+        return [flights_job(dep, job, mode, "spark_connect", **kwargs).execute(context)["barriers"] for job in JOBS]
 
     for n in range(1, 5):
         barrier(n)

@@ -21,7 +21,6 @@ import datetime as dt
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,11 +28,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
-from airflow_provider_tsb.delta.roots import mark_end_of_input
 from airflow_provider_tsb.maintenance.integrity import check_integrity
-from airflow_provider_tsb.metastore.records import TsKind
-from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
-from tests.support.orchestration import connect_connection, flights_deployment
+from tests.support.orchestration import flights_backlog, flights_deployment, flights_engines, flights_job
 from tsb_examples.datasets import nycflights13 as nyc
 
 pytestmark = [pytest.mark.spark]
@@ -41,7 +37,6 @@ pytestmark = [pytest.mark.spark]
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTS, ENRICHED, DAILY = "tsb.raw.flights", "tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay"
 DAYS, MIN_FILES = 8, 4
-SUBMIT_CONNECTION = '{"conn_type": "spark", "host": "local[2]"}'
 
 APP = '''"""enrich_flights, its sink compacting at {min_files} small files (test_streaming_compaction.py)."""
 import dataclasses
@@ -99,35 +94,18 @@ def _written_ms(location: str, paths: set[str]) -> int:
 def test_a_streaming_append_sink_compacts_inside_its_micro_batches(
     tmp_path: Path, metastore_url: str, spark_remote: str, monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
-    from airflow_provider_tsb.hooks.barrier import read_root_versions
-
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", connect_connection(spark_remote) if engine == "connect"
-                       else SUBMIT_CONNECTION)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT", connect_connection(spark_remote))
-    monkeypatch.setenv("TSB_METASTORE_URL", metastore_url)
+    flights_engines(monkeypatch, metastore_url, spark_remote, engine)
     app = tmp_path / "enrich_flights_compacting.py"
     app.write_text(APP.format(path=str(REPO / "spark_apps" / "flights" / "enrich_flights.py"), min_files=MIN_FILES))
     dep = flights_deployment(metastore_url, tmp_path / "warehouse", applications={"enrich_flights": str(app)})
-    store, topology, hook = dep.store, dep.topology, dep.hook
+    store, topology = dep.store, dep.topology
     context = _context(dt.datetime.now(dt.UTC))
 
-    def operator(job_id: str, mode: str, conn_id: str = "spark_local", **kwargs: Any) -> TsbSparkJobOperator:
-        return TsbSparkJobOperator(task_id=job_id, topology=topology, job_id=job_id, mode=mode,
-                                   conn_id=conn_id, trigger_interval_s=0.3, **kwargs)
-
     days = nyc.days(dt.date(2013, 1, 1), DAYS)
-    for n, day in enumerate(days, start=1):
-        nyc.ingest_day(dep.flights, dep.weather, day)
-        if n == DAYS:
-            mark_end_of_input(dep.flights)
-            mark_end_of_input(dep.weather)
-        versions = read_root_versions(topology)
-        store.barriers.create_barrier(topology.name, versions, ts_ms=hook.watermark(versions), ts_kind=TsKind.EVENT,
-                                      final=n == DAYS)
-        if n == 1:  # the sink exists before the streaming job starts: its groups share a write
-            assert operator("enrich_flights", "batch", "spark_connect", barrier=1).execute(context)["barriers"] == [1]
-    enriched = operator("enrich_flights", "streaming", max_barriers_per_trigger=3).execute(context)
-    daily = operator("carrier_daily_delay", "streaming", "spark_connect", max_barriers_per_trigger=4).execute(context)
+    flights_backlog(dep, context, days)
+    enriched = flights_job(dep, "enrich_flights", "streaming", max_barriers_per_trigger=3).execute(context)
+    daily = flights_job(dep, "carrier_daily_delay", "streaming", "spark_connect",
+                        max_barriers_per_trigger=4).execute(context)
     assert enriched["barriers"] == list(range(2, DAYS + 1)) and daily["barriers"] == list(range(1, DAYS + 1))
 
     location = topology.location(ENRICHED)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,3 +64,54 @@ def connect_connection(remote: str) -> str:
     server at ``remote`` (``sc://host:port``)."""
     host, port = remote[len("sc://"):].rstrip("/").rsplit(":", 1)
     return f'{{"conn_type": "spark_connect", "host": "sc://{host}", "port": {int(port)}}}'
+
+
+#: the ``spark_local`` connection of the ``submit`` engine (JSON, for ``AIRFLOW_CONN_*``)
+SUBMIT_CONNECTION = '{"conn_type": "spark", "host": "local[2]"}'
+
+
+def flights_engines(monkeypatch: Any, metastore_url: str, spark_remote: str, engine: str = "connect") -> None:
+    """The environment the flights job operators read: ``spark_local`` on ``engine`` (``connect``:
+    the Spark Connect server at ``spark_remote``; ``submit``: ``spark-submit`` on ``local[2]``),
+    ``spark_connect`` on that server, and the metastore URL."""
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", connect_connection(spark_remote) if engine == "connect"
+                       else SUBMIT_CONNECTION)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT", connect_connection(spark_remote))
+    monkeypatch.setenv("TSB_METASTORE_URL", metastore_url)
+
+
+def flights_barrier(dep: SimpleNamespace, day: Any, *, final: bool = False) -> int:
+    """Ingest the nycflights13 ``day`` into the root tables of ``dep`` (:func:`flights_deployment`)
+    and generate its event-time barrier, the last one (end of input) when ``final``; its id."""
+    from airflow_provider_tsb.delta.roots import mark_end_of_input
+    from airflow_provider_tsb.hooks.barrier import read_root_versions
+    from airflow_provider_tsb.metastore.records import TsKind
+    from tsb_examples.datasets import nycflights13 as nyc
+
+    nyc.ingest_day(dep.flights, dep.weather, day)
+    if final:
+        mark_end_of_input(dep.flights)
+        mark_end_of_input(dep.weather)
+    versions = read_root_versions(dep.topology)
+    return dep.store.barriers.create_barrier(dep.topology.name, versions, ts_ms=dep.hook.watermark(versions),
+                                             ts_kind=TsKind.EVENT, final=final).barrier
+
+
+def flights_job(dep: SimpleNamespace, job_id: str, mode: str, conn_id: str = "spark_local", **kwargs: Any) -> Any:
+    """The :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator` of ``job_id`` of
+    ``dep`` (:func:`flights_deployment`) in ``mode`` on ``conn_id``, polling every 0.3 s."""
+    from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
+
+    return TsbSparkJobOperator(task_id=job_id, topology=dep.topology, job_id=job_id, mode=mode, conn_id=conn_id,
+                               trigger_interval_s=0.3, **kwargs)
+
+
+def flights_backlog(dep: SimpleNamespace, context: dict, days: list[Any]) -> None:
+    """A barrier per day of ``days`` (:func:`flights_barrier`, the last one final), with
+    ``enrich_flights`` run in batch on ``spark_connect`` for barrier 1, so that its sink exists
+    before a streaming job takes the other barriers (a group's shared write needs the table)."""
+    for n, day in enumerate(days, start=1):
+        assert flights_barrier(dep, day, final=n == len(days)) == n
+        if n == 1:
+            assert flights_job(dep, "enrich_flights", "batch", "spark_connect", barrier=1).execute(context)[
+                "barriers"] == [1]
