@@ -1,12 +1,16 @@
 """Sustained barrier rate of a streaming topology (issue 25 item 1).
 
 A chain of ``--jobs`` wordcount-sized streaming jobs (``benchmarks/apps/scale_stage.py``: each
-appends the rows its source gained in the barrier's epoch to its sink), each the process the
+appends the rows its source gained in the barrier's epoch to its sink; a micro-batch of several
+barriers is one scan, its ``process_micro_batch``, unless ``--no-micro-batch``), each the process the
 operator starts, as Spark Connect clients of one local server (``--engine submit``: a
 ``spark-submit`` each), with the metastore on a throwaway PostgreSQL (``--sqlite``: SQLite).
-For ``--seconds`` seconds, barriers are generated as fast as the topology commits them: a few
-rows are appended to the root table and a barrier generated whenever fewer than
-``--max-in-flight`` barriers are generated but not yet COMMIT (the emitter's backpressure).
+For ``--seconds`` seconds, barriers are generated as fast as the topology commits them: a
+writer process of its own appends ``--rows`` rows to the root table whenever fewer than two of
+its commits wait for a barrier (as the ingest task runs beside the emitter in production;
+``--serial-ingest``: the generating loop appends before each generation, as this harness did
+before), and a barrier is generated whenever the root has a commit no barrier covers and fewer
+than ``--max-in-flight`` barriers are generated but not yet COMMIT (the emitter's backpressure).
 Meanwhile snapshot expiry runs every ``--expiry-every`` seconds on every table, in a process of
 its own as a ``TsbExpireOperator`` task would, keeping the last ``--keep`` barriers plus leases,
 and counts failed cycles.
@@ -22,7 +26,7 @@ files a sink holds then (an ``append`` sink gains a file per barrier unless ``--
 
     .venv/bin/python benchmarks/barrier_rate.py [--seconds 600] [--jobs 2] [--rows 100]
         [--max-in-flight 4] [--max-barriers-per-trigger 16] [--sqlite] [--engine connect|submit]
-        [--compaction MIN_FILES]
+        [--compaction MIN_FILES] [--no-micro-batch] [--serial-ingest]
 """
 
 from __future__ import annotations
@@ -88,6 +92,53 @@ def _expiry_loop(url: str, tables: list[str], keep: int, every_s: float, done: A
     results.put((cycles, failed, removed, errors))
 
 
+class IngestLoop:
+    """The root table's writer in a process of its own, as production has it (the flights DAG's
+    ingest task runs beside the emitter, not inside it): it appends ``rows`` rows whenever fewer
+    than ``ahead`` of its commits wait for a barrier, so the generator finds a new root version
+    ready instead of writing it itself between two generations."""
+
+    def __init__(self, location: str, rows: int, start_id: int, hour: int, ahead: int) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        #: the root's newest version (the writer's), and the root version of the newest barrier
+        self.root_version, self.consumed = ctx.Value("q", -1), ctx.Value("q", -1)
+        self._done, self._ended = ctx.Event(), ctx.Queue()
+        self._process = ctx.Process(target=_ingest_loop, daemon=True, args=(
+            location, rows, start_id, hour, ahead, self.root_version, self.consumed, self._done, self._ended))
+        self.commits = 0
+
+    def start(self, root_version: int, consumed: int) -> None:
+        self.root_version.value, self.consumed.value = root_version, consumed
+        self._process.start()
+
+    def ready(self) -> bool:
+        """True when the root has a commit no barrier covers yet."""
+        return self.root_version.value > self.consumed.value
+
+    def stop(self) -> tuple[int, int]:
+        """Stop after the running append; ``(next id, next hour)`` for later appends."""
+        self._done.set()
+        next_id, hour, self.commits = self._ended.get(timeout=120)
+        self._process.join(60)
+        return next_id, hour
+
+
+def _ingest_loop(location: str, rows: int, next_id: int, hour: int, ahead: int, root_version: Any, consumed: Any,
+                 done: Any, ended: Any) -> None:
+    """The writer process of :class:`IngestLoop`; puts ``(next id, next hour, commits)``."""
+    from types import SimpleNamespace
+
+    bench = SimpleNamespace(location=lambda _table: location)
+    commits = 0
+    while not done.is_set():
+        if root_version.value - consumed.value >= ahead:
+            time.sleep(0.002)
+            continue
+        root_version.value = append_root(bench, next_id, rows, hour)  # type: ignore[arg-type]
+        next_id, hour, commits = next_id + rows, hour + 1, commits + 1
+    ended.put((next_id, hour, commits))
+
+
 def generate_only(bench: FlightsBench, rows: int, count: int, start_id: int, hour: int) -> list[float]:
     """The baseline: ``count`` appends and generations with no job running; ms per generation."""
     times = []
@@ -127,9 +178,12 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
     next_id, hour = 0, 0
     append_root(bench, next_id, args.rows, hour)
     next_id, hour = next_id + args.rows, hour + 1
-    warm_up = bench.generate().barrier
+    warm = bench.generate()
+    warm_up, warm_root = warm.barrier, max(warm.root_versions.values())
     if args.compaction:
         env = {j: {**e, "TSB_SCALE_COMPACTION": str(args.compaction)} for j, e in env.items()}
+    if args.no_micro_batch:
+        env = {j: {**e, "TSB_SCALE_MICRO_BATCH": "0"} for j, e in env.items()}
     procs = [bench.launch(j, "streaming", root / "logs", final_since_ms=int(time.time() * 1000), env_vars=env[j],
                           trigger_interval_s=0.05, max_barriers_per_trigger=args.max_barriers_per_trigger)
              for j in env]
@@ -138,6 +192,9 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
         wait_committed(bench, procs, warm_up, timeout_s=900)
         print(f"warm-up barrier {warm_up} COMMIT; {len(procs)} jobs streaming", flush=True)
         expiry.start()
+        ingest = None if args.serial_ingest else IngestLoop(bench.location(ROOT), args.rows, next_id, hour, 2)
+        if ingest is not None:
+            ingest.start(root_version=warm_root, consumed=warm_root)
         generated, gen_ms = [], []
         started = time.monotonic()
         while time.monotonic() - started < args.seconds:
@@ -145,12 +202,22 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
                 check_alive(procs)
                 time.sleep(ROOM_POLL_S)
                 continue
-            append_root(bench, next_id, args.rows, hour)
-            next_id, hour = next_id + args.rows, hour + 1
+            if ingest is None:
+                append_root(bench, next_id, args.rows, hour)
+                next_id, hour = next_id + args.rows, hour + 1
+            elif not ingest.ready():
+                time.sleep(0.002)
+                continue
             tick = time.perf_counter()
-            generated.append(bench.generate().barrier)
+            info = bench.generate()
             gen_ms.append((time.perf_counter() - tick) * 1000)
+            generated.append(info.barrier)
+            if ingest is not None:
+                ingest.consumed.value = max(info.root_versions.values())  # the one root
         window = time.monotonic() - started
+        if ingest is not None:
+            next_id, hour = ingest.stop()
+            print(f"ingest: {ingest.commits} root commits in {len(generated)} barriers", flush=True)
         committed = [b for b in generated if bench.committed(b)]
         wait_committed(bench, procs, generated[-1], timeout_s=900)
         expiry.stop()
@@ -178,7 +245,9 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
     return [
         f"load={os.getloadavg()[0]:.1f} engine={args.engine} jobs={args.jobs} rows={args.rows} "
         f"max_in_flight={args.max_in_flight} max_barriers_per_trigger={args.max_barriers_per_trigger} "
-        f"compaction={args.compaction} sink_files_max={sink_files} "
+        f"compaction={args.compaction} micro_batch={'off' if args.no_micro_batch else 'on'} "
+        f"ingest={'serial' if args.serial_ingest else 'process'} "
+        f"sink_files_max={sink_files} "
         f"seconds={window:.0f} metastore={backend} "
         f"expiry_cycles={expiry.cycles} expiry_removed_files={expiry.removed} invariants={'ok' if ok else 'FAILED'}",
         f"baseline: generate_only_median_ms={median(baseline):.1f} "
@@ -208,6 +277,11 @@ def main() -> int:
     parser.add_argument("--max-in-flight", type=int, default=4, help="barriers generated but not COMMIT, at most")
     parser.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles")
     parser.add_argument("--keep", type=int, default=100, help="barriers expiry keeps")
+    parser.add_argument("--serial-ingest", action="store_true",
+                        help="append to the root in the generating loop, before each generation (the earlier "
+                             "harness), instead of in a writer process of its own")
+    parser.add_argument("--no-micro-batch", action="store_true",
+                        help="the stages without process_micro_batch: a plan per barrier of a micro-batch")
     parser.add_argument("--compaction", type=int, default=0, metavar="MIN_FILES",
                         help="the sinks' auto compaction at this many small files (default 0: off)")
     args = parser.parse_args()

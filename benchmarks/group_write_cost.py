@@ -5,12 +5,16 @@ A root table gets ``--barriers`` one-file commits of 100 rows. For each group si
 streaming ``append`` stage's ``process`` returns them), and the group arm stages them with
 :func:`airflow_provider_tsb.spark.outputs.stage_outputs` (one Spark job for the group: the union
 of the barriers' plans, written partitioned by barrier) into an ``append`` sink, as a streaming
-job's group does before its commits. The baseline stages the same ``n`` barriers one Spark job
-each (:func:`~airflow_provider_tsb.spark.outputs.stage_output`: a group of one). The arms
+job's group does before its commits. The micro-batch arm stages them as an app with
+``process_micro_batch`` does (:mod:`airflow_provider_tsb.spark.micro_batch`): the changes of
+all ``n`` epochs as one scan, each row tagged with its barrier, one Spark job. The baseline
+stages the same ``n`` barriers one Spark job each
+(:func:`~airflow_provider_tsb.spark.outputs.stage_output`: a group of one). The arms
 alternate, ``--rounds`` times, on one warm Spark Connect server; the medians are printed::
 
-    n=<n> group_s=<s> group_per_barrier_ms=<ms> single_s=<s> speedup=<single/group>
-    sizes=<...> per_barrier_growth=<per-barrier ms at the largest size / at the smallest> load=<1-min>
+    n=<n> group_s=<s> group_per_barrier_ms=<ms> micro_batch_s=<s> micro_batch_per_barrier_ms=<ms>
+        single_s=<s> speedup=<single/group> micro_batch_speedup=<single/micro-batch>
+    sizes=<...> per_barrier_growth=<...> micro_batch_per_barrier_growth=<...> load=<1-min>
 
     .venv/bin/python benchmarks/group_write_cost.py [--sizes 4,16,44] [--rounds 3]
 """
@@ -36,8 +40,9 @@ sys.path.insert(0, str(REPO))
 
 from airflow_provider_tsb.delta.sink_log import SinkLog  # noqa: E402
 from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions  # noqa: E402
+from airflow_provider_tsb.spark.frames import BARRIER_COLUMN  # noqa: E402
 from airflow_provider_tsb.spark.inputs import read_changes  # noqa: E402
-from airflow_provider_tsb.spark.outputs import stage_output, stage_outputs  # noqa: E402
+from airflow_provider_tsb.spark.outputs import stage_output, stage_outputs, tag_outputs  # noqa: E402
 from airflow_provider_tsb.spark.session import get_spark  # noqa: E402
 from airflow_provider_tsb.spark.write_options import WriteOptions, WriteTarget  # noqa: E402
 
@@ -63,9 +68,24 @@ def group_arm(spark: object, source: str, sink: str, barriers: list[int]) -> flo
     frames = outputs(spark, source, barriers)
     target = WriteTarget("tsb.bench.sink", sink, JOB, barriers[0], {}, 0)
     rel = {b: f"tsb_staging/{JOB}/g/{b}/{uuid.uuid4().hex}" for b in barriers}
-    staged = stage_outputs(spark, frames, target, WriteOptions(mode="append"), log, rel,
+    staged = stage_outputs(spark, tag_outputs(frames), barriers, target, WriteOptions(mode="append"), log, rel,
                            f"tsb_staging/{JOB}/g/{uuid.uuid4().hex}")
     assert staged is not None and sum(f.num_records for b in barriers for f in staged[b].files) == 100 * len(barriers)
+    return time.perf_counter() - tick
+
+
+def micro_batch_arm(spark: object, source: str, sink: str, barriers: list[int]) -> float:
+    """Seconds to stage ``barriers`` as a ``process_micro_batch`` app does: the changes of all
+    their epochs as one scan tagged by barrier (``read_changes(barriers=...)``), one Spark job."""
+    tick = time.perf_counter()
+    log = SinkLog.read(sink, JOB)
+    tagged = (read_changes(spark, source, barriers[0] - 1, barriers[-1], barriers=[(b, b) for b in barriers])
+              .where(F.col("_change_type") == "insert").select("id", "v", BARRIER_COLUMN))
+    target = WriteTarget("tsb.bench.sink", sink, JOB, barriers[0], {}, 0)
+    rel = {b: f"tsb_staging/{JOB}/m/{b}/{uuid.uuid4().hex}" for b in barriers}
+    staged = stage_outputs(spark, tagged, barriers, target, WriteOptions(mode="append"), log, rel,
+                           f"tsb_staging/{JOB}/m/{uuid.uuid4().hex}")
+    assert staged is not None and all(sum(f.num_records for f in staged[b].files) == 100 for b in barriers)
     return time.perf_counter() - tick
 
 
@@ -98,24 +118,31 @@ def main() -> int:
     server = ConnectServer(root / "spark", ConnectServerOptions(port=free_port()))
     status = server.start()
     spark = get_spark("group-write-cost", remote=status.url, conf={"spark.sql.shuffle.partitions": "2"})
-    per_barrier = {}
+    per_barrier: dict[int, float] = {}
+    micro_per_barrier: dict[int, float] = {}
     try:
         group_arm(spark, source, sink, list(range(1, 3)))  # warm-up
+        micro_batch_arm(spark, source, sink, list(range(1, 3)))
         single_arm(spark, source, sink, [1])
         for n in sizes:
             barriers = list(range(1, n + 1))
-            group, single = [], []
+            group, micro, single = [], [], []
             for _ in range(args.rounds):
                 group.append(group_arm(spark, source, sink, barriers))
+                micro.append(micro_batch_arm(spark, source, sink, barriers))
                 single.append(single_arm(spark, source, sink, barriers))
-            g, s = statistics.median(group), statistics.median(single)
+            g, m, s = statistics.median(group), statistics.median(micro), statistics.median(single)
             per_barrier[n] = g / n * 1000
-            print(f"n={n} group_s={g:.3f} group_per_barrier_ms={per_barrier[n]:.1f} single_s={s:.3f} "
-                  f"speedup={s / g:.2f}", flush=True)
+            micro_per_barrier[n] = m / n * 1000
+            print(f"n={n} group_s={g:.3f} group_per_barrier_ms={per_barrier[n]:.1f} micro_batch_s={m:.3f} "
+                  f"micro_batch_per_barrier_ms={micro_per_barrier[n]:.1f} single_s={s:.3f} speedup={s / g:.2f} "
+                  f"micro_batch_speedup={s / m:.2f}", flush=True)
     finally:
         spark.stop()
         server.stop()
-    print(f"sizes={args.sizes} per_barrier_growth={per_barrier[max(sizes)] / per_barrier[min(sizes)]:.2f} "
+    top, low = max(sizes), min(sizes)
+    print(f"sizes={args.sizes} per_barrier_growth={per_barrier[top] / per_barrier[low]:.2f} "
+          f"micro_batch_per_barrier_growth={micro_per_barrier[top] / micro_per_barrier[low]:.2f} "
           f"load={os.getloadavg()[0]:.1f}")
     return 0
 

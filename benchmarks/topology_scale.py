@@ -167,8 +167,9 @@ class Sampler(threading.Thread):
         self.join()
 
 
-def append_root(bench: FlightsBench, start: int, rows: int, hour: int) -> None:
-    """Append ``rows`` rows (ids ``start..``) with event time ``hour`` hours after 2013-01-01."""
+def append_root(bench: FlightsBench, start: int, rows: int, hour: int) -> int:
+    """Append ``rows`` rows (ids ``start..``) with event time ``hour`` hours after 2013-01-01;
+    the root's new Delta version."""
     from airflow_provider_tsb.delta.roots import append_rows
 
     ids = list(range(start, start + rows))
@@ -179,7 +180,7 @@ def append_root(bench: FlightsBench, start: int, rows: int, hour: int) -> None:
         "hop": pa.array([0] * rows, pa.int32()),
         "ts": pa.array([ts] * rows, pa.timestamp("us", tz="UTC")),
     })
-    append_rows(bench.location(ROOT), table)
+    return append_rows(bench.location(ROOT), table)
 
 
 def row_count(location: str, version: int) -> int:

@@ -6,7 +6,8 @@
 * :mod:`.catalog` - the ``BarrierCatalog`` Protocol and the plan-file catalog;
 * :mod:`.app` - the app framework's front door, re-exporting :mod:`.model` (``TsbApp``,
   ``Sink``, ``BarrierContext``), :mod:`.runner` (per-barrier protocol, batch mode) and
-  :mod:`.cli` (``run_app``); :mod:`.streaming` - streaming mode;
+  :mod:`.cli` (``run_app``); :mod:`.streaming` - streaming mode; :mod:`.micro_batch` -
+  ``MicroBatchContext``, several barriers in one ``process_micro_batch`` call;
 * :mod:`.metastore_catalog` - the production catalog on the tsb metastore;
 * :mod:`.killpoints` - a test facility: named crash points for exactly-once tests, inert
   unless ``TSB_KILL_AT`` is set;
@@ -37,6 +38,8 @@ _EXPORTS: dict[str, str] = {
     "read_changes": "inputs",
     "read_snapshot": "inputs",
     "BarrierContext": "model",
+    "BARRIER_COLUMN": "frames",
+    "MicroBatchContext": "micro_batch",
     "Compaction": "outputs_compaction",
     "Sink": "model",
     "TsbApp": "model",
@@ -64,10 +67,12 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BARRIER_COLUMN",
     "BarrierCatalog",
     "BarrierContext",
     "BarrierPlan",
     "Compaction",
+    "MicroBatchContext",
     "PlanFile",
     "PlanFileCatalog",
     "Sink",

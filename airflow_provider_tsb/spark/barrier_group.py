@@ -32,8 +32,10 @@ from airflow_provider_tsb.delta.conventions import staging_dir
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.spark.barrier_commit import StagedAttempt
 from airflow_provider_tsb.spark.catalog import BarrierPlan
+from airflow_provider_tsb.spark.frames import BARRIER_COLUMN, spark_schema
+from airflow_provider_tsb.spark.micro_batch import contiguous
 from airflow_provider_tsb.spark.model import TsbApp
-from airflow_provider_tsb.spark.outputs import stage_outputs
+from airflow_provider_tsb.spark.outputs import stage_outputs, tag_outputs
 from airflow_provider_tsb.spark.plans import DEFAULT_MAX_BARRIERS_PER_TRIGGER  # noqa: F401 - re-exported
 from airflow_provider_tsb.spark.write_options import WriteTarget
 
@@ -67,6 +69,20 @@ class BarrierGroup:
         """Drop ``barrier`` and the barriers after it from the group (they run one at a time)."""
         self.plans = [p for p in self.plans if p.barrier < barrier]
 
+    def micro_batch_ready(self, app: TsbApp, logs: Mapping[str, SinkLog]) -> bool:
+        """True when the group's outputs may come from one ``app.process_micro_batch`` call
+        (:mod:`~airflow_provider_tsb.spark.micro_batch`): the app declares it, every sink is an
+        existing ``append`` table without a column named :data:`BARRIER_COLUMN`, and the
+        barriers' epochs are contiguous."""
+        if app.process_micro_batch is None or not contiguous(self.plans):
+            return False
+        for sink, sink_log in logs.items():
+            if app.sinks[sink].options.mode != "append" or sink_log.table is None:
+                return False
+            if BARRIER_COLUMN in spark_schema(sink_log.table).fieldNames():
+                return False
+        return True
+
     def stage(self, spark: SparkSession, app: TsbApp, locations: Mapping[str, str], logs: Mapping[str, SinkLog],
               outputs: Mapping[int, Mapping[str, DataFrame]]) -> None:
         """Write the group's outputs: an ``append`` sink's with one Spark job for all barriers
@@ -81,19 +97,44 @@ class BarrierGroup:
             SchemaChangeError: the outputs' common schema is not a valid change of the table's.
         """
         barriers = [p.barrier for p in self.plans if p.barrier in outputs]
-        first = self.plans[0]
         for sink in sorted(app.sinks):
-            log = logs[sink]
-            attempts = {b: uuid.uuid4().hex for b in barriers}
-            rel_dirs = {b: f"{staging_dir(app.job_id, log.epoch.epoch, b)}/{attempts[b]}" for b in barriers}
-            group_dir = f"{staging_dir(app.job_id, log.epoch.epoch, first.barrier)}/{uuid.uuid4().hex}"
-            target = WriteTarget(sink, locations[sink], app.job_id, first.barrier, first.inputs, first.ts_ms)
-            staged = stage_outputs(spark, {b: outputs[b][sink] for b in barriers}, target, app.sinks[sink].options,
-                                   log, rel_dirs, group_dir)
-            for b in barriers:
-                self._outputs.setdefault(b, {})[sink] = (
-                    StagedAttempt(attempts[b], rel_dirs[b], staged[b]) if staged is not None else outputs[b][sink]
-                )
+            per_barrier = {b: outputs[b][sink] for b in barriers}
+            self._stage_sink(spark, app, sink, locations[sink], logs[sink], tag_outputs(per_barrier), barriers,
+                             per_barrier)
+
+    def stage_micro_batch(self, spark: SparkSession, app: TsbApp, locations: Mapping[str, str],
+                          logs: Mapping[str, SinkLog], tagged: Mapping[str, DataFrame]) -> None:
+        """Write the group's outputs from ``process_micro_batch``'s ``{sink: DataFrame}`` (rows
+        tagged with their barrier), one Spark job per sink; after :meth:`micro_batch_ready`.
+
+        Raises:
+            BarrierColumnError: an output lacks the barrier column or tags a row with a barrier
+                outside the group (nothing of the group is committed).
+            SchemaChangeError: an output is not a valid change of its table's schema.
+        """
+        barriers = [p.barrier for p in self.plans]
+        for sink in sorted(app.sinks):
+            self._stage_sink(spark, app, sink, locations[sink], logs[sink], tagged[sink], barriers, None)
+
+    def _stage_sink(self, spark: SparkSession, app: TsbApp, sink: str, location: str, log: SinkLog,
+                    tagged: DataFrame, barriers: list[int], per_barrier: Mapping[int, DataFrame] | None) -> None:
+        """Stage one sink's part of the group; ``per_barrier``: the outputs to keep when the
+        sink cannot share a write (``None``: it must)."""
+        first = self.plans[0]
+        attempts = {b: uuid.uuid4().hex for b in barriers}
+        rel_dirs = {b: f"{staging_dir(app.job_id, log.epoch.epoch, b)}/{attempts[b]}" for b in barriers}
+        group_dir = f"{staging_dir(app.job_id, log.epoch.epoch, first.barrier)}/{uuid.uuid4().hex}"
+        target = WriteTarget(sink, location, app.job_id, first.barrier, first.inputs, first.ts_ms)
+        staged = stage_outputs(spark, tagged, barriers, target, app.sinks[sink].options, log, rel_dirs, group_dir)
+        if staged is None and per_barrier is None:
+            tagged.columns  # noqa: B018 - raises Spark's own error for a frame it cannot analyze
+            raise ValueError(f"job {app.job_id}: table {sink}: process_micro_batch's output cannot be written as "
+                             "one micro-batch")
+        for b in barriers:
+            self._outputs.setdefault(b, {})[sink] = (
+                StagedAttempt(attempts[b], rel_dirs[b], staged[b]) if staged is not None
+                else per_barrier[b]  # type: ignore[index]
+            )
 
     def take(self, barrier: int) -> dict[str, SinkOutput] | None:
         """The barrier's outputs by sink (``None``: not staged; the barrier runs ``process`` itself)."""

@@ -17,7 +17,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructField, StructType
 
-__all__ = ["partition_literal", "read_files", "spark_schema", "with_columns_of"]
+__all__ = ["BARRIER_COLUMN", "partition_literal", "read_files", "spark_schema", "with_columns_of"]
+
+#: the barrier of each row when one frame holds several barriers' rows: a micro-batch's changes
+#: (:func:`~airflow_provider_tsb.spark.inputs.read_changes` with ``barriers``) and its outputs,
+#: which are written partitioned by it (:func:`~airflow_provider_tsb.spark.outputs.stage_outputs`)
+BARRIER_COLUMN = "_tsb_barrier"
 
 
 def spark_schema(table: object) -> StructType:
@@ -38,23 +43,29 @@ def read_files(
     schema: StructType,
     partition_columns: Sequence[str],
     groups: Mapping[tuple[tuple[str, str | None], ...], list[str]],
-    extra: Mapping[str, Column] | None = None,
+    file_columns: Mapping[str, Column] | None = None,
     file_schema_extra: Sequence[StructField] = (),
 ) -> DataFrame | None:
-    """Read groups of files sharing partition values; ``None`` if there are no files."""
+    """Read groups of files sharing partition values, one scan per group; ``None`` if there are
+    no files.
+
+    Columns: ``schema``'s (partition columns from the group's values), then
+    ``file_schema_extra`` (columns the files hold beyond the table's), then ``file_columns``
+    (``{name: expression}`` evaluated on the scan itself, so they may read Spark's hidden
+    ``_metadata`` file column)."""
     data_schema = StructType([f for f in schema.fields if f.name not in partition_columns] + list(file_schema_extra))
     types = {f.name: f.dataType for f in schema.fields}
     frames: list[DataFrame] = []
     for part_values, paths in groups.items():
         df = spark.read.schema(data_schema).parquet(*paths)
+        if file_columns:
+            df = df.withColumns(dict(file_columns))
         for name, value in part_values:
             df = df.withColumn(name, partition_literal(value, types[name]))
-        for name, col in (extra or {}).items():
-            df = df.withColumn(name, col)
         frames.append(df)
     if not frames:
         return None
-    out_cols = [f.name for f in schema.fields] + [f.name for f in file_schema_extra] + list(extra or {})
+    out_cols = [f.name for f in schema.fields] + [f.name for f in file_schema_extra] + list(file_columns or {})
     return reduce(lambda a, b: a.unionByName(b), (f.select(*out_cols) for f in frames))
 
 

@@ -7,6 +7,7 @@ not supported (tsb tables and delta-rs root tables use neither); such tables rai
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import reduce
@@ -14,18 +15,20 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from airflow_provider_tsb.delta.errors import DeltaLogError, UnsupportedTableFeatureError
 from airflow_provider_tsb.delta.integrity import verify_version
 from airflow_provider_tsb.delta.log import join, normalize_location, read_commit_actions
 from airflow_provider_tsb.delta.snapshots import Snapshot, snapshot_at
-from airflow_provider_tsb.spark.frames import read_files, spark_schema
+from airflow_provider_tsb.spark.frames import BARRIER_COLUMN, read_files, spark_schema
 from airflow_provider_tsb.spark.timing import phase
 
 #: Columns added by :func:`read_changes`.
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
+#: Spark's hidden file metadata column of a file scan (its ``file_path`` names a row's file)
+METADATA = "_metadata"
 #: ``_change_type`` values that add a row / remove a row.
 INSERT_TYPES = ("insert", "update_postimage")
 DELETE_TYPES = ("delete", "update_preimage")
@@ -190,7 +193,10 @@ def change_schema(schema: StructType) -> StructType:
     )
 
 
-def read_changes(spark: SparkSession, location: str, from_version: int | None, to_version: int) -> DataFrame:
+def read_changes(
+    spark: SparkSession, location: str, from_version: int | None, to_version: int, *,
+    barriers: Sequence[tuple[int, int]] = (),
+) -> DataFrame:
     """Return the changes of the epoch ``(from_version, to_version]`` as a lazy DataFrame.
 
     ``from_version=None`` (or -1) means from the table's creation. Columns: table schema
@@ -202,35 +208,74 @@ def read_changes(spark: SparkSession, location: str, from_version: int | None, t
     overwrite, restore, or copy-on-write updates: old rows out, new rows in). For an
     append-only root table this is exactly the rows appended in the epoch.
 
+    The files of one kind (and partition) are one scan, whatever the number of commits: each
+    row's ``_commit_version`` comes from its file's name (``_metadata.file_path``), so a range
+    of many small commits costs Spark one relation, not one per commit.
+
+    Args:
+        barriers: the epochs of a micro-batch, ``[(barrier, version)]`` in ascending order, the
+            last version ``to_version``: each row gets :data:`BARRIER_COLUMN` (int), the first
+            barrier whose version is at or above its commit version (barrier ``b``'s epoch is
+            ``(version of the barrier before, version of b]``).
+
     Cost on the driver: one log-file read per version in the range + one snapshot load.
 
     Raises:
         DeltaLogError: a commit in the range is missing from the log.
-        ValueError: ``from_version > to_version``.
+        ValueError: ``from_version > to_version``; ``barriers`` out of order, not ending at
+            ``to_version`` or starting at or below ``from_version``.
     """
     loc = normalize_location(location)
     start = -1 if from_version is None else from_version
     if start > to_version:
         raise ValueError(f"read_changes({loc!r}): from_version {start} > to_version {to_version}")
+    _check_epochs(loc, start, to_version, barriers)
     with phase("delta_log"):
         table = snapshot_at(loc, to_version)
         _check_supported(table, loc)
         schema = spark_schema(table)
         partition_columns = list(table.partition_columns)
-        commits = {v: read_commit_actions(loc, v) for v in range(start + 1, to_version + 1)}
-    frames: list[DataFrame] = []
-    for version in range(start + 1, to_version + 1):
-        actions = commits[version]
-        if actions is None:
-            raise DeltaLogError(f"Delta log of {loc!r} has no commit {version}: cannot read its changes")
-        for kind, groups in _changed_files(loc, actions, partition_columns).items():
-            df = _read_change_files(spark, schema, partition_columns, groups, kind, version)
-            if df is not None:
-                frames.append(df)
-    cols = [f.name for f in change_schema(schema).fields]
+        by_kind: dict[str, dict[tuple[tuple[str, str | None], ...], list[tuple[str, int]]]] = defaultdict(
+            lambda: defaultdict(list))
+        for version in range(start + 1, to_version + 1):
+            actions = read_commit_actions(loc, version)
+            if actions is None:
+                raise DeltaLogError(f"Delta log of {loc!r} has no commit {version}: cannot read its changes")
+            for kind, groups in _changed_files(loc, actions, partition_columns).items():
+                for key, urls in groups.items():
+                    by_kind[kind][key].extend((url, version) for url in urls)
+    frames = [df for kind, groups in sorted(by_kind.items())
+              if (df := _read_change_files(spark, schema, partition_columns, groups, kind)) is not None]
+    out_schema = change_schema(schema)
     if not frames:
-        return spark.createDataFrame([], change_schema(schema))
-    return reduce(lambda a, b: a.unionByName(b), (f.select(*cols) for f in frames))
+        out = spark.createDataFrame([], out_schema)
+    else:
+        cols = [f.name for f in out_schema.fields]
+        out = reduce(lambda a, b: a.unionByName(b), (f.select(*cols) for f in frames))
+    return out.withColumn(BARRIER_COLUMN, _barrier_of(barriers)) if barriers else out
+
+
+def _check_epochs(loc: str, start: int, to_version: int, barriers: Sequence[tuple[int, int]]) -> None:
+    """Raise ``ValueError`` unless ``barriers`` (``[(barrier, version)]``) ascend in both, end at
+    ``to_version`` and start above ``start``."""
+    if not barriers:
+        return
+    ordered = all(b1 < b2 and v1 <= v2 for (b1, v1), (b2, v2) in zip(barriers, barriers[1:], strict=False))
+    if not ordered or barriers[-1][1] != to_version or barriers[0][1] < start:
+        raise ValueError(
+            f"read_changes({loc!r}): barriers {list(barriers)} must ascend by barrier and version, end at "
+            f"to_version {to_version} and start at or above from_version {start}"
+        )
+
+
+def _barrier_of(barriers: Sequence[tuple[int, int]]) -> Column:
+    """:data:`BARRIER_COLUMN`: the first barrier of ``[(barrier, version)]`` whose version is at or
+    above the row's ``_commit_version``."""
+    (last, _), version = barriers[-1], F.col(COMMIT_VERSION)
+    expr = F.lit(last)
+    for barrier, upto in reversed(barriers[:-1]):
+        expr = F.when(version <= upto, F.lit(barrier)).otherwise(expr)
+    return expr.cast(IntegerType())
 
 
 def _changed_files(loc: str, actions: list[dict[str, Any]], partition_columns: list[str]
@@ -254,15 +299,68 @@ def _changed_files(loc: str, actions: list[dict[str, Any]], partition_columns: l
 
 
 def _read_change_files(spark: SparkSession, schema: StructType, partition_columns: list[str],
-                       groups: dict[tuple[tuple[str, str | None], ...], list[str]], kind: str,
-                       version: int) -> DataFrame | None:
-    """One kind of one commit's changed files as rows with ``_commit_version`` (and
-    ``_change_type``: the files' own column for ``cdc``, else ``kind``); ``None`` for no files."""
-    extra = {COMMIT_VERSION: F.lit(version).cast(LongType())}
-    if kind == "cdc":
-        return read_files(spark, schema, partition_columns, groups, extra=extra,
-                          file_schema_extra=[StructField(CHANGE_TYPE, StringType(), True)])
-    return read_files(spark, schema, partition_columns, groups, extra={CHANGE_TYPE: F.lit(kind), **extra})
+                       groups: Mapping[tuple[tuple[str, str | None], ...], list[tuple[str, int]]],
+                       kind: str) -> DataFrame | None:
+    """One kind of changed files, ``{partition key: [(file URL, commit version)]}``, as rows with
+    ``_commit_version`` (and ``_change_type``: the files' own column for ``cdc``, else ``kind``);
+    ``None`` for no files. The files of a partition are one scan per :func:`_scans` round."""
+    frames = []
+    for key, files in groups.items():
+        for versions in _scans(files, schema):
+            extra = {COMMIT_VERSION: _version_column(versions)}
+            if kind != "cdc":
+                extra[CHANGE_TYPE] = F.lit(kind)
+            df = read_files(spark, schema, partition_columns, {key: list(versions)}, file_columns=extra,
+                            file_schema_extra=[StructField(CHANGE_TYPE, StringType(), True)] if kind == "cdc" else ())
+            if df is not None:
+                frames.append(df)
+    return reduce(lambda a, b: a.unionByName(b), frames) if frames else None
+
+
+def _scans(files: Sequence[tuple[str, int]], schema: StructType) -> list[dict[str, int]]:
+    """``files`` (``[(file URL, commit version)]``) split into scans, ``[{file URL: version}]``:
+    one scan when each file is named apart by a short path suffix Spark reports unchanged
+    (:func:`_file_keys`), else one scan per version, as when the table has a ``_metadata``
+    column (Spark's file metadata column is then hidden)."""
+    versions = {v for _, v in files}
+    if len(versions) > 1 and METADATA not in schema.fieldNames() and _file_keys([u for u, _ in files]) is not None:
+        return [dict(files)]
+    by_version: dict[int, dict[str, int]] = defaultdict(dict)
+    for url, version in files:
+        by_version[version][url] = version
+    return [by_version[v] for v in sorted(by_version)]
+
+
+#: characters a path suffix key may hold: those ``_metadata.file_path`` gives as the log does
+#: (no percent-encoding question arises)
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._=/-]+")
+
+
+def _file_keys(urls: Sequence[str]) -> dict[str, str] | None:
+    """``{url: key}``: the shortest path suffix (in components, at most 4) that names every file
+    apart (Spark names a task's files alike in every directory of a partitioned write, so the
+    file name alone may not); ``None`` when none does or a key holds other characters."""
+    parts = {url: url.rstrip("/").split("/") for url in urls}
+    for depth in range(1, 5):
+        keys = {url: "/".join(p[-depth:]) for url, p in parts.items()}
+        if len(set(keys.values())) == len(keys):
+            return keys if all(_PLAIN_PATH.fullmatch(k) for k in keys.values()) else None
+    return None
+
+
+def _version_column(versions: Mapping[str, int]) -> Column:
+    """``_commit_version`` of a scan's rows: the literal when its files share one version, else
+    looked up by each file's path suffix (:func:`_file_keys`) in ``_metadata.file_path``."""
+    distinct = set(versions.values())
+    if len(distinct) == 1:
+        return F.lit(distinct.pop()).cast(LongType())
+    keys = _file_keys(list(versions))
+    assert keys is not None  # _scans made one scan of several versions only with keys
+    depth = keys[next(iter(keys))].count("/") + 1
+    by_key = F.create_map(*[c for url, v in versions.items() for c in (F.lit(keys[url]), F.lit(v))])
+    parts = F.split(F.col(f"{METADATA}.file_path"), "/")
+    key = F.array_join(F.slice(parts, -depth, depth), "/")
+    return F.element_at(by_key, key).cast(LongType())
 
 
 def change_sign() -> Column:

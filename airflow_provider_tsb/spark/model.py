@@ -22,6 +22,7 @@ from airflow_provider_tsb.delta.errors import MisalignedInputError
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.spark.catalog import BarrierPlan
 from airflow_provider_tsb.spark.inputs import Ranges, change_ranges, read_changes, read_snapshot
+from airflow_provider_tsb.spark.micro_batch import MicroBatchContext
 from airflow_provider_tsb.spark.outputs_compaction import APPEND_MIN_FILES, Compaction
 from airflow_provider_tsb.spark.write_options import SinkMode, WriteOptions
 
@@ -103,6 +104,7 @@ class Sink:
 
 
 ProcessFn = Callable[["BarrierContext"], Mapping[str, DataFrame]]
+MicroBatchFn = Callable[[MicroBatchContext], Mapping[str, DataFrame]]
 
 
 @dataclass
@@ -115,6 +117,15 @@ class TsbApp:
         sinks: ``{sink table name: Sink}``.
         process: builds each sink's output DataFrame for one barrier (lazy; no actions
             needed). For ``merge`` sinks return only the upserted rows.
+        description: one line on what the job computes.
+        process_micro_batch: optional, for apps whose outputs are row-wise in their changes:
+            builds each sink's output for several consecutive barriers at once from
+            :meth:`MicroBatchContext.changes
+            <airflow_provider_tsb.spark.micro_batch.MicroBatchContext.changes>`, keeping its
+            ``_tsb_barrier`` column on every row. A streaming micro-batch of several barriers of
+            ``append`` sinks then costs Spark one scan and one write instead of a plan per
+            barrier; its rows tagged ``b`` must be ``process``'s output for ``b``
+            (:mod:`airflow_provider_tsb.spark.micro_batch`).
     """
 
     job_id: str
@@ -122,6 +133,7 @@ class TsbApp:
     sinks: Mapping[str, Sink]
     process: ProcessFn
     description: str = ""
+    process_micro_batch: MicroBatchFn | None = None
     _locations: dict[str, str] = field(default_factory=dict, repr=False)
 
     def resolve_locations(

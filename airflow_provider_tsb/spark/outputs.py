@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 
 from deltalake import Schema as DeltaSchema
-from pyarrow.fs import FileType
+from pyarrow.fs import FileSelector, FileSystem, FileType
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -38,7 +38,7 @@ from airflow_provider_tsb.delta.log import filesystem, normalize_location
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.delta.snapshots import Snapshot, snapshot_at
 from airflow_provider_tsb.delta.stats import staged_files
-from airflow_provider_tsb.spark.frames import spark_schema
+from airflow_provider_tsb.spark.frames import BARRIER_COLUMN, spark_schema
 from airflow_provider_tsb.spark.killpoints import crash_point_during
 from airflow_provider_tsb.spark.outputs_compaction import Compaction, compacted_rows, plan_compaction, rearranged
 from airflow_provider_tsb.spark.outputs_merge import (
@@ -71,14 +71,10 @@ from airflow_provider_tsb.spark.timing import phase
 from airflow_provider_tsb.spark.write_options import SinkMode, WriteOptions, WriteTarget
 
 __all__ = [
-    "BARRIER_COLUMN", "STAGING_DIR", "DuplicateKeyError", "SchemaChangeError", "SinkMode", "Staged",
-    "StagingCatalog", "collect_withdrawn", "merge_rows", "remove_orphan_attempts", "stage_output", "stage_outputs",
-    "staging_dir", "staging_grace_s",
+    "BARRIER_COLUMN", "STAGING_DIR", "BarrierColumnError", "DuplicateKeyError", "SchemaChangeError", "SinkMode",
+    "Staged", "StagingCatalog", "collect_withdrawn", "merge_rows", "remove_orphan_attempts", "stage_output",
+    "stage_outputs", "staging_dir", "staging_grace_s", "tag_outputs",
 ]
-
-#: the partition column a write of several barriers' outputs splits them by (:func:`stage_outputs`;
-#: its directories are moved out at once, a crash's leftovers go with their attempt directory)
-BARRIER_COLUMN = "_tsb_barrier"
 
 
 @dataclass(frozen=True)
@@ -142,9 +138,22 @@ def stage_output(
     return Staged.of(files, schema, removed)
 
 
+class BarrierColumnError(ValueError):
+    """A micro-batch's output (``TsbApp.process_micro_batch``) does not say which barrier each
+    row belongs to: it lacks :data:`BARRIER_COLUMN`, or holds a value (or null) that is not one
+    of the micro-batch's barriers. Nothing of the micro-batch is written or committed."""
+
+
+def tag_outputs(frames: Mapping[int, DataFrame]) -> DataFrame:
+    """The union of several barriers' outputs ``{barrier: DataFrame}`` (by column name), each
+    row tagged with its barrier in :data:`BARRIER_COLUMN`: :func:`stage_outputs`' input."""
+    return reduce(lambda a, b: a.unionByName(b),
+                  (frames[b].withColumn(BARRIER_COLUMN, F.lit(b)) for b in sorted(frames)))
+
+
 def stage_outputs(
-    spark: SparkSession, frames: Mapping[int, DataFrame], target: WriteTarget, options: WriteOptions, log: SinkLog,
-    rel_dirs: Mapping[int, str], group_dir: str,
+    spark: SparkSession, tagged: DataFrame, barriers: Sequence[int], target: WriteTarget, options: WriteOptions,
+    log: SinkLog, rel_dirs: Mapping[int, str], group_dir: str,
 ) -> dict[int, Staged] | None:
     """Stage the outputs of several barriers of one ``append`` sink with one Spark job.
 
@@ -155,7 +164,10 @@ def stage_outputs(
     gets no file.
 
     Args:
-        frames: ``{barrier: output}``, each barrier's DataFrame for this sink.
+        tagged: the barriers' rows for this sink, each with its barrier in
+            :data:`BARRIER_COLUMN` (:func:`tag_outputs` of per-barrier outputs, or a
+            micro-batch's output).
+        barriers: the micro-batch's barriers, ascending.
         target: the write (its ``barrier`` names the first barrier in errors).
         log: the sink's log before the first barrier (the table exists).
         rel_dirs: ``{barrier: attempt directory}``, relative to the table root (new).
@@ -173,10 +185,12 @@ def stage_outputs(
 
     Raises:
         SchemaChangeError: as :func:`stage_output`, for the outputs' common schema.
+        BarrierColumnError: ``tagged`` has no :data:`BARRIER_COLUMN`, or rows whose value is
+            not in ``barriers`` (null included); the group's files are deleted first.
     """
-    if options.mode != "append" or log.table is None or not frames:
+    if options.mode != "append" or log.table is None or not barriers:
         return None
-    shaped = _shape_outputs(spark, frames, target, options, log)
+    shaped = _shape_outputs(spark, tagged, min(barriers), target, options, log)
     if shaped is None:
         return None
     out, schema = shaped
@@ -184,46 +198,77 @@ def stage_outputs(
                            max_files=options.max_files)
     _write(out, target, grouped, log, group_dir, list_files=False)
     fs, root = filesystem(log.location)
-    staged: dict[int, Staged] = {}
-    for barrier in sorted(frames):
-        src, dst = f"{root}/{group_dir}/{BARRIER_COLUMN}={barrier}", f"{root}/{rel_dirs[barrier]}"
-        fs.create_dir(posixpath.dirname(dst), recursive=True)
-        if fs.get_file_info(src).type == FileType.Directory:
-            fs.move(src, dst)
-        else:  # no row: no file
-            fs.create_dir(dst, recursive=True)
-        with phase("footers"):
-            staged[barrier] = Staged.of(staged_files(log.location, rel_dirs[barrier], options.partition_by), schema, [])
+    _check_barrier_dirs(fs, f"{root}/{group_dir}", barriers, target)
+    staged = {b: Staged.of(_move_out(fs, log.location, group_dir, b, rel_dirs[b], options), schema, [])
+              for b in barriers}
     fs.delete_dir(f"{root}/{group_dir}")
     if options.compaction is not None:
-        first = min(frames)
+        first = min(barriers)
         adds, gone = _compact(spark, log, rel_dirs[first], schema, options, [], staged[first].files)
         staged[first] = Staged.of(staged[first].files + adds, schema, gone)
     return staged
 
 
+def _move_out(fs: FileSystem, location: str, group_dir: str, barrier: int, rel_dir: str,
+              options: WriteOptions) -> list[StagedFile]:
+    """Move ``barrier``'s directory of the group's write to its attempt directory ``rel_dir``
+    (an empty one when it has no row) and read its files' footers."""
+    _, root = filesystem(location)
+    src, dst = f"{root}/{group_dir}/{BARRIER_COLUMN}={barrier}", f"{root}/{rel_dir}"
+    fs.create_dir(posixpath.dirname(dst), recursive=True)
+    if fs.get_file_info(src).type == FileType.Directory:
+        fs.move(src, dst)
+    else:  # no row: no file
+        fs.create_dir(dst, recursive=True)
+    with phase("footers"):
+        return staged_files(location, rel_dir, options.partition_by)
+
+
+def _check_barrier_dirs(fs: FileSystem, group_root: str, barriers: Sequence[int], target: WriteTarget) -> None:
+    """Raise :class:`BarrierColumnError` (after deleting ``group_root``) when the group's write
+    made a ``_tsb_barrier=<value>`` directory for a value outside ``barriers``."""
+    wanted = {f"{BARRIER_COLUMN}={b}" for b in barriers}
+    found = [posixpath.basename(i.path) for i in fs.get_file_info(FileSelector(group_root, allow_not_found=True))
+             if i.type == FileType.Directory and posixpath.basename(i.path).startswith(f"{BARRIER_COLUMN}=")]
+    stray = sorted(name.split("=", 1)[1] for name in found if name not in wanted)
+    if stray:
+        fs.delete_dir(group_root)
+        values = ["null" if v == "__HIVE_DEFAULT_PARTITION__" else v for v in stray]
+        raise BarrierColumnError(
+            f"job {target.job_id}, table {target.table}: the micro-batch of barriers {min(barriers)}-{max(barriers)} "
+            f"has output rows whose {BARRIER_COLUMN} is {', '.join(values)}, not one of its barriers "
+            f"{list(barriers)}: keep the {BARRIER_COLUMN} column of ctx.changes(...) on every output row "
+            "(nothing of the micro-batch was committed)"
+        )
+
+
 def _shape_outputs(
-    spark: SparkSession, frames: Mapping[int, DataFrame], target: WriteTarget, options: WriteOptions, log: SinkLog,
+    spark: SparkSession, tagged: DataFrame, first: int, target: WriteTarget, options: WriteOptions, log: SinkLog,
 ) -> tuple[DataFrame, StructType] | None:
-    """The barriers' outputs as one frame in the table's schema after them, with
-    :data:`BARRIER_COLUMN`, and that schema; ``None`` when they cannot share a write (their
-    columns differ, or the table has a column of that name)."""
-    union = reduce(lambda a, b: a.unionByName(b),
-                   (frames[b].withColumn(BARRIER_COLUMN, F.lit(b)) for b in sorted(frames)))
+    """The barriers' rows in the table's schema after them, with :data:`BARRIER_COLUMN`, and
+    that schema; ``None`` when they cannot share a write (the union's columns differ between
+    barriers, or the table has a column of that name)."""
     try:  # one schema request for all: columns that differ between the barriers fail here
-        fields = [f for f in union.schema.fields if f.name != BARRIER_COLUMN]
+        all_fields = tagged.schema.fields
     except AnalysisException:
         return None
+    if BARRIER_COLUMN not in {f.name for f in all_fields}:
+        raise BarrierColumnError(
+            f"job {target.job_id}, table {target.table}: the micro-batch's output (barriers from {first}) has no "
+            f"{BARRIER_COLUMN} column (columns: {[f.name for f in all_fields]}): keep the {BARRIER_COLUMN} column "
+            "of ctx.changes(...) on every output row (nothing of the micro-batch was committed)"
+        )
+    fields = [f for f in all_fields if f.name != BARRIER_COLUMN]
     missing = [c for c in options.partition_by if c not in {f.name for f in fields}]
     if missing or BARRIER_COLUMN in spark_schema(log.table).fieldNames():
         return None  # stage_output gives the error, or writes the column
     check_partition_columns(target.table, log.location, log.table.metadata().partition_columns, options.partition_by)
     declared = spark.createDataFrame([], options.schema).schema if options.schema else None
-    schema = evolve_schema(StructType(fields), spark_schema(log.table), table=target.table, barrier=min(frames),
+    schema = evolve_schema(StructType(fields), spark_schema(log.table), table=target.table, barrier=first,
                            declared=declared)
     types = {f.name: f.dataType for f in fields}
-    out = union.select(*[F.col(f.name) if types[f.name] == f.dataType else F.col(f.name).cast(f.dataType).alias(f.name)
-                         for f in schema.fields], BARRIER_COLUMN)
+    out = tagged.select(*[F.col(f.name) if types[f.name] == f.dataType else F.col(f.name).cast(f.dataType).alias(f.name)
+                          for f in schema.fields], F.col(BARRIER_COLUMN).cast("long").alias(BARRIER_COLUMN))
     return out, schema
 
 

@@ -39,6 +39,7 @@ from airflow_provider_tsb.spark.barrier_commit import StagedAttempt, WriteResult
 from airflow_provider_tsb.spark.barrier_group import BarrierGroup, SinkOutput
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.input_leases import InputLease, RunLease
+from airflow_provider_tsb.spark.micro_batch import MicroBatchContext
 from airflow_provider_tsb.spark.model import BarrierContext, TsbApp
 from airflow_provider_tsb.spark.report_queue import ReportQueue
 from airflow_provider_tsb.spark.timing import barrier_timer, phase
@@ -76,8 +77,9 @@ def check_alignment(app: TsbApp, plan: BarrierPlan, locations: Mapping[str, str]
                 )
 
 
-def check_outputs(app: TsbApp, outputs: object) -> None:
-    """Check that ``process`` returned ``{sink: DataFrame}`` with exactly the app's sinks as keys.
+def check_outputs(app: TsbApp, outputs: object, *, function: str = "process") -> None:
+    """Check that ``process`` (or the app's ``function``) returned ``{sink: DataFrame}`` with
+    exactly the app's sinks as keys.
 
     Raises:
         KeyError: a sink is missing or a key is not a sink; the message names the keys returned
@@ -86,7 +88,7 @@ def check_outputs(app: TsbApp, outputs: object) -> None:
     """
     if not isinstance(outputs, Mapping):
         raise TypeError(
-            f"job {app.job_id}: process() must return {{sink: DataFrame}} for sinks {sorted(app.sinks)}, "
+            f"job {app.job_id}: {function}() must return {{sink: DataFrame}} for sinks {sorted(app.sinks)}, "
             f"got {type(outputs).__name__}"
         )
     missing = sorted(set(app.sinks) - set(outputs))
@@ -96,7 +98,7 @@ def check_outputs(app: TsbApp, outputs: object) -> None:
             [f"keys {extra} that are not sinks"] if extra else []
         )
         raise KeyError(
-            f"job {app.job_id}: process() returned {' and '.join(problems)}: it returned keys "
+            f"job {app.job_id}: {function}() returned {' and '.join(problems)}: it returned keys "
             f"{sorted(outputs, key=str)}, the app's sinks are {sorted(app.sinks)}; return one DataFrame per sink, "
             "keyed by the sink's name as declared in TsbApp(sinks=...)"
         )
@@ -353,12 +355,20 @@ def _stage_group(
 
     The group ends before a barrier that a sink already holds (a replay), that is misaligned
     or whose ``process`` fails (each then runs alone and fails or skips with its own error),
-    or whose ``process`` reads a sink's previous state."""
-    outputs: dict[int, Mapping[str, DataFrame]] = {}
-    for plan in group.plans:
-        if plan.barrier != group.first and not _can_join(app, plan, locations, logs):
+    or whose ``process`` reads a sink's previous state. An app with ``process_micro_batch``
+    builds the group's outputs with one call (:class:`MicroBatchContext`) when its sinks allow
+    (:meth:`BarrierGroup.micro_batch_ready`)."""
+    for plan in group.plans[1:]:
+        if not _can_join(app, plan, locations, logs):
             group.truncate(plan.barrier)
             break
+    if len(group.plans) >= 2 and group.micro_batch_ready(app, logs):
+        tagged = app.process_micro_batch(MicroBatchContext(spark, app.job_id, group.plans, locations))
+        check_outputs(app, tagged, function="process_micro_batch")
+        group.stage_micro_batch(spark, app, locations, logs, tagged)
+        return group.take(group.first)
+    outputs: dict[int, Mapping[str, DataFrame]] = {}
+    for plan in group.plans:
         ctx = BarrierContext(spark, app, plan, locations, logs)
         try:
             out = app.process(ctx)

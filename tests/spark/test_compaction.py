@@ -79,7 +79,7 @@ def test_a_group_of_barriers_compacts_once_on_its_first_barrier(spark, tmp_path:
     from airflow_provider_tsb.delta.conventions import staging_dir
     from airflow_provider_tsb.delta.sink_log import SinkLog
     from airflow_provider_tsb.spark.barrier_commit import StagedAttempt, write_barrier
-    from airflow_provider_tsb.spark.outputs import stage_outputs
+    from airflow_provider_tsb.spark.outputs import stage_outputs, tag_outputs
     from airflow_provider_tsb.spark.write_options import WriteOptions, WriteTarget
 
     compacted, twin = str(tmp_path / "compacted"), str(tmp_path / "twin")
@@ -93,8 +93,8 @@ def test_a_group_of_barriers_compacts_once_on_its_first_barrier(spark, tmp_path:
     log = SinkLog.read(compacted, "j", barrier=group[0], snapshot=True)
     rel_dirs = {b: f"{staging_dir('j', log.epoch.epoch, b)}/{uuid.uuid4().hex}" for b in group}
     group_dir = f"{staging_dir('j', log.epoch.epoch, group[0])}/{uuid.uuid4().hex}"
-    staged = stage_outputs(spark, {b: output(spark, b) for b in group}, WriteTarget("t", compacted, "j", 5, {}, None),
-                           options, log, rel_dirs, group_dir)
+    staged = stage_outputs(spark, tag_outputs({b: output(spark, b) for b in group}), group,
+                           WriteTarget("t", compacted, "j", 5, {}, None), options, log, rel_dirs, group_dir)
     assert staged is not None, "a compacting append sink's group was not written by one Spark job"
     for b in group:
         attempt = StagedAttempt(rel_dirs[b].rsplit("/", 1)[1], rel_dirs[b], staged[b])
