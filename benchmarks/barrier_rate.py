@@ -5,17 +5,18 @@ appends the rows its source gained in the barrier's epoch to its sink; a micro-b
 barriers is one scan, its ``process_micro_batch``, unless ``--no-micro-batch``), each the process the
 operator starts, as Spark Connect clients of one local server (``--engine submit``: a
 ``spark-submit`` each), with the metastore on a throwaway PostgreSQL (``--sqlite``: SQLite).
-For ``--seconds`` seconds, barriers are generated as fast as the topology commits them: a
-writer process of its own appends ``--rows`` rows to the root table whenever fewer than two of
-its commits wait for a barrier (as the ingest task runs beside the emitter in production;
-``--serial-ingest``: the generating loop appends before each generation, as this harness did
-before), and a barrier is generated whenever the root has a commit no barrier covers and fewer
-than ``--max-in-flight`` barriers are generated but not yet COMMIT (the emitter's backpressure).
+For ``--seconds`` seconds, barriers are generated as fast as the topology commits them: a few
+rows are appended to the root table and a barrier generated whenever fewer than
+``--max-in-flight`` barriers are generated but not yet COMMIT (the emitter's backpressure).
+With ``--ingest-process`` a writer process of its own appends the rows, up to two commits ahead
+of the generator, as the ingest task runs beside the emitter in production (on 2 cores it
+costs more than it overlaps: 3.59 barriers/s against 5.16 in the generating loop).
 Meanwhile snapshot expiry runs every ``--expiry-every`` seconds on every table, in a process of
 its own as a ``TsbExpireOperator`` task would, keeping the last ``--keep`` barriers plus leases,
 and counts failed cycles.
 
-Figures: ``barriers_per_s`` (barriers COMMIT in the window / seconds), ``generate_p99_ms`` (one
+Figures: ``cpu_cores`` (:class:`CpuShares`: the cores each role used in the window),
+``barriers_per_s`` (barriers COMMIT in the window / seconds), ``generate_p99_ms`` (one
 barrier's generation: root versions, tag checks, barrier log, metastore), ``commit_lag_p99_s``
 (generation to WRITTEN in every sink), ``expiry_failed``. The baseline line is the generation
 alone (``generate_only_p99_ms``: the same bookkeeping with no job running, as fast as it goes),
@@ -26,7 +27,7 @@ files a sink holds then (an ``append`` sink gains a file per barrier unless ``--
 
     .venv/bin/python benchmarks/barrier_rate.py [--seconds 600] [--jobs 2] [--rows 100]
         [--max-in-flight 4] [--max-barriers-per-trigger 16] [--sqlite] [--engine connect|submit]
-        [--compaction MIN_FILES] [--no-micro-batch] [--serial-ingest]
+        [--compaction MIN_FILES] [--no-micro-batch] [--ingest-process]
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class ExpiryLoop:
 
     def start(self) -> None:
         self._process.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
 
     def stop(self) -> None:
         """Stop after the running cycle and read its counts."""
@@ -111,6 +116,10 @@ class IngestLoop:
         self.root_version.value, self.consumed.value = root_version, consumed
         self._process.start()
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
     def ready(self) -> bool:
         """True when the root has a commit no barrier covers yet."""
         return self.root_version.value > self.consumed.value
@@ -137,6 +146,59 @@ def _ingest_loop(location: str, rows: int, next_id: int, hour: int, ahead: int, 
         root_version.value = append_root(bench, next_id, rows, hour)  # type: ignore[arg-type]
         next_id, hour, commits = next_id + rows, hour + 1, commits + 1
     ended.put((next_id, hour, commits))
+
+
+class CpuShares:
+    """CPU time of the run's processes by role over the measured window, in cores (CPU seconds
+    per second): where the 2 cores go. Roles: ``harness`` (this process: the generator, and the
+    root's writer unless ``--ingest-process``), ``ingest``, ``expiry``, ``jobs`` (the jobs'
+    processes and their children), ``spark`` (the Connect server's JVM and its Python workers),
+    ``postgres``, ``other`` (the rest of the machine)."""
+
+    def __init__(self, roles: dict[int, str]) -> None:
+        self._roles = roles
+        self._start: dict[int, tuple[str, float]] = {}
+        self._tick = 0.0
+
+    def _sample(self) -> dict[int, tuple[str, float]]:
+        import psutil
+
+        out = {}
+        for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline", "cpu_times"]):
+            info = proc.info
+            if info["cpu_times"] is None:
+                continue
+            out[info["pid"]] = (self._role(info), info["cpu_times"].user + info["cpu_times"].system)
+        return out
+
+    def _role(self, info: dict[str, Any]) -> str:
+        import psutil
+
+        cmd = " ".join(info["cmdline"] or [])
+        if info["name"] == "postgres" or cmd.startswith("postgres"):
+            return "postgres"
+        if "SparkConnectServer" in cmd or "pyspark.daemon" in cmd or "pyspark/daemon" in cmd:
+            return "spark"
+        pid = info["pid"]
+        while pid:  # a process of a known role, or its descendant
+            if pid in self._roles:
+                return self._roles[pid]
+            try:
+                pid = psutil.Process(pid).ppid()
+            except psutil.Error:
+                break
+        return "other"
+
+    def start(self) -> None:
+        self._start, self._tick = self._sample(), time.monotonic()
+
+    def line(self) -> str:
+        """``cpu_cores harness=.. ingest=.. expiry=.. jobs=.. spark=.. postgres=.. other=.. total=..``."""
+        end, seconds = self._sample(), time.monotonic() - self._tick
+        cores = dict.fromkeys(["harness", "ingest", "expiry", "jobs", "spark", "postgres", "other"], 0.0)
+        for pid, (role, cpu) in end.items():
+            cores[role] += (cpu - self._start.get(pid, (role, 0.0))[1]) / seconds
+        return "cpu_cores " + " ".join(f"{k}={v:.2f}" for k, v in cores.items()) + f" total={sum(cores.values()):.2f}"
 
 
 def generate_only(bench: FlightsBench, rows: int, count: int, start_id: int, hour: int) -> list[float]:
@@ -192,9 +254,14 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
         wait_committed(bench, procs, warm_up, timeout_s=900)
         print(f"warm-up barrier {warm_up} COMMIT; {len(procs)} jobs streaming", flush=True)
         expiry.start()
-        ingest = None if args.serial_ingest else IngestLoop(bench.location(ROOT), args.rows, next_id, hour, 2)
+        ingest = IngestLoop(bench.location(ROOT), args.rows, next_id, hour, 2) if args.ingest_process else None
         if ingest is not None:
             ingest.start(root_version=warm_root, consumed=warm_root)
+        roles = {os.getpid(): "harness", expiry.pid: "expiry", **{p.process.pid: "jobs" for p in procs}}
+        if ingest is not None:
+            roles[ingest.pid] = "ingest"
+        cpu = CpuShares(roles)
+        cpu.start()
         generated, gen_ms = [], []
         started = time.monotonic()
         while time.monotonic() - started < args.seconds:
@@ -215,6 +282,7 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
             if ingest is not None:
                 ingest.consumed.value = max(info.root_versions.values())  # the one root
         window = time.monotonic() - started
+        cpu_line = cpu.line()
         if ingest is not None:
             next_id, hour = ingest.stop()
             print(f"ingest: {ingest.commits} root commits in {len(generated)} barriers", flush=True)
@@ -246,10 +314,11 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
         f"load={os.getloadavg()[0]:.1f} engine={args.engine} jobs={args.jobs} rows={args.rows} "
         f"max_in_flight={args.max_in_flight} max_barriers_per_trigger={args.max_barriers_per_trigger} "
         f"compaction={args.compaction} micro_batch={'off' if args.no_micro_batch else 'on'} "
-        f"ingest={'serial' if args.serial_ingest else 'process'} "
+        f"ingest={'process' if args.ingest_process else 'serial'} "
         f"sink_files_max={sink_files} "
         f"seconds={window:.0f} metastore={backend} "
         f"expiry_cycles={expiry.cycles} expiry_removed_files={expiry.removed} invariants={'ok' if ok else 'FAILED'}",
+        cpu_line,
         f"baseline: generate_only_median_ms={median(baseline):.1f} "
         f"generate_only_p99_ms={percentile(baseline, 0.99):.1f} "
         f"bookkeeping_share={share:.2f} commit_lag_median_s={median(lags):.2f}",
@@ -277,9 +346,9 @@ def main() -> int:
     parser.add_argument("--max-in-flight", type=int, default=4, help="barriers generated but not COMMIT, at most")
     parser.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles")
     parser.add_argument("--keep", type=int, default=100, help="barriers expiry keeps")
-    parser.add_argument("--serial-ingest", action="store_true",
-                        help="append to the root in the generating loop, before each generation (the earlier "
-                             "harness), instead of in a writer process of its own")
+    parser.add_argument("--ingest-process", action="store_true",
+                        help="append to the root in a writer process of its own, up to two commits ahead of the "
+                             "generator, instead of in the generating loop before each generation")
     parser.add_argument("--no-micro-batch", action="store_true",
                         help="the stages without process_micro_batch: a plan per barrier of a micro-batch")
     parser.add_argument("--compaction", type=int, default=0, metavar="MIN_FILES",
