@@ -43,6 +43,7 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError
 
 from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
 from airflow_provider_tsb.delta.log import (
@@ -86,6 +87,11 @@ LOG_PROPERTIES = {"delta.logRetentionDuration": "interval 10 seconds", "delta.ch
 #: a generation does not load the log from its last checkpoint again (``_writer_table``).
 _writers: dict[str, DeltaTable] = {}
 _writers_lock = threading.Lock()
+#: Commit attempts of the log's compaction before it takes :data:`_writers_lock` (delta-rs's
+#: ``max_commit_retries``; its default, 15, was lost to a writer appending in a tight loop on a
+#: loaded machine: each attempt lands only if no generation commits between delta-rs's listing
+#: of the newest version and its put-if-absent of the next).
+COMPACT_COMMIT_RETRIES = 100
 #: The barrier logs whose maintenance is running on its own thread (one at a time per log).
 _maintenance: dict[str, threading.Thread] = {}
 
@@ -253,11 +259,31 @@ def _maintain(loc: str, barrier: int) -> None:
 
     try:
         table = DeltaTable(loc, storage_options=storage_options(loc))
-        table.optimize.compact()
+        _compact(table)
         table.create_checkpoint()
         table.cleanup_metadata()
     except Exception as exc:
         log.warning("the maintenance of the barrier log at %r after barrier %s failed: %s", loc, barrier, exc)
+
+
+def _compact(table: DeltaTable) -> None:
+    """Compact the log's one-row files (:func:`_maintain`). The compaction commits beside this
+    process's generations, retrying over theirs (:data:`COMPACT_COMMIT_RETRIES`); should they win
+    every attempt, it compacts once more under :data:`_writers_lock`, where they wait for it, so a
+    log written in a tight loop is still compacted.
+
+    Raises:
+        CommitFailedError: the compaction lost to another process's writer even then.
+    """
+    try:
+        table.optimize.compact(commit_properties=CommitProperties(max_commit_retries=COMPACT_COMMIT_RETRIES))
+        return
+    except CommitFailedError as exc:
+        log.info("the compaction of the barrier log at %r lost to its writers (%s); compacting under their lock",
+                 table.table_uri, exc)
+    with _writers_lock:
+        table.update_incremental()
+        table.optimize.compact()
 
 
 def _writer_table(loc: str) -> DeltaTable | None:

@@ -349,3 +349,45 @@ def test_generations_go_on_while_the_log_is_maintained_and_both_land(tmp_path, m
     assert DeltaTable(log).transaction_version("tsb-barrier-log:wc") == 300
     assert len(DeltaTable(log).file_uris()) <= 11
     assert not [r for r in caplog.records if "maintenance" in r.getMessage()], caplog.text
+
+
+def test_a_compaction_that_loses_every_race_to_the_writers_lands_under_their_lock(tmp_path, monkeypatch) -> None:
+    """CI once lost a compaction to a generating loop: delta-rs's 15 commit attempts each found a
+    newer generation (``Failed to commit transaction: 15``) and the log stayed uncompacted. A
+    compaction whose retries all lose (delta-rs's own error, raised by its first attempt here: a
+    real loss cannot be forced) compacts again under the writers' lock, from a snapshot moved past
+    the generations that beat it, and keeps every row once."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.table import TableOptimizer
+
+    from airflow_provider_tsb.delta import barrier_log
+
+    monkeypatch.setattr(barrier_log, "COMPACT_EVERY", 10_000)
+    log = str(tmp_path / "log")
+    real, calls = TableOptimizer.compact, []
+
+    def losing_compact(self: TableOptimizer, *args, **kwargs):  # noqa: ANN202 - delta-rs's signature
+        calls.append((kwargs.get("commit_properties"), barrier_log._writers_lock.locked()))
+        if len(calls) == 1:
+            raise CommitFailedError("Failed to commit transaction: 100")
+        return real(self, *args, **kwargs)
+
+    def write(b: int) -> None:
+        write_barrier(log, BarrierLogEntry("wc", b, b, "system", False, b, f"r{b}", {WORDS: b}))
+
+    for b in range(1, 13):
+        write(b)
+    stale = DeltaTable(log)
+    write(13)
+    monkeypatch.setattr(TableOptimizer, "compact", losing_compact)
+    barrier_log._compact(stale)
+    assert calls[0][0].max_commit_retries == barrier_log.COMPACT_COMMIT_RETRIES and not calls[0][1]
+    assert len(calls) == 2 and calls[1][1], "the second compaction runs under the writers' lock"
+    table = DeltaTable(log)
+    assert len(table.file_uris()) == 1  # barrier 13's file too: the snapshot moved forward first
+    assert table.history(1)[0]["operation"] == "OPTIMIZE"
+    assert [e.barrier for e in read_barrier_log(log)] == list(range(1, 14))
+    assert barrier_log.logged_barrier(log, "wc") == 13
+    write(14)  # the writer's cached table moves past the compaction
+    assert [e.barrier for e in read_barrier_log(log)] == list(range(1, 15))
