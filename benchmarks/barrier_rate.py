@@ -262,7 +262,7 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
             roles[ingest.pid] = "ingest"
         cpu = CpuShares(roles)
         cpu.start()
-        generated, gen_ms = [], []
+        generated, gen_ms, append_ms = [], [], []
         started = time.monotonic()
         while time.monotonic() - started < args.seconds:
             if bench.in_flight() >= args.max_in_flight:
@@ -270,7 +270,9 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
                 time.sleep(ROOM_POLL_S)
                 continue
             if ingest is None:
+                tick = time.perf_counter()
                 append_root(bench, next_id, args.rows, hour)
+                append_ms.append((time.perf_counter() - tick) * 1000)
                 next_id, hour = next_id + args.rows, hour + 1
             elif not ingest.ready():
                 time.sleep(0.002)
@@ -321,7 +323,9 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
         cpu_line,
         f"baseline: generate_only_median_ms={median(baseline):.1f} "
         f"generate_only_p99_ms={percentile(baseline, 0.99):.1f} "
-        f"bookkeeping_share={share:.2f} commit_lag_median_s={median(lags):.2f}",
+        f"bookkeeping_share={share:.2f} commit_lag_median_s={median(lags):.2f} "
+        f"generate_median_ms={median(gen_ms):.1f} root_append_median_ms={median(append_ms or [0.0]):.1f} "
+        f"root_append_p99_ms={percentile(append_ms or [0.0], 0.99):.1f}",
         f"barriers_per_s={rate:.2f} generate_p99_ms={percentile(gen_ms, 0.99):.1f} "
         f"commit_lag_p99_s={percentile(lags, 0.99):.2f} expiry_failed={expiry.failed}",
     ]
