@@ -73,15 +73,19 @@ COMPACT_EVERY = 100
 
 #: The barrier log's table properties, set when it is created (and on a log created before
 #: them). The log is read only at its newest version (:func:`logged_barrier`,
-#: :func:`read_barrier_log`), so its commit files need not outlive the next checkpoint: a short
-#: ``delta.logRetentionDuration`` (Delta protocol "Metadata Cleanup"; 10 s spares a reader
-#: loading the log at that moment). With the default 30 days a generation listed every commit of
-#: the last month, as delta-rs lists the whole ``_delta_log`` of a local table at each commit
-#: (an append took 11.6 ms at 100 commits and 24.3 ms at 1,000 here,
-#: ``benchmarks/generation_history.py``). delta-rs's own checkpoints (``delta.checkpointInterval``,
-#: every 100 commits) are turned off: the log's maintenance (:func:`_maintain`) checkpoints right
-#: after each compaction, so one generation in :data:`COMPACT_EVERY` pays for both, not two.
-LOG_PROPERTIES = {"delta.logRetentionDuration": "interval 10 seconds", "delta.checkpointInterval": "1000000000"}
+#: :func:`read_barrier_log`), so its commit files need not outlive the next checkpoint but one:
+#: its maintenance (:func:`_maintain`) checkpoints after each compaction and deletes, oldest
+#: first, the log files below the checkpoint before (:func:`_cleanup_behind`). With the default
+#: 30 days of commits a generation listed every commit of the last month, as delta-rs lists the
+#: whole ``_delta_log`` of a local table at each commit (an append took 11.6 ms at 100 commits
+#: and 24.3 ms at 1,000 here, ``benchmarks/generation_history.py``). delta-rs's own checkpoints
+#: (``delta.checkpointInterval``, every 100 commits) and its own cleanup
+#: (``delta.enableExpiredLogCleanup``) are turned off: its cleanup deletes by age, in listing
+#: order, so at 36 barriers a second a generation once found a commit it was reading gone
+#: (``barrier_rate.py``: ``...708.json not found``, with 707 and 710 still there).
+#: ``delta.logRetentionDuration`` stays short for a log created before that.
+LOG_PROPERTIES = {"delta.logRetentionDuration": "interval 10 seconds", "delta.checkpointInterval": "1000000000",
+                  "delta.enableExpiredLogCleanup": "false"}
 
 #: The barrier logs this process writes, each kept loaded and moved forward incrementally, so
 #: a generation does not load the log from its last checkpoint again (``_writer_table``).
@@ -243,9 +247,8 @@ def _start_maintenance(loc: str, barrier: int) -> None:
 
 def _maintain(loc: str, barrier: int) -> None:
     """The log's maintenance, every :data:`COMPACT_EVERY` barriers: its one-row files rewritten
-    into one (``optimize.compact``, a ``dataChange=false`` commit), a checkpoint, and the commit
-    files it makes unneeded deleted (``cleanup_metadata``, those older than the
-    ``delta.logRetentionDuration`` of :data:`LOG_PROPERTIES`).
+    into one (``optimize.compact``, a ``dataChange=false`` commit), a checkpoint, and the log
+    files below the checkpoint before it deleted, oldest first (:func:`_cleanup_behind`).
 
     It runs beside the generations that go on (:func:`_start_maintenance`), on a table of its
     own: a generation's append and the compaction commit concurrently, and delta-rs's conflict
@@ -261,9 +264,22 @@ def _maintain(loc: str, barrier: int) -> None:
         table = DeltaTable(loc, storage_options=storage_options(loc))
         _compact(table)
         table.create_checkpoint()
-        table.cleanup_metadata()
+        _cleanup_behind(loc, table.version())
     except Exception as exc:
         log.warning("the maintenance of the barrier log at %r after barrier %s failed: %s", loc, barrier, exc)
+
+
+def _cleanup_behind(loc: str, checkpoint: int) -> None:
+    """Delete the log files below the newest checkpoint before ``checkpoint``, oldest first
+    (:func:`~airflow_provider_tsb.delta.log_cleanup.cleanup_metadata`, Delta protocol "Metadata
+    Cleanup"). A reader that loaded the log since that checkpoint (a maintenance ago, the last
+    :data:`COMPACT_EVERY` barriers) finds every commit it steps through; the log keeps at most
+    two maintenances' commits."""
+    from airflow_provider_tsb.delta.log_cleanup import cleanup_metadata, list_log
+
+    before = [v for v in list_log(loc).checkpoints if v < checkpoint]
+    if before:
+        cleanup_metadata(loc, max(before))
 
 
 def _compact(table: DeltaTable) -> None:
