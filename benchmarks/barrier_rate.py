@@ -103,13 +103,14 @@ class IngestLoop:
     than ``ahead`` of its commits wait for a barrier, so the generator finds a new root version
     ready instead of writing it itself between two generations."""
 
-    def __init__(self, location: str, rows: int, start_id: int, hour: int, ahead: int) -> None:
+    def __init__(self, location: str, rows: int, start_id: int, hour: int, ahead: int, compaction: Any = None) -> None:
         ctx = multiprocessing.get_context("spawn")
         #: the root's newest version (the writer's), and the root version of the newest barrier
         self.root_version, self.consumed = ctx.Value("q", -1), ctx.Value("q", -1)
         self._done, self._ended = ctx.Event(), ctx.Queue()
         self._process = ctx.Process(target=_ingest_loop, daemon=True, args=(
-            location, rows, start_id, hour, ahead, self.root_version, self.consumed, self._done, self._ended))
+            location, rows, start_id, hour, ahead, compaction, self.root_version, self.consumed, self._done,
+            self._ended))
         self.commits = 0
 
     def start(self, root_version: int, consumed: int) -> None:
@@ -132,8 +133,8 @@ class IngestLoop:
         return next_id, hour
 
 
-def _ingest_loop(location: str, rows: int, next_id: int, hour: int, ahead: int, root_version: Any, consumed: Any,
-                 done: Any, ended: Any) -> None:
+def _ingest_loop(location: str, rows: int, next_id: int, hour: int, ahead: int, compaction: Any, root_version: Any,
+                 consumed: Any, done: Any, ended: Any) -> None:
     """The writer process of :class:`IngestLoop`; puts ``(next id, next hour, commits)``."""
     from types import SimpleNamespace
 
@@ -143,7 +144,7 @@ def _ingest_loop(location: str, rows: int, next_id: int, hour: int, ahead: int, 
         if root_version.value - consumed.value >= ahead:
             time.sleep(0.002)
             continue
-        root_version.value = append_root(bench, next_id, rows, hour)  # type: ignore[arg-type]
+        root_version.value = append_root(bench, next_id, rows, hour, compaction)  # type: ignore[arg-type]
         next_id, hour, commits = next_id + rows, hour + 1, commits + 1
     ended.put((next_id, hour, commits))
 
@@ -201,16 +202,24 @@ class CpuShares:
         return "cpu_cores " + " ".join(f"{k}={v:.2f}" for k, v in cores.items()) + f" total={sum(cores.values()):.2f}"
 
 
-def generate_only(bench: FlightsBench, rows: int, count: int, start_id: int, hour: int) -> list[float]:
+def generate_only(bench: FlightsBench, rows: int, count: int, start_id: int, hour: int,
+                  compaction: Any = None) -> list[float]:
     """The baseline: ``count`` appends and generations with no job running; ms per generation."""
     times = []
     for _ in range(count):
-        append_root(bench, start_id, rows, hour)
+        append_root(bench, start_id, rows, hour, compaction)
         start_id, hour = start_id + rows, hour + 1
         tick = time.perf_counter()
         bench.generate()
         times.append((time.perf_counter() - tick) * 1000)
     return times
+
+
+def root_compaction_of(args: argparse.Namespace) -> Any:
+    """The root's auto compaction: ``--compaction`` files, as the sinks' (``None`` without it)."""
+    from airflow_provider_tsb.delta.compaction import Compaction
+
+    return Compaction(min_files=args.compaction) if args.compaction else None
 
 
 def metastore_url(args: argparse.Namespace, root: Path) -> tuple[str, object | None]:
@@ -238,7 +247,8 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
     sinks = tuple(sink for _, sink in shape_edges("chain", args.jobs).values())
     bench = FlightsBench(root, engine=args.engine, remote=remote, topology=topology, sinks=sinks, url=url)
     next_id, hour = 0, 0
-    append_root(bench, next_id, args.rows, hour)
+    root_compaction = root_compaction_of(args)
+    append_root(bench, next_id, args.rows, hour, root_compaction)
     next_id, hour = next_id + args.rows, hour + 1
     warm = bench.generate()
     warm_up, warm_root = warm.barrier, max(warm.root_versions.values())
@@ -254,7 +264,8 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
         wait_committed(bench, procs, warm_up, timeout_s=900)
         print(f"warm-up barrier {warm_up} COMMIT; {len(procs)} jobs streaming", flush=True)
         expiry.start()
-        ingest = IngestLoop(bench.location(ROOT), args.rows, next_id, hour, 2) if args.ingest_process else None
+        ingest = (IngestLoop(bench.location(ROOT), args.rows, next_id, hour, 2, root_compaction)
+                  if args.ingest_process else None)
         if ingest is not None:
             ingest.start(root_version=warm_root, consumed=warm_root)
         roles = {os.getpid(): "harness", expiry.pid: "expiry", **{p.process.pid: "jobs" for p in procs}}
@@ -271,7 +282,7 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
                 continue
             if ingest is None:
                 tick = time.perf_counter()
-                append_root(bench, next_id, args.rows, hour)
+                append_root(bench, next_id, args.rows, hour, root_compaction)
                 append_ms.append((time.perf_counter() - tick) * 1000)
                 next_id, hour = next_id + args.rows, hour + 1
             elif not ingest.ready():
@@ -302,7 +313,7 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
             if p.process.poll() is None:
                 p.process.kill()
     lags = e2e_delays(bench, generated)
-    baseline = generate_only(bench, args.rows, 50, next_id + 10**6, hour + 10**4)
+    baseline = generate_only(bench, args.rows, 50, next_id + 10**6, hour + 10**4, root_compaction)
     ok = invariants_hold(bench, "chain", args.jobs, final)
     from deltalake import DeltaTable
 
@@ -356,7 +367,8 @@ def main() -> int:
     parser.add_argument("--no-micro-batch", action="store_true",
                         help="the stages without process_micro_batch: a plan per barrier of a micro-batch")
     parser.add_argument("--compaction", type=int, default=0, metavar="MIN_FILES",
-                        help="the sinks' auto compaction at this many small files (default 0: off)")
+                        help="auto compaction of every table at this many small files: the sinks' in their "
+                             "barrier commits, the root's after its appends (default 0: off)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     base = Path(tempfile.mkdtemp(prefix="tsb-rate-"))

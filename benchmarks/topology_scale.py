@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pyarrow as pa
@@ -167,9 +168,10 @@ class Sampler(threading.Thread):
         self.join()
 
 
-def append_root(bench: FlightsBench, start: int, rows: int, hour: int) -> int:
+def append_root(bench: FlightsBench, start: int, rows: int, hour: int, compaction: Any = None) -> int:
     """Append ``rows`` rows (ids ``start..``) with event time ``hour`` hours after 2013-01-01;
-    the root's new Delta version."""
+    the root's new Delta version. ``compaction``: the root's auto compaction (a
+    :class:`~airflow_provider_tsb.delta.compaction.Compaction`, ``append_rows``)."""
     from airflow_provider_tsb.delta.roots import append_rows
 
     ids = list(range(start, start + rows))
@@ -180,7 +182,7 @@ def append_root(bench: FlightsBench, start: int, rows: int, hour: int) -> int:
         "hop": pa.array([0] * rows, pa.int32()),
         "ts": pa.array([ts] * rows, pa.timestamp("us", tz="UTC")),
     })
-    return append_rows(bench.location(ROOT), table)
+    return append_rows(bench.location(ROOT), table, compaction=compaction)
 
 
 def row_count(location: str, version: int) -> int:

@@ -214,7 +214,8 @@ class ExpiryManager:
             horizon = latest_version if floor is None else min(latest_version, floor)
             if prev is not None:
                 horizon = max(horizon, prev.horizon)
-            wanted = [(int(v), int(v)) for _, v in newest] + list(leased)
+            wanted = [(int(v), int(v)) for _, v in newest] + self._newest_epochs(s, table_id, newest[:keep_barriers])
+            wanted += list(leased)
             kept = intersect_ranges(wanted, [(0, horizon - 1)]) if horizon > 0 else []
             if prev is not None:
                 kept = intersect_ranges(kept, [*prev.kept, (prev.horizon, max(prev.horizon, horizon))])
@@ -251,6 +252,24 @@ class ExpiryManager:
         versions = {int(b): int(v) for b, v, _ in rows} | {int(b): int(v) for b, v in newest}
         keep = policy.kept((int(b), int(ts)) for b, _, ts in rows) | {int(b) for b, _ in newest}
         return sorted(((b, versions[b]) for b in keep), reverse=True)
+
+    def _newest_epochs(self, s: Session, table_id: int, newest: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The versions of the epochs of the ``newest`` kept barriers (``(barrier, version)``,
+        newest first), as one range: from the version after the barrier before them to the
+        newest's. A rerun of a kept barrier reads its epoch's changes, and a root table's epoch
+        can hold commits no barrier names whose files a later commit of the same epoch removed
+        (an ingest's auto compaction, :func:`~airflow_provider_tsb.delta.roots.append_rows`):
+        without the range, vacuum would delete them. A sink commits once per barrier, so for it
+        the range adds no version."""
+        if not newest:
+            return []
+        before = s.scalar(
+            select(TableBarrierRow.version).where(
+                TableBarrierRow.table_id == table_id, TableBarrierRow.state == BarrierState.WRITTEN,
+                TableBarrierRow.version.is_not(None), TableBarrierRow.barrier_id < newest[-1][0],
+            ).order_by(TableBarrierRow.barrier_id.desc()).limit(1)
+        )
+        return [(0 if before is None else int(before) + 1, int(newest[0][1]))]
 
     def _newly_expired_barriers(
         self, s: Session, table_id: int, prev: TableExpiry | None, now: TableExpiry

@@ -131,7 +131,9 @@ def change_ranges(location: str, from_version: int | None, to_version: int, colu
     is 0) gives ``None`` for every column (an empty range: ``read_snapshot(within=...)`` then
     reads no file, where ``{}`` would read them all).
     Timestamp statistics are truncated to milliseconds by Delta writers; truncation is
-    monotonic, so overlaps are kept.
+    monotonic, so overlaps are kept. A file the epoch added and a later commit of the same epoch
+    compacted away (``dataChange = false``, a root's auto compaction) is counted by the files
+    that compaction wrote: a wider range, never a missed row.
 
     Raises:
         DeltaLogError: a commit in the range is missing from the log.
@@ -144,6 +146,9 @@ def change_ranges(location: str, from_version: int | None, to_version: int, colu
             actions = read_commit_actions(loc, version)
             if actions is None:
                 raise DeltaLogError(f"Delta log of {loc!r} has no commit {version}: cannot read its changes")
+            if any("remove" in a and not a["remove"].get("dataChange", True) and a["remove"]["path"] in added
+                   for a in actions):  # a compaction rewrote rows the epoch added: they are in its files now
+                added.update(a["add"]["path"] for a in actions if "add" in a and not a["add"].get("dataChange", True))
             added.update(a["add"]["path"] for a in actions if "add" in a and a["add"].get("dataChange", True))
         if not added:
             return dict.fromkeys(columns)

@@ -88,3 +88,45 @@ def test_append_rows_writes_through_its_loaded_table_and_follows_other_writers(t
     assert roots.append_rows(loc, pa.table({"a": [7]}), end_of_input=True) == 2
     assert sorted(DeltaTable(loc).to_pyarrow_table()["a"].to_pylist()) == [5, 6, 7]
     assert roots.input_ended(loc)
+
+
+def test_a_root_tables_auto_compaction_keeps_its_rows_its_watermark_and_its_end_of_input(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """``append_rows(compaction=...)``: once the table has ``min_files`` small files the append is
+    followed by an ``OPTIMIZE`` commit (``dataChange = false``, ``tsb.compaction``) and
+    ``append_rows`` answers its version; every row stays once, the live files stay below
+    ``min_files``, the event-time watermark moves over the compaction without reading a snapshot,
+    change readers see only the appends' rows, and an end-of-input marker is never followed by
+    a compaction."""
+    from airflow_provider_tsb.delta.compaction import Compaction
+    from airflow_provider_tsb.spark.inputs import change_ranges
+
+    loc = str(tmp_path / "root")
+    options = Compaction(min_files=4)
+    read = []
+    real = roots._snapshot_watermark
+    monkeypatch.setattr(roots, "_snapshot_watermark", lambda *a: read.append(a[1]) or real(*a))
+    versions = []
+    for i in range(10):
+        versions.append(roots.append_rows(loc, pa.table({"n": [i]}), compaction=options))
+        table = DeltaTable(loc)
+        assert versions[-1] == table.version() and len(table.file_uris()) < options.min_files, i
+        assert event_time_watermark(loc, versions[-1], "n") == i
+    assert versions == [0, 1, 2, 4, 5, 6, 8, 9, 10, 12]
+    assert read == [0]  # the first version only: the compactions did not send it to a snapshot
+    history = DeltaTable(loc).history()
+    compactions = [h for h in history if h["operation"] == "OPTIMIZE"]
+    assert [h["version"] for h in compactions] == [12, 8, 4] and all(h[roots.COMPACTION] == "auto" for h in compactions)
+    assert sorted(DeltaTable(loc).to_pyarrow_table().column("n").to_pylist()) == list(range(10))
+    # the epoch of the last append and the compaction that moved its row: the compacted file's range
+    assert change_ranges(loc, 10, 12, ["n"]) == {"n": (0, 9)}
+    assert change_ranges(loc, 9, 10, ["n"]) == {"n": (8, 8)}
+    assert change_ranges(loc, 11, 12, ["n"]) == {"n": None}  # a compaction alone changes nothing
+    # the end-of-input marker stays the newest commit, with three small files waiting
+    for i in range(10, 12):
+        roots.append_rows(loc, pa.table({"n": [i]}), compaction=options)
+    marker = roots.append_rows(loc, pa.table({"n": [12]}), compaction=options, end_of_input=True)
+    assert DeltaTable(loc).version() == marker and roots.input_ended(loc)
+    with pytest.raises(ValueError, match="min_files=1"):
+        Compaction(min_files=1)

@@ -32,3 +32,18 @@ def test_marks_keep_the_newest_barriers_and_the_leases(core: MetastoreCore, regi
     with pytest.raises(ExpiredVersionError, match="barrier 3"):
         leases.create_lease({COUNTS: 2}, 60)  # refused under the lock the marks were written under
     leases.release_lease(lease)
+
+
+def test_the_newest_barriers_keep_every_version_of_their_epochs(core: MetastoreCore, registry: RegistryManager) -> None:
+    """A root table's epoch can hold commits no barrier names (an ingest's appends and its auto
+    compaction, ``append_rows(compaction=...)``, which removes files an append of the same epoch
+    added). A rerun of a kept barrier reads its epoch's changes, so the versions of the kept
+    epochs are kept and vacuum leaves their files; older barriers' versions expire as before."""
+    barriers = BarrierManager(core)
+    for barrier in range(1, 6):  # barrier b at root version 3b: two commits of its epoch are no barrier's
+        barriers.create_barrier(TOPOLOGY, {WORDS: 3 * barrier})
+    plan = ExpiryManager(core).mark_expired(WORDS, 2, latest_version=17, consumers=False)
+    assert plan.kept_barriers == (5, 4)
+    assert plan.expiry.kept == ((10, 15),)  # the epochs of barriers 4 and 5: (9, 15]
+    assert plan.keep_versions == (10, 11, 12, 13, 14, 15, 17)  # 16: after the newest barrier, no consumer
+    assert plan.newly_expired_barriers == (1, 2, 3)

@@ -11,6 +11,10 @@ Checked on the data: one version per barrier tagged with it, each barrier's new 
 day's flights (a row tagged with the wrong barrier lands in the wrong commit), the downstream
 aggregate right at every barrier, ``check_integrity`` clean, and ``process`` called for no
 barrier a micro-batch built.
+
+The root tables are ingested with auto compaction (``append_rows(compaction=...)``, every 3 small
+files): epochs hold the ingest's ``OPTIMIZE`` commits too, whose rows (``dataChange = false``)
+the change readers must skip, or a barrier's commit would hold earlier days again.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta import version_of_barrier
+from airflow_provider_tsb.delta.compaction import Compaction
 from airflow_provider_tsb.maintenance.integrity import check_integrity
 from tests.support.orchestration import flights_backlog, flights_context, flights_job, flights_with_app
 from tsb_examples.datasets import nycflights13 as nyc
@@ -88,7 +93,7 @@ def test_a_streaming_job_builds_its_micro_batches_with_one_call(
     context = flights_context("micro-batch-1")
 
     days = nyc.days(dt.date(2013, 1, 1), DAYS)
-    flights_backlog(dep, context, days)
+    flights_backlog(dep, context, days, compaction=Compaction(min_files=3))
     enriched = flights_job(dep, "enrich_flights", "streaming", max_barriers_per_trigger=PER_TRIGGER).execute(context)
     daily = flights_job(dep, "carrier_daily_delay", "streaming", "spark_connect",
                         max_barriers_per_trigger=PER_TRIGGER).execute(context)
@@ -121,6 +126,8 @@ def test_a_streaming_job_builds_its_micro_batches_with_one_call(
         _, per_day = _table_at(topology.location(DAILY), b)
         assert pc.sum(per_day.column("flights")).as_py() == so_far, b  # each change feed: its barrier's rows
     assert len(versions) == DAYS
+    compactions = [h for h in DeltaTable(dep.flights).history() if h["operation"] == "OPTIMIZE"]
+    assert len(compactions) == 3, compactions  # after days 3, 5 and 7: the epochs read over them
     report = check_integrity(dep.store, topology.name)
     assert report.findings == [] and report.checked >= 2 * DAYS, report
     dep.store.dispose()

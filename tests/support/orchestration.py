@@ -102,15 +102,16 @@ def flights_context(run_id: str) -> dict:
     return {"dag_run": run, "outlet_events": OutletEventAccessors()}
 
 
-def flights_barrier(dep: SimpleNamespace, day: Any, *, final: bool = False) -> int:
-    """Ingest the nycflights13 ``day`` into the root tables of ``dep`` (:func:`flights_deployment`)
-    and generate its event-time barrier, the last one (end of input) when ``final``; its id."""
+def flights_barrier(dep: SimpleNamespace, day: Any, *, final: bool = False, compaction: Any = None) -> int:
+    """Ingest the nycflights13 ``day`` into the root tables of ``dep`` (:func:`flights_deployment`;
+    ``compaction``: the roots' auto compaction) and generate its event-time barrier, the last one
+    (end of input) when ``final``; its id."""
     from airflow_provider_tsb.delta.roots import mark_end_of_input
     from airflow_provider_tsb.hooks.barrier import read_root_versions
     from airflow_provider_tsb.metastore.records import TsKind
     from tsb_examples.datasets import nycflights13 as nyc
 
-    nyc.ingest_day(dep.flights, dep.weather, day)
+    nyc.ingest_day(dep.flights, dep.weather, day, compaction=compaction)
     if final:
         mark_end_of_input(dep.flights)
         mark_end_of_input(dep.weather)
@@ -128,12 +129,12 @@ def flights_job(dep: SimpleNamespace, job_id: str, mode: str, conn_id: str = "sp
                                trigger_interval_s=0.3, **kwargs)
 
 
-def flights_backlog(dep: SimpleNamespace, context: dict, days: list[Any]) -> None:
+def flights_backlog(dep: SimpleNamespace, context: dict, days: list[Any], compaction: Any = None) -> None:
     """A barrier per day of ``days`` (:func:`flights_barrier`, the last one final), with
     ``enrich_flights`` run in batch on ``spark_connect`` for barrier 1, so that its sink exists
     before a streaming job takes the other barriers (a group's shared write needs the table)."""
     for n, day in enumerate(days, start=1):
-        assert flights_barrier(dep, day, final=n == len(days)) == n
+        assert flights_barrier(dep, day, final=n == len(days), compaction=compaction) == n
         if n == 1:
             assert flights_job(dep, "enrich_flights", "batch", "spark_connect", barrier=1).execute(context)[
                 "barriers"] == [1]

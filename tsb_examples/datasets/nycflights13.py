@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from airflow_provider_tsb.delta.compaction import Compaction
 from airflow_provider_tsb.delta.roots import append_rows
 
 FLIGHTS = "raw.flights"
@@ -145,12 +146,15 @@ def weather_of_day(day: dt.date) -> pa.Table:
     return _day_filter(weather(), day)
 
 
-def ingest_day(flights_location: str, weather_location: str, day: dt.date) -> dict[str, int]:
-    """Append ``day`` of flights and weather to the root tables; ``{table: new version}``."""
+def ingest_day(
+    flights_location: str, weather_location: str, day: dt.date, *, compaction: Compaction | None = None
+) -> dict[str, int]:
+    """Append ``day`` of flights and weather to the root tables; ``{table: new version}``.
+    ``compaction``: the root tables' auto compaction (:func:`~airflow_provider_tsb.delta.roots.append_rows`)."""
     meta = {"ingest.day": day.isoformat()}
     return {
-        FLIGHTS: append_rows(flights_location, flights_of_day(day), metadata=meta),
-        WEATHER: append_rows(weather_location, weather_of_day(day), metadata=meta),
+        FLIGHTS: append_rows(flights_location, flights_of_day(day), metadata=meta, compaction=compaction),
+        WEATHER: append_rows(weather_location, weather_of_day(day), metadata=meta, compaction=compaction),
     }
 
 
