@@ -81,7 +81,7 @@ COMPACT_EVERY = 100
 #: and 24.3 ms at 1,000 here, ``benchmarks/generation_history.py``). delta-rs's own checkpoints
 #: (``delta.checkpointInterval``, every 100 commits) and its own cleanup
 #: (``delta.enableExpiredLogCleanup``) are turned off: its cleanup deletes by age, in listing
-#: order, so at 36 barriers a second a generation once found a commit it was reading gone
+#: order, so at about 10 barriers a second a generation once found a commit it was reading gone
 #: (``barrier_rate.py``: ``...708.json not found``, with 707 and 710 still there).
 #: ``delta.logRetentionDuration`` stays short for a log created before that.
 LOG_PROPERTIES = {"delta.logRetentionDuration": "interval 10 seconds", "delta.checkpointInterval": "1000000000",
