@@ -275,12 +275,15 @@ def _check_epochs(loc: str, start: int, to_version: int, barriers: Sequence[tupl
 
 def _barrier_of(barriers: Sequence[tuple[int, int]]) -> Column:
     """:data:`BARRIER_COLUMN`: the first barrier of ``[(barrier, version)]`` whose version is at or
-    above the row's ``_commit_version``."""
-    (last, _), version = barriers[-1], F.col(COMMIT_VERSION)
-    expr = F.lit(last)
-    for barrier, upto in reversed(barriers[:-1]):
-        expr = F.when(version <= upto, F.lit(barrier)).otherwise(expr)
-    return expr.cast(IntegerType())
+    above the row's ``_commit_version``. One flat ``CASE`` of integer literals: chained
+    ``F.when(...).otherwise(...)`` nests one level per barrier, and Spark Connect refuses a plan
+    nested deeper than protobuf's limit (``Exceeded upb_DecodeOptions_MaxDepth`` at 96 barriers
+    in a micro-batch, ``barrier_rate.py --max-barriers-per-trigger 96``)."""
+    (last, _), branches = barriers[-1], barriers[:-1]
+    if not branches:
+        return F.lit(int(last)).cast(IntegerType())
+    whens = " ".join(f"WHEN `{COMMIT_VERSION}` <= {int(upto)} THEN {int(barrier)}" for barrier, upto in branches)
+    return F.expr(f"CASE {whens} ELSE {int(last)} END").cast(IntegerType())
 
 
 def _changed_files(loc: str, actions: list[dict[str, Any]], partition_columns: list[str]

@@ -124,6 +124,19 @@ def test_the_changes_of_a_micro_batch_carry_each_rows_barrier(tmp_path: Path, sp
         read_changes(spark, location, 2, 8, barriers=[(3, 6), (2, 4)])
 
 
+def test_a_micro_batch_of_a_hundred_barriers_tags_each_row(tmp_path: Path, spark: object) -> None:
+    """The barrier column is one flat expression: built as chained ``when``s it nested a level per
+    barrier, and Spark Connect refused a micro-batch of 96 (``Exceeded upb_DecodeOptions_MaxDepth``)."""
+    location = _root(tmp_path, 60)
+    barriers = [(b, 2 * b) for b in range(1, 61)] + [(60 + b, 120 + b) for b in range(1, 41)]
+    for version in range(121, 161):  # 40 more commits, a barrier each: 100 barriers
+        write_deltalake(location, pa.table({"id": pa.array([version * 10], pa.int64()), "v": pa.array([version])}),
+                        mode="append")
+    rows = read_changes(spark, location, 0, 160, barriers=barriers).select("v", BARRIER_COLUMN).collect()
+    assert len(rows) == 120 * ROWS + 40
+    assert all(r[BARRIER_COLUMN] == ((r["v"] + 1) // 2 if r["v"] <= 120 else r["v"] - 60) for r in rows)
+
+
 @pytest.mark.parametrize(
     ("micro", "message"),
     [
