@@ -33,8 +33,9 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
+from airflow_provider_tsb.delta.compaction import Compaction
 from airflow_provider_tsb.delta.log import normalize_location, table_exists
-from airflow_provider_tsb.delta.roots import END_OF_INPUT
+from airflow_provider_tsb.delta.roots import END_OF_INPUT, compact_small_files
 from airflow_provider_tsb.delta.storage import storage_options
 
 #: commit metadata keys of an append made through this module
@@ -71,6 +72,7 @@ def append_to_root(
     end_of_input: bool = False,
     metadata: Mapping[str, str] | None = None,
     file_format: str | None = None,
+    compaction: Compaction | None = None,
 ) -> AppendResult:
     """Append ``data`` to the root table at ``location`` in one Delta commit (created if missing).
 
@@ -83,6 +85,12 @@ def append_to_root(
             emitter then generates a final barrier.
         metadata: extra commit metadata, string values.
         file_format: ``parquet`` or ``csv`` for a path whose suffix says neither.
+        compaction: auto compaction: once the table has ``compaction.min_files`` small files,
+            the append is followed by a commit that rewrites them
+            (:func:`~airflow_provider_tsb.delta.roots.compact_small_files`; never after an
+            ``end_of_input`` append, whose marker must stay the newest commit). A streaming
+            ingest that appends a file per barrier keeps its table's appends, reads and expiry
+            from slowing down with every file (docs/design.md "A root table's auto compaction").
 
     Returns:
         An :class:`AppendResult`.
@@ -111,7 +119,11 @@ def append_to_root(
     )
     options = storage_options(loc)
     write_deltalake(loc, rows, mode="append", commit_properties=properties, storage_options=options)
-    return AppendResult(loc, DeltaTable(loc, storage_options=options).version(), rows.num_rows, run_key, True)
+    table = DeltaTable(loc, storage_options=options)
+    version = table.version()
+    if compaction is not None and not end_of_input:
+        compact_small_files(table, compaction)
+    return AppendResult(loc, version, rows.num_rows, run_key, True)
 
 
 def _conform(location: str, rows: pa.Table) -> pa.Table:

@@ -58,3 +58,23 @@ def test_bad_input_names_what_is_wrong_and_writes_nothing(tmp_path) -> None:
     with pytest.raises(ValueError, match="cannot append a list to a root table"):
         append_to_root(loc, [1, 2])
     assert DeltaTable(loc).version() == 0
+
+
+def test_an_ingest_that_compacts_keeps_its_rows_its_retries_and_its_end_of_input(tmp_path) -> None:
+    """``append_to_root(compaction=...)``: the small files are rewritten once there are
+    ``min_files`` of them, in a commit after the append; the result names the append's version,
+    a retried run key still appends nothing, and an end-of-input append stays the newest commit."""
+    from airflow_provider_tsb.delta.compaction import Compaction
+    from airflow_provider_tsb.delta.roots import COMPACTION
+
+    loc = str(tmp_path / "readings")
+    options = Compaction(min_files=3)
+    results = [append_to_root(loc, pa.table({"n": [i]}), run_key=f"run-{i}", compaction=options) for i in range(7)]
+    assert [r.version for r in results] == [0, 1, 2, 4, 5, 7, 8]  # after versions 2, 5 and 8: a compaction each
+    table = DeltaTable(loc)
+    assert [h["version"] for h in table.history() if h.get(COMPACTION) == "auto"] == [9, 6, 3]
+    assert len(table.file_uris()) == 1 and sorted(table.to_pyarrow_table().column("n").to_pylist()) == list(range(7))
+    retried = append_to_root(loc, pa.table({"n": [99]}), run_key="run-4", compaction=options)
+    assert (retried.version, retried.appended) == (5, False)  # the txn survives the compaction
+    last = append_to_root(loc, pa.table({"n": [7]}), run_key="run-7", compaction=options, end_of_input=True)
+    assert DeltaTable(loc).version() == last.version == 10 and input_ended(loc)

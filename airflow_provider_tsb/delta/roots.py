@@ -86,7 +86,7 @@ def append_rows(
             else:
                 write_deltalake(table, rows, mode="append", commit_properties=props)
             if compaction is not None and not end_of_input:
-                _compact(table, compaction)
+                compact_small_files(table, compaction)  # under _writers_lock: this process's appends wait
             _remember_writer(loc, table)
             return table.version()
         except Exception:
@@ -94,13 +94,29 @@ def append_rows(
             raise
 
 
-def _compact(table: DeltaTable, options: Compaction) -> None:
-    """Rewrite ``table``'s small files when they number ``options.min_files`` (:func:`append_rows`);
-    under ``_writers_lock``, so this process's appends wait for it and never race it."""
+def compact_small_files(table: DeltaTable, options: Compaction) -> bool:
+    """Rewrite ``table``'s files below ``options.target_bytes`` into files of about that size
+    once they number ``options.min_files`` (Databricks' ``autoCompact`` rule): delta-rs's
+    ``optimize.compact``, one ``dataChange = false`` commit with commit info ``tsb.compaction``,
+    which change readers skip (Delta protocol "Add File and Remove File"). The auto compaction of
+    :func:`append_rows` and of :func:`~airflow_provider_tsb.root_tables.append_to_root`.
+
+    Args:
+        table: the root table, loaded at its newest version (moved to the compaction's).
+        options: when to compact.
+
+    Returns:
+        Whether it compacted.
+
+    Raises:
+        Exception: delta-rs's error when the commit fails (the table keeps its small files).
+    """
     sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
-    if sum(1 for size in sizes if size < options.target_bytes) >= options.min_files:
-        table.optimize.compact(target_size=options.target_bytes,
-                               commit_properties=CommitProperties(custom_metadata={COMPACTION: "auto"}))
+    if sum(1 for size in sizes if size < options.target_bytes) < options.min_files:
+        return False
+    table.optimize.compact(target_size=options.target_bytes,
+                           commit_properties=CommitProperties(custom_metadata={COMPACTION: "auto"}))
+    return True
 
 
 def _writer_table(loc: str) -> DeltaTable | None:
