@@ -123,9 +123,14 @@ def remove_orphan_attempts(
     doomed = [e for e in listed if f"{rel_base}/{e.base_name}" not in kept]
     if doomed and before_delete is not None:
         before_delete()
+    removed = 0
     for entry in doomed:
-        fs.delete_dir(entry.path)
-    return len(doomed)
+        try:
+            fs.delete_dir(entry.path)
+            removed += 1
+        except FileNotFoundError:  # the fenced attempt dropped its own directory meanwhile
+            pass
+    return removed
 
 
 def collect_withdrawn(location: str, table: str, catalog: StagingCatalog, grace_s: float) -> int:

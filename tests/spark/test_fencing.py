@@ -7,6 +7,7 @@ PostgreSQL; ``benchmarks/fencing_race.py`` runs the same race many times.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -26,3 +27,24 @@ def test_zombie_and_retry_race_gives_one_commit_and_a_fenced_error(tmp_path: Pat
     fenced = counts.examples[0]
     assert "FencedError: job 'wordcount_words', barrier 1: this attempt (fencing token 1) was fenced" in fenced
     assert "attempt 2 of the job started after it" in fenced
+
+
+def test_the_winner_cleans_up_while_the_fenced_attempt_drops_its_own_directory(tmp_path: Path) -> None:
+    """The race CI once lost: the winner, having committed, lists the barrier's attempt
+    directories to delete the loser's; the fenced loser deletes its own meanwhile
+    (``drop_unserved_attempt``). The winner must not fail on the directory it no longer finds."""
+    from airflow_provider_tsb.delta.conventions import staging_dir
+    from airflow_provider_tsb.spark.outputs_staging import remove_orphan_attempts
+
+    base = tmp_path / staging_dir("wordcount_words", 0, 1)
+    for attempt in ("winner", "loser", "other"):
+        (base / attempt).mkdir(parents=True)
+        (base / attempt / "part-0.parquet").write_bytes(b"x")
+
+    def loser_drops_its_own() -> set[str]:  # asked after the listing, as the real race goes
+        shutil.rmtree(base / "loser")
+        return set()
+
+    removed = remove_orphan_attempts(str(tmp_path), "wordcount_words", 0, 1, "winner", held=loser_drops_its_own)
+    assert removed == 1  # "other"; "loser" was gone already
+    assert sorted(p.name for p in base.iterdir()) == ["winner"]
