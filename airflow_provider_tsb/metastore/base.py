@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import operator
-from contextlib import AbstractContextManager
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, select
@@ -33,9 +35,11 @@ class MetastoreCore:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._joined = threading.local()
 
     def transaction(self, write: bool = False) -> AbstractContextManager[Session]:
-        """A session in one transaction, committed on exit (rolled back on an error).
+        """A session in one transaction, committed on exit (rolled back on an error); inside
+        :meth:`one_transaction` (same thread), that transaction's session instead.
 
         Args:
             write: take the write lock up front (SQLite ``BEGIN IMMEDIATE``; on PostgreSQL a
@@ -45,7 +49,35 @@ class MetastoreCore:
             MetastoreError: the schema is missing (run ``tsb db migrate``) or the database failed.
             OutOfRangeError: a number does not fit a ``BIGINT`` column.
         """
+        joined: Session | None = getattr(self._joined, "session", None)
+        if joined is not None:
+            return _joined_session(joined)
         return _GuardedTransaction(self.engine, write)
+
+    @property
+    def in_one_transaction(self) -> bool:
+        """True inside :meth:`one_transaction` on this thread."""
+        return getattr(self._joined, "session", None) is not None
+
+    @contextmanager
+    def one_transaction(self) -> Iterator[None]:
+        """One write transaction that every :meth:`transaction` this thread opens inside joins:
+        several managers' writes (a barrier's WRITTEN, its job's ``succeeded`` record, the next
+        barrier's start) commit together, or not at all. Already inside one: joins it.
+
+        Raises:
+            MetastoreError, OutOfRangeError: as :meth:`transaction`; any error of the body (the
+                transaction is rolled back).
+        """
+        if self.in_one_transaction:
+            yield
+            return
+        with self.transaction(write=True) as session:
+            self._joined.session = session
+            try:
+                yield
+            finally:
+                self._joined.session = None
 
     def shown_url(self) -> str:
         """The metastore URL with its password hidden (for messages)."""
@@ -66,6 +98,13 @@ def table_id_of(s: Session, table: str) -> int:
             "register the topology that declares it"
         )
     return found
+
+
+@contextmanager
+def _joined_session(session: Session) -> Iterator[Session]:
+    """The session of the enclosing :meth:`MetastoreCore.one_transaction`, flushed on exit."""
+    yield session
+    session.flush()
 
 
 class _GuardedTransaction(AbstractContextManager[Session]):

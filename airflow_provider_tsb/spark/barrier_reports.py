@@ -108,16 +108,22 @@ class Reports:
         ``overwrite`` (staged files replace it)."""
         if self.catalog is None:
             return
-        self._in_order()
-        t = self.target
+        catalog, t = self.catalog, self.target
         entries = [{**f.to_json(), "sink_mode": mode} for f in files]
         if removes and self.staging is not None:
             for entry in entries:
                 entry.pop("sink_mode")
             manifest = {"mode": mode, "files": entries, "removes": [r.path for r in removes]}
-            self.catalog.record_processed(t.table, t.barrier, t.job_id, manifest)  # type: ignore[arg-type]
+
+            def report() -> None:
+                catalog.record_processed(t.table, t.barrier, t.job_id, manifest)  # type: ignore[arg-type]
         else:
-            self.catalog.record_processed(t.table, t.barrier, t.job_id, entries)
+            def report() -> None:
+                catalog.record_processed(t.table, t.barrier, t.job_id, entries)
+        if self.queue is None:
+            report()
+        else:  # after the previous barrier's WRITTEN; in its transaction when it is still held
+            self.queue.report_in_order(t.barrier, f"PROCESSED of {t.table}", report)
 
     def written(self, version: int, attempt: str | None) -> None:
         """WRITTEN at Delta ``version``, naming the committed attempt."""

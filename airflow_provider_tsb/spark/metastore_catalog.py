@@ -82,9 +82,27 @@ class MetastoreCatalog:
         self._withdrawn_waiting: dict[str, bool] = {}
 
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
-        """``fn()`` against the metastore, riding out an outage (module doc)."""
+        """``fn()`` against the metastore, riding out an outage (module doc); inside
+        :meth:`in_one_transaction` once, by the enclosing call."""
+        if self.store.core.in_one_transaction:
+            return fn()
         with phase("metastore"):
             return call_with_retry(fn, what, self.store.core.shown_url())
+
+    def in_one_transaction(self, what: str, reports: Callable[[], None]) -> None:
+        """Run ``reports`` (several of this catalog's calls) in one metastore write transaction,
+        retried as a whole through an outage: they commit together or not at all (one round of
+        ``BEGIN``/``COMMIT`` for a barrier's WRITTEN, its ``succeeded`` record and the next
+        barrier's start, :mod:`~airflow_provider_tsb.spark.report_queue`).
+
+        Raises:
+            MetastoreUnavailableError: still unreachable after the retry budget.
+            Exception: the first report's own error (nothing of ``reports`` is kept).
+        """
+        def joined() -> None:
+            with self.store.core.one_transaction():
+                reports()
+        self._retry(what, joined)
 
     def _topology_of(self, job_id: str) -> str:
         if job_id not in self._topologies:

@@ -28,6 +28,15 @@ The ordering rules that keep the commit protocol (docs/design.md) as it was:
   without it, as they did when it ended with the ``succeeded`` record; the last one ends when
   the queue closes. A lease never ended (a crash) lapses by itself.
 
+The reports released together (what one barrier left behind for the next: its WRITTEN per
+sink, its ``succeeded`` record, the narrowing of the run's lease, the next barrier's start
+record) run in one metastore transaction when the catalog offers one (``transaction``): one
+``BEGIN``/``COMMIT`` instead of four or five, all kept or none (the whole batch is retried
+through an outage; a failed batch leaves its barrier unreported, as a crash does, repaired the
+same way). A micro-batch's barrier whose outputs were staged with the group's first waits on no
+Spark write, so its reports are not released early: its PROCESSED joins them
+(:meth:`ReportQueue.report_in_order`), one transaction per barrier.
+
 Streaming mode reports synchronously when its micro-batch holds one barrier: its next barrier
 is seldom waiting, and the barrier's end-to-end delay is measured to its WRITTEN report. A
 micro-batch of several ready barriers (:mod:`~airflow_provider_tsb.spark.barrier_group`) queues
@@ -40,11 +49,23 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from types import TracebackType
 
 log = logging.getLogger("airflow_provider_tsb.spark")
 
-__all__ = ["ReportQueue"]
+__all__ = ["ReportQueue", "Transaction"]
+
+#: runs ``(what, reports)`` in one metastore transaction, retried as a whole
+#: (:meth:`~airflow_provider_tsb.spark.metastore_catalog.MetastoreCatalog.in_one_transaction`)
+Transaction = Callable[[str, Callable[[], None]], None]
+
+
+@dataclass(frozen=True)
+class _Report:
+    barrier: int
+    what: str
+    report: Callable[[], object]
 
 
 class ReportQueue:
@@ -55,6 +76,8 @@ class ReportQueue:
         job_id: the job, for thread names and messages.
         release_lease: ends an input lease by id (the catalog's ``release_lease``; ``None``: the
             catalog holds no leases).
+        transaction: runs the reports released together in one metastore transaction (the
+            catalog's ``in_one_transaction``; ``None``: each report is its own).
 
     Example::
 
@@ -63,13 +86,15 @@ class ReportQueue:
                 run_barrier(spark, app, plan, locations, catalog, queue=queue)
     """
 
-    def __init__(self, job_id: str, release_lease: Callable[[str], object] | None = None) -> None:
+    def __init__(self, job_id: str, release_lease: Callable[[str], object] | None = None,
+                 transaction: Transaction | None = None) -> None:
         self.job_id = job_id
         self._release_lease = release_lease
+        self._transaction = transaction
         self._lease_to_end: str | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tsb-reports-{job_id}")
         self._pending: list[Future[None]] = []
-        self._held: list[Callable[[], None]] = []
+        self._held: list[_Report] = []
         self._failed = threading.Event()
 
     def submit(self, barrier: int, what: str, report: Callable[[], object]) -> None:
@@ -80,27 +105,55 @@ class ReportQueue:
         Raises:
             RuntimeError: the queue was closed (at the release).
         """
-        def run() -> None:
-            if self._failed.is_set():
-                return
-            try:
-                report()
-            except BaseException as exc:
-                self._failed.set()
-                exc.add_note(f"job {self.job_id}: while reporting {what} of barrier {barrier} (in the background, "
-                             "behind the job's next barrier)")
-                raise
-
-        self._held.append(run)
+        self._held.append(_Report(barrier, what, report))
 
     def release(self) -> None:
-        """Let the held reports run, in order (call it when the driver starts waiting on Spark).
+        """Let the held reports run, in order (call it when the driver starts waiting on Spark);
+        with a ``transaction``, in one metastore transaction.
 
         Raises:
             RuntimeError: the queue was closed.
         """
         held, self._held = self._held, []
-        self._pending.extend(self._executor.submit(run) for run in held)
+        if held:
+            self._pending.append(self._executor.submit(self._run, held))
+
+    def _run(self, reports: list[_Report]) -> None:
+        if self._failed.is_set():
+            return
+        current = reports[0]
+
+        def run_all() -> None:
+            nonlocal current
+            for report in reports:
+                current = report
+                report.report()
+        try:
+            if self._transaction is None or len(reports) == 1:
+                run_all()
+            else:
+                self._transaction(f"job {self.job_id}: report {len(reports)} steps of barriers "
+                                  f"{reports[0].barrier}..{reports[-1].barrier}", run_all)
+        except BaseException as exc:
+            self._failed.set()
+            exc.add_note(f"job {self.job_id}: while reporting {current.what} of barrier {current.barrier} (in the "
+                         "background, behind the job's next barrier)")
+            raise
+
+    def report_in_order(self, barrier: int, what: str, report: Callable[[], object]) -> None:
+        """Make ``report`` now, after everything queued before it: in the same transaction as
+        the reports still held (a pre-staged barrier's PROCESSED with the previous barrier's
+        WRITTEN), or alone when they were released already.
+
+        Raises:
+            Exception: the first failed report's exception (with a note naming the report).
+        """
+        if not self._held:
+            self.wait()
+            report()
+            return
+        self.submit(barrier, what, report)
+        self.wait()
 
     def end_lease_with_next_start(self, lease_id: str | None) -> None:
         """End input lease ``lease_id`` (a finished barrier's) with the next barrier's start

@@ -321,8 +321,8 @@ def _run_barrier(
     if outputs is None:
         outputs = app.process(BarrierContext(spark, app, plan, locations, logs))
         check_outputs(app, outputs)
-    if queue is not None:  # the reports run while the driver waits on Spark's write
-        queue.release()
+    if queue is not None and not all(isinstance(out, StagedAttempt) for out in outputs.values()):
+        queue.release()  # the reports run while the driver waits on Spark's write (none when pre-staged)
     results: list[WriteResult] = []
     for sink, sink_log in logs.items():
         target = WriteTarget(sink, locations[sink], app.job_id, plan.barrier, plan.inputs, plan.ts_ms)
@@ -445,7 +445,8 @@ def _run_in_order(
     done: list[int] = []
     run_lease = RunLease.take(catalog, app.job_id, plans)
     try:  # the commit files read are shared by the run's barriers (immutable: Delta protocol)
-        with shared_commit_reads(), ReportQueue(app.job_id, getattr(catalog, "release_lease", None)) as queue:
+        with shared_commit_reads(), ReportQueue(app.job_id, getattr(catalog, "release_lease", None),
+                                                 getattr(catalog, "in_one_transaction", None)) as queue:
             for plan in plans:
                 member = group if group is not None and plan in group.plans else None
                 run_barrier(spark, app, plan, locations, catalog, before=None if done else before, queue=queue,

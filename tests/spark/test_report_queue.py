@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
+from sqlalchemy import event
 
 from airflow_provider_tsb.exceptions import FencedError
 from airflow_provider_tsb.metastore.records import BarrierState
@@ -139,3 +140,66 @@ def test_a_failed_background_report_stops_the_run_before_the_next_commit(spark, 
     assert store.registry.job("sum_job").current_barrier == 3
     assert store.leases.leased_ranges(lw.SNAP) == []
     store.dispose()
+
+
+def _count_commits(catalog: MetastoreCatalog) -> list[int]:
+    commits = [0]
+    event.listen(catalog.store.core.engine, "commit", lambda _conn: commits.__setitem__(0, commits[0] + 1))
+    return commits
+
+
+def test_reports_released_together_commit_in_one_transaction_or_not_at_all(tmp_path: Path) -> None:
+    """With the catalog's ``in_one_transaction``, the reports one release lets go are one
+    metastore transaction: a failure in the last undoes the first, and the note names the last."""
+    url = f"sqlite:///{tmp_path / 'tsb.db'}"
+    store = MetaStore(url)
+    store.migrate()
+    lw.build(store, str(tmp_path / "wh"), consumer=True)
+    catalog = MetastoreCatalog(url)
+    commits = _count_commits(catalog)
+    queue = ReportQueue("sum_job", transaction=catalog.in_one_transaction)
+    for barrier in (1, 2):
+        queue.submit(barrier, "the job's running record",
+                     lambda b=barrier: catalog.record_job_barrier("sum_job", b, "running", started_at_ms=1))
+    queue.wait()
+    assert commits[0] == 1  # two records, one transaction
+    assert store.job_runs.job_barrier_statuses("sum_job", [1, 2]) == {1: "running", 2: "running"}
+
+    def refused() -> None:
+        raise RuntimeError("metastore refused it")
+    queue.submit(1, "the job's succeeded record",
+                 lambda: catalog.record_job_barrier("sum_job", 1, "succeeded", finished_at_ms=2))
+    queue.submit(2, "WRITTEN of t at version 7", refused)
+    with pytest.raises(RuntimeError, match="refused") as caught:
+        queue.wait()
+    assert "while reporting WRITTEN of t at version 7 of barrier 2" in "\n".join(caught.value.__notes__)
+    assert store.job_runs.job_barrier_statuses("sum_job", [1, 2]) == {1: "running", 2: "running"}  # undone
+    queue.close()
+
+
+def test_a_batch_run_reports_each_barrier_in_about_one_transaction(spark, tmp_path: Path) -> None:
+    """The production path (run_batch on the metastore catalog): a barrier's WRITTEN, its
+    succeeded record and the next barrier's running record go in one transaction; counted by
+    the engine's COMMITs over a run of 6 barriers, all WRITTEN at the end."""
+    url = f"sqlite:///{tmp_path / 'tsb.db'}"
+    store = MetaStore(url)
+    store.migrate()
+    locations = lw.build(store, str(tmp_path / "wh"), consumer=True)
+    for _ in range(6):
+        lw.write_barrier(store, locations)
+
+    def process(ctx):  # noqa: ANN001, ANN202 - the app's process function
+        return {lw.SUMMARY: ctx.changes(lw.SNAP).groupBy().agg(F.count("*").alias("n"))
+                .select(F.lit(ctx.barrier).cast("long").alias("b"), "n")}
+
+    app = TsbApp("sum_job", {lw.SNAP: locations[lw.SNAP]}, {lw.SUMMARY: Sink(mode="append")}, process)
+    catalog = MetastoreCatalog(url)
+    commits = _count_commits(catalog)
+    assert run_batch(spark, app, catalog, {lw.SNAP: locations[lw.SNAP], lw.SUMMARY: locations[lw.SUMMARY]}) == \
+        [1, 2, 3, 4, 5, 6]
+    states = [store.table_states.table_state(lw.SUMMARY, b) for b in range(1, 7)]
+    assert [(s.state, s.version) for s in states] == [(BarrierState.WRITTEN, v) for v in range(6)]
+    assert store.job_runs.job_barrier_statuses("sum_job", list(range(1, 7))) == {b: "succeeded" for b in range(1, 7)}
+    # per barrier: PROCESSED, then one transaction for WRITTEN, succeeded, the lease's narrowing and
+    # the next start (2; each its own before: 5); plus the run's own (attempt, leases, pending): 21 of 37
+    assert commits[0] <= 2 * 6 + 9, commits[0]
