@@ -275,11 +275,14 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
         cpu.start()
         generated, gen_ms, append_ms = [], [], []
         started = time.monotonic()
+        room = 0  # barriers that may still be generated before in flight is read again
         while time.monotonic() - started < args.seconds:
-            if bench.in_flight() >= args.max_in_flight:
-                check_alive(procs)
-                time.sleep(ROOM_POLL_S)
-                continue
+            if room <= 0:  # in flight only grows by what this loop generates: read it when the room is used up
+                room = args.max_in_flight - bench.in_flight()
+                if room <= 0:
+                    check_alive(procs)
+                    time.sleep(ROOM_POLL_S)
+                    continue
             if ingest is None:
                 tick = time.perf_counter()
                 append_root(bench, next_id, args.rows, hour, root_compaction)
@@ -292,6 +295,7 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
             info = bench.generate()
             gen_ms.append((time.perf_counter() - tick) * 1000)
             generated.append(info.barrier)
+            room -= 1
             if ingest is not None:
                 ingest.consumed.value = max(info.root_versions.values())  # the one root
         window = time.monotonic() - started

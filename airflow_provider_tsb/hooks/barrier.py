@@ -216,15 +216,18 @@ class TsbBarrierHook(BaseHook):
             ts_ms = self.watermark(versions)
             if ts_ms is None:
                 return None
-            last = store.barriers.latest_barrier(self.topology.name)
-            if last is not None and last.ts_kind == TsKind.EVENT:
-                ts_ms = max(ts_ms, last.ts_ms)
-        versions = read_domain_root_versions(store, self.topology, versions)
-        info = store.barriers.create_barrier(
-            self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final,
-            barrier_log=barrier_log_of(self.topology),
-        )
-        record_root_figures(store, self.topology, info)
+        # one metastore transaction (not three): the barrier log commit stays its last step
+        with store.core.one_transaction():
+            if ts_ms is not None:
+                last = store.barriers.latest_barrier(self.topology.name)
+                if last is not None and last.ts_kind == TsKind.EVENT:
+                    ts_ms = max(ts_ms, last.ts_ms)
+            versions = read_domain_root_versions(store, self.topology, versions)
+            info = store.barriers.create_barrier(
+                self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final,
+                barrier_log=barrier_log_of(self.topology),
+            )
+        record_root_figures(store, self.topology, info)  # after the commit: it must not undo the logged barrier
         return info
 
     def emit(

@@ -391,3 +391,26 @@ def test_a_compaction_that_loses_every_race_to_the_writers_lands_under_their_loc
     assert barrier_log.logged_barrier(log, "wc") == 13
     write(14)  # the writer's cached table moves past the compaction
     assert [e.barrier for e in read_barrier_log(log)] == list(range(1, 15))
+
+
+def test_a_generation_is_one_metastore_transaction_with_its_log_commit_last(store: MetaStore, tmp_path) -> None:
+    """``TsbBarrierHook.generate_at``: the reads before the barrier (the latest barrier, the
+    domain's roots) and the barrier with its log commit are one transaction; the root's figures
+    a second one after it, so they can never undo a logged barrier."""
+    from sqlalchemy import event
+
+    from airflow_provider_tsb.hooks.barrier import TsbBarrierHook, read_root_versions
+
+    topo = wordcount(tmp_path)
+    commit(topo.location(WORDS))
+    store.registry.register_topology(topo)
+    commits: list[int] = []
+    event.listen(store.core.engine, "commit", lambda _conn: commits.append(1))
+    hook = TsbBarrierHook(topo)
+    assert hook.generate_at(store, read_root_versions(topo), "run/1").barrier == 1
+    assert len(commits) == 2, commits
+    commit(topo.location(WORDS))
+    assert hook.generate_at(store, read_root_versions(topo), "run/2").barrier == 2
+    assert [e.barrier for e in read_barrier_log(barrier_log_location(topo.warehouse, "wc"))] == [1, 2]
+    assert store.table_states.table_state(WORDS, 2).version == 1
+    assert store.table_states.table_state(WORDS, 2).file_count == 2  # the figures landed after
