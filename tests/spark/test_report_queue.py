@@ -105,13 +105,19 @@ class _FailingOnce(MetastoreCatalog):
         super().record_written(table, barrier, version, job_id, attempt=attempt)
 
 
-def test_a_failed_background_report_stops_the_run_before_the_next_commit(spark, tmp_path: Path) -> None:
+def _lease_world(tmp_path: Path, barriers: int) -> tuple[str, MetaStore, dict[str, str]]:
+    """(url, store, locations) of a SQLite metastore over the lease world with ``barriers`` barriers."""
     url = f"sqlite:///{tmp_path / 'tsb.db'}"
     store = MetaStore(url)
     store.migrate()
     locations = lw.build(store, str(tmp_path / "wh"), consumer=True)
-    for _ in range(3):
+    for _ in range(barriers):
         lw.write_barrier(store, locations)
+    return url, store, locations
+
+
+def test_a_failed_background_report_stops_the_run_before_the_next_commit(spark, tmp_path: Path) -> None:
+    url, store, locations = _lease_world(tmp_path, 3)
 
     def process(ctx):  # noqa: ANN001, ANN202 - the app's process function
         out = ctx.snapshot(lw.SNAP).groupBy().agg(F.count("*").alias("n"))
@@ -151,10 +157,7 @@ def _count_commits(catalog: MetastoreCatalog) -> list[int]:
 def test_reports_released_together_commit_in_one_transaction_or_not_at_all(tmp_path: Path) -> None:
     """With the catalog's ``in_one_transaction``, the reports one release lets go are one
     metastore transaction: a failure in the last undoes the first, and the note names the last."""
-    url = f"sqlite:///{tmp_path / 'tsb.db'}"
-    store = MetaStore(url)
-    store.migrate()
-    lw.build(store, str(tmp_path / "wh"), consumer=True)
+    url, store, _ = _lease_world(tmp_path, 0)
     catalog = MetastoreCatalog(url)
     commits = _count_commits(catalog)
     queue = ReportQueue("sum_job", transaction=catalog.in_one_transaction)
@@ -181,12 +184,7 @@ def test_a_batch_run_reports_each_barrier_in_about_one_transaction(spark, tmp_pa
     """The production path (run_batch on the metastore catalog): a barrier's WRITTEN, its
     succeeded record and the next barrier's running record go in one transaction; counted by
     the engine's COMMITs over a run of 6 barriers, all WRITTEN at the end."""
-    url = f"sqlite:///{tmp_path / 'tsb.db'}"
-    store = MetaStore(url)
-    store.migrate()
-    locations = lw.build(store, str(tmp_path / "wh"), consumer=True)
-    for _ in range(6):
-        lw.write_barrier(store, locations)
+    url, store, locations = _lease_world(tmp_path, 6)
 
     def process(ctx):  # noqa: ANN001, ANN202 - the app's process function
         return {lw.SUMMARY: ctx.changes(lw.SNAP).groupBy().agg(F.count("*").alias("n"))
