@@ -228,10 +228,6 @@ class AirflowHandle(AirflowApi):
         return dest
 
 
-#: sqlite3's busy timeout (seconds) of every Airflow component on a SQLite metadata DB.
-SQLITE_BUSY_TIMEOUT_S = 120.0
-
-
 def build_env(
     home: Path,
     dags_folder: Path,
@@ -383,9 +379,7 @@ def start_airflow(
         json.dumps({ADMIN_USER: ADMIN_PASSWORD, VIEWER_USER: VIEWER_PASSWORD})
     )
     port = port or free_port()
-    # SQLite's writers queue on one file lock; sqlite3's default 5 s busy timeout turned a loaded
-    # machine's slow commit into "database is locked" (an api-server 500 on POST dagRuns)
-    conn = sql_alchemy_conn or f"sqlite:///{home / 'airflow.db'}?timeout={SQLITE_BUSY_TIMEOUT_S:g}"
+    conn = sql_alchemy_conn or f"sqlite:///{home / 'airflow.db'}"
     env = build_env(home, dags, plugins, port, conn, env_extra)
     logs_dir = home / "component-logs"
     logs_dir.mkdir(exist_ok=True)
