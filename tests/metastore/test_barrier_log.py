@@ -347,7 +347,12 @@ def test_generations_go_on_while_the_log_is_maintained_and_both_land(tmp_path, m
     assert barrier_log.wait_maintenance(log, timeout=60)
     assert [e.barrier for e in read_barrier_log(log)] == list(range(1, 301))
     assert DeltaTable(log).transaction_version("tsb-barrier-log:wc") == 300
-    assert len(DeltaTable(log).file_uris()) <= 11
+    # a maintenance is skipped while the one before still runs (``_start_maintenance``), which a
+    # loaded CI machine does for several in a row; one more after the race compacts what is left
+    assert len(DeltaTable(log).file_uris()) < 300
+    barrier_log._maintain(log, 300)
+    assert len(DeltaTable(log).file_uris()) == 1
+    assert [e.barrier for e in read_barrier_log(log)] == list(range(1, 301))
     assert not [r for r in caplog.records if "maintenance" in r.getMessage()], caplog.text
 
 
