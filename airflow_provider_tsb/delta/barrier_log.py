@@ -45,6 +45,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
+from airflow_provider_tsb.delta.direct_append import append_file, supports_direct_append
 from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
 from airflow_provider_tsb.delta.log import (
     native_filesystem,
@@ -91,6 +92,13 @@ LOG_PROPERTIES = {"delta.logRetentionDuration": "interval 10 seconds", "delta.ch
 #: a generation does not load the log from its last checkpoint again (``_writer_table``).
 _writers: dict[str, DeltaTable] = {}
 _writers_lock = threading.Lock()
+#: Commits :func:`logged_barrier` reads back from the newest for the newest ``txn`` before it asks
+#: the snapshot: a compaction's commit carries none, and the generation after a maintenance paid a
+#: snapshot update over the last :data:`COMPACT_EVERY` commits for it (48 to 78 ms here,
+#: ``dev/generation_tail.py``).
+TXN_LOOK_BACK = 8
+#: Per barrier log this process writes: whether it appends with its own commit files (``_appends_directly``).
+_direct: dict[str, bool] = {}
 #: Commit attempts of the log's compaction before it takes :data:`_writers_lock` (delta-rs's
 #: ``max_commit_retries``; its default, 15, was lost to a writer appending in a tight loop on a
 #: loaded machine: each attempt lands only if no generation commits between delta-rs's listing
@@ -153,9 +161,10 @@ def logged_barrier(location: str, topology: str) -> int | None:
     "Transaction Identifiers": an application's later ``txn`` replaces an earlier one). Cost
     (local logs): the newest version by probing commit files
     (:func:`~airflow_provider_tsb.delta.snapshots.newest_version`, flat in the log's length)
-    and one read of that commit; the cached snapshot's incremental update and delta-rs's txn
-    look-up only when the newest commit holds no ``txn`` of the topology (the log's compaction,
-    :func:`_maintain`, or a log written by hand).
+    and one read of that commit; when it holds no ``txn`` of the topology (the log's compaction,
+    :func:`_maintain`), the commits before it, newest first, up to :data:`TXN_LOOK_BACK` (the
+    first ``txn`` found is the newest); the cached snapshot's incremental update and delta-rs's
+    txn look-up only past those (a log written by hand).
     """
     loc = normalize_location(location)
     app_id = log_app_id(topology)
@@ -163,9 +172,13 @@ def logged_barrier(location: str, topology: str) -> int | None:
         version = newest_version(loc)
     except TableNotFoundError:
         return None
-    found = txn_version_of(read_commit_actions(loc, version), app_id)
-    if found is not None:
-        return found
+    for back in range(version, max(-1, version - TXN_LOOK_BACK), -1):
+        actions = read_commit_actions(loc, back)
+        if actions is None:  # cleaned up behind a checkpoint: the snapshot answers
+            break
+        found = txn_version_of(actions, app_id)
+        if found is not None:
+            return found
     table = latest_table_or_none(loc)
     if table is None:
         return None
@@ -198,20 +211,29 @@ def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = Fals
         if "://" not in loc:
             os.makedirs(loc, exist_ok=True)
         with _writers_lock:
-            target = _writer_table(loc)
-            write_deltalake(
-                target if target is not None else loc, pa.Table.from_pylist([row], schema=SCHEMA),
-                mode="overwrite" if replace else "append",
-                predicate=f"barrier = {int(entry.barrier)}" if replace else None, commit_properties=props,
-                configuration=LOG_PROPERTIES if target is None else None,
-            )
+            if not replace and _appends_directly(loc):
+                target = True
+                append_file(loc, pa.Table.from_pylist([row], schema=SCHEMA), app_id=log_app_id(entry.topology),
+                            txn_version=int(entry.barrier), metadata={LOG_BARRIER_KEY: str(entry.barrier)})
+            else:
+                if _direct.get(loc):  # the loaded log is behind the direct appends, maybe behind a cleanup
+                    _writers.pop(loc, None)
+                table = _writer_table(loc)
+                target = table is not None
+                write_deltalake(
+                    table if table is not None else loc, pa.Table.from_pylist([row], schema=SCHEMA),
+                    mode="overwrite" if replace else "append",
+                    predicate=f"barrier = {int(entry.barrier)}" if replace else None, commit_properties=props,
+                    configuration=LOG_PROPERTIES if table is None else None,
+                )
     except Exception as exc:
         _writers.pop(loc, None)  # reload after a failure: the cached table may be stale or broken
+        _direct.pop(loc, None)
         raise DeltaLogError(
             f"cannot write barrier {entry.barrier} of topology {entry.topology!r} to its barrier log at "
             f"{loc!r}: {exc}; the barrier was not generated"
         ) from exc
-    if target is not None and entry.barrier % COMPACT_EVERY == 0:
+    if target and entry.barrier % COMPACT_EVERY == 0:
         _start_maintenance(loc, entry.barrier)
 
 
@@ -322,6 +344,23 @@ def _writer_table(loc: str) -> DeltaTable | None:
         if any(configuration.get(key) != value for key, value in LOG_PROPERTIES.items()):
             table.alter.set_table_properties(LOG_PROPERTIES)  # a log written before LOG_PROPERTIES
     return table
+
+
+def _appends_directly(loc: str) -> bool:
+    """Whether this process appends to the barrier log at ``loc`` with its own commit files
+    (:func:`~airflow_provider_tsb.delta.direct_append.append_file`, flat in the log's length)
+    rather than delta-rs's (which costs more as the log grows between maintenances): a local log
+    that exists, with a protocol such commits are the whole of. Checked once per log and process
+    (on its first load, :func:`_writer_table`, which also sets :data:`LOG_PROPERTIES`). Called
+    under ``_writers_lock``."""
+    known = _direct.get(loc)
+    if known is None:
+        table = _writer_table(loc)
+        if table is None:
+            return False
+        protocol = table.protocol()
+        known = _direct[loc] = supports_direct_append(loc, protocol.min_reader_version, protocol.min_writer_version)
+    return known
 
 
 def read_barrier_log(location: str) -> list[BarrierLogEntry]:
