@@ -18,7 +18,7 @@ and call this hook.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
@@ -62,50 +62,57 @@ def read_root_versions(topology: Topology) -> dict[str, int]:
     return versions
 
 
-def read_domain_root_versions(store: MetaStore, topology: Topology, versions: dict[str, int]) -> dict[str, int]:
-    """``versions`` (of ``topology``'s own root tables) plus the current Delta version of every
-    other root table of its barrier domain, read at its registered location (issue 13 item 1:
-    a barrier records every root version of the domain; :mod:`~airflow_provider_tsb.metastore.domains`).
+def domain_root_reader(topology: Topology) -> Callable[[str, str], int]:
+    """The ``read_root_version`` of :meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create_barrier`
+    for ``topology``: the current Delta version of another root table of its barrier domain, at
+    its registered location (issue 13 item 1: a barrier records every root version of the
+    domain; :mod:`~airflow_provider_tsb.metastore.domains`).
 
-    Raises:
-        RootTableError: another topology's root table cannot be read (names it and its location).
+    The reader raises RootTableError when that table cannot be read (names it, its location and
+    the topology whose barrier is generated).
     """
     from airflow_provider_tsb.delta.barriers import root_version
 
-    domain = store.domains.barrier_domain(topology.name)
-    out = dict(versions)
-    for name, location in domain.root_tables.items():
-        if name in out:
-            continue
+    def read(name: str, location: str) -> int:
         try:
-            out[name] = root_version(location)
+            return root_version(location)
         except Exception as exc:  # TableNotFoundError, or an unreadable log
             raise RootTableError(
-                f"root table {name!r} at {location!r} of barrier domain {domain.name!r} (topologies "
-                f"{list(domain.topologies)}) cannot be read for barrier generation of {topology.name!r}: {exc}"
+                f"root table {name!r} at {location!r} of the barrier domain of topology {topology.name!r} "
+                f"cannot be read for barrier generation of {topology.name!r}: {exc}"
             ) from exc
-    return out
+
+    return read
 
 
-def record_root_figures(store: MetaStore, topology: Topology, info: BarrierInfo) -> int:
-    """Record the live-file figures of ``topology``'s root tables at the versions barrier ``info``
-    names (issue 25 item 4): root tables are written by ingestion (``write_deltalake``), whose
-    commits carry none, so the barrier's generation records what the log gives then, and readers
-    and ``tsb check --integrity`` verify later reads against it. Cost per root table: the
-    commits since the previous barrier's version (:func:`~airflow_provider_tsb.delta.integrity.live_figures`,
-    flat in the table's history).
+def root_figures(topology: Topology, versions: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """``{root table: (live data files, their bytes)}`` of ``topology``'s root tables at
+    ``versions`` (Delta versions), recorded with the barrier (issue 25 item 4): root tables are
+    written by ingestion (``write_deltalake``), whose commits carry none, so the barrier's
+    generation records what the log gives then, and readers and ``tsb check --integrity`` verify
+    later reads against it. Cost per root table: the commits since the previous barrier's
+    version (:func:`~airflow_provider_tsb.delta.integrity.live_figures`, flat in the table's history).
 
-    Returns:
-        Number of root tables whose figures were recorded (0 for a reused barrier).
+    Raises:
+        RootTableError: a root table's log cannot give them (names the table and version).
     """
     from airflow_provider_tsb.delta.integrity import live_figures
 
     figures = {}
     for table in topology.root_tables:
-        version = info.root_versions.get(table.name)
-        if version is not None:
-            figures[table.name] = (version, live_figures(topology.location(table.name), version))
-    return store.table_states.record_figures(info.barrier, figures)
+        version = versions.get(table.name)
+        if version is None:
+            continue
+        location = topology.location(table.name)
+        try:
+            fig = live_figures(location, version)
+        except Exception as exc:  # TableNotFoundError, DeltaLogError
+            raise RootTableError(
+                f"root table {table.name!r} at {location!r}: the live files of Delta version {version} cannot be "
+                f"read for barrier generation: {exc}"
+            ) from exc
+        figures[table.name] = (fig.files, fig.size_bytes)
+    return figures
 
 
 class TsbBarrierHook(BaseHook):
@@ -160,7 +167,7 @@ class TsbBarrierHook(BaseHook):
         """
         store = self.get_conn()
         store.registry.register_topology(self.topology)
-        versions = read_domain_root_versions(store, self.topology, read_root_versions(self.topology))
+        versions = read_root_versions(self.topology)
         ts_ms = None
         if self.ts_kind == TsKind.EVENT:
             ts_ms = self.watermark(versions)
@@ -168,10 +175,11 @@ class TsbBarrierHook(BaseHook):
                 raise RootTableError(
                     f"topology {self.topology.name!r}: no event-time watermark yet (root tables are empty)"
                 )
-        info = store.barriers.create_barrier(self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind,
-                                             run_key=run_key,
-                                    barrier_log=barrier_log_of(self.topology))
-        record_root_figures(store, self.topology, info)
+        info = store.barriers.create_barrier(
+            self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key,
+            barrier_log=barrier_log_of(self.topology), root_figures=root_figures(self.topology, versions),
+            read_root_version=domain_root_reader(self.topology),
+        )
         self.log.info(
             "%s barrier %s of topology %s at %s (%s time); root versions %s",
             "generated" if info.created else "reused (retry of the same run)",
@@ -216,19 +224,13 @@ class TsbBarrierHook(BaseHook):
             ts_ms = self.watermark(versions)
             if ts_ms is None:
                 return None
-        # one metastore transaction (not three): the barrier log commit stays its last step
-        with store.core.one_transaction():
-            if ts_ms is not None:
-                last = store.barriers.latest_barrier(self.topology.name)
-                if last is not None and last.ts_kind == TsKind.EVENT:
-                    ts_ms = max(ts_ms, last.ts_ms)
-            versions = read_domain_root_versions(store, self.topology, versions)
-            info = store.barriers.create_barrier(
-                self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final,
-                barrier_log=barrier_log_of(self.topology),
-            )
-        record_root_figures(store, self.topology, info)  # after the commit: it must not undo the logged barrier
-        return info
+        # one metastore transaction: the domain's other root versions are read under its lock, the
+        # live-file figures go in with the root versions, the barrier log commit is its last step
+        return store.barriers.create_barrier(
+            self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final,
+            barrier_log=barrier_log_of(self.topology), root_figures=root_figures(self.topology, versions),
+            read_root_version=domain_root_reader(self.topology), raise_late_watermark=True,
+        )
 
     def emit(
         self, run_prefix: str, *, interval_s: float, duration_s: float, count: int | None = None,

@@ -13,7 +13,7 @@ Before a new id is used, the topology's intermediate tables and its barrier log 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
@@ -100,7 +100,8 @@ class BarrierManager:
     def create_barrier(
         self, topology: str, root_versions: Mapping[str, int], *, ts_ms: int | None = None,
         ts_kind: TsKind | str = TsKind.SYSTEM, run_key: str | None = None, final: bool = False,
-        barrier_log: str | None = None,
+        barrier_log: str | None = None, root_figures: Mapping[str, tuple[int, int]] | None = None,
+        read_root_version: Callable[[str, str], int] | None = None, raise_late_watermark: bool = False,
     ) -> BarrierInfo:
         """Generate the next barrier of ``topology`` (FLIP-276 "Timestamp Barrier").
 
@@ -123,6 +124,16 @@ class BarrierManager:
             barrier_log: location of the topology's barrier log, committed to before the
                 barrier is visible (module docstring, "Barrier logs"); ``None``: no log (tests,
                 benchmarks). The new id is checked against Delta first (:mod:`.barrier_history`).
+            root_figures: ``{root table: (live data files, their bytes)}`` at the Delta version
+                ``root_versions`` gives it, recorded on its WRITTEN row (issue 25 item 4: readers
+                and ``tsb check --integrity`` verify later reads against them).
+            read_root_version: ``(root table, its registered location) -> Delta version``, called
+                under the domain's lock for each root table of the domain missing from
+                ``root_versions`` (another topology's, :mod:`.domains`); ``None``: every root
+                table must be in ``root_versions``. What it raises propagates.
+            raise_late_watermark: an event-time ``ts_ms`` below the previous barrier's timestamp
+                is raised to it rather than refused (the emitter's rule: an event-time barrier
+                never goes back in time, so an empty epoch keeps the previous watermark).
 
         Raises:
             UnknownTableError: a root table is missing from ``root_versions`` or unregistered.
@@ -143,14 +154,18 @@ class BarrierManager:
                 return barrier_info(s, found, created=False)
             roots = domain_roots(s, domain_topologies)
             of_domain = "" if domain_topologies == [topology] else f" (barrier domain {domain!r}: {domain_topologies})"
+            if read_root_version is not None:
+                versions = _with_domain_root_versions(s, roots, versions, read_root_version)
             _check_every_root_versioned(topology, of_domain, roots, versions)
             last = _last_barrier(s, domain_topologies)
+            if raise_late_watermark and ts_ms is not None and last is not None and last.ts_kind == TsKind.EVENT:
+                ts_ms = max(ts_ms, last.ts_ms)
             ts = _barrier_timestamp(topology, of_domain, last, ts_ms, ts_kind, created_at)
             _check_roots_go_forward(s, last, roots, versions)
             barrier = (last.barrier_id if last is not None else 0) + 1
             new = BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, {}, final=bool(final))
             _insert_domain_barrier(s, new, domain_topologies)
-            _record_root_versions(s, barrier, roots, versions, created_at)
+            _record_root_versions(s, barrier, roots, versions, created_at, root_figures or {})
             read_by = _roots_read(s, domain_topologies)
             if barrier_log is not None:  # last step before the commit: module docstring, "Barrier logs"
                 _log_domain_barrier(s, new, barrier_log, domain_topologies, versions, read_by)
@@ -344,10 +359,28 @@ def _insert_domain_barrier(s: Session, new: BarrierInfo, domain_topologies: list
         check_tables(s, member, new.barrier)
 
 
+def _with_domain_root_versions(
+    s: Session, roots: Mapping[str, int], versions: Mapping[str, int], read_root_version: Callable[[str, str], int],
+) -> dict[str, int]:
+    """``versions`` plus the Delta version ``read_root_version`` reads for each root table of the
+    domain (``roots``) it lacks, at the table's registered location."""
+    missing = {table_id: name for name, table_id in roots.items() if name not in versions}
+    out = dict(versions)
+    if missing:
+        for table_id, location in s.execute(
+            select(TableRow.id, TableRow.location).where(TableRow.id.in_(list(missing)))
+        ).all():
+            name = missing[table_id]
+            out[name] = checked_int(read_root_version(name, location), f"the Delta version of root table {name!r}")
+    return out
+
+
 def _record_root_versions(
-    s: Session, barrier: int, roots: Mapping[str, int], versions: Mapping[str, int], created_at: int
+    s: Session, barrier: int, roots: Mapping[str, int], versions: Mapping[str, int], created_at: int,
+    figures: Mapping[str, tuple[int, int]],
 ) -> None:
-    """A WRITTEN row with the Delta version of every root table of the domain at ``barrier``."""
+    """A WRITTEN row with the Delta version of every root table of the domain at ``barrier``
+    (with its live-file figures where ``figures`` has them)."""
     if roots:
         s.execute(
             insert(TableBarrierRow),
@@ -359,6 +392,8 @@ def _record_root_versions(
                     "version": versions[name],
                     "written_at_ms": created_at,
                     "processed_at_ms": created_at,
+                    "file_count": figures[name][0] if name in figures else None,
+                    "size_bytes": figures[name][1] if name in figures else None,
                 }
                 for name, table_id in roots.items()
             ],

@@ -140,20 +140,6 @@ class TableStateManager:
             s.flush()
             return has_withdrawn(s, table_id)
 
-    def record_figures(self, barrier: int, figures: Mapping[str, tuple[int, TableFigures]]) -> int:
-        """Record ``figures`` ({table: (Delta version, its live-file figures)}) on the WRITTEN rows
-        of ``barrier`` at those versions that have none yet (root tables, at the barrier's
-        generation: issue 25 item 4). Returns the number of rows updated."""
-        done = 0
-        with self._core.transaction(write=True) as s:
-            for table, (version, fig) in figures.items():
-                row = s.get(TableBarrierRow, (table_id_of(s, table), barrier))
-                if row is not None and row.state == BarrierState.WRITTEN and row.version == version \
-                        and row.file_count is None:
-                    row.file_count, row.size_bytes = fig.files, fig.size_bytes
-                    done += 1
-        return done
-
     def clear_processed(self, table: str, barrier: int | None = None) -> int:
         """Forget PROCESSED (uncommitted) rows of ``table`` (all, or one barrier) after a failure.
 

@@ -166,3 +166,32 @@ def test_every_topology_of_a_domain_logs_every_barrier_and_rebuilds_from_its_log
     assert fresh.barriers.create_barrier("team_b", {WORDS: 3, CLICKS: 1}, barrier_log=log_b).barrier == 4
     assert [e.barrier for e in read_barrier_log(log_a)] == [1, 2, 3, 4]  # team_a's log recorded by the rebuild
     fresh.dispose()
+
+
+def test_the_emitter_reads_the_other_topologys_root_under_the_domain_lock(store: MetaStore, tmp_path) -> None:
+    """``TsbBarrierHook.generate_at`` of team_a records team_b's root table too, read at its
+    registered location in the generation's transaction; an unreadable one is refused naming the
+    table and its location, and no barrier is generated."""
+    import shutil
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from airflow_provider_tsb.hooks.barrier import RootTableError, TsbBarrierHook, read_root_versions
+
+    wh = str(tmp_path / "wh")
+    a, b = team_a(wh), team_b(wh)
+    for _ in range(2):
+        write_deltalake(a.location(WORDS), pa.table({"n": [1]}), mode="append")
+    for _ in range(3):
+        write_deltalake(b.location(CLICKS), pa.table({"n": [1]}), mode="append")
+    store.registry.register_topology(a)
+    store.registry.register_topology(b)
+    first = TsbBarrierHook(a).generate_at(store, read_root_versions(a), "a/1")
+    assert first is not None and first.barrier == 1
+    assert store.barriers.barrier("team_b", 1).root_versions == {WORDS: 1, CLICKS: 2}
+    assert store.table_states.table_state(WORDS, 1).file_count == 2  # team_a's own root: figures recorded
+    shutil.rmtree(b.location(CLICKS))
+    with pytest.raises(RootTableError, match=rf"root table '{CLICKS}' at '{b.location(CLICKS)}'.*team_a"):
+        TsbBarrierHook(a).generate_at(store, read_root_versions(a), "a/2")
+    assert store.barriers.latest_barrier("team_a").barrier == 1

@@ -55,3 +55,25 @@ def test_a_topology_has_one_barrier_time_kind(core: MetastoreCore, registry: Reg
     again = barriers.create_barrier(TOPOLOGY, {WORDS: 1}, run_key="by-hand", ts_kind="event")
     assert (again.barrier, again.ts_kind, again.created) == (first.barrier, "system", False)
     assert barriers.create_barrier(TOPOLOGY, {WORDS: 2}).barrier == 2
+
+
+def test_a_late_event_time_watermark_is_refused_or_raised_to_the_last(
+    core: MetastoreCore, registry: RegistryManager
+) -> None:
+    """An event-time barrier never goes back in time: a watermark below the previous barrier's is
+    refused, or raised to it with ``raise_late_watermark`` (the emitter's empty final epoch); the
+    root figures go on the WRITTEN row with the version."""
+    barriers = BarrierManager(core)
+    barriers.create_barrier(TOPOLOGY, {WORDS: 1}, ts_ms=5_000, ts_kind="event")
+    with pytest.raises(TopologyError, match="would go backwards: watermark 4000 < 5000 of barrier 1"):
+        barriers.create_barrier(TOPOLOGY, {WORDS: 2}, ts_ms=4_000, ts_kind="event")
+    late = barriers.create_barrier(TOPOLOGY, {WORDS: 2}, ts_ms=4_000, ts_kind="event", raise_late_watermark=True,
+                                   root_figures={WORDS: (3, 4_096)})
+    assert (late.barrier, late.ts_ms) == (2, 5_000)
+    on_time = barriers.create_barrier(TOPOLOGY, {WORDS: 3}, ts_ms=6_000, ts_kind="event", raise_late_watermark=True)
+    assert (on_time.barrier, on_time.ts_ms) == (3, 6_000)
+    from airflow_provider_tsb.metastore.table_states import TableStateManager
+
+    states = TableStateManager(core)
+    assert (states.table_state(WORDS, 2).file_count, states.table_state(WORDS, 2).size_bytes) == (3, 4_096)
+    assert states.table_state(WORDS, 3).file_count is None
