@@ -22,7 +22,10 @@ Schema, one row per barrier:
 Each barrier is one Delta commit carrying the app transaction
 ``txn(appId="tsb-barrier-log:<topology>", version=<barrier>)`` (Delta protocol "Transaction
 Identifiers"), so the newest barrier in the log is the newest commit's
-(:func:`logged_barrier`), and commit metadata ``tsb.barrier_log.barrier``. Barrier generation
+(:func:`logged_barrier`), and commit metadata ``tsb.barrier_log.barrier``. Once the log exists,
+a local log's rows are appended by tsb's own blind-append commits
+(:func:`~airflow_provider_tsb.delta.direct_append.append_file`; delta-rs creates the log,
+replaces a leftover row, compacts it, and writes every commit to an object store). Barrier generation
 writes the row under the topology lock *before* the metastore transaction that makes the
 barrier visible commits (:meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create_barrier`):
 a crash in between leaves a log row for a barrier no job ever saw, and the next generation
@@ -66,10 +69,11 @@ APP_ID_PREFIX = "tsb-barrier-log:"
 #: Commit metadata key: the barrier a barrier-log commit holds.
 LOG_BARRIER_KEY = "tsb.barrier_log.barrier"
 
-#: Barrier-log commits between two compactions of its one-row files: a delta-rs commit costs
-#: time in proportion to the table's live files (an append to the log took 11 ms at 100 files,
-#: 31 ms at 400 and 68 ms at 800 here; 14 ms again once compacted), so an uncompacted log made
-#: every barrier generation slower than the one before (``benchmarks/generation_history.py``).
+#: Barrier-log commits between two compactions of its one-row files. A generation's own append
+#: is flat in the log's length (:mod:`.direct_append`), but a delta-rs commit to the log (a
+#: crash leftover's replacement, an object store, the compaction itself) and every reader's load
+#: cost time in proportion to its live files (a delta-rs append took 11 ms at 100 files, 31 ms at
+#: 400 and 68 ms at 800 here; 14 ms again once compacted, ``benchmarks/generation_history.py``).
 COMPACT_EVERY = 100
 
 #: The barrier log's table properties, set when it is created (and on a log created before

@@ -109,37 +109,30 @@ class BarrierManager:
         existing barrier if ``run_key`` was used before (idempotent per DAG run), else insert
         barrier ``max + 1`` in every topology of the domain (same id, timestamp and root
         versions: :mod:`.domains`) and a WRITTEN row with the Delta version of every root table
-        of the domain.
+        of the domain. The new id is checked against Delta first (:mod:`.barrier_history`).
 
         Args:
             topology: topology name (registered).
-            root_versions: {root table: Delta version} read just before the call; must name
-                every registered root table of the topology's barrier domain
-                (``store.domains.barrier_domain`` lists them; a topology alone is its own domain).
+            root_versions: {root table: Delta version} read just before the call: every root
+                table of the barrier domain (``store.domains.barrier_domain``), or the topology's
+                own with ``read_root_version``.
             ts_ms: barrier timestamp, epoch ms; system time when omitted.
             ts_kind: ``system`` or ``event`` (``ts_ms`` is then the event-time watermark).
             run_key: idempotency key, e.g. the Airflow DAG run id.
-            final: mark the barrier as the end of a bounded input (FLIP-147): streaming jobs
-                stop after committing it. Later barriers may still be generated (a new stretch).
-            barrier_log: location of the topology's barrier log, committed to before the
-                barrier is visible (module docstring, "Barrier logs"); ``None``: no log (tests,
-                benchmarks). The new id is checked against Delta first (:mod:`.barrier_history`).
-            root_figures: ``{root table: (live data files, their bytes)}`` at the Delta version
-                ``root_versions`` gives it, recorded on its WRITTEN row (issue 25 item 4: readers
-                and ``tsb check --integrity`` verify later reads against them).
-            read_root_version: ``(root table, its registered location) -> Delta version``, called
-                under the domain's lock for each root table of the domain missing from
-                ``root_versions`` (another topology's, :mod:`.domains`); ``None``: every root
-                table must be in ``root_versions``. What it raises propagates.
-            raise_late_watermark: an event-time ``ts_ms`` below the previous barrier's timestamp
-                is raised to it rather than refused (the emitter's rule: an event-time barrier
-                never goes back in time, so an empty epoch keeps the previous watermark).
+            final: the end of a bounded input (FLIP-147): streaming jobs stop after committing it.
+            barrier_log: the topology's barrier log, committed to before the barrier is visible
+                (module docstring); ``None``: no log (tests, benchmarks).
+            root_figures: ``{root table: (live data files, bytes)}`` at its version in
+                ``root_versions``, recorded on its WRITTEN row (issue 25 item 4).
+            read_root_version: ``(root table, location) -> Delta version``, called under the
+                domain's lock for each domain root missing from ``root_versions`` (what it raises
+                propagates); ``None``: ``root_versions`` names them all.
+            raise_late_watermark: a late event-time ``ts_ms`` is raised to the last, not refused.
 
         Raises:
             UnknownTableError: a root table is missing from ``root_versions`` or unregistered.
             TopologyError: the topology is unknown, a version goes backwards, an event-time
-                timestamp is below the previous barrier's, or ``ts_kind`` is not the one barrier
-                time kind of the topology (barrier domain) so far (the message names both kinds).
+                timestamp goes back, or ``ts_kind`` is not the domain's barrier time kind (named).
             BarrierHistoryError: the new id is already tagged in a table or held by the barrier
                 log (the metastore lost barriers: run ``tsb db rebuild``).
             DeltaLogError: the barrier log commit failed (no barrier is generated).
@@ -158,18 +151,11 @@ class BarrierManager:
                 versions = _with_domain_root_versions(s, roots, versions, read_root_version)
             _check_every_root_versioned(topology, of_domain, roots, versions)
             last = _last_barrier(s, domain_topologies)
-            if raise_late_watermark and ts_ms is not None and last is not None and last.ts_kind == TsKind.EVENT:
-                ts_ms = max(ts_ms, last.ts_ms)
-            ts = _barrier_timestamp(topology, of_domain, last, ts_ms, ts_kind, created_at)
+            ts = _barrier_timestamp(topology, of_domain, last, ts_ms, ts_kind, created_at, raise_late_watermark)
             _check_roots_go_forward(s, last, roots, versions)
             barrier = (last.barrier_id if last is not None else 0) + 1
             new = BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, {}, final=bool(final))
-            _insert_domain_barrier(s, new, domain_topologies)
-            _record_root_versions(s, barrier, roots, versions, created_at, root_figures or {})
-            read_by = _roots_read(s, domain_topologies)
-            if barrier_log is not None:  # last step before the commit: module docstring, "Barrier logs"
-                _log_domain_barrier(s, new, barrier_log, domain_topologies, versions, read_by)
-            own = {n: versions[n] for n in sorted(read_by.get(topology, ()))}
+            own = _write_domain_barrier(s, new, domain_topologies, roots, versions, root_figures or {}, barrier_log)
             return BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, own, final=bool(final))
 
     def barrier(self, topology: str, barrier: int) -> BarrierInfo:
@@ -292,11 +278,13 @@ def _check_every_root_versioned(
 
 def _barrier_timestamp(
     topology: str, of_domain: str, last: BarrierRow | None, ts_ms: int | None, ts_kind: TsKind | str,
-    created_at: int,
+    created_at: int, raise_late_watermark: bool = False,
 ) -> int:
     """The new barrier's timestamp (epoch ms): ``ts_ms``, else ``created_at`` never below the
     previous system-time barrier's. TopologyError if the barrier time kind changes or an
-    event-time watermark goes backwards."""
+    event-time watermark goes backwards (unless ``raise_late_watermark``: raised to the last)."""
+    if raise_late_watermark and ts_ms is not None and last is not None and last.ts_kind == TsKind.EVENT:
+        ts_ms = max(ts_ms, last.ts_ms)
     if last is not None and last.ts_kind != ts_kind:
         raise TopologyError(_other_kind_message(topology, of_domain, last, str(ts_kind)))
     ts = int(ts_ms if ts_ms is not None else created_at)
@@ -339,6 +327,21 @@ def _check_roots_go_forward(
                 f"{prev[table_id]} recorded at barrier {last.barrier_id}; a root table "
                 "must not be restored under a running topology"
             )
+
+
+def _write_domain_barrier(
+    s: Session, new: BarrierInfo, domain_topologies: list[str], roots: Mapping[str, int],
+    versions: Mapping[str, int], figures: Mapping[str, tuple[int, int]], barrier_log: str | None,
+) -> dict[str, int]:
+    """Insert barrier ``new`` in the domain with its root versions (and ``figures``), then commit
+    it to the barrier logs (the last step before the metastore commit: module docstring,
+    "Barrier logs"). Returns the root versions ``new.topology`` reads."""
+    _insert_domain_barrier(s, new, domain_topologies)
+    _record_root_versions(s, new.barrier, roots, versions, new.created_at_ms, figures)
+    read_by = _roots_read(s, domain_topologies)
+    if barrier_log is not None:
+        _log_domain_barrier(s, new, barrier_log, domain_topologies, versions, read_by)
+    return {n: versions[n] for n in sorted(read_by.get(new.topology, ()))}
 
 
 def _insert_domain_barrier(s: Session, new: BarrierInfo, domain_topologies: list[str]) -> None:
