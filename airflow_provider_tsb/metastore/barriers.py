@@ -27,7 +27,7 @@ from airflow_provider_tsb.exceptions import (
 from airflow_provider_tsb.metastore.barrier_history import check_tables, log_barrier
 from airflow_provider_tsb.metastore.base import MetastoreCore, checked_int
 from airflow_provider_tsb.metastore.compat import call_namesake
-from airflow_provider_tsb.metastore.domains import domain_roots, lock_domain
+from airflow_provider_tsb.metastore.domains import LockedDomain, lock_domain
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
     TableBarrierRow,
@@ -44,24 +44,28 @@ from airflow_provider_tsb.metastore.records import (
 from airflow_provider_tsb.names import normalize_table_name
 
 
-def _roots_read(s: Session, topologies: list[str]) -> dict[str, set[str]]:
-    """``{topology: names of the root tables it reads}`` (own and shared; :mod:`.domains`)."""
-    out: dict[str, set[str]] = {}
-    for topology, name in s.execute(
-        select(TopologyRootRow.topology, TableRow.name).join(TableRow, TableRow.id == TopologyRootRow.table_id)
-        .where(TopologyRootRow.topology.in_(topologies))
+def _domain_roots_read(s: Session, topologies: list[str]) -> tuple[dict[str, int], dict[str, set[str]]]:
+    """``({root table name: table id}, {topology: names of the root tables it reads})`` of
+    ``topologies`` (own and shared; :mod:`.domains`), in one query."""
+    roots: dict[str, int] = {}
+    read_by: dict[str, set[str]] = {}
+    for topology, name, table_id, kind in s.execute(
+        select(TopologyRootRow.topology, TableRow.name, TableRow.id, TableRow.kind)
+        .join(TableRow, TableRow.id == TopologyRootRow.table_id).where(TopologyRootRow.topology.in_(topologies))
     ):
-        out.setdefault(topology, set()).add(name)
-    return out
+        read_by.setdefault(topology, set()).add(name)
+        if kind == "root":
+            roots[name] = table_id
+    return roots, read_by
 
 
-def _member_logs(s: Session, topology: str, barrier_log: str, members: list[str]) -> dict[str, str]:
+def _member_logs(s: Session, topology: str, barrier_log: str, recorded: Mapping[str, str | None]) -> dict[str, str]:
     """Barrier log locations to write: ``topology``'s (recorded on its row for the other topologies
-    of the domain) and those recorded by the other topologies of its domain, in name order."""
-    s.execute(update(TopologyRow).where(TopologyRow.name == topology).values(barrier_log=barrier_log))
-    others = [m for m in members if m != topology]
-    logs = dict(s.execute(select(TopologyRow.name, TopologyRow.barrier_log).where(
-        TopologyRow.name.in_(others), TopologyRow.barrier_log.is_not(None))).all()) if others else {}
+    of the domain, when it changed) and those recorded by the other topologies of its domain
+    (``recorded``, read when the domain was locked), in name order."""
+    if recorded.get(topology) != barrier_log:
+        s.execute(update(TopologyRow).where(TopologyRow.name == topology).values(barrier_log=barrier_log))
+    logs = {name: log for name, log in recorded.items() if name != topology and log is not None}
     logs[topology] = barrier_log
     return dict(sorted(logs.items()))
 
@@ -140,22 +144,22 @@ class BarrierManager:
         """
         versions, ts_ms = _checked_request(root_versions, ts_ms, ts_kind)
         with self._core.transaction(write=True) as s:
-            domain, domain_topologies = _lock_registered_domain(s, topology)
+            locked = _lock_registered_domain(s, topology)
+            domain_topologies = locked.topologies
             created_at = now_ms()  # under the domain's locks: timestamps rise with barrier ids
             found = _barrier_of_run(s, topology, run_key)
             if found is not None:
                 return barrier_info(s, found, created=False)
-            roots = domain_roots(s, domain_topologies)
-            of_domain = "" if domain_topologies == [topology] else f" (barrier domain {domain!r}: {domain_topologies})"
-            if read_root_version is not None:
-                versions = _with_domain_root_versions(s, roots, versions, read_root_version)
-            _check_every_root_versioned(topology, of_domain, roots, versions)
+            roots, read_by = _domain_roots_read(s, domain_topologies)
+            of_domain = f" (barrier domain {locked.name!r}: {domain_topologies})" if len(domain_topologies) > 1 else ""
+            versions = _with_domain_root_versions(s, topology, of_domain, roots, versions, read_root_version)
             last = _last_barrier(s, domain_topologies)
             ts = _barrier_timestamp(topology, of_domain, last, ts_ms, ts_kind, created_at, raise_late_watermark)
             _check_roots_go_forward(s, last, roots, versions)
             barrier = (last.barrier_id if last is not None else 0) + 1
             new = BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, {}, final=bool(final))
-            own = _write_domain_barrier(s, new, domain_topologies, roots, versions, root_figures or {}, barrier_log)
+            _write_domain_barrier(s, new, locked, roots, read_by, versions, root_figures, barrier_log, last)
+            own = {n: versions[n] for n in sorted(read_by.get(topology, ()))}
             return BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, own, final=bool(final))
 
     def barrier(self, topology: str, barrier: int) -> BarrierInfo:
@@ -240,9 +244,9 @@ def _checked_request(
     return versions, ts_ms
 
 
-def _lock_registered_domain(s: Session, topology: str) -> tuple[str, list[str]]:
-    """Lock the topologies of ``topology``'s barrier domain: ``(domain, its topologies)``;
-    TopologyError if ``topology`` is not registered."""
+def _lock_registered_domain(s: Session, topology: str) -> LockedDomain:
+    """Lock the topologies of ``topology``'s barrier domain and return it; TopologyError if
+    ``topology`` is not registered."""
     locked = lock_domain(s, topology)
     if locked is None:
         raise TopologyError(
@@ -330,18 +334,17 @@ def _check_roots_go_forward(
 
 
 def _write_domain_barrier(
-    s: Session, new: BarrierInfo, domain_topologies: list[str], roots: Mapping[str, int],
-    versions: Mapping[str, int], figures: Mapping[str, tuple[int, int]], barrier_log: str | None,
-) -> dict[str, int]:
+    s: Session, new: BarrierInfo, domain: LockedDomain, roots: Mapping[str, int], read_by: Mapping[str, set[str]],
+    versions: Mapping[str, int], figures: Mapping[str, tuple[int, int]] | None, barrier_log: str | None,
+    last: BarrierRow | None,
+) -> None:
     """Insert barrier ``new`` in the domain with its root versions (and ``figures``), then commit
-    it to the barrier logs (the last step before the metastore commit: module docstring,
-    "Barrier logs"). Returns the root versions ``new.topology`` reads."""
-    _insert_domain_barrier(s, new, domain_topologies)
-    _record_root_versions(s, new.barrier, roots, versions, new.created_at_ms, figures)
-    read_by = _roots_read(s, domain_topologies)
+    it to the barrier logs: the last step before the metastore commit (module docstring,
+    "Barrier logs"). ``last``: the domain's barrier before."""
+    _insert_domain_barrier(s, new, domain.topologies)
+    _record_root_versions(s, new.barrier, roots, versions, new.created_at_ms, figures or {})
     if barrier_log is not None:
-        _log_domain_barrier(s, new, barrier_log, domain_topologies, versions, read_by)
-    return {n: versions[n] for n in sorted(read_by.get(new.topology, ()))}
+        _log_domain_barrier(s, new, barrier_log, domain, versions, read_by, last is not None)
 
 
 def _insert_domain_barrier(s: Session, new: BarrierInfo, domain_topologies: list[str]) -> None:
@@ -363,18 +366,21 @@ def _insert_domain_barrier(s: Session, new: BarrierInfo, domain_topologies: list
 
 
 def _with_domain_root_versions(
-    s: Session, roots: Mapping[str, int], versions: Mapping[str, int], read_root_version: Callable[[str, str], int],
+    s: Session, topology: str, of_domain: str, roots: Mapping[str, int], versions: Mapping[str, int],
+    read_root_version: Callable[[str, str], int] | None,
 ) -> dict[str, int]:
-    """``versions`` plus the Delta version ``read_root_version`` reads for each root table of the
-    domain (``roots``) it lacks, at the table's registered location."""
+    """``versions`` plus the Delta version ``read_root_version`` (if given) reads for each root
+    table of the domain (``roots``) it lacks, at the table's registered location; then checked
+    to name every root table of the domain (:func:`_check_every_root_versioned`)."""
     missing = {table_id: name for name, table_id in roots.items() if name not in versions}
     out = dict(versions)
-    if missing:
+    if missing and read_root_version is not None:
         for table_id, location in s.execute(
             select(TableRow.id, TableRow.location).where(TableRow.id.in_(list(missing)))
         ).all():
             name = missing[table_id]
             out[name] = checked_int(read_root_version(name, location), f"the Delta version of root table {name!r}")
+    _check_every_root_versioned(topology, of_domain, roots, out)
     return out
 
 
@@ -404,17 +410,22 @@ def _record_root_versions(
 
 
 def _log_domain_barrier(
-    s: Session, new: BarrierInfo, barrier_log: str, domain_topologies: list[str],
-    versions: Mapping[str, int], read_by: Mapping[str, set[str]],
+    s: Session, new: BarrierInfo, barrier_log: str, domain: LockedDomain,
+    versions: Mapping[str, int], read_by: Mapping[str, set[str]], domain_had_barriers: bool,
 ) -> None:
     """Commit barrier ``new`` to ``new.topology``'s barrier log (``barrier_log``, recorded on its
     row) and to those recorded by the other topologies of its domain, each with the root
-    versions that topology reads."""
+    versions that topology reads. ``domain_had_barriers``: the domain had a barrier before."""
     from airflow_provider_tsb.delta.barrier_log import BarrierLogEntry  # deltalake: not at DAG parse time
 
-    logs = _member_logs(s, new.topology, barrier_log, domain_topologies)
-    had = set(s.scalars(select(BarrierRow.topology).distinct().where(
-        BarrierRow.topology.in_(list(logs)), BarrierRow.barrier_id < new.barrier)))
+    logs = _member_logs(s, new.topology, barrier_log, domain.barrier_logs)
+    if not domain_had_barriers:
+        had: set[str] = set()
+    elif domain.topologies == [new.topology]:  # a domain of one: its barriers are the topology's
+        had = {new.topology}
+    else:
+        had = set(s.scalars(select(BarrierRow.topology).distinct().where(
+            BarrierRow.topology.in_(list(logs)), BarrierRow.barrier_id < new.barrier)))
     for member, location in logs.items():
         entry = BarrierLogEntry(
             member, new.barrier, new.ts_ms, str(new.ts_kind), bool(new.final), new.created_at_ms,
