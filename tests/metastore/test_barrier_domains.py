@@ -195,3 +195,23 @@ def test_the_emitter_reads_the_other_topologys_root_under_the_domain_lock(store:
     with pytest.raises(RootTableError, match=rf"root table '{CLICKS}' at '{b.location(CLICKS)}'.*team_a"):
         TsbBarrierHook(a).generate_at(store, read_root_versions(a), "a/2")
     assert store.barriers.latest_barrier("team_a").barrier == 1
+
+
+def test_a_moved_barrier_log_is_recorded_for_the_domain(store: MetaStore, tmp_path) -> None:
+    """The barrier log location is written on the topology's row only when it changed, and a
+    change is what the other topologies of the domain log to from then on; a domain of one knows
+    its first barrier without a query (the log refuses a second "first")."""
+    from airflow_provider_tsb.delta.barrier_log import read_barrier_log
+
+    wh = str(tmp_path / "wh")
+    old_a, new_a, log_b = str(tmp_path / "a_old"), str(tmp_path / "a_new"), str(tmp_path / "b")
+    store.registry.register_topology(team_a(wh))
+    store.barriers.create_barrier("team_a", {WORDS: 0}, barrier_log=old_a)
+    store.barriers.create_barrier("team_a", {WORDS: 1}, barrier_log=old_a)  # a domain of one, not its first
+    store.registry.register_topology(team_b(wh))
+    store.barriers.create_barrier("team_b", {WORDS: 2, CLICKS: 0}, barrier_log=log_b)
+    store.barriers.create_barrier("team_a", {WORDS: 3, CLICKS: 0}, barrier_log=new_a)  # team_a's warehouse moved
+    store.barriers.create_barrier("team_b", {WORDS: 4, CLICKS: 0}, barrier_log=log_b)
+    assert [e.barrier for e in read_barrier_log(old_a)] == [1, 2, 3]
+    assert [e.barrier for e in read_barrier_log(new_a)] == [4, 5]
+    assert [e.barrier for e in read_barrier_log(log_b)] == [3, 4, 5]
