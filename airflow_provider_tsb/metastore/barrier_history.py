@@ -13,6 +13,7 @@ read; for the log one cached-snapshot update.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select
@@ -20,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import TopologyError, UnknownBarrierError
 from airflow_provider_tsb.metastore.domains import domain_name, members
-from airflow_provider_tsb.metastore.models import BarrierRow, TableRow
+from airflow_provider_tsb.metastore.models import BarrierRow
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.delta.barrier_log import BarrierLogEntry
@@ -51,8 +52,12 @@ class BarrierHistoryError(TopologyError):
         self.where = where
 
 
-def check_tables(s: Session, topology: str, barrier: int) -> None:
+def check_tables(topology: str, barrier: int, tables: Sequence[tuple[str, str]]) -> None:
     """Refuse ``barrier`` when an intermediate table of ``topology`` is tagged with it or a later one.
+
+    Args:
+        tables: ``[(table name, location)]`` of ``topology``'s intermediate tables, read by the
+            caller in its transaction.
 
     Raises:
         BarrierHistoryError: names the table, its location, the barrier found and the fix.
@@ -61,11 +66,7 @@ def check_tables(s: Session, topology: str, barrier: int) -> None:
     from airflow_provider_tsb.delta.errors import DeltaLogError
     from airflow_provider_tsb.delta.log import normalize_location
 
-    rows = s.execute(
-        select(TableRow.name, TableRow.location).where(TableRow.topology == topology, TableRow.kind != "root")
-        .order_by(TableRow.name)
-    ).all()
-    for name, location in rows:
+    for name, location in tables:
         try:
             found = latest_written_barrier(location)
         except DeltaLogError:  # no tsb commit left in the retained log (cleaned up): nothing to collide with

@@ -14,9 +14,10 @@ Before a new id is used, the topology's intermediate tables and its barrier log 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import and_, func, insert, null, or_, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import (
@@ -44,19 +45,52 @@ from airflow_provider_tsb.metastore.records import (
 from airflow_provider_tsb.names import normalize_table_name
 
 
-def _domain_roots_read(s: Session, topologies: list[str]) -> tuple[dict[str, int], dict[str, set[str]]]:
-    """``({root table name: table id}, {topology: names of the root tables it reads})`` of
-    ``topologies`` (own and shared; :mod:`.domains`), in one query."""
-    roots: dict[str, int] = {}
-    read_by: dict[str, set[str]] = {}
-    for topology, name, table_id, kind in s.execute(
-        select(TopologyRootRow.topology, TableRow.name, TableRow.id, TableRow.kind)
-        .join(TableRow, TableRow.id == TopologyRootRow.table_id).where(TopologyRootRow.topology.in_(topologies))
-    ):
-        read_by.setdefault(topology, set()).add(name)
-        if kind == "root":
-            roots[name] = table_id
-    return roots, read_by
+@dataclass(frozen=True)
+class _DomainTables:
+    """The tables a barrier generation of a domain needs (:func:`_domain_tables`).
+
+    Attributes:
+        roots: ``{root table name: table id}`` of the root tables the domain reads.
+        locations: ``{root table name: location}``.
+        previous: ``{root table name: Delta version}`` recorded at the domain's last barrier.
+        read_by: ``{topology: names of the tables it reads as roots}`` (own and shared).
+        owned: ``{topology: [(intermediate table name, location)]}``, by name: the tables whose
+            barrier tags the new id is checked against (:mod:`.barrier_history`).
+    """
+
+    roots: dict[str, int]
+    locations: dict[str, str]
+    previous: dict[str, int]
+    read_by: dict[str, set[str]]
+    owned: dict[str, list[tuple[str, str]]]
+
+
+def _domain_tables(s: Session, topologies: list[str], last: BarrierRow | None) -> _DomainTables:
+    """The tables of ``topologies`` (a domain) that a generation reads and checks, with the root
+    versions recorded at barrier ``last``, in one query."""
+    reader = TopologyRootRow.topology.in_(topologies)
+    query = select(TableRow.name, TableRow.id, TableRow.kind, TableRow.location, TableRow.topology,
+                   TopologyRootRow.topology.label("reader"))
+    if last is None:
+        query = query.add_columns(null().label("previous"))
+    else:
+        query = query.add_columns(TableBarrierRow.version.label("previous")).outerjoin(TableBarrierRow, and_(
+            TableBarrierRow.table_id == TableRow.id, TableBarrierRow.barrier_id == last.barrier_id))
+    rows = s.execute(query.outerjoin(TopologyRootRow, and_(TopologyRootRow.table_id == TableRow.id, reader)).where(
+        or_(TopologyRootRow.topology.is_not(None), and_(TableRow.topology.in_(topologies), TableRow.kind != "root"))
+    ).order_by(TableRow.name)).all()
+    out = _DomainTables({}, {}, {}, {}, {})
+    for row in rows:
+        if row.reader is not None:
+            out.read_by.setdefault(row.reader, set()).add(row.name)
+        if row.kind == "root" and row.reader is not None:
+            out.roots[row.name], out.locations[row.name] = row.id, row.location
+            if row.previous is not None:
+                out.previous[row.name] = int(row.previous)
+        elif row.kind != "root" and row.topology in topologies and (row.name, row.location) not in out.owned.get(
+                row.topology, ()):
+            out.owned.setdefault(row.topology, []).append((row.name, row.location))
+    return out
 
 
 def _member_logs(s: Session, topology: str, barrier_log: str, recorded: Mapping[str, str | None]) -> dict[str, str]:
@@ -147,19 +181,18 @@ class BarrierManager:
             locked = _lock_registered_domain(s, topology)
             domain_topologies = locked.topologies
             created_at = now_ms()  # under the domain's locks: timestamps rise with barrier ids
-            found = _barrier_of_run(s, topology, run_key)
+            found, last = _run_and_last(s, topology, domain_topologies, run_key)
             if found is not None:
                 return barrier_info(s, found, created=False)
-            roots, read_by = _domain_roots_read(s, domain_topologies)
+            tables = _domain_tables(s, domain_topologies, last)
             of_domain = f" (barrier domain {locked.name!r}: {domain_topologies})" if len(domain_topologies) > 1 else ""
-            versions = _with_domain_root_versions(s, topology, of_domain, roots, versions, read_root_version)
-            last = _last_barrier(s, domain_topologies)
+            versions = _with_domain_root_versions(topology, of_domain, tables, versions, read_root_version)
             ts = _barrier_timestamp(topology, of_domain, last, ts_ms, ts_kind, created_at, raise_late_watermark)
-            _check_roots_go_forward(s, last, roots, versions)
+            _check_roots_go_forward(last, tables, versions)
             barrier = (last.barrier_id if last is not None else 0) + 1
             new = BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, {}, final=bool(final))
-            _write_domain_barrier(s, new, locked, roots, read_by, versions, root_figures, barrier_log, last)
-            own = {n: versions[n] for n in sorted(read_by.get(topology, ()))}
+            _write_domain_barrier(s, new, locked, tables, versions, root_figures, barrier_log, last)
+            own = {n: versions[n] for n in sorted(tables.read_by.get(topology, ()))}
             return BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, own, final=bool(final))
 
     def barrier(self, topology: str, barrier: int) -> BarrierInfo:
@@ -256,11 +289,19 @@ def _lock_registered_domain(s: Session, topology: str) -> LockedDomain:
     return locked
 
 
-def _barrier_of_run(s: Session, topology: str, run_key: str | None) -> BarrierRow | None:
-    """The barrier of ``topology`` generated for ``run_key`` before (idempotency per DAG run), if any."""
-    if run_key is None:
-        return None
-    return s.scalar(select(BarrierRow).where(BarrierRow.topology == topology, BarrierRow.run_key == run_key))
+def _run_and_last(
+    s: Session, topology: str, domain_topologies: list[str], run_key: str | None
+) -> tuple[BarrierRow | None, BarrierRow | None]:
+    """``(the barrier of topology generated for run_key before, the domain's newest barrier)``, in
+    one query; each ``None`` when there is none (idempotency per DAG run)."""
+    newest = select(func.max(BarrierRow.barrier_id)).where(BarrierRow.topology.in_(domain_topologies))
+    wanted = BarrierRow.barrier_id == newest.scalar_subquery()
+    if run_key is not None:
+        wanted = or_(wanted, and_(BarrierRow.topology == topology, BarrierRow.run_key == run_key))
+    rows = s.scalars(select(BarrierRow).where(BarrierRow.topology.in_(domain_topologies), wanted)).all()
+    found = next((r for r in rows if run_key is not None and r.topology == topology and r.run_key == run_key), None)
+    last = max(rows, key=lambda r: (r.barrier_id, r.topology == topology), default=None)
+    return found, last
 
 
 def _check_every_root_versioned(
@@ -302,85 +343,60 @@ def _barrier_timestamp(
     return ts
 
 
-def _last_barrier(s: Session, domain_topologies: list[str]) -> BarrierRow | None:
-    """The newest barrier of the domain, if any."""
-    return s.scalar(
-        select(BarrierRow).where(BarrierRow.topology.in_(domain_topologies))
-        .order_by(BarrierRow.barrier_id.desc()).limit(1)
-    )
-
-
-def _check_roots_go_forward(
-    s: Session, last: BarrierRow | None, roots: Mapping[str, int], versions: Mapping[str, int]
-) -> None:
+def _check_roots_go_forward(last: BarrierRow | None, tables: _DomainTables, versions: Mapping[str, int]) -> None:
     """TopologyError if a root table's Delta version is below the one recorded at barrier ``last``."""
-    if last is None:
-        return
-    prev = dict(
-        s.execute(
-            select(TableBarrierRow.table_id, TableBarrierRow.version).where(
-                TableBarrierRow.barrier_id == last.barrier_id,
-                TableBarrierRow.table_id.in_(list(roots.values())),
-            )
-        ).all()
-    )
-    for name, table_id in roots.items():
-        if table_id in prev and prev[table_id] is not None and versions[name] < prev[table_id]:
+    for name, previous in tables.previous.items():
+        if last is not None and versions[name] < previous:
             raise TopologyError(
                 f"root table {name!r} is at Delta version {versions[name]}, below version "
-                f"{prev[table_id]} recorded at barrier {last.barrier_id}; a root table "
+                f"{previous} recorded at barrier {last.barrier_id}; a root table "
                 "must not be restored under a running topology"
             )
 
 
 def _write_domain_barrier(
-    s: Session, new: BarrierInfo, domain: LockedDomain, roots: Mapping[str, int], read_by: Mapping[str, set[str]],
-    versions: Mapping[str, int], figures: Mapping[str, tuple[int, int]] | None, barrier_log: str | None,
-    last: BarrierRow | None,
+    s: Session, new: BarrierInfo, domain: LockedDomain, tables: _DomainTables, versions: Mapping[str, int],
+    figures: Mapping[str, tuple[int, int]] | None, barrier_log: str | None, last: BarrierRow | None,
 ) -> None:
-    """Insert barrier ``new`` in the domain with its root versions (and ``figures``), then commit
-    it to the barrier logs: the last step before the metastore commit (module docstring,
-    "Barrier logs"). ``last``: the domain's barrier before."""
+    """Check the new id against each topology's Delta history (:mod:`.barrier_history`), insert
+    barrier ``new`` in the domain with its root versions (and ``figures``), then commit it to the
+    barrier logs: the last step before the metastore commit (module docstring, "Barrier logs").
+    ``last``: the domain's barrier before."""
+    for member in domain.topologies:
+        check_tables(member, new.barrier, tables.owned.get(member, []))
     _insert_domain_barrier(s, new, domain.topologies)
-    _record_root_versions(s, new.barrier, roots, versions, new.created_at_ms, figures or {})
+    _record_root_versions(s, new.barrier, tables.roots, versions, new.created_at_ms, figures or {})
     if barrier_log is not None:
-        _log_domain_barrier(s, new, barrier_log, domain, versions, read_by, last is not None)
+        _log_domain_barrier(s, new, barrier_log, domain, versions, tables.read_by, last is not None)
 
 
 def _insert_domain_barrier(s: Session, new: BarrierInfo, domain_topologies: list[str]) -> None:
     """Insert barrier ``new`` in every topology of the domain (the run key on ``new.topology``'s
-    row only), then check the new id against each topology's Delta history (:mod:`.barrier_history`)."""
-    for member in domain_topologies:  # one barrier, the same in every topology of the domain
-        s.add(BarrierRow(
-            topology=member,
-            barrier_id=new.barrier,
-            ts_ms=new.ts_ms,
-            ts_kind=new.ts_kind,
-            created_at_ms=new.created_at_ms,
-            run_key=new.run_key if member == new.topology else None,
-            final=bool(new.final),
-        ))
-    s.flush()
-    for member in domain_topologies:
-        check_tables(s, member, new.barrier)
+    row only), in one statement."""
+    s.execute(insert(BarrierRow), [  # one barrier, the same in every topology of the domain
+        {
+            "topology": member, "barrier_id": new.barrier, "ts_ms": new.ts_ms, "ts_kind": str(new.ts_kind),
+            "created_at_ms": new.created_at_ms, "run_key": new.run_key if member == new.topology else None,
+            "final": bool(new.final),
+        }
+        for member in domain_topologies
+    ])
 
 
 def _with_domain_root_versions(
-    s: Session, topology: str, of_domain: str, roots: Mapping[str, int], versions: Mapping[str, int],
+    topology: str, of_domain: str, tables: _DomainTables, versions: Mapping[str, int],
     read_root_version: Callable[[str, str], int] | None,
 ) -> dict[str, int]:
     """``versions`` plus the Delta version ``read_root_version`` (if given) reads for each root
-    table of the domain (``roots``) it lacks, at the table's registered location; then checked
-    to name every root table of the domain (:func:`_check_every_root_versioned`)."""
-    missing = {table_id: name for name, table_id in roots.items() if name not in versions}
+    table of the domain (``tables.roots``) it lacks, at the table's registered location; then
+    checked to name every root table of the domain (:func:`_check_every_root_versioned`)."""
     out = dict(versions)
-    if missing and read_root_version is not None:
-        for table_id, location in s.execute(
-            select(TableRow.id, TableRow.location).where(TableRow.id.in_(list(missing)))
-        ).all():
-            name = missing[table_id]
-            out[name] = checked_int(read_root_version(name, location), f"the Delta version of root table {name!r}")
-    _check_every_root_versioned(topology, of_domain, roots, out)
+    if read_root_version is not None:
+        for name in tables.roots:
+            if name not in out:
+                location = tables.locations[name]
+                out[name] = checked_int(read_root_version(name, location), f"the Delta version of root table {name!r}")
+    _check_every_root_versioned(topology, of_domain, tables.roots, out)
     return out
 
 

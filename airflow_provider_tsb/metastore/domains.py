@@ -96,15 +96,19 @@ class LockedDomain:
     barrier_logs: dict[str, str | None]
 
 
-def _read_domain(s: Session, topology: str) -> LockedDomain | None:
+def _read_domain(s: Session, topology: str, *, lock: bool = False) -> LockedDomain | None:
     """``topology``'s domain, its topologies and their barrier logs in one query (``None`` if
-    ``topology`` is not registered)."""
+    ``topology`` is not registered); with ``lock``, their rows are locked in name order
+    (PostgreSQL ``SELECT ... ORDER BY name FOR NO KEY UPDATE``, so inserts that reference them do
+    not wait; SQLite serialises writers anyway)."""
     of = select(func.coalesce(TopologyRow.barrier_domain, TopologyRow.name)).where(
         TopologyRow.name == topology).scalar_subquery()
-    rows = s.execute(select(TopologyRow.name, TopologyRow.barrier_domain, TopologyRow.barrier_log).where(or_(
+    query = select(TopologyRow.name, TopologyRow.barrier_domain, TopologyRow.barrier_log).where(or_(
         TopologyRow.name == topology, TopologyRow.barrier_domain == of,
         and_(TopologyRow.name == of, TopologyRow.barrier_domain.is_(None)),
-    ))).all()
+    ))
+    locked = query.order_by(TopologyRow.name).with_for_update(key_share=True)  # the lock an UPDATE takes
+    rows = s.execute(locked if lock else query).all()
     own = next((row for row in rows if row.name == topology), None)
     if own is None:
         return None
@@ -117,16 +121,14 @@ def lock_domain(s: Session, topology: str) -> LockedDomain | None:
     """Lock the topology rows of ``topology``'s domain (in name order) and return it; ``None`` if
     ``topology`` is not registered.
 
-    The row locks serialise barrier generation across the domain (PostgreSQL row locks; SQLite
-    serialises writers anyway). The membership is read again after locking, so a concurrent
-    merge is seen. Cost: one query, an ``UPDATE`` per topology, one query."""
+    The row locks serialise barrier generation across the domain (PostgreSQL row locks, which
+    also wait for a revision or a rebuild of the topology; SQLite serialises writers anyway).
+    The membership is read again after locking, so a domain merge committed meanwhile is seen.
+    Cost: two queries."""
     for _ in range(5):
-        found = _read_domain(s, topology)
+        found = _read_domain(s, topology, lock=True)
         if found is None:
             return None
-        for name in found.topologies:
-            s.execute(update(TopologyRow).where(TopologyRow.name == name)
-                      .values(lock_version=TopologyRow.lock_version + 1))
         again = _read_domain(s, topology)
         if again is not None and (again.name, again.topologies) == (found.name, found.topologies):
             return again

@@ -3,8 +3,10 @@
 Snapshot expiry (:mod:`airflow_provider_tsb.maintenance.expiry`) and lease creation
 (:mod:`.leases`) meet here, under one lock per table: the table's ``tsb_table`` row.
 
-* Expiry, in one transaction, locks the row exclusively (``SELECT ... FOR UPDATE`` on
-  PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serialises all writers), reads the live leases, the
+* Expiry, in one transaction, locks the row exclusively (``SELECT ... FOR NO KEY UPDATE`` on
+  PostgreSQL, which excludes leases and other expiries but not the inserts whose foreign key
+  references the row: a barrier's WRITTEN rows do not wait for expiry; SQLite's ``BEGIN
+  IMMEDIATE`` serialises all writers), reads the live leases, the
   newest ``keep_barriers`` WRITTEN barriers and what registered reader jobs still have to read,
   and writes the table's marks (:class:`~airflow_provider_tsb.metastore.records.TableExpiry`).
   Only then does vacuum delete files.
@@ -71,7 +73,7 @@ def lock_tables(s: Session, table_ids: Iterable[int], *, exclusive: bool = False
     if ids:
         s.execute(
             select(TableRow.id).where(TableRow.id.in_(ids)).order_by(TableRow.id)
-            .with_for_update(read=not exclusive)
+            .with_for_update(read=not exclusive, key_share=exclusive)  # module doc
         ).all()
 
 
@@ -334,7 +336,7 @@ def _lock_table(s: Session, canonical: str, dry_run: bool) -> Row[tuple[int, str
     """``(id, location)`` of table ``canonical``, its row locked unless ``dry_run``;
     UnknownTableError if it is not registered."""
     query = select(TableRow.id, TableRow.location).where(TableRow.name == canonical)
-    trow = s.execute(query if dry_run else query.with_for_update()).first()
+    trow = s.execute(query if dry_run else query.with_for_update(key_share=True)).first()  # module doc
     if trow is None:
         raise UnknownTableError(
             f"table {canonical!r} is not registered in the tsb metastore; check the name"

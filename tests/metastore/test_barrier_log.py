@@ -409,13 +409,44 @@ def test_a_generation_is_one_metastore_transaction_with_its_log_commit_last(stor
     commit(topo.location(WORDS))
     store.registry.register_topology(topo)
     commits: list[int] = []
+    statements: list[str] = []
     event.listen(store.core.engine, "commit", lambda _conn: commits.append(1))
+    event.listen(store.core.engine, "before_cursor_execute",
+                 lambda _c, _cur, statement, *_a: statements.append(statement.split()[0].upper()))
     hook = TsbBarrierHook(topo)
     assert hook.generate_at(store, read_root_versions(topo), "run/1").barrier == 1
     assert len(commits) == 1, commits
     commit(topo.location(WORDS))
+    statements.clear()
     assert hook.generate_at(store, read_root_versions(topo), "run/2").barrier == 2
     assert len(commits) == 2, commits
+    # the domain locked and read again, the run key and the previous barrier, the tables with
+    # their previous root versions, the barrier, its root versions (SQLite adds BEGIN IMMEDIATE)
+    assert [v for v in statements if v != "BEGIN"] == ["SELECT"] * 4 + ["INSERT"] * 2, statements
     assert [e.barrier for e in read_barrier_log(barrier_log_location(topo.warehouse, "wc"))] == [1, 2]
     assert store.table_states.table_state(WORDS, 2).version == 1
     assert store.table_states.table_state(WORDS, 2).file_count == 2  # recorded with the version
+
+
+def test_a_generation_does_not_wait_for_snapshot_expirys_lock_on_a_root(store: MetaStore, tmp_path) -> None:
+    """Expiry locks a table's row against leases (``metastore/expiry.py``); the WRITTEN row a
+    barrier inserts for the root references that row and must not queue behind it (on
+    PostgreSQL a ``FOR UPDATE`` made every generation wait for the expiry transaction)."""
+    import threading
+
+    from airflow_provider_tsb.metastore.expiry import _lock_table
+
+    if store.core.engine.dialect.name == "sqlite":
+        pytest.skip("SQLite serialises every writer (BEGIN IMMEDIATE): there are no row locks")
+    topo = wordcount(tmp_path)
+    commit(topo.location(WORDS))
+    store.registry.register_topology(topo)
+    generated: list[int] = []
+    with store.core.transaction(write=True) as s:
+        _lock_table(s, WORDS, dry_run=False)  # expiry's lock, held while its transaction runs
+        worker = threading.Thread(target=lambda: generated.append(
+            store.barriers.create_barrier("wc", {WORDS: 0}, run_key="beside-expiry").barrier))
+        worker.start()
+        worker.join(timeout=20)
+        assert generated == [1], "the barrier generation waited for snapshot expiry's lock on the root table"
+    assert store.table_states.table_state(WORDS, 1).version == 0
