@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, insert, null, or_, select, update
+from sqlalchemy import and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import (
@@ -65,20 +65,27 @@ class _DomainTables:
     owned: dict[str, list[tuple[str, str]]]
 
 
+#: the tables of the domain ``:topologies`` (expanding): those its topologies read as roots (with
+#: the version recorded at barrier ``:last``) and their intermediate tables; built once
+_DOMAIN_TABLES = (
+    select(TableRow.name, TableRow.id, TableRow.kind, TableRow.location, TableRow.topology,
+           TopologyRootRow.topology.label("reader"), TableBarrierRow.version.label("previous"))
+    .outerjoin(TableBarrierRow, and_(TableBarrierRow.table_id == TableRow.id,
+                                     TableBarrierRow.barrier_id == bindparam("last")))
+    .outerjoin(TopologyRootRow, and_(TopologyRootRow.table_id == TableRow.id,
+                                     TopologyRootRow.topology.in_(bindparam("topologies", expanding=True))))
+    .where(or_(TopologyRootRow.topology.is_not(None),
+               and_(TableRow.topology.in_(bindparam("topologies", expanding=True)), TableRow.kind != "root")))
+    .order_by(TableRow.name)
+)
+
+
 def _domain_tables(s: Session, topologies: list[str], last: BarrierRow | None) -> _DomainTables:
     """The tables of ``topologies`` (a domain) that a generation reads and checks, with the root
     versions recorded at barrier ``last``, in one query."""
-    reader = TopologyRootRow.topology.in_(topologies)
-    query = select(TableRow.name, TableRow.id, TableRow.kind, TableRow.location, TableRow.topology,
-                   TopologyRootRow.topology.label("reader"))
-    if last is None:
-        query = query.add_columns(null().label("previous"))
-    else:
-        query = query.add_columns(TableBarrierRow.version.label("previous")).outerjoin(TableBarrierRow, and_(
-            TableBarrierRow.table_id == TableRow.id, TableBarrierRow.barrier_id == last.barrier_id))
-    rows = s.execute(query.outerjoin(TopologyRootRow, and_(TopologyRootRow.table_id == TableRow.id, reader)).where(
-        or_(TopologyRootRow.topology.is_not(None), and_(TableRow.topology.in_(topologies), TableRow.kind != "root"))
-    ).order_by(TableRow.name)).all()
+    rows = s.connection().execute(_DOMAIN_TABLES, {
+        "topologies": topologies, "last": last.barrier_id if last is not None else 0,  # ids start at 1
+    }).all()
     out = _DomainTables({}, {}, {}, {}, {})
     for row in rows:
         if row.reader is not None:
@@ -289,16 +296,24 @@ def _lock_registered_domain(s: Session, topology: str) -> LockedDomain:
     return locked
 
 
+#: the barrier ``:topology`` generated for ``:run_key`` and the newest barrier of the domain
+#: ``:topologies`` (expanding); built once
+_RUN_AND_LAST = select(BarrierRow).where(
+    BarrierRow.topology.in_(bindparam("topologies", expanding=True)),
+    or_(
+        BarrierRow.barrier_id == select(func.max(BarrierRow.barrier_id))
+        .where(BarrierRow.topology.in_(bindparam("topologies", expanding=True))).scalar_subquery(),
+        and_(BarrierRow.topology == bindparam("topology"), BarrierRow.run_key == bindparam("run_key")),
+    ),
+)
+
+
 def _run_and_last(
     s: Session, topology: str, domain_topologies: list[str], run_key: str | None
 ) -> tuple[BarrierRow | None, BarrierRow | None]:
     """``(the barrier of topology generated for run_key before, the domain's newest barrier)``, in
     one query; each ``None`` when there is none (idempotency per DAG run)."""
-    newest = select(func.max(BarrierRow.barrier_id)).where(BarrierRow.topology.in_(domain_topologies))
-    wanted = BarrierRow.barrier_id == newest.scalar_subquery()
-    if run_key is not None:
-        wanted = or_(wanted, and_(BarrierRow.topology == topology, BarrierRow.run_key == run_key))
-    rows = s.scalars(select(BarrierRow).where(BarrierRow.topology.in_(domain_topologies), wanted)).all()
+    rows = s.scalars(_RUN_AND_LAST, {"topologies": domain_topologies, "topology": topology, "run_key": run_key}).all()
     found = next((r for r in rows if run_key is not None and r.topology == topology and r.run_key == run_key), None)
     last = max(rows, key=lambda r: (r.barrier_id, r.topology == topology), default=None)
     return found, last
@@ -373,7 +388,7 @@ def _write_domain_barrier(
 def _insert_domain_barrier(s: Session, new: BarrierInfo, domain_topologies: list[str]) -> None:
     """Insert barrier ``new`` in every topology of the domain (the run key on ``new.topology``'s
     row only), in one statement."""
-    s.execute(insert(BarrierRow), [  # one barrier, the same in every topology of the domain
+    s.connection().execute(insert(BarrierRow.__table__), [  # one barrier, the same in every topology of the domain
         {
             "topology": member, "barrier_id": new.barrier, "ts_ms": new.ts_ms, "ts_kind": str(new.ts_kind),
             "created_at_ms": new.created_at_ms, "run_key": new.run_key if member == new.topology else None,
@@ -407,8 +422,8 @@ def _record_root_versions(
     """A WRITTEN row with the Delta version of every root table of the domain at ``barrier``
     (with its live-file figures where ``figures`` has them)."""
     if roots:
-        s.execute(
-            insert(TableBarrierRow),
+        s.connection().execute(
+            insert(TableBarrierRow.__table__),
             [
                 {
                     "table_id": table_id,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import BarrierDomainError, TopologyError
@@ -96,19 +96,24 @@ class LockedDomain:
     barrier_logs: dict[str, str | None]
 
 
+#: the domain of topology ``:topology`` (its own name while it has none)
+_OWN_DOMAIN = select(func.coalesce(TopologyRow.barrier_domain, TopologyRow.name)).where(
+    TopologyRow.name == bindparam("topology")).scalar_subquery()
+#: ``:topology``'s row and those of its domain; built once, so a generation only binds it
+_DOMAIN_ROWS = select(TopologyRow.name, TopologyRow.barrier_domain, TopologyRow.barrier_log).where(or_(
+    TopologyRow.name == bindparam("topology"), TopologyRow.barrier_domain == _OWN_DOMAIN,
+    and_(TopologyRow.name == _OWN_DOMAIN, TopologyRow.barrier_domain.is_(None)),
+))
+#: the same rows locked in name order, with the lock an ``UPDATE`` of a non-key column takes
+_DOMAIN_ROWS_LOCKED = _DOMAIN_ROWS.order_by(TopologyRow.name).with_for_update(key_share=True)
+
+
 def _read_domain(s: Session, topology: str, *, lock: bool = False) -> LockedDomain | None:
     """``topology``'s domain, its topologies and their barrier logs in one query (``None`` if
     ``topology`` is not registered); with ``lock``, their rows are locked in name order
     (PostgreSQL ``SELECT ... ORDER BY name FOR NO KEY UPDATE``, so inserts that reference them do
     not wait; SQLite serialises writers anyway)."""
-    of = select(func.coalesce(TopologyRow.barrier_domain, TopologyRow.name)).where(
-        TopologyRow.name == topology).scalar_subquery()
-    query = select(TopologyRow.name, TopologyRow.barrier_domain, TopologyRow.barrier_log).where(or_(
-        TopologyRow.name == topology, TopologyRow.barrier_domain == of,
-        and_(TopologyRow.name == of, TopologyRow.barrier_domain.is_(None)),
-    ))
-    locked = query.order_by(TopologyRow.name).with_for_update(key_share=True)  # the lock an UPDATE takes
-    rows = s.execute(locked if lock else query).all()
+    rows = s.connection().execute(_DOMAIN_ROWS_LOCKED if lock else _DOMAIN_ROWS, {"topology": topology}).all()
     own = next((row for row in rows if row.name == topology), None)
     if own is None:
         return None
