@@ -7,8 +7,10 @@ and REPEATABLE_READ mixes epochs (issue 12: 47.5 % of the words lost). Generatio
 refuses an id at or below one that a table of the topology is tagged with (``tsb.barrier`` of
 its newest tsb commit, :func:`~airflow_provider_tsb.delta.barriers.latest_written_barrier`) or
 that the barrier log holds (:mod:`airflow_provider_tsb.delta.barrier_log`), and says to run
-``tsb db rebuild``. Cost: per intermediate table one cached-snapshot update and one log-file
-read; for the log one cached-snapshot update.
+``tsb db rebuild``. Cost: per intermediate table one ``stat`` per commit since the last
+generation and one log-file read (the snapshot is not advanced: beside jobs committing every
+barrier that cost 5.8 ms a generation at the median); for the log, the reads of
+:func:`~airflow_provider_tsb.delta.barrier_log.logged_barrier`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, func, insert, null, or_, select, union_all, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import (
@@ -65,18 +65,20 @@ class _DomainTables:
     owned: dict[str, list[tuple[str, str]]]
 
 
-#: the tables of the domain ``:topologies`` (expanding): those its topologies read as roots (with
-#: the version recorded at barrier ``:last``) and their intermediate tables; built once
-_DOMAIN_TABLES = (
+#: the tables of the domain ``:topologies`` (expanding), by index: those its topologies read as
+#: roots, with the version recorded at barrier ``:last`` (``reader`` set), then their own
+#: intermediate tables (``reader`` NULL); built once
+_DOMAIN_TABLES = union_all(
     select(TableRow.name, TableRow.id, TableRow.kind, TableRow.location, TableRow.topology,
-           TopologyRootRow.topology.label("reader"), TableBarrierRow.version.label("previous"))
-    .outerjoin(TableBarrierRow, and_(TableBarrierRow.table_id == TableRow.id,
-                                     TableBarrierRow.barrier_id == bindparam("last")))
-    .outerjoin(TopologyRootRow, and_(TopologyRootRow.table_id == TableRow.id,
-                                     TopologyRootRow.topology.in_(bindparam("topologies", expanding=True))))
-    .where(or_(TopologyRootRow.topology.is_not(None),
-               and_(TableRow.topology.in_(bindparam("topologies", expanding=True)), TableRow.kind != "root")))
-    .order_by(TableRow.name)
+           TopologyRootRow.topology.label("reader"),
+           select(TableBarrierRow.version).where(
+               TableBarrierRow.table_id == TableRow.id, TableBarrierRow.barrier_id == bindparam("last"),
+           ).scalar_subquery().label("previous"))
+    .join(TopologyRootRow, TopologyRootRow.table_id == TableRow.id)
+    .where(TopologyRootRow.topology.in_(bindparam("topologies", expanding=True))),
+    select(TableRow.name, TableRow.id, TableRow.kind, TableRow.location, TableRow.topology,
+           null().label("reader"), null().label("previous"))
+    .where(TableRow.topology.in_(bindparam("topologies", expanding=True)), TableRow.kind != "root"),
 )
 
 
@@ -87,16 +89,15 @@ def _domain_tables(s: Session, topologies: list[str], last: BarrierRow | None) -
         "topologies": topologies, "last": last.barrier_id if last is not None else 0,  # ids start at 1
     }).all()
     out = _DomainTables({}, {}, {}, {}, {})
-    for row in rows:
-        if row.reader is not None:
-            out.read_by.setdefault(row.reader, set()).add(row.name)
-        if row.kind == "root" and row.reader is not None:
+    for row in sorted(rows, key=lambda r: r.name):
+        if row.reader is None:
+            out.owned.setdefault(row.topology, []).append((row.name, row.location))
+            continue
+        out.read_by.setdefault(row.reader, set()).add(row.name)
+        if row.kind == "root":
             out.roots[row.name], out.locations[row.name] = row.id, row.location
             if row.previous is not None:
                 out.previous[row.name] = int(row.previous)
-        elif row.kind != "root" and row.topology in topologies and (row.name, row.location) not in out.owned.get(
-                row.topology, ()):
-            out.owned.setdefault(row.topology, []).append((row.name, row.location))
     return out
 
 
