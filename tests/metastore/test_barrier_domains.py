@@ -215,3 +215,48 @@ def test_a_moved_barrier_log_is_recorded_for_the_domain(store: MetaStore, tmp_pa
     assert [e.barrier for e in read_barrier_log(old_a)] == [1, 2, 3]
     assert [e.barrier for e in read_barrier_log(new_a)] == [4, 5]
     assert [e.barrier for e in read_barrier_log(log_b)] == [3, 4, 5]
+
+
+def test_a_generation_waiting_for_a_domain_merge_generates_in_the_merged_domain(store: MetaStore, tmp_path) -> None:
+    """The domain lock (``SELECT ... FOR NO KEY UPDATE`` in name order) waits for a merge that
+    holds the topology rows; its statement's snapshot predates the merge, so only the read after
+    locking sees the topology that joined: the barrier must be generated in it too, with its
+    root's version (``metastore/domains.py``, ``lock_domain``)."""
+    import threading
+    import time
+
+    from airflow_provider_tsb.metastore.domains import join_domain
+
+    if store.core.engine.dialect.name == "sqlite":
+        pytest.skip("SQLite serialises every writer (BEGIN IMMEDIATE): a generation cannot wait inside a merge")
+    wh = str(tmp_path / "wh")
+    views = "tsb.raw.views"
+    team_c = Topology("team_c", warehouse=wh)
+    team_c.root_table(views)
+    team_c.job("c_views", "c.py", sources=[views], sinks=[OTHER])
+    store.registry.register_topology(team_a(wh))
+    store.registry.register_topology(team_c)
+    assert store.barriers.create_barrier("team_a", {WORDS: 0}).barrier == 1
+    generated: list[object] = []
+
+    def generate() -> None:
+        try:
+            generated.append(store.barriers.create_barrier(
+                "team_a", {WORDS: 1}, run_key="during-merge", read_root_version=lambda name, _location: 7))
+        except Exception as exc:  # reported by the assertion below
+            generated.append(exc)
+
+    worker = threading.Thread(target=generate)
+    with store.core.transaction(write=True) as s:
+        assert join_domain(s, "team_c", "team_a", WORDS) == "team_a"  # team_c has no barriers: it joins
+        worker.start()
+        time.sleep(1.0)
+        assert worker.is_alive() and generated == [], "the generation did not wait for the merge's row locks"
+    worker.join(timeout=20)
+    assert len(generated) == 1 and not isinstance(generated[0], Exception), generated
+    info = generated[0]
+    assert info.barrier == 2  # type: ignore[attr-defined]
+    in_c = store.barriers.barrier("team_c", 2)  # generated in the topology that joined meanwhile
+    assert in_c.root_versions == {views: 7}
+    assert store.barriers.barrier("team_a", 2).root_versions == {WORDS: 1}
+    assert store.domains.barrier_domain("team_c").topologies == ("team_a", "team_c")
