@@ -33,20 +33,43 @@ FILL = [
 ]
 
 
-def fill(engine: Engine, args: argparse.Namespace) -> None:
-    """The metastore of the module doc, analysed."""
-    params = {"topologies": args.topologies, "barriers": args.barriers, "tables": args.tables,
-              "written": args.written}
+def fill(engine: Engine, *, topologies: int, barriers: int, tables: int, written: int) -> None:
+    """The metastore of the module doc (``written`` WRITTEN rows, barrier ids 1 to ``written``,
+    for every table), analysed."""
+    params = {"topologies": topologies, "barriers": barriers, "tables": tables, "written": written}
     with engine.begin() as conn:
         for statement in FILL:
             conn.execute(text(statement), params)
         conn.execute(text("analyze"))
 
 
+def _sql(engine: Engine, statement: Any, params: dict[str, Any]) -> str:
+    return str(statement.params(**params).compile(engine, compile_kwargs={"literal_binds": True,
+                                                                          "render_postcompile": True}))
+
+
+def rows_touched(engine: Engine, statement: Any, params: dict[str, Any]) -> dict[str, int]:
+    """``{table: rows}`` that PostgreSQL's executor read from each table to run ``statement`` with
+    ``params``: over every scan node of ``EXPLAIN (ANALYZE, FORMAT JSON)``, the rows it returned
+    plus those its filter removed, times its loops (a look-up by index touches what it returns; a
+    scan touches what it skips too)."""
+    with engine.connect() as conn:
+        [plan] = conn.execute(text("explain (analyze, format json) " + _sql(engine, statement, params))).scalar_one()
+    touched: dict[str, int] = {}
+    nodes = [plan["Plan"]]
+    while nodes:
+        node = nodes.pop()
+        nodes.extend(node.get("Plans", []))
+        if "Relation Name" in node:
+            skipped = node.get("Rows Removed by Filter", 0) + node.get("Rows Removed by Index Recheck", 0)
+            rows = node["Actual Rows"] + skipped
+            touched[node["Relation Name"]] = touched.get(node["Relation Name"], 0) + rows * node["Actual Loops"]
+    return touched
+
+
 def explain(engine: Engine, name: str, statement: Any, params: dict[str, Any]) -> None:
     """Print ``EXPLAIN ANALYZE`` of ``statement`` with ``params`` bound as literals."""
-    sql = str(statement.params(**params).compile(engine, compile_kwargs={"literal_binds": True,
-                                                                         "render_postcompile": True}))
+    sql = _sql(engine, statement, params)
     print(f"== {name}")
     with engine.connect() as conn:
         for (line,) in conn.execute(text("explain analyze " + sql)):
@@ -69,7 +92,8 @@ def main() -> int:
     try:
         engine = create_metastore_engine(str(pg.create_database("plans")))
         upgrade(engine)
-        fill(engine, args)
+        fill(engine, topologies=args.topologies, barriers=args.barriers, tables=args.tables,
+             written=args.written)
         topology, last = "t7", args.written * 3 // 4
         explain(engine, "domain rows locked", domains._DOMAIN_ROWS_LOCKED, {"topology": topology})
         explain(engine, "run key and previous barrier", barriers._RUN_AND_LAST,
