@@ -11,6 +11,10 @@ rows are appended to the root table and a barrier generated whenever fewer than
 With ``--ingest-process`` a writer process of its own appends the rows, up to two commits ahead
 of the generator, as the ingest task runs beside the emitter in production (on 2 cores it
 costs more than it overlaps: 3.59 barriers/s against 5.16 in the generating loop).
+With ``--emitter`` the barriers come from the production emitter instead
+(:class:`EmitterProcess`: ``TsbBarrierHook.emit``, the loop ``TsbBarrierEmitterOperator`` runs,
+in a process of its own, checking every ``--emit-interval`` seconds) and the root from the
+ingest process: the path a deployed streaming topology runs, its own checks included.
 Meanwhile snapshot expiry runs every ``--expiry-every`` seconds on every table, in a process of
 its own as a ``TsbExpireOperator`` task would, keeping the last ``--keep`` barriers plus leases,
 and counts failed cycles.
@@ -27,7 +31,7 @@ files a sink holds then (an ``append`` sink gains a file per barrier unless ``--
 
     .venv/bin/python benchmarks/barrier_rate.py [--seconds 600] [--jobs 2] [--rows 100]
         [--max-in-flight 4] [--max-barriers-per-trigger 16] [--sqlite] [--engine connect|submit]
-        [--compaction MIN_FILES] [--no-micro-batch] [--ingest-process]
+        [--compaction MIN_FILES] [--no-micro-batch] [--ingest-process] [--emitter [--emit-interval 0.02]]
 """
 
 from __future__ import annotations
@@ -149,10 +153,77 @@ def _ingest_loop(location: str, rows: int, next_id: int, hour: int, ahead: int, 
     ended.put((next_id, hour, commits))
 
 
+class EmitterProcess:
+    """The production emitter (``--emitter``): :meth:`TsbBarrierHook.emit`, the loop of
+    ``TsbBarrierEmitterOperator.execute``, in a process of its own as a worker runs the task, for
+    ``seconds``, every ``interval_s``, with ``max_in_flight``; its own checks (root versions, end
+    of input, latest barrier, room in flight) each interval. Each generation is timed, and the
+    root version it covered is handed to the :class:`IngestLoop` (``consumed``)."""
+
+    def __init__(self, url: str, warehouse: Path, jobs: int, seconds: float, interval_s: float, max_in_flight: int,
+                 consumed: Any) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._results = ctx.Queue()
+        self._process = ctx.Process(target=_emitter_loop, daemon=True, args=(
+            url, str(warehouse), jobs, seconds, interval_s, max_in_flight, consumed, self._results))
+
+    def start(self) -> None:
+        self._process.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    def result(self, timeout_s: float) -> tuple[list[int], list[float]]:
+        """``(barrier ids emitted, ms per generation)`` once the emitter returned.
+
+        Raises:
+            RuntimeError: the emitter's process ended without them (its traceback is above).
+        """
+        import queue
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                out = self._results.get(timeout=1.0)
+            except queue.Empty:
+                if not self._process.is_alive():
+                    raise RuntimeError(f"the emitter process failed (exit code {self._process.exitcode})") from None
+                continue
+            self._process.join(60)
+            return out
+        raise RuntimeError(f"the emitter did not return within {timeout_s:.0f} s")
+
+
+def _emitter_loop(url: str, warehouse: str, jobs: int, seconds: float, interval_s: float, max_in_flight: int,
+                  consumed: Any, results: Any) -> None:
+    """The process of :class:`EmitterProcess`; puts ``(barrier ids, ms per generation)``."""
+    os.environ["TSB_METASTORE_URL"] = url  # the hook's metastore (TsbMetastoreHook's first choice)
+    from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
+
+    topology, _ = build_topology("rate_chain", "chain", jobs, Path(warehouse))
+    gen_ms: list[float] = []
+
+    class TimedHook(TsbBarrierHook):
+        def generate_at(self, store: Any, versions: dict[str, int], run_key: str, *, final: bool = False) -> Any:
+            tick = time.perf_counter()
+            info = super().generate_at(store, versions, run_key, final=final)
+            gen_ms.append((time.perf_counter() - tick) * 1000)
+            if info is not None:
+                consumed.value = max(versions.values())  # the one root
+            return info
+
+    hook = TimedHook(topology, ts_kind="event")
+    emitted = hook.emit("bench/emitter", interval_s=interval_s, duration_s=seconds, max_in_flight=max_in_flight,
+                        final_on_stop=False)
+    results.put((emitted, gen_ms))
+
+
 class CpuShares:
     """CPU time of the run's processes by role over the measured window, in cores (CPU seconds
-    per second): where the 2 cores go. Roles: ``harness`` (this process: the generator, and the
-    root's writer unless ``--ingest-process``), ``ingest``, ``expiry``, ``jobs`` (the jobs'
+    per second): where the 2 cores go. Roles: ``harness`` (this process: the generator unless
+    ``--emitter``, and the root's writer unless ``--ingest-process`` or ``--emitter``), ``emitter``,
+    ``ingest``, ``expiry``, ``jobs`` (the jobs'
     processes and their children), ``spark`` (the Connect server's JVM and its Python workers),
     ``postgres``, ``other`` (the rest of the machine)."""
 
@@ -194,9 +265,9 @@ class CpuShares:
         self._start, self._tick = self._sample(), time.monotonic()
 
     def line(self) -> str:
-        """``cpu_cores harness=.. ingest=.. expiry=.. jobs=.. spark=.. postgres=.. other=.. total=..``."""
+        """``cpu_cores harness=.. emitter=.. ingest=.. expiry=.. jobs=.. spark=.. postgres=.. other=.. total=..``."""
         end, seconds = self._sample(), time.monotonic() - self._tick
-        cores = dict.fromkeys(["harness", "ingest", "expiry", "jobs", "spark", "postgres", "other"], 0.0)
+        cores = dict.fromkeys(["harness", "emitter", "ingest", "expiry", "jobs", "spark", "postgres", "other"], 0.0)
         for pid, (role, cpu) in end.items():
             cores[role] += (cpu - self._start.get(pid, (role, 0.0))[1]) / seconds
         return "cpu_cores " + " ".join(f"{k}={v:.2f}" for k, v in cores.items()) + f" total={sum(cores.values()):.2f}"
@@ -242,6 +313,39 @@ def run(args: argparse.Namespace, root: Path, remote: str | None) -> list[str]:
             server.stop()
 
 
+def _harness_loop(args: argparse.Namespace, bench: FlightsBench, procs: list[Any], ingest: IngestLoop | None,
+                  next_id: int, hour: int, root_compaction: Any, started: float
+                  ) -> tuple[list[int], list[float], list[float], int, int]:
+    """Barriers generated by this process for ``--seconds`` whenever there is room in flight,
+    each after an append to the root (or once the ingest process has one ready); ``(barrier
+    ids, ms per generation, ms per append, next row id, next hour)``."""
+    generated, gen_ms, append_ms = [], [], []
+    room = 0  # barriers that may still be generated before in flight is read again
+    while time.monotonic() - started < args.seconds:
+        if room <= 0:  # in flight only grows by what this loop generates: read it when the room is used up
+            room = args.max_in_flight - bench.in_flight()
+            if room <= 0:
+                check_alive(procs)
+                time.sleep(ROOM_POLL_S)
+                continue
+        if ingest is None:
+            tick = time.perf_counter()
+            append_root(bench, next_id, args.rows, hour, root_compaction)
+            append_ms.append((time.perf_counter() - tick) * 1000)
+            next_id, hour = next_id + args.rows, hour + 1
+        elif not ingest.ready():
+            time.sleep(0.002)
+            continue
+        tick = time.perf_counter()
+        info = bench.generate()
+        gen_ms.append((time.perf_counter() - tick) * 1000)
+        generated.append(info.barrier)
+        room -= 1
+        if ingest is not None:
+            ingest.consumed.value = max(info.root_versions.values())  # the one root
+    return generated, gen_ms, append_ms, next_id, hour
+
+
 def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str) -> list[str]:
     topology, env = build_topology("rate_chain", "chain", args.jobs, root / "warehouse")
     sinks = tuple(sink for _, sink in shape_edges("chain", args.jobs).values())
@@ -265,41 +369,28 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
         print(f"warm-up barrier {warm_up} COMMIT; {len(procs)} jobs streaming", flush=True)
         expiry.start()
         ingest = (IngestLoop(bench.location(ROOT), args.rows, next_id, hour, 2, root_compaction)
-                  if args.ingest_process else None)
+                  if args.ingest_process or args.emitter else None)
+        emitter = (EmitterProcess(url, root / "warehouse", args.jobs, args.seconds, args.emit_interval,
+                                  args.max_in_flight, ingest.consumed) if args.emitter and ingest is not None else None)
         if ingest is not None:
             ingest.start(root_version=warm_root, consumed=warm_root)
+        if emitter is not None:
+            emitter.start()
         roles = {os.getpid(): "harness", expiry.pid: "expiry", **{p.process.pid: "jobs" for p in procs}}
-        if ingest is not None:
-            roles[ingest.pid] = "ingest"
+        roles.update({x.pid: name for name, x in (("ingest", ingest), ("emitter", emitter)) if x is not None})
         cpu = CpuShares(roles)
         cpu.start()
-        generated, gen_ms, append_ms = [], [], []
         started = time.monotonic()
-        room = 0  # barriers that may still be generated before in flight is read again
-        while time.monotonic() - started < args.seconds:
-            if room <= 0:  # in flight only grows by what this loop generates: read it when the room is used up
-                room = args.max_in_flight - bench.in_flight()
-                if room <= 0:
-                    check_alive(procs)
-                    time.sleep(ROOM_POLL_S)
-                    continue
-            if ingest is None:
-                tick = time.perf_counter()
-                append_root(bench, next_id, args.rows, hour, root_compaction)
-                append_ms.append((time.perf_counter() - tick) * 1000)
-                next_id, hour = next_id + args.rows, hour + 1
-            elif not ingest.ready():
-                time.sleep(0.002)
-                continue
-            tick = time.perf_counter()
-            info = bench.generate()
-            gen_ms.append((time.perf_counter() - tick) * 1000)
-            generated.append(info.barrier)
-            room -= 1
-            if ingest is not None:
-                ingest.consumed.value = max(info.root_versions.values())  # the one root
+        if emitter is not None:
+            time.sleep(max(args.seconds - 1.0, 0.0))
+            cpu_line = cpu.line()  # before the emitter's process ends and its CPU times with it
+            generated, gen_ms = emitter.result(timeout_s=args.seconds + 300)
+            append_ms: list[float] = []
+        else:
+            generated, gen_ms, append_ms, next_id, hour = _harness_loop(
+                args, bench, procs, ingest, next_id, hour, root_compaction, started)
+            cpu_line = cpu.line()
         window = time.monotonic() - started
-        cpu_line = cpu.line()
         if ingest is not None:
             next_id, hour = ingest.stop()
             print(f"ingest: {ingest.commits} root commits in {len(generated)} barriers", flush=True)
@@ -331,7 +422,8 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
         f"load={os.getloadavg()[0]:.1f} engine={args.engine} jobs={args.jobs} rows={args.rows} "
         f"max_in_flight={args.max_in_flight} max_barriers_per_trigger={args.max_barriers_per_trigger} "
         f"compaction={args.compaction} micro_batch={'off' if args.no_micro_batch else 'on'} "
-        f"ingest={'process' if args.ingest_process else 'serial'} "
+        f"ingest={'process' if args.ingest_process or args.emitter else 'serial'} "
+        f"generator={f'emitter(interval_s={args.emit_interval})' if args.emitter else 'harness'} "
         f"sink_files_max={sink_files} "
         f"seconds={window:.0f} metastore={backend} "
         f"expiry_cycles={expiry.cycles} expiry_removed_files={expiry.removed} invariants={'ok' if ok else 'FAILED'}",
@@ -368,6 +460,12 @@ def main() -> int:
     parser.add_argument("--ingest-process", action="store_true",
                         help="append to the root in a writer process of its own, up to two commits ahead of the "
                              "generator, instead of in the generating loop before each generation")
+    parser.add_argument("--emitter", action="store_true",
+                        help="generate with the production emitter (TsbBarrierHook.emit, the loop of "
+                             "TsbBarrierEmitterOperator) in a process of its own, the root written by the ingest "
+                             "process, instead of this harness's loop")
+    parser.add_argument("--emit-interval", type=float, default=0.02,
+                        help="--emitter: seconds between the emitter's checks (its interval_s)")
     parser.add_argument("--no-micro-batch", action="store_true",
                         help="the stages without process_micro_batch: a plan per barrier of a micro-batch")
     parser.add_argument("--compaction", type=int, default=0, metavar="MIN_FILES",

@@ -266,6 +266,44 @@ def test_emitter_waits_for_root_tables_and_checks_its_interval(tsb_env) -> None:
     assert tsb_env.store.barriers.latest_barrier("wordcount") is None
 
 
+def test_emitter_generates_once_a_missing_root_table_is_created(tsb_env) -> None:
+    """A root table that does not exist when the emitter starts is waited for, and its first
+    version gets a barrier as soon as ingestion creates it (its absence is not remembered)."""
+    from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
+
+    topo = wordcount_topology(tsb_env.warehouse)
+    words = topo.location("raw.words")
+    feeder = threading.Timer(0.3, lambda: ingest_next_words(words, run_key="r1", lines=5))
+    feeder.start()
+    emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=30, count=1,
+                                        final_on_stop=False)
+    try:
+        emitted = emitter.execute(run_context("run-1"))
+    finally:
+        feeder.join()
+    assert emitted == [1]
+    assert tsb_env.store.barriers.barrier("wordcount", 1).root_versions == {"tsb.raw.words": 0}
+
+
+def test_emitter_stops_on_a_root_table_it_cannot_read(tsb_env) -> None:
+    """A root table whose log exists but cannot be read stops the emitter with an error naming
+    the table and its location (it is not taken for a table that does not exist yet)."""
+    from pathlib import Path
+
+    from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
+
+    topo = wordcount_topology(tsb_env.warehouse)
+    words = topo.location("raw.words")
+    ingest_next_words(words, run_key="r1", lines=5)
+    first = Path(words, "_delta_log", f"{0:020d}.json")
+    first.write_text(first.read_text()[:40])  # a commit cut short by a failing disk
+    emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.05, duration_s=5)
+    with pytest.raises(RootTableError, match="root table 'tsb.raw.words' at .*cannot be read") as err:
+        emitter.execute(run_context("run-1"))
+    assert words in str(err.value)
+    assert tsb_env.store.barriers.latest_barrier("wordcount") is None
+
+
 def test_emitter_backpressure_keeps_at_most_max_in_flight_uncommitted(tsb_env) -> None:
     """A topology that does not keep up gets no new barrier while ``max_in_flight`` are not COMMIT."""
     from airflow_provider_tsb.operators.barrier import TsbBarrierEmitterOperator
