@@ -73,6 +73,15 @@ class MetastoreError(TsbError):
     """The metastore cannot be reached, or its schema is missing or out of date."""
 
 
+class UnknownRecipientError(TsbError, LookupError):
+    """404: no Delta Sharing recipient has this id."""
+
+
+class RecipientTokenError(TsbError):
+    """401: a Delta Sharing bearer token that is unknown, expired or revoked (the message says
+    which, never whose): ask the share's owner for a new profile (``tsb share profile``)."""
+
+
 class FencedError(TsbError):
     """A newer attempt of the same job started: this attempt (an Airflow zombie) may not report.
 

@@ -64,6 +64,8 @@ class TopologyAccess(ABC):
     api_root_tables: bool = False
     #: every request is allowed (:class:`AllowAll`): the routes skip reading what to check
     allows_everything: bool = False
+    #: the one Delta Sharing share a recipient's token opens (``None``: no such scope)
+    share_scope: str | None = None
 
     def topologies_of(self, store: MetaStore, tables: list[str]) -> dict[str, str]:
         """``{canonical table name: topology}`` of the registered tables among ``tables``

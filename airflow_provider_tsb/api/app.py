@@ -19,8 +19,10 @@ the plugin module is also imported by every task process (plugins provide macros
 and those processes must not pay for (or touch) the API server's machinery.
 
 The Delta Sharing server (:mod:`airflow_provider_tsb.api.sharing`) is mounted at ``/tsb/sharing``
-with the same authentication and roles; only its ``/files/{token}`` route takes no bearer token
-(the client fetches file URLs without one: their HMAC signature is the credential).
+with the same authentication and roles, and also takes the tokens of Delta Sharing recipients
+(:func:`sharing_user`: one share, read-only; no other route accepts them). Its
+``/files/{token}`` route takes no bearer token (the client fetches file URLs without one: the
+URL's encrypted, expiring grant is the credential, refused once its recipient is revoked).
 
 The OpenAPI document (``/tsb/openapi.json``) and Swagger UI (``/tsb/docs``) need the same login
 as the API. Swagger UI's JavaScript and CSS, like the lineage graph's pan/zoom library, are
@@ -153,6 +155,23 @@ async def get_current_user(
 
 
 CurrentUser = Annotated[BaseUser, Depends(get_current_user)]
+
+
+async def sharing_user(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
+) -> object:
+    """Authentication of the Delta Sharing routes: a recipient's token (one share, read-only:
+    :func:`~airflow_provider_tsb.api.sharing_auth.authenticate_recipient`), else the Airflow user
+    exactly as :func:`get_current_user`. No other route accepts a recipient token."""
+    from airflow_provider_tsb.metastore.recipients import is_recipient_token
+
+    bearer = credentials.credentials if credentials and credentials.scheme.lower() == "bearer" else None
+    if bearer is not None and is_recipient_token(bearer):
+        from airflow_provider_tsb.api.sharing_auth import authenticate_recipient
+
+        return await authenticate_recipient(request, bearer)
+    return await get_current_user(request, credentials)
 
 
 def requires_dag_access(
@@ -345,6 +364,11 @@ def airflow_access(request: Request, store: MetaStore) -> TopologyAccess:
     auth manager for the user :func:`get_current_user` authenticated (401 when none did)."""
     from airflow_provider_tsb.api.airflow_access import AirflowTopologyAccess
 
+    recipient = getattr(request.state, "tsb_recipient", None)
+    if recipient is not None:  # a sharing route, authenticated by a recipient's token (sharing_user)
+        from airflow_provider_tsb.api.sharing_auth import RecipientAccess
+
+        return RecipientAccess(recipient, store)
     user = getattr(request.state, "tsb_user", None)
     if user is None:  # get_current_user runs first on every tsb route; fail closed if it did not
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "Not authenticated")
@@ -371,11 +395,15 @@ def create_app() -> FastAPI:
     # route asks the auth manager about the DAGs of the topology it touches (api/access.py).
     app.include_router(metaservice_router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
     app.state.tsb_access = airflow_access
+    # Delta Sharing recipients at /tsb/api/v1/recipients (api/recipients.py): the Airflow JWT only
+    from airflow_provider_tsb.api.recipients import router as recipients_router
+
+    app.include_router(recipients_router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
     # The Delta Sharing server at /tsb/sharing (api/sharing.py): the same auth and roles; its
     # file route is authenticated by the URL's signature instead.
     from airflow_provider_tsb.api.sharing import install_sharing
 
-    install_sharing(app, dependencies=[Depends(get_current_user)])
+    install_sharing(app, dependencies=[Depends(sharing_user)])
     install_exception_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_body_bytes())
     from airflow_provider_tsb.api.heap import FreezeHeapMiddleware

@@ -34,6 +34,7 @@ from airflow_provider_tsb.exceptions import (
     ExpiredVersionError,
     InconsistentReadError,
     MetastoreError,
+    RecipientTokenError,
     TopologyError,
     TsbError,
 )
@@ -44,6 +45,8 @@ def status_for(exc: BaseException) -> int:
     """HTTP status of a tsb error (see module docstring)."""
     if isinstance(exc, AccessDeniedError):
         return 403
+    if isinstance(exc, RecipientTokenError):
+        return 401
     if isinstance(exc, ExpiredVersionError):
         return 410
     if isinstance(exc, LookupError):

@@ -20,12 +20,14 @@ APIs of the Delta Sharing protocol (github.com/delta-io/delta-sharing, PROTOCOL.
   ``startingVersion``/``endingVersion`` (barriers, inclusive): per barrier ``k`` the files that
   barrier ``k`` added (``add``) and removed (``remove``) against barrier ``k-1``, so applying
   them to the read AS OF ``startingVersion - 1`` gives the read AS OF ``endingVersion``;
-* ``GET /files/{token}``: the file behind a signed URL (no bearer token; 403 when forged or
-  expired).
+* ``GET /files/{token}``: the file behind a file URL (no bearer token; 403 when forged,
+  expired, or its recipient was revoked).
 
-Auth and roles are the tsb REST API's: the routes depend on :func:`~.routes.get_access`,
-which in the api-server authenticates the Airflow JWT (bearer token) and asks the auth manager
-for read access to every DAG of the share's topologies. Errors are the protocol's
+Auth: a Delta Sharing recipient's token (:mod:`airflow_provider_tsb.metastore.recipients`:
+one share, read-only, expiring, revocable; :class:`~.sharing_auth.RecipientAccess`), or an
+Airflow user's JWT with the tsb REST API's roles: the routes depend on
+:func:`~.routes.get_access`, which in the api-server asks the auth manager for read access to
+every DAG of the share's topologies. Errors are the protocol's
 ``{"errorCode", "message"}``: 400 ``INVALID_PARAMETER_VALUE`` (bad or expired version, bad
 body), 403 ``PERMISSION_DENIED``, 404 ``RESOURCE_DOES_NOT_EXIST``, 413, 503.
 """
@@ -47,8 +49,9 @@ from airflow_provider_tsb.api.access import READ, AccessDeniedError, AllowAll, T
 from airflow_provider_tsb.api.errors import status_for
 from airflow_provider_tsb.api.limits import config_number, config_seconds, max_lease_seconds, short_text
 from airflow_provider_tsb.api.routes import get_access, get_store
+from airflow_provider_tsb.api.sharing_auth import check_principal, principal_of, require_share
 from airflow_provider_tsb.api.sharing_cache import DEFAULT_CHECK_SECONDS, SharingCache
-from airflow_provider_tsb.api.sharing_files import ForbiddenFileError, file_id, sign, verify
+from airflow_provider_tsb.api.sharing_files import ForbiddenFileError, file_id, grant, sign
 from airflow_provider_tsb.api.sharing_lines import change_lines, file_response, metadata_lines, query_lines
 from airflow_provider_tsb.api.sharing_presign import presigned_url
 from airflow_provider_tsb.api.sharing_threads import in_sharing_threads
@@ -61,14 +64,14 @@ NDJSON = "application/x-ndjson; charset=utf-8"
 VERSION_HEADER = "delta-table-version"
 CAPABILITIES_HEADER = "delta-sharing-capabilities"
 #: default lifetime of a file URL and of the lease of a query, seconds (``[tsb] sharing_url_seconds``)
-DEFAULT_URL_SECONDS = 900
+DEFAULT_URL_SECONDS = 300
 _CODES = {400: "INVALID_PARAMETER_VALUE", 403: "PERMISSION_DENIED", 404: "RESOURCE_DOES_NOT_EXIST",
           413: "RESOURCE_LIMIT_EXCEEDED", 503: "TEMPORARILY_UNAVAILABLE", 401: "UNAUTHENTICATED"}
 
 
 async def url_seconds(request: Request) -> int:
     """Dependency: lifetime of file URLs and query leases, seconds (``[tsb] sharing_url_seconds``,
-    default 900; at most ``[tsb] max_lease_seconds``, the longest lease a reader may take; the
+    default 300; at most ``[tsb] max_lease_seconds``, the longest lease a reader may take; the
     app's ``state.tsb_url_seconds`` when set, :func:`create_sharing_app`). A coroutine: it reads
     Airflow's parsed configuration, which does not block (see :func:`~.routes.get_store`)."""
     fixed: int | None = getattr(request.app.state, "tsb_url_seconds", None)
@@ -141,6 +144,7 @@ def sharing_cache(request: Request, store: MetaStore) -> SharingCache:
 
 def _share(store: MetaStore, access: TopologyAccess, name: str) -> sm.Share:
     """The share ``name`` the user may read (403), or 404 (only to a user who may read all DAGs)."""
+    require_share(access, name)
     try:
         share = sm.resolve_share(store, name)
     except sm.UnknownShareError:
@@ -154,6 +158,7 @@ def _tables(request: Request, store: MetaStore, access: TopologyAccess, share: s
             ) -> tuple[sm.Share, list[sm.SharedTable]]:
     """The share ``name`` the user may read and its tables, looked up in one transaction
     (:meth:`SharingCache.share_and_tables`; 403 / 404 as :func:`_share`)."""
+    require_share(access, share)
     try:
         found, tables = sharing_cache(request, store).share_and_tables(share)
     except sm.UnknownShareError:
@@ -182,8 +187,11 @@ def _page(items: list[dict[str, Any]], max_results: str | None, page_token: str 
 def list_shares(request: Request, store: StoreDep, access: AccessDep, maxResults: str | None = None,  # noqa: N803
                 pageToken: str | None = None) -> dict[str, Any]:  # noqa: N803
     """"List Shares": topologies and barrier domains whose DAGs the user may all read."""
-    names = [s.name for s in sharing_cache(request, store).shares()
-             if set(s.topologies) <= access.allowed(READ, s.topologies)]
+    scope = access.share_scope
+    shares = sharing_cache(request, store).shares() if scope is None else []
+    names = [scope] if scope is not None else [
+        s.name for s in shares if set(s.topologies) <= access.allowed(READ, s.topologies)
+    ]
     return _page([{"name": n, "id": n} for n in names], maxResults, pageToken)
 
 
@@ -296,10 +304,11 @@ def _signer(request: Request, expires: int) -> Callable[[str, str], tuple[str, s
     """``(root, path) -> (url, file id)``: a presigned S3 URL when the store can give one, else
     the api-server's own signed URL (both valid until ``expires``, epoch ms)."""
     seconds = max(1, (expires - now_ms()) // 1000)
+    principal = principal_of(request)
 
     def url(root: str, path: str) -> tuple[str, str]:
         presigned = presigned_url(root, path, seconds)
-        own = presigned or str(request.url_for("sharing_file", token=sign(root, path, expires)))
+        own = presigned or str(request.url_for("sharing_file", token=sign(root, path, expires, principal=principal)))
         return own, file_id(root, path)
 
     return url
@@ -334,12 +343,15 @@ def _changes(request: Request, store: MetaStore, share: sm.Share, tables: list[s
 
 
 @files_router.api_route("/files/{token}", methods=["GET", "HEAD"], name="sharing_file")
-def sharing_file(token: str, request: Request) -> Response:
-    """The Parquet file behind a signed URL (no bearer token: the signature is the credential).
+def sharing_file(token: str, request: Request, store: StoreDep) -> Response:
+    """The Parquet file behind a file URL (no bearer token: the URL's encrypted grant is the
+    credential, :mod:`.sharing_files`).
 
-    Errors: 403 forged, expired, or a path outside its table; 404 the file is gone."""
-    root, path = verify(token)
-    return file_response(root, path, request.headers.get("range"))
+    Errors: 403 forged, expired, issued to a recipient since revoked or expired (or to an Airflow
+    token since logged out), or a path outside its table; 404 the file is gone."""
+    found = grant(token)
+    check_principal(store, found)
+    return file_response(found.root, found.path, request.headers.get("range"))
 
 
 def create_sharing_app(store: MetaStore, access: TopologyAccess | None = None, *, prefix: str = "/tsb",

@@ -2,12 +2,14 @@
 
 A query answers one ``file`` line per Parquet file of the table at the barrier's Delta version
 (:func:`version_files`), with a URL the client fetches without the bearer token:
-``{endpoint}/files/{token}``. The token is ``base64url(payload).base64url(hmac)``, payload
-``[table root, path relative to it, expiry epoch ms]``, the MAC an HMAC-SHA256 under
-:func:`signing_key`: Airflow's ``[api] secret_key`` when set (every api-server worker of a
-deployment shares it), else a random key per process (URLs then work only against the worker
-that made them). :func:`verify` refuses a forged or expired token and a path outside the table
-root (``..``, absolute paths): all :class:`ForbiddenFileError` (403).
+``{endpoint}/files/{token}``. The token is opaque: a Fernet token (AES-128-CBC and
+HMAC-SHA256, ``cryptography``) of ``[table root, path relative to it, expiry epoch ms,
+principal]`` under :func:`signing_key`, Airflow's ``[api] secret_key`` when set (every
+api-server worker of a deployment shares it), else a random key per process (URLs then work
+only against the worker that made them). So a URL discloses nothing of the server's paths, and
+names who it was issued to: the file route refuses it once that recipient (or Airflow token) is
+revoked. :func:`grant` refuses a forged or expired token and a path outside the table root
+(``..``, absolute paths): all :class:`ForbiddenFileError` (403).
 
 Tables on object storage are served the same way (the api-server streams the object with the
 deployment's storage options, :mod:`airflow_provider_tsb.delta.storage`).
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import json
 import os
 import posixpath
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachetools import TTLCache
+from cryptography.fernet import Fernet, InvalidToken
 
 from airflow_provider_tsb.api.access import AccessDeniedError
 from airflow_provider_tsb.metastore.records import BarrierState, TableVersion, now_ms
@@ -57,7 +59,7 @@ class DataFile:
 
 
 def signing_key() -> bytes:
-    """The HMAC key: SHA-256 of Airflow's ``[api] secret_key``, else a random per-process key."""
+    """The URL key: SHA-256 of Airflow's ``[api] secret_key``, else a random per-process key."""
     secret = None
     try:
         from airflow.configuration import conf
@@ -70,42 +72,66 @@ def signing_key() -> bytes:
     return hashlib.sha256(b"tsb-sharing:" + secret.encode()).digest()
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+def _fernet(key: bytes | None) -> Fernet:
+    return Fernet(base64.urlsafe_b64encode(key or signing_key()))
 
 
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+@dataclass(frozen=True)
+class FileGrant:
+    """What a valid file URL opens: one file of one table, until ``expires_ms``, for ``principal``.
+
+    Attributes:
+        root: the table root (never shown to the client: the URL is encrypted).
+        path: the file's path relative to ``root``, normalised.
+        expires_ms: epoch ms after which the URL is refused.
+        principal: who the URL was issued to: ``recipient:<id>``, ``jwt:<jti>`` (an Airflow user's
+            token), or ``None`` (a standalone app without authentication); the file route refuses
+            the URL once that principal is revoked (:func:`~.sharing_auth.check_principal`).
+    """
+
+    root: str
+    path: str
+    expires_ms: int
+    principal: str | None = None
 
 
-def sign(root: str, path: str, expires_ms: int, key: bytes | None = None) -> str:
-    """A URL token for file ``path`` (relative) of the table at ``root`` until ``expires_ms``."""
-    payload = json.dumps([root, path, int(expires_ms)], separators=(",", ":")).encode()
-    mac = hmac.new(key or signing_key(), payload, hashlib.sha256).digest()
-    return f"{_b64(payload)}.{_b64(mac)}"
+def sign(root: str, path: str, expires_ms: int, key: bytes | None = None, principal: str | None = None) -> str:
+    """An opaque URL token for file ``path`` (relative) of the table at ``root`` until
+    ``expires_ms``, issued to ``principal`` (see :class:`FileGrant`)."""
+    payload = json.dumps([root, path, int(expires_ms), principal], separators=(",", ":")).encode()
+    return _fernet(key).encrypt(payload).decode().rstrip("=")
 
 
-def verify(token: str, key: bytes | None = None, now: int | None = None) -> tuple[str, str]:
-    """``(table root, relative path)`` of a valid token.
+def grant(token: str, key: bytes | None = None, now: int | None = None) -> FileGrant:
+    """The :class:`FileGrant` of a valid token.
 
     Raises:
-        ForbiddenFileError: malformed or forged token, expired, or a path outside the root.
+        ForbiddenFileError: malformed, forged or expired token, or a path outside the root.
     """
     try:
-        head, mac = token.split(".", 1)
-        payload = _unb64(head)
-        good = hmac.compare_digest(hmac.new(key or signing_key(), payload, hashlib.sha256).digest(), _unb64(mac))
-        root, path, expires = json.loads(payload) if good else (None, None, 0)
-    except (ValueError, TypeError):
-        raise ForbiddenFileError("invalid file URL") from None
-    if not good or not isinstance(root, str) or not isinstance(path, str) or not isinstance(expires, int):
+        payload = _fernet(key).decrypt((token + "=" * (-len(token) % 4)).encode())
+        root, path, expires, principal = json.loads(payload)
+    except (InvalidToken, ValueError, TypeError):
+        raise ForbiddenFileError("invalid file URL signature") from None
+    if not isinstance(root, str) or not isinstance(path, str) or not isinstance(expires, int) \
+            or not isinstance(principal, str | None):
         raise ForbiddenFileError("invalid file URL signature")
     if expires <= (now if now is not None else now_ms()):
         raise ForbiddenFileError("this file URL has expired: query the table again for fresh URLs")
     normal = posixpath.normpath(path)
     if path.startswith("/") or normal.startswith("..") or "://" in path:
         raise ForbiddenFileError("the file URL names a path outside its table")
-    return root, normal
+    return FileGrant(root, normal, expires, principal)
+
+
+def verify(token: str, key: bytes | None = None, now: int | None = None) -> tuple[str, str]:
+    """``(table root, relative path)`` of a valid token (:func:`grant`).
+
+    Raises:
+        ForbiddenFileError: malformed, forged or expired token, or a path outside the root.
+    """
+    found = grant(token, key, now)
+    return found.root, found.path
 
 
 def local_file(root: str, path: str) -> str:

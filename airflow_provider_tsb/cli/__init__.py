@@ -15,7 +15,7 @@ Commands::
     tsb spark start | stop | status      the local Spark Connect server the jobs share
     tsb root append | barrier create | job run   a topology by hand (JSON)
     tsb check                            the example topologies under concurrent readers
-    tsb share profile TOPOLOGY --api-url URL   a Delta Sharing profile (endpoint, token)
+    tsb share profile SHARE --api-url URL      a Delta Sharing recipient and its profile (list, revoke)
 
 One module of this package per command group (``db``, ``topology``, ``versions``, ``check``,
 ``runs``, ``rollback``, ``expire``, ``freshness``, ``spark``, ``share``), each adding its commands with its

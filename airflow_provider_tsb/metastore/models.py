@@ -326,3 +326,24 @@ class RevisionTableRow(Base):
     status: Mapped[str] = mapped_column(String(20))
     #: the table's latest Delta version after its restore (or truncation)
     restored_version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class RecipientRow(Base):
+    """A Delta Sharing recipient: a bearer token of its own, scoped to one share, read-only,
+    expiring and revocable (Delta Sharing PROTOCOL.md "Profile File Format"). Only the token's
+    SHA-256 digest is stored: the token itself is shown once, in the profile file."""
+
+    __tablename__ = "tsb_recipient"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(String(250))
+    #: the share it reads, as the Delta Sharing server names it (a topology or barrier domain,
+    #: with ``--read-committed`` for that variant)
+    share: Mapped[str] = mapped_column(String(300), index=True)
+    #: hex SHA-256 of the bearer token
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    #: the Airflow user who created it
+    created_by: Mapped[str] = mapped_column(String(250))
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    expires_at_ms: Mapped[int] = mapped_column(BigInteger)
+    revoked_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

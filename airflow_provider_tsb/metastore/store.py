@@ -24,7 +24,9 @@ no manager inherits another):
 * ``store.delays`` (:mod:`.delays`): the delay view; ``store.freshness`` (:mod:`.freshness`):
   lag of each table against its freshness target and the bottleneck job;
 * ``store.revisions`` (:mod:`.revisions`): revision plans (rollbacks recorded before any table
-  is touched).
+  is touched);
+* ``store.recipients`` (:mod:`.recipients`): Delta Sharing recipients, bearer tokens scoped to
+  one share.
 
 The flat methods of before (``store.resolve(...)``, ``store.create_barrier(...)``, ...) still
 work for one release and warn (:mod:`.compat`). Records and enums are in :mod:`.records`. All
@@ -48,6 +50,7 @@ from airflow_provider_tsb.metastore.expiry import ExpiryManager
 from airflow_provider_tsb.metastore.freshness import FreshnessManager
 from airflow_provider_tsb.metastore.job_runs import JobRunManager
 from airflow_provider_tsb.metastore.leases import LeaseManager
+from airflow_provider_tsb.metastore.recipients import RecipientManager
 from airflow_provider_tsb.metastore.records import (
     LATEST,
     BarrierDelays,
@@ -101,6 +104,7 @@ class MetaStore:
         delays: the delay view (:class:`~.delays.DelayManager`).
         freshness: lag against freshness targets (:class:`~.freshness.FreshnessManager`).
         revisions: revision plans (:class:`~.revisions.RevisionManager`).
+        recipients: Delta Sharing recipients (:class:`~.recipients.RecipientManager`).
 
     Every manager method runs in its own transaction. Methods raise :class:`MetastoreError`
     when the schema is missing (run ``tsb db migrate``) and the ``Unknown*Error`` family when
@@ -126,6 +130,7 @@ class MetaStore:
     delays: DelayManager
     freshness: FreshnessManager
     revisions: RevisionManager
+    recipients: RecipientManager
 
     def __init__(self, url: str | Engine) -> None:
         self.engine: Engine = url if isinstance(url, Engine) else create_metastore_engine(url)
@@ -143,6 +148,7 @@ class MetaStore:
         self.delays = DelayManager(core)
         self.freshness = FreshnessManager(core, self.registry)
         self.revisions = RevisionManager(core)
+        self.recipients = RecipientManager(core)
 
     # ------------------------------------------------------------------ schema
     def migrate(self) -> str:

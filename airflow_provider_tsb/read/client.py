@@ -379,3 +379,20 @@ class TsbClient:
         """``GET /freshness``: {topology, newest_barrier, missed [tables], tables {table: {target_s,
         lag_s, missed, committed_barrier, bottleneck, ...}}, jobs {job: {lag_s, ...}}}; lags in seconds."""
         return self._call("GET", "/freshness", params=self._params(topology=topology))
+
+    # ------------------------------------------------------------ Delta Sharing recipients
+    def create_recipient(self, share: str, *, name: str | None = None, expires_in: int | None = None
+                         ) -> dict[str, Any]:
+        """``POST /recipients``: a Delta Sharing recipient of ``share`` (edit access to its DAGs);
+        ``expires_in`` seconds (default 7 days). The answer holds its ``token``, once."""
+        body = self._params(share=share, name=name, expires_in=expires_in)
+        return self._call("POST", "/recipients", json=body)
+
+    def recipients(self, share: str | None = None, *, include_ended: bool = False) -> list[dict[str, Any]]:
+        """``GET /recipients``: recipients of the shares the user may edit (never their tokens)."""
+        params = self._params(share=share) | ({"include_ended": "true"} if include_ended else {})
+        return self._call("GET", "/recipients", params=params)
+
+    def revoke_recipient(self, recipient_id: str) -> dict[str, Any]:
+        """``DELETE /recipients/{id}``: revoke a recipient; its token and file URLs stop now."""
+        return self._call("DELETE", f"/recipients/{quote(recipient_id, safe='')}")

@@ -435,6 +435,110 @@ def test_delta_sharing_on_the_running_server(dep: Deployment, tmp_path: Path) ->
     assert anonymous.status_code == 401 and anonymous.json()["errorCode"] == "UNAUTHENTICATED"
 
 
+def _tsb(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "airflow_provider_tsb", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def _file_urls(r: httpx.Response) -> list[str]:
+    assert r.status_code == 200, r.text
+    return [json.loads(line)["file"]["url"] for line in r.text.splitlines() if '"file"' in line]
+
+
+def test_a_share_profile_holds_a_recipient_scoped_to_its_share(dep: Deployment, tmp_path: Path) -> None:
+    """Issue 57 item 1 on the real api-server: ``tsb share profile`` creates a recipient whose
+    token opens its one share, read-only, and nothing of Airflow; a viewer may not create one;
+    file URLs disclose no path and die with the recipient's revocation."""
+    import delta_sharing
+    from requests.exceptions import HTTPError
+
+    base = str(dep.af.client.base_url).rstrip("/")
+    viewer = _tsb("share", "profile", "sales", "--api-url", base, "--token", dep.tokens["alice"])
+    assert viewer.returncode == 1 and "forbidden" in viewer.stderr and "Traceback" not in viewer.stderr
+    other = _tsb("share", "profile", "payroll", "--api-url", base, "--token", dep.tokens["bob"])
+    assert other.returncode == 1 and "forbidden" in other.stderr
+    path = tmp_path / "sales.share"
+    made = _tsb("share", "profile", "sales", "--api-url", base, "--user", "bob", "--expires-in", "2d",
+                "-o", str(path), env={"TSB_API_PASSWORD": "bob"})
+    assert made.returncode == 0, made.stderr
+    assert path.stat().st_mode & 0o777 == 0o600
+    profile = json.loads(path.read_text())
+    token = profile["bearerToken"]
+    assert token.startswith("tsbshare_") and token not in dep.tokens.values()
+    assert profile["endpoint"] == base + "/tsb/sharing" and profile["expirationTime"].endswith("Z")
+    rows = dep.store.recipients.list("sales")
+    mine = next(r for r in rows if r.created_by == "bob")
+    assert 2 * 86400_000 - 120_000 < mine.expires_at_ms - mine.created_at_ms <= 2 * 86400_000
+    assert token not in json.dumps([r.__dict__ for r in rows])  # only the digest is stored
+
+    # the share, and only it
+    assert [s.name for s in delta_sharing.SharingClient(str(path)).list_shares()] == ["sales"]
+    assert delta_sharing.load_as_pandas(f"{path}#sales.sales.out", version=1)["id"].tolist() == [2]
+    with pytest.raises(HTTPError) as err:
+        delta_sharing.load_as_pandas(f"{path}#payroll.payroll.out", version=1)
+    assert err.value.response.status_code == 403
+    bearer = {"Authorization": f"Bearer {token}"}
+    for route in ("/tsb/sharing/shares/payroll/all-tables", "/tsb/sharing/shares/sales--read-committed"):
+        r = dep.af.client.get(route, headers=bearer)
+        assert r.status_code == 403 and r.json()["errorCode"] == "PERMISSION_DENIED", (route, r.text)
+        _no_payroll(r)
+    # nothing of Airflow's API, nor of the tsb REST API: not even minting another recipient
+    for method, route in (("GET", "/api/v2/dags"), ("GET", "/api/v2/connections"), ("GET", "/api/v2/variables"),
+                          ("GET", API + "/topologies"), ("GET", API + "/recipients"),
+                          ("POST", API + "/versions"), ("POST", API + "/recipients"), ("GET", "/tsb/ui/lineage")):
+        r = dep.af.client.request(method, route, headers=bearer, json={"share": "sales", "tables": ["tsb.sales.out"]})
+        assert r.status_code in (401, 403), (method, route, r.status_code, r.text[:200])
+
+    # an opaque file URL: no server path in it
+    files = _file_urls(dep.af.client.post("/tsb/sharing/shares/sales/schemas/sales/tables/out/query",
+                                          headers=bearer, json={"version": 1}))
+    assert files and all(str(dep.warehouse) not in u and "warehouse" not in u for u in files)
+    import base64
+    for u in files:
+        opaque = u.rsplit("/", 1)[1]
+        assert b"warehouse" not in base64.urlsafe_b64decode(opaque + "=" * (-len(opaque) % 4))
+    assert httpx.get(files[0], timeout=60).status_code == 200
+
+    # bob lists and revokes it; alice (a viewer) sees none; then the token and its URLs stop
+    listed = _tsb("share", "list", "sales", "--json", "--api-url", base, "--token", dep.tokens["bob"])
+    assert listed.returncode == 0 and mine.id in [r["id"] for r in json.loads(listed.stdout)], listed.stderr
+    assert "token" not in listed.stdout.lower().replace("tokens", "")
+    assert dep.call("alice", "GET", "/recipients").json() == []
+    assert dep.call("alice", "DELETE", f"/recipients/{mine.id}").status_code == 403
+    revoked = _tsb("share", "revoke", mine.id, "--api-url", base, "--token", dep.tokens["bob"])
+    assert revoked.returncode == 0 and "revoked recipient" in revoked.stdout, revoked.stderr
+    gone = httpx.get(files[0], timeout=60)
+    assert gone.status_code == 403 and "revoked" in gone.json()["message"]
+    r = dep.af.client.get("/tsb/sharing/shares", headers=bearer)
+    assert r.status_code == 401 and r.json()["errorCode"] == "UNAUTHENTICATED" and "revoked" in r.json()["message"]
+    forged = dep.af.client.get("/tsb/sharing/shares", headers={"Authorization": "Bearer tsbshare_nope"})
+    assert forged.status_code == 401 and "not known" in forged.json()["message"]
+
+
+def test_a_recipient_expires_and_a_logged_out_users_urls_die(dep: Deployment) -> None:
+    """A recipient's token stops at its expiry; a file URL issued to an Airflow token stops when
+    that token is logged out (it used to answer until its own 900 s expiry)."""
+    made = dep.call("bob", "POST", "/recipients", {"share": "sales", "expires_in": 2})
+    assert made.status_code == 201, made.text
+    bearer = {"Authorization": f"Bearer {made.json()['token']}"}
+    assert dep.af.client.get("/tsb/sharing/shares", headers=bearer).status_code == 200
+    time.sleep(2.2)
+    late = dep.af.client.get("/tsb/sharing/shares", headers=bearer)
+    assert late.status_code == 401 and "expired" in late.json()["message"]
+    assert dep.call("bob", "POST", "/recipients", {"share": "sales", "expires_in": 0}).status_code == 422
+    assert dep.call("bob", "POST", "/recipients", {"share": "nope"}).status_code == 403  # names nothing
+    assert dep.call("admin", "POST", "/recipients", {"share": "nope"}).status_code == 404
+
+    token = dep.af.get_token("viewer", "viewer")
+    user = {"Authorization": f"Bearer {token}"}
+    files = _file_urls(dep.af.client.post("/tsb/sharing/shares/sales/schemas/sales/tables/out/query",
+                                          headers=user, json={"version": 1}))
+    assert httpx.get(files[0], timeout=60).status_code == 200
+    dep.af.client.get("/api/v2/auth/logout", headers=user)
+    gone = httpx.get(files[0], timeout=60)
+    assert gone.status_code == 403 and "logged out" in gone.json()["message"]
+
+
 def test_freshness_on_the_running_server(dep: Deployment) -> None:
     """sales.out declares a 0.5 s target; a new barrier it has not committed makes it miss, with
     sales_job as the bottleneck, for a reader of sales (TsbClient with alice's token); after

@@ -9,7 +9,6 @@ uvicorn on a free port of 127.0.0.1.
 
 from __future__ import annotations
 
-import base64
 import json
 import socket
 import threading
@@ -254,20 +253,25 @@ def test_read_committed_share_serves_the_staged_files(server: Server) -> None:
     assert int(shared[CC]["cnt2"].sum()) == len(shared[WC])
 
 
-def test_profile_command_writes_a_profile_the_client_reads(server: Server, tmp_path: Path) -> None:
-    from airflow_provider_tsb.cli import main
+def test_a_profile_holds_the_recipient_token_and_its_expiry(server: Server, tmp_path: Path) -> None:
+    """The profile ``tsb share profile`` writes (the command itself runs on the real api-server:
+    tests/api/test_api_roles.py); the official client reads with it."""
+    import argparse
+
+    from airflow_provider_tsb.cli.share import build_profile, expires_in_arg
 
     base = server.url[: -len("/tsb/sharing")]
-    token = "h." + base64.urlsafe_b64encode(b'{"exp": 1893456000}').decode().rstrip("=") + ".s"
-    out = tmp_path / "profile.share"
-    assert main(["share", "profile", TOPOLOGY, "--api-url", base, "--token", token, "-o", str(out)]) == 0
-    profile = json.loads(out.read_text())
-    assert profile == {"shareCredentialsVersion": 1, "endpoint": server.url, "bearerToken": token,
+    profile = build_profile(base, "tsbshare_x", 1893456000_000)
+    assert profile == {"shareCredentialsVersion": 1, "endpoint": server.url, "bearerToken": "tsbshare_x",
                        "expirationTime": "2030-01-01T00:00:00Z"}
-    assert out.stat().st_mode & 0o077 == 0
+    out = tmp_path / "profile.share"
+    out.write_text(json.dumps(profile))
     frame = delta_sharing.load_as_pandas(f"{out}#{TOPOLOGY}.wc.word_count", version=2)
     assert int(frame["cnt"].sum()) == 5
-    assert main(["share", "profile", "nope", "--api-url", base, "--token", token]) == 2
+    assert [expires_in_arg(v) for v in ("3600", "90m", "12h", "30d")] == [3600, 5400, 43200, 2592000]
+    for bad in ("0", "-1", "367d", "soon", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError, match="not a lifetime"):
+            expires_in_arg(bad)
 
 
 def test_the_api_server_app_authenticates_the_protocol_but_not_the_file_urls() -> None:
