@@ -41,8 +41,9 @@ $(UV): | $(PY)
 	$(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip --default-pip >/dev/null
 	$(PY) -m pip install -q --upgrade pip uv
 
-$(VENV)/.installed: pyproject.toml | $(UV)
+$(VENV)/.installed: pyproject.toml airflow_provider_tsb/spark/jvm/pom.xml | $(UV)
 	$(UV) pip install -p $(PY) -q --compile-bytecode -e '.[test,postgres,data]'
+	$(PY) -m airflow_provider_tsb spark jars --fetch
 	@touch $@
 
 venv install: $(VENV)/.installed

@@ -30,7 +30,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 #: markers of the tiers heavier than ``unit``
-HEAVY_MARKERS = ("spark", "postgres", "airflow", "browser", "e2e", "slow", "cluster")
+HEAVY_MARKERS = ("spark", "postgres", "airflow", "browser", "e2e", "slow", "cluster", "delta_spark")
 #: fixture -> markers of the tests that use it (directly or through another fixture)
 FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "spark": ("spark",),

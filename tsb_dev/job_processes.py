@@ -65,8 +65,13 @@ def job_command(dep: Deployment, job_id: str, barrier: int, remote: str | None =
         # the examples' small-machine JIT setting (tsb_examples.spark_conf) and the class-data
         # archive in the driver's Java options, as configure_submit gives it
         java = f"-XX:TieredStopAtLevel=1 {ClassDataArchive(spark_submit=SPARK_SUBMIT).ensure()}".strip()
+        from airflow_provider_tsb.spark.delta_jars import delta_conf
+
         args = [SPARK_SUBMIT, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-                "--conf", "spark.sql.shuffle.partitions=2", "--driver-java-options", java, job.application]
+                "--conf", "spark.sql.shuffle.partitions=2", "--driver-java-options", java]
+        for key, value in delta_conf().items():
+            args += ["--conf", f"{key}={value}"]
+        args.append(job.application)
     args += ["--mode", "batch", "--metastore-url", "env:TSB_METASTORE_URL", "--until-barrier", str(barrier)]
     for name in sorted({*job.sources, *job.sinks}):
         args += ["--table", f"{name}={dep.location(name)}"]

@@ -4,6 +4,7 @@
     tsb spark status [--format json]      # exit 0 running, 1 stopped or stale
     tsb spark stop
     tsb spark archive [--delete]           # the class-data archive of local spark-submit drivers
+    tsb spark jars [--fetch]               # Delta's jars (Maven), on every Spark tsb starts
 
 The server's state (pid, port, log) is in ``--home`` (default ``$TSB_SPARK_HOME``, else
 ``$AIRFLOW_HOME/tsb-spark``). Point a Spark connection of type ``spark_connect`` at the printed
@@ -109,6 +110,19 @@ def cmd_spark_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_spark_jars(args: argparse.Namespace) -> int:
+    from airflow_provider_tsb.spark.delta_jars import DeltaJarsError, delta_jars, fetch, jars_dir
+
+    try:
+        jars = fetch() if args.fetch else delta_jars()
+    except DeltaJarsError as exc:
+        raise SparkCommandError(str(exc)) from exc
+    print(f"{'fetched' if args.fetch else 'found'} {len(jars)} jars in {jars_dir()}")
+    for jar in jars:
+        print(f"  {jar.name}")
+    return 0
+
+
 def register(sub: Any) -> None:
     """Add ``tsb spark start | stop | status`` to the ``tsb`` command line."""
     spark = sub.add_parser("spark", help="the local Spark Connect server the jobs share").add_subparsers(
@@ -145,3 +159,7 @@ def register(sub: Any) -> None:
                    help="where archives are kept (default $TSB_CLASS_DATA_DIR, else ~/.cache/airflow-provider-tsb)")
     p.add_argument("--delete", action="store_true", help="delete the archive instead")
     p.set_defaults(func=cmd_spark_archive)
+    p = spark.add_parser("jars", help="Delta's jars that every tsb Spark puts on its classpath: check them, "
+                                      "or fetch them with Maven (--fetch)")
+    p.add_argument("--fetch", action="store_true", help="fetch them again (mvn dependency:copy-dependencies)")
+    p.set_defaults(func=cmd_spark_jars)

@@ -67,6 +67,12 @@ class Snapshot:
     partition_columns: tuple[str, ...]
     reader_features: frozenset[str]
     add_actions: pa.Table
+    #: the table properties (``metaData.configuration``), e.g. ``delta.enableChangeDataFeed``
+    configuration: tuple[tuple[str, str], ...] = ()
+
+    def property(self, key: str) -> str | None:
+        """The table property ``key`` at this version (``None`` when unset)."""
+        return dict(self.configuration).get(key)
 
 
 class _Latest:
@@ -213,6 +219,7 @@ def _capture(loc: str, table: DeltaTable) -> Snapshot:
         partition_columns=tuple(table.metadata().partition_columns),
         reader_features=frozenset(protocol.reader_features or ()),
         add_actions=pa.table(table.get_add_actions(flatten=True)),
+        configuration=tuple(sorted((table.metadata().configuration or {}).items())),
     )
 
 

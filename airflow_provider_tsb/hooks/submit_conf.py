@@ -114,6 +114,8 @@ def configure_submit(
     * Spark conf: :func:`connection_conf` of ``conn_id`` under the hook's own conf (the job's
       declared conf updated with the operator's), so the connection sets cluster-wide
       resources and a job overrides what it must; :data:`SUBMIT_DEFAULT_CONF` under all of them;
+      Delta's jars, SQL extension and catalog added
+      (:func:`~airflow_provider_tsb.spark.delta_jars.delta_conf`);
     * ``--py-files``: the provider's zip added to the hook's own when :func:`ships_package`;
     * the class-data archive of Spark's driver classes in ``spark.driver.extraJavaOptions`` when
       the driver runs here (:func:`uses_class_data`): a start in about 5 s instead of 9
@@ -125,7 +127,10 @@ def configure_submit(
         ValueError: the connection's ``conf`` extra is malformed (see :func:`connection_conf`).
     """
     extra = _connection_extra(conn_id)
-    hook._conf = {**SUBMIT_DEFAULT_CONF, **connection_conf(extra, conn_id), **(hook._conf or {})}
+    from airflow_provider_tsb.spark.delta_jars import delta_conf
+
+    hook._conf = delta_conf({**SUBMIT_DEFAULT_CONF, **connection_conf(extra, conn_id), **(hook._conf or {})},
+                            fetch_missing=True)
     if uses_class_data(hook._connection, extra):
         from airflow_provider_tsb.spark.class_data import ClassDataArchive, with_class_data
 

@@ -290,8 +290,10 @@ class ConnectServer:
 
     def command(self) -> list[str]:
         """The ``spark-submit`` command line of the server."""
+        from airflow_provider_tsb.spark.delta_jars import delta_conf
+
         opts = self.options
-        conf = server_conf(opts)
+        conf = delta_conf(server_conf(opts), fetch_missing=True)
         if opts.class_data:
             from airflow_provider_tsb.spark.class_data import ClassDataArchive, with_class_data
 

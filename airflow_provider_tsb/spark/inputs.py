@@ -1,15 +1,22 @@
-"""Read Delta tables with Spark at exact versions: snapshots and epochs of changes.
+"""Read Delta tables with Spark's Delta reader at exact versions: snapshots and epochs of changes.
 
-delta-rs supplies the file lists (driver, metadata only); Spark executors read the Parquet
-files. Table data is never collected to the driver. Deletion vectors and column mapping are
-not supported (tsb tables and delta-rs root tables use neither); such tables raise.
+Every read goes through Delta's own connector (``spark.read.format("delta")``, Delta docs
+"Table batch reads and writes"): ``versionAsOf`` for a snapshot, the change data feed
+(``readChangeFeed``) for an epoch whose commits recorded change data, so deletion vectors,
+column mapping (``name`` and ``id``), ``timestampNtz``, type widening, v2 checkpoints and row
+tracking are Delta's to apply. delta-rs only lists the commits of an epoch and the files'
+statistics (metadata, on the driver): which files an epoch added or removed, and which overlap
+a data-skipping range. Table data is never collected to the driver.
+
+A row of a version is tied to its file by Spark's hidden ``_metadata.file_path`` column,
+matched to the log's ``add.path`` by the shortest path suffix that tells the files apart
+(:func:`file_keys`).
 """
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import reduce
 from typing import Any
 
@@ -17,11 +24,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from airflow_provider_tsb.delta.errors import DeltaLogError, UnsupportedTableFeatureError
+from airflow_provider_tsb.delta.errors import DeltaLogError
 from airflow_provider_tsb.delta.integrity import verify_version
-from airflow_provider_tsb.delta.log import join, normalize_location, read_commit_actions
+from airflow_provider_tsb.delta.log import normalize_location, read_commit_actions
 from airflow_provider_tsb.delta.snapshots import Snapshot, snapshot_at
-from airflow_provider_tsb.spark.frames import BARRIER_COLUMN, read_files, spark_schema
+from airflow_provider_tsb.spark.frames import BARRIER_COLUMN
 from airflow_provider_tsb.spark.timing import phase
 
 #: Columns added by :func:`read_changes`.
@@ -34,21 +41,9 @@ INSERT_TYPES = ("insert", "update_postimage")
 DELETE_TYPES = ("delete", "update_preimage")
 
 
-def _check_supported(table: Snapshot, location: str) -> None:
-    features = set(table.reader_features)
-    if "deletionVectors" in features or "columnMapping" in features:
-        raise UnsupportedTableFeatureError(
-            f"Delta table {location!r} uses reader features {sorted(features)}: deletion vectors and "
-            "column mapping are not supported by the tsb Spark reader; rewrite the table without them "
-            "(e.g. REORG/purge deletion vectors, or recreate it with delta.columnMapping.mode=none)"
-        )
-
-
-def _group_key(
-    partition_values: Mapping[str, str | None] | None, partition_columns: Iterable[str]
-) -> tuple[tuple[str, str | None], ...]:
-    values = partition_values or {}
-    return tuple((c, values.get(c)) for c in partition_columns)
+def delta_version(spark: SparkSession, location: str, version: int) -> DataFrame:
+    """The Delta table at ``location`` as of ``version`` (Spark's Delta reader, ``versionAsOf``)."""
+    return spark.read.format("delta").option("versionAsOf", int(version)).load(normalize_location(location))
 
 
 #: data skipping ranges, ``{column: (min, max)}``; a column mapped to ``None`` has an empty range
@@ -60,21 +55,20 @@ def read_snapshot(
     spark: SparkSession, location: str, version: int, *, within: Ranges | None = None,
     exclude: Collection[str] | None = None,
 ) -> DataFrame:
-    """Return the Delta table at ``location`` as of ``version`` as a lazy DataFrame.
+    """Return the Delta table at ``location`` as of ``version`` as a lazy DataFrame (Spark's
+    Delta reader: deletion vectors, column mapping and the other table features applied).
 
-    Columns: the table schema (partition columns filled from the partition values). An empty
-    table gives an empty DataFrame with that schema. Cost on the driver: one snapshot load
-    (file list and schema) from the per-process snapshot cache
-    (:func:`~airflow_provider_tsb.delta.snapshots.snapshot_at`: free when this version was read
-    before, incremental from an earlier one); data is read by the executors.
+    Columns: the table schema at ``version``. Cost on the driver: the commit file's figures
+    check, and with ``within`` or ``exclude`` one snapshot load (delta-rs, cached per process:
+    :func:`~airflow_provider_tsb.delta.snapshots.snapshot_at`) for the file list.
 
     Args:
-        within: data skipping, ``{column: (min, max)}``: only the files whose Delta statistics
-            (``minValues``/``maxValues``, Delta protocol "Per-file Statistics") overlap every
-            range are read; files without statistics for a column are kept. The result is a
-            superset of the rows in the ranges: join or filter for exactness. A column mapped to
-            ``None`` (an empty range) selects no file. Ranges usually come from
-            :func:`change_ranges`.
+        within: data skipping, ``{column: (min, max)}``: only the rows of the files whose Delta
+            statistics (``minValues``/``maxValues``, Delta protocol "Per-file Statistics")
+            overlap every range are read; files without statistics for a column are kept. The
+            result is a superset of the rows in the ranges: join or filter for exactness. A
+            column mapped to ``None`` (an empty range) selects no file. Ranges usually come
+            from :func:`change_ranges`.
         exclude: paths (relative to the table root, as in the ``add`` actions) of files to
             leave out (the files a PROCESSED merge's manifest removes).
 
@@ -86,23 +80,31 @@ def read_snapshot(
     """
     loc = normalize_location(location)
     with phase("delta_log"):
-        table = snapshot_at(loc, version)
-        verify_version(loc, version, None, name=loc, barrier=None, table=table.add_actions)
-        _check_supported(table, loc)
-        schema = spark_schema(table)
-        partition_columns = list(table.partition_columns)
-        groups: dict[tuple[tuple[str, str | None], ...], list[str]] = defaultdict(list)
-        if partition_columns or within or exclude:
-            for entry in _add_entries(table, stats_of=list(within or {})):
-                if (within and not _overlaps(entry, within)) or (exclude and entry["path"] in exclude):
-                    continue
-                groups[_group_key(entry["partitionValues"], partition_columns)].append(join(loc, entry["path"]))
-        else:
-            paths = table.add_actions.column("path").to_pylist() if table.add_actions.num_rows else []
-            if paths:
-                groups[()] = [join(loc, p) for p in paths]
-    df = read_files(spark, schema, partition_columns, groups)
-    return df if df is not None else spark.createDataFrame([], schema)
+        verify_version(loc, version, None, name=loc, barrier=None)
+        keep: list[str] | None = None
+        if within or exclude:
+            table = snapshot_at(loc, version)
+            keep = [e["path"] for e in _add_entries(table, stats_of=list(within or {}))
+                    if not (within and not _overlaps(e, within)) and not (exclude and e["path"] in exclude)]
+    df = delta_version(spark, loc, version)
+    if keep is None:
+        return df
+    return _only_files(df, keep)
+
+
+def _only_files(df: DataFrame, paths: Sequence[str]) -> DataFrame:
+    """The rows of ``df`` (a Delta scan) that live in the files ``paths`` (log paths)."""
+    if not paths:
+        return df.where(F.lit(False))
+    keys = file_keys(paths)
+    depth = keys[paths[0]].count("/") + 1
+    return df.where(_file_key(depth).isin(sorted(set(keys.values())))).select(*df.columns)
+
+
+def _file_key(depth: int) -> Column:
+    """The last ``depth`` components of a row's ``_metadata.file_path``."""
+    parts = F.split(F.col(f"{METADATA}.file_path"), "/")
+    return F.array_join(F.slice(parts, -depth, depth), "/")
 
 
 def _overlaps(entry: Mapping[str, Any], within: Ranges) -> bool:
@@ -206,16 +208,22 @@ def read_changes(
 
     ``from_version=None`` (or -1) means from the table's creation. Columns: table schema
     (as of ``to_version``) + ``_change_type`` (``insert`` / ``delete`` / ``update_preimage`` /
-    ``update_postimage``) + ``_commit_version``. Per commit, following the Delta change data
-    feed rules: if the commit has ``cdc`` actions (table with ``delta.enableChangeDataFeed``),
-    its ``_change_data`` files are read; otherwise files added with ``dataChange`` are inserts
-    and files removed with ``dataChange`` are deletes (correct for whole-file rewrites, e.g.
-    overwrite, restore, or copy-on-write updates: old rows out, new rows in). For an
-    append-only root table this is exactly the rows appended in the epoch.
+    ``update_postimage``) + ``_commit_version``. Delta's change data feed rules (Delta protocol
+    "Change Data Files"), read with Delta's own reader:
 
-    The files of one kind (and partition) are one scan, whatever the number of commits: each
-    row's ``_commit_version`` comes from its file's name (``_metadata.file_path``), so a range
-    of many small commits costs Spark one relation, not one per commit.
+    * an epoch of a table with ``delta.enableChangeDataFeed`` on (at its first version, or
+      with ``cdc`` actions in its commits) is read with Delta's change data feed
+      (``readChangeFeed``, ``startingVersion``/``endingVersion``): row-level deletes and
+      updates, whatever the table's features;
+    * otherwise each file a commit added with ``dataChange`` is inserts (its rows as of the
+      last version of the epoch it is live in) and each file it removed with ``dataChange`` is
+      deletes (its rows as of the version before). That is exact for appends (a root's
+      ingestion) and, as a net change, for rewrites of whole files or deletion vectors; enable
+      the change data feed for row-level changes. Commits without ``dataChange`` (``OPTIMIZE``,
+      a root's compaction) are no change.
+
+    The files read at one version are one scan, whatever the number of commits: each row's
+    ``_commit_version`` comes from its file (``_metadata.file_path``).
 
     Args:
         barriers: the epochs of a micro-batch, ``[(barrier, version)]`` in ascending order, the
@@ -223,10 +231,11 @@ def read_changes(
             barrier whose version is at or above its commit version (barrier ``b``'s epoch is
             ``(version of the barrier before, version of b]``).
 
-    Cost on the driver: one log-file read per version in the range + one snapshot load.
+    Cost on the driver: one log-file read per version in the range.
 
     Raises:
-        DeltaLogError: a commit in the range is missing from the log.
+        DeltaLogError: a commit in the range is missing from the log, or the table's change
+            data feed does not cover the epoch (names the table and the versions).
         ValueError: ``from_version > to_version``; ``barriers`` out of order, not ending at
             ``to_version`` or starting at or below ``from_version``.
     """
@@ -236,28 +245,128 @@ def read_changes(
         raise ValueError(f"read_changes({loc!r}): from_version {start} > to_version {to_version}")
     _check_epochs(loc, start, to_version, barriers)
     with phase("delta_log"):
-        table = snapshot_at(loc, to_version)
-        _check_supported(table, loc)
-        schema = spark_schema(table)
-        partition_columns = list(table.partition_columns)
-        by_kind: dict[str, dict[tuple[tuple[str, str | None], ...], list[tuple[str, int]]]] = defaultdict(
-            lambda: defaultdict(list))
+        commits = {}
         for version in range(start + 1, to_version + 1):
             actions = read_commit_actions(loc, version)
             if actions is None:
                 raise DeltaLogError(f"Delta log of {loc!r} has no commit {version}: cannot read its changes")
-            for kind, groups in _changed_files(loc, actions, partition_columns).items():
-                for key, urls in groups.items():
-                    by_kind[kind][key].extend((url, version) for url in urls)
-    frames = [df for kind, groups in sorted(by_kind.items())
-              if (df := _read_change_files(spark, schema, partition_columns, groups, kind)) is not None]
-    out_schema = change_schema(schema)
-    if not frames:
-        out = spark.createDataFrame([], out_schema)
+            commits[version] = actions
+    if commits and _feed_on(loc, commits):
+        out = _change_feed(spark, loc, commits, to_version)
     else:
-        cols = [f.name for f in out_schema.fields]
-        out = reduce(lambda a, b: a.unionByName(b), (f.select(*cols) for f in frames))
+        out = _file_changes(spark, loc, to_version, commits)
     return out.withColumn(BARRIER_COLUMN, _barrier_of(barriers)) if barriers else out
+
+
+#: the table property that turns Delta's change data feed on (Delta docs "Change data feed")
+CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+
+
+def _feed_on(loc: str, commits: Mapping[int, list[dict[str, Any]]]) -> bool:
+    """Whether the change data feed covers the epoch: on at its first version, or some commit
+    recorded change data (``cdc`` actions)."""
+    if any("cdc" in a for actions in commits.values() for a in actions):
+        return True
+    return (snapshot_at(loc, min(commits)).property(CHANGE_DATA_FEED) or "").lower() == "true"
+
+
+def _change_feed(spark: SparkSession, loc: str, commits: Mapping[int, list[dict[str, Any]]], last: int
+                 ) -> DataFrame:
+    """Delta's change data feed of the epoch's versions, in the schema of ``last``.
+
+    Delta refuses one feed across a column rename or drop (``DELTA_CHANGE_DATA_FEED_
+    INCOMPATIBLE_DATA_SCHEMA``), so the epoch is read in segments that each start at a schema
+    change (a ``metaData`` action), and the older segments' columns are renamed to ``last``'s by
+    their column mapping id; a column dropped since is left out (``_commit_timestamp`` too).
+    """
+    from pyspark.errors import PySparkException
+
+    versions = sorted(commits)
+    starts = [versions[0]] + [v for v in versions[1:] if any("metaData" in a for a in commits[v])]
+    ends = [s - 1 for s in starts[1:]] + [last]
+    schema = delta_version(spark, loc, last).schema
+    cols = [f.name for f in change_schema(schema).fields]
+    frames = []
+    for first, end in zip(starts, ends, strict=True):
+        df = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", first)
+              .option("endingVersion", end).load(loc))
+        try:
+            df = _renamed(df, loc, end, last) if end != last else df
+        except PySparkException as exc:
+            raise DeltaLogError(f"the change data feed of Delta table {loc!r} does not cover versions {first} to "
+                                f"{end} ({str(exc).splitlines()[0]}): set TBLPROPERTIES "
+                                "'delta.enableChangeDataFeed' = 'true' before the rows change") from exc
+        frames.append(df.select(*[c for c in cols if c in df.columns]))
+    return reduce(lambda x, y: x.unionByName(y, allowMissingColumns=True), frames).select(*cols)
+
+
+def _file_changes(spark: SparkSession, loc: str, to_version: int, commits: Mapping[int, list[dict[str, Any]]]
+                  ) -> DataFrame:
+    """The epoch's changes from its commits' ``add`` / ``remove`` actions with ``dataChange``
+    (see :func:`read_changes`): ``{version read at: {kind: {path: commit version}}}``, one scan
+    per version read at."""
+    reads: dict[int, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
+    added: dict[str, int] = {}
+    for version, actions in sorted(commits.items()):
+        for a in actions:
+            if "remove" in a:
+                path = a["remove"]["path"]
+                if path in added:  # live in the epoch until this commit removed it
+                    reads[version - 1]["insert"][path] = added.pop(path)
+                if a["remove"].get("dataChange", True):
+                    reads[version - 1]["delete"][path] = version
+        for a in actions:
+            if "add" in a and a["add"].get("dataChange", True):
+                added[a["add"]["path"]] = version
+    for path, version in added.items():
+        reads[to_version]["insert"][path] = version
+    schema = delta_version(spark, loc, to_version).schema
+    frames = []
+    for at, kinds in sorted(reads.items()):
+        df = delta_version(spark, loc, at)
+        df = df if at == to_version else _renamed(df, loc, at, to_version)
+        frames += [_kind_rows(df, kind, files) for kind, files in sorted(kinds.items()) if files]
+    if not frames:
+        return spark.createDataFrame([], change_schema(schema))
+    cols = [f.name for f in change_schema(schema).fields]
+    return reduce(lambda x, y: x.unionByName(y, allowMissingColumns=True), frames).select(*cols)
+
+
+#: the field metadata key of a column's id in a table with column mapping (Delta protocol "Column Mapping")
+COLUMN_ID = "delta.columnMapping.id"
+
+
+def _renamed(df: DataFrame, loc: str, version: int, last: int) -> DataFrame:
+    """``df`` (rows read in the schema of ``version``) with its columns renamed to those of
+    ``last`` where column mapping says they are the same column (same
+    ``delta.columnMapping.id`` in the log's schemas: Spark Connect hands out no field metadata):
+    a rename in the epoch."""
+    import json
+
+    def ids(v: int) -> dict[int, str]:
+        fields = json.loads(snapshot_at(loc, v).schema_json)["fields"]
+        return {f["metadata"][COLUMN_ID]: f["name"] for f in fields if COLUMN_ID in f.get("metadata", {})}
+
+    old, new = ids(version), ids(last)
+    renames = {name: new[i] for i, name in old.items() if i in new and new[i] != name and name in df.columns}
+    return df.withColumnsRenamed(renames) if renames else df
+
+
+def _kind_rows(df: DataFrame, kind: str, files: Mapping[str, int]) -> DataFrame:
+    """The rows of ``df`` (one Delta version) in ``files`` (``{log path: commit version}``) with
+    ``_change_type`` = ``kind`` and ``_commit_version``."""
+    paths = list(files)
+    keys = file_keys(paths)
+    depth = keys[paths[0]].count("/") + 1
+    key = _file_key(depth)
+    distinct = set(files.values())
+    if len(distinct) == 1:
+        version: Column = F.lit(distinct.pop()).cast(LongType())
+    else:
+        by_key = F.create_map(*[c for p, v in files.items() for c in (F.lit(keys[p]), F.lit(v))])
+        version = F.element_at(by_key, key).cast(LongType())
+    return (df.where(key.isin(sorted(set(keys.values()))))
+            .select(*df.columns, F.lit(kind).alias(CHANGE_TYPE), version.alias(COMMIT_VERSION)))
 
 
 def _check_epochs(loc: str, start: int, to_version: int, barriers: Sequence[tuple[int, int]]) -> None:
@@ -286,89 +395,22 @@ def _barrier_of(barriers: Sequence[tuple[int, int]]) -> Column:
     return F.expr(f"CASE {whens} ELSE {int(last)} END").cast(IntegerType())
 
 
-def _changed_files(loc: str, actions: list[dict[str, Any]], partition_columns: list[str]
-                   ) -> dict[str, dict[tuple[tuple[str, str | None], ...], list[str]]]:
-    """The data files of one commit's change, ``{kind: {partition key: [file URL]}}``: its ``cdc``
-    files (kind ``cdc``) when it has any, else its ``add`` (``insert``) and ``remove``
-    (``delete``) actions with ``dataChange`` (Delta protocol, "Change Data Files")."""
-    by_kind: dict[str, dict[tuple[tuple[str, str | None], ...], list[str]]] = defaultdict(lambda: defaultdict(list))
-    cdc = [a["cdc"] for a in actions if "cdc" in a]
-    if cdc:
-        for entry in cdc:
-            by_kind["cdc"][_group_key(entry.get("partitionValues"), partition_columns)].append(join(loc, entry["path"]))
-        return by_kind
-    for kind, name in (("insert", "add"), ("delete", "remove")):
-        for a in actions:
-            entry = a.get(name)
-            if entry and entry.get("dataChange", True):
-                key = _group_key(entry.get("partitionValues"), partition_columns)
-                by_kind[kind][key].append(join(loc, entry["path"]))
-    return by_kind
+def file_keys(paths: Sequence[str]) -> dict[str, str]:
+    """``{log path: key}``: the shortest path suffix (in components) that names every file
+    apart, as ``_metadata.file_path`` ends (Spark names a task's files alike in every directory
+    of a partitioned write, so the file name alone may not). The log's paths and Spark's file
+    paths are both URI-encoded, so their suffixes compare as they are.
 
-
-def _read_change_files(spark: SparkSession, schema: StructType, partition_columns: list[str],
-                       groups: Mapping[tuple[tuple[str, str | None], ...], list[tuple[str, int]]],
-                       kind: str) -> DataFrame | None:
-    """One kind of changed files, ``{partition key: [(file URL, commit version)]}``, as rows with
-    ``_commit_version`` (and ``_change_type``: the files' own column for ``cdc``, else ``kind``);
-    ``None`` for no files. The files of a partition are one scan per :func:`_scans` round."""
-    frames = []
-    for key, files in groups.items():
-        for versions in _scans(files, schema):
-            extra = {COMMIT_VERSION: _version_column(versions)}
-            if kind != "cdc":
-                extra[CHANGE_TYPE] = F.lit(kind)
-            df = read_files(spark, schema, partition_columns, {key: list(versions)}, file_columns=extra,
-                            file_schema_extra=[StructField(CHANGE_TYPE, StringType(), True)] if kind == "cdc" else ())
-            if df is not None:
-                frames.append(df)
-    return reduce(lambda a, b: a.unionByName(b), frames) if frames else None
-
-
-def _scans(files: Sequence[tuple[str, int]], schema: StructType) -> list[dict[str, int]]:
-    """``files`` (``[(file URL, commit version)]``) split into scans, ``[{file URL: version}]``:
-    one scan when each file is named apart by a short path suffix Spark reports unchanged
-    (:func:`_file_keys`), else one scan per version, as when the table has a ``_metadata``
-    column (Spark's file metadata column is then hidden)."""
-    versions = {v for _, v in files}
-    if len(versions) > 1 and METADATA not in schema.fieldNames() and _file_keys([u for u, _ in files]) is not None:
-        return [dict(files)]
-    by_version: dict[int, dict[str, int]] = defaultdict(dict)
-    for url, version in files:
-        by_version[version][url] = version
-    return [by_version[v] for v in sorted(by_version)]
-
-
-#: characters a path suffix key may hold: those ``_metadata.file_path`` gives as the log does
-#: (no percent-encoding question arises)
-_PLAIN_PATH = re.compile(r"[A-Za-z0-9._=/-]+")
-
-
-def _file_keys(urls: Sequence[str]) -> dict[str, str] | None:
-    """``{url: key}``: the shortest path suffix (in components, at most 4) that names every file
-    apart (Spark names a task's files alike in every directory of a partitioned write, so the
-    file name alone may not); ``None`` when none does or a key holds other characters."""
-    parts = {url: url.rstrip("/").split("/") for url in urls}
-    for depth in range(1, 5):
-        keys = {url: "/".join(p[-depth:]) for url, p in parts.items()}
+    Raises:
+        DeltaLogError: two files have the same path.
+    """
+    parts = {p: p.rstrip("/").split("/") for p in paths}
+    deepest = max((len(v) for v in parts.values()), default=1)
+    for depth in range(1, deepest + 1):
+        keys = {p: "/".join(v[-depth:]) for p, v in parts.items()}
         if len(set(keys.values())) == len(keys):
-            return keys if all(_PLAIN_PATH.fullmatch(k) for k in keys.values()) else None
-    return None
-
-
-def _version_column(versions: Mapping[str, int]) -> Column:
-    """``_commit_version`` of a scan's rows: the literal when its files share one version, else
-    looked up by each file's path suffix (:func:`_file_keys`) in ``_metadata.file_path``."""
-    distinct = set(versions.values())
-    if len(distinct) == 1:
-        return F.lit(distinct.pop()).cast(LongType())
-    keys = _file_keys(list(versions))
-    assert keys is not None  # _scans made one scan of several versions only with keys
-    depth = keys[next(iter(keys))].count("/") + 1
-    by_key = F.create_map(*[c for url, v in versions.items() for c in (F.lit(keys[url]), F.lit(v))])
-    parts = F.split(F.col(f"{METADATA}.file_path"), "/")
-    key = F.array_join(F.slice(parts, -depth, depth), "/")
-    return F.element_at(by_key, key).cast(LongType())
+            return keys
+    raise DeltaLogError(f"the Delta log names a file twice among {sorted(paths)[:5]}")
 
 
 def change_sign() -> Column:

@@ -124,7 +124,7 @@ def get_spark(
         builder = builder.master(master or os.environ.get("TSB_SPARK_MASTER", "local[2]"))
         for key, value in DEFAULT_CONF.items():
             builder = builder.config(key, value)
-        settings = _with_class_data(settings)
+        settings = _with_class_data(_with_delta(settings))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -133,6 +133,19 @@ def get_spark(
     # Spark's INFO log costs driver CPU on every micro-batch; TSB_SPARK_LOG_LEVEL=INFO brings it back
     spark.sparkContext.setLogLevel(os.environ.get("TSB_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def _with_delta(settings: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` of a driver started here with Delta's jars, extension and catalog
+    (:func:`~airflow_provider_tsb.spark.delta_jars.delta_conf`); unchanged when a JVM already
+    runs in this process (its classpath is set)."""
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        return dict(settings)
+    from airflow_provider_tsb.spark.delta_jars import delta_conf
+
+    return delta_conf(settings, fetch_missing=True)
 
 
 def _with_class_data(settings: Mapping[str, str]) -> dict[str, str]:
