@@ -11,6 +11,8 @@ Every commit that writes barrier ``n`` of job ``j`` to a table carries:
   - ``tsb.attempt``: the attempt id (uuid hex) whose staged files the commit adds;
   - ``tsb.files`` / ``tsb.bytes``: the number of live data files and their total size in
     bytes at the commit's version (:mod:`airflow_provider_tsb.delta.integrity`, issue 25);
+  - Delta's own ``userMetadata`` (``DESCRIBE HISTORY``): ``{"tsb.barrier", "tsb.job",
+    "tsb.inputs"}`` as one JSON object;
 
 * an app transaction ``txn(appId=app_id(j, epoch), version=n)``.
 
@@ -34,6 +36,9 @@ JOB_KEY = "tsb.job"
 INPUTS_KEY = "tsb.inputs"
 TS_KEY = "tsb.ts"
 ATTEMPT_KEY = "tsb.attempt"
+#: Delta's own ``commitInfo.userMetadata`` (``DESCRIBE HISTORY``'s ``userMetadata`` column):
+#: the barrier, job and input versions as one JSON object, for every Delta reader to see
+USER_METADATA_KEY = "userMetadata"
 
 #: Table property holding the restore epoch (decimal string; absent means 0).
 EPOCH_PROPERTY = "tsb.epoch"
@@ -89,6 +94,8 @@ class BarrierTag:
             meta[TS_KEY] = str(self.ts_ms)
         if self.attempt is not None:
             meta[ATTEMPT_KEY] = self.attempt
+        meta[USER_METADATA_KEY] = json.dumps({BARRIER_KEY: self.barrier, JOB_KEY: self.job_id,
+                                              INPUTS_KEY: dict(sorted(self.inputs.items()))}, separators=(",", ":"))
         return meta
 
 

@@ -15,6 +15,7 @@ matched to the log's ``add.path`` by the shortest path suffix that tells the fil
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from functools import reduce
@@ -89,7 +90,7 @@ def read_snapshot(
     df = delta_version(spark, loc, version)
     if keep is None:
         return df
-    return _only_files(df, keep)
+    return _within(_only_files(df, keep), within or {})
 
 
 def _only_files(df: DataFrame, paths: Sequence[str]) -> DataFrame:
@@ -98,12 +99,34 @@ def _only_files(df: DataFrame, paths: Sequence[str]) -> DataFrame:
         return df.where(F.lit(False))
     keys = file_keys(paths)
     depth = keys[paths[0]].count("/") + 1
-    return df.where(_file_key(depth).isin(sorted(set(keys.values())))).select(*df.columns)
+    return df.where(_file_key(df, depth).isin(sorted(set(keys.values())))).select(*df.columns)
 
 
-def _file_key(depth: int) -> Column:
-    """The last ``depth`` components of a row's ``_metadata.file_path``."""
-    parts = F.split(F.col(f"{METADATA}.file_path"), "/")
+#: how far a timestamp statistic may be from the values it bounds: Delta writers truncate them
+#: to milliseconds (Delta protocol "Per-file Statistics")
+_STAT_SLACK = dt.timedelta(milliseconds=1)
+
+
+def _within(df: DataFrame, within: Ranges) -> DataFrame:
+    """``df`` filtered to the ranges of its numeric, date and timestamp columns (widened by
+    :data:`_STAT_SLACK` for timestamps), so Delta's own data skipping prunes the files too; text
+    statistics may be truncated prefixes, and are left to the file selection."""
+    for column, bounds in within.items():
+        if bounds is None or column not in df.columns:
+            continue
+        lo, hi = bounds
+        if isinstance(lo, bool) or not isinstance(lo, int | float | dt.date) or type(lo) is not type(hi):
+            continue
+        if isinstance(lo, dt.datetime):
+            lo, hi = lo - _STAT_SLACK, hi + _STAT_SLACK
+        df = df.where(F.col(column).isNull() | F.col(column).between(lo, hi))
+    return df
+
+
+def _file_key(df: DataFrame, depth: int) -> Column:
+    """The last ``depth`` components of a row's file path (Spark's hidden ``_metadata`` column,
+    found even when the table has a ``_metadata`` column of its own)."""
+    parts = F.split(df.metadataColumn(METADATA).getField("file_path"), "/")
     return F.array_join(F.slice(parts, -depth, depth), "/")
 
 
@@ -358,7 +381,7 @@ def _kind_rows(df: DataFrame, kind: str, files: Mapping[str, int]) -> DataFrame:
     paths = list(files)
     keys = file_keys(paths)
     depth = keys[paths[0]].count("/") + 1
-    key = _file_key(depth)
+    key = _file_key(df, depth)
     distinct = set(files.values())
     if len(distinct) == 1:
         version: Column = F.lit(distinct.pop()).cast(LongType())

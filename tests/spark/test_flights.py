@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from pyspark.sql import functions as F
 
 from airflow_provider_tsb.delta import version_of_barrier
@@ -26,6 +27,7 @@ DAILY = "flights.carrier_daily_delay"
 RANKING = "flights.carrier_ranking"
 
 
+@pytest.mark.delta_spark
 def test_flights_topology_consistent_at_every_barrier(spark, tmp_path: Path) -> None:
     tables = {name: str(tmp_path / name) for name in (nyc.FLIGHTS, nyc.WEATHER, ENRICHED, DAILY, RANKING)}
     plan = PlanFile(str(tmp_path / "plan.json"))
@@ -68,3 +70,36 @@ def test_flights_topology_consistent_at_every_barrier(spark, tmp_path: Path) -> 
     d1 = daily.where(F.col("day") == 1).orderBy("carrier").collect()
     first = read_snapshot(spark, tables[DAILY], version_of_barrier(tables[DAILY], 1)).orderBy("carrier").collect()
     assert d1 == first
+    _interop(spark, tables, len(days))
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value
+
+
+def _interop(spark, tables: dict[str, str], barriers: int) -> None:
+    """Issue 58 item 5: every sink tsb wrote, read by Spark's Delta reader at each barrier's
+    version, equals delta-rs's read of it (the control plane's readers), row for row; Delta's
+    ``DESCRIBE HISTORY`` shows each barrier commit's barrier and job in ``userMetadata``."""
+    import json
+
+    from deltalake import DeltaTable
+
+    from airflow_provider_tsb.spark.inputs import delta_version
+
+    for name in (ENRICHED, DAILY, RANKING):
+        location = tables[name]
+        history = {r["version"]: r["userMetadata"] for r in
+                   spark.sql(f"DESCRIBE HISTORY delta.`{location}`").select("version", "userMetadata").collect()}
+        for b in range(1, barriers + 1):
+            version = version_of_barrier(location, b)
+            ours = delta_version(spark, location, version)
+            columns = ours.columns
+            by_spark = sorted((tuple(_plain(v) for v in r) for r in ours.collect()), key=repr)
+            arrow = DeltaTable(location, version=version).to_pyarrow_table().select(columns)
+            by_rs = sorted((tuple(_plain(v) for v in r.values()) for r in arrow.to_pylist()), key=repr)
+            assert by_spark == by_rs and by_spark, (name, b)
+            meta = json.loads(history[version])
+            assert meta["tsb.barrier"] == b and meta["tsb.job"], (name, b, meta)
