@@ -23,6 +23,9 @@ LOCAL_SPARK_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "1g",
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    # Delta rebuilds each version's state with a Spark job of 50 tasks by default (Delta SQL conf
+    # ``snapshotPartitions``): one for the examples' small logs
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
 
 

@@ -14,7 +14,8 @@ APIs of the Delta Sharing protocol (github.com/delta-io/delta-sharing, PROTOCOL.
   barrier) or ``timestamp`` (the newest barrier at or before it); NDJSON protocol, metaData and
   one ``file`` line per Parquet file with a signed URL (:mod:`.sharing_files`; on S3 a presigned
   URL of the store, :mod:`.sharing_presign`); the versions
-  served are leased for as long as the URLs live, so snapshot expiry keeps the files;
+  served are leased for as long as the URLs live (for a reader with the lease right:
+  :func:`may_lease`), so snapshot expiry keeps the files;
   ``startingVersion`` answers as ``changes``;
 * ``GET .../tables/{table}/changes`` ("Read Change Data Feed from a Table"):
   ``startingVersion``/``endingVersion`` (barriers, inclusive): per barrier ``k`` the files that
@@ -45,7 +46,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
 from airflow_provider_tsb.api import sharing_model as sm
-from airflow_provider_tsb.api.access import READ, AccessDeniedError, AllowAll, TopologyAccess
+from airflow_provider_tsb.api.access import EDIT, READ, AccessDeniedError, AllowAll, TopologyAccess
 from airflow_provider_tsb.api.errors import status_for
 from airflow_provider_tsb.api.limits import config_number, config_seconds, max_lease_seconds, short_text
 from airflow_provider_tsb.api.routes import get_access, get_store
@@ -291,11 +292,11 @@ def query_table(request: Request, store: StoreDep, access: AccessDep, seconds: A
     body = body or {}
     found, tables, t = _located(request, store, access, share, schema, table)
     if body.get("startingVersion") is not None:
-        return _changes(request, store, found, tables, t, seconds, body.get("startingVersion"),
+        return _changes(request, store, access, found, tables, t, seconds, body.get("startingVersion"),
                         body.get("endingVersion"))
     barrier = _barrier(store, found, tables, body.get("version"), body.get("timestamp"))
-    res = sharing_cache(request, store).leased(found, t, barrier, seconds)
-    expires = res.lease_expires_at_ms or 0
+    res = sharing_cache(request, store).leased(found, t, barrier, seconds, lease=may_lease(access, found))
+    expires = res.lease_expires_at_ms or now_ms() + seconds * 1000
     lines = query_lines(res.tables[t.full_name], expires, _signer(request, expires))
     return _ndjson(lines, barrier)
 
@@ -328,16 +329,24 @@ def table_changes(request: Request, store: StoreDep, access: AccessDep, seconds:
         start = sm.barrier_from(store, found, sm.parse_timestamp(startingTimestamp), newest)
     if endingTimestamp is not None:
         end = sm.barrier_at(store, found, sm.parse_timestamp(endingTimestamp), newest)
-    return _changes(request, store, found, tables, t, seconds, start, end)
+    return _changes(request, store, access, found, tables, t, seconds, start, end)
 
 
-def _changes(request: Request, store: MetaStore, share: sm.Share, tables: list[sm.SharedTable],
-             t: sm.SharedTable, seconds: int, start: object, end: object) -> Response:
+def may_lease(access: TopologyAccess, share: sm.Share) -> bool:
+    """The lease rule of every read path: a read pins versions only for a reader with the lease
+    right, edit access to every DAG of the share's topologies (the right ``POST /versions`` with
+    ``lease_seconds`` needs). A recipient and a Viewer read without pinning anything: snapshot
+    expiry's retention keeps what they read, and a file it removed meanwhile answers 404."""
+    return access.share_scope is None and set(share.topologies) <= access.allowed(EDIT, share.topologies)
+
+
+def _changes(request: Request, store: MetaStore, access: TopologyAccess, share: sm.Share,
+             tables: list[sm.SharedTable], t: sm.SharedTable, seconds: int, start: object, end: object) -> Response:
     if start is None:
         raise sm.BadRequestError("give startingVersion or startingTimestamp")
     first = sm.parse_version(start, "startingVersion")
     last = sm.parse_version(end, "endingVersion") if end is not None else sm.share_version(store, share, tables)
-    steps = sm.barrier_versions(store, t, first, last, seconds)
+    steps = sm.barrier_versions(store, t, first, last, seconds, lease=may_lease(access, share))
     lines = change_lines(t.full_name, steps, steps.lease_expires_ms, _signer(request, steps.lease_expires_ms))
     return _ndjson(lines, first)
 

@@ -140,17 +140,21 @@ class SharingCache:
             self._shares[name] = entry
         return entry
 
-    def leased(self, share: sm.Share, table: sm.SharedTable, barrier: int, seconds: float) -> Resolution:
+    def leased(self, share: sm.Share, table: sm.SharedTable, barrier: int, seconds: float, *,
+               lease: bool = True) -> Resolution:
         """``table`` resolved at share version ``barrier`` with its version leased, as
         :func:`.sharing_model.resolve_table` with ``lease_seconds=seconds``; on the
         REPEATABLE_READ share a lease taken by an earlier query is reused while it has at least
         ``seconds * (1 - REUSE_FRACTION)`` and at most ``seconds`` to live (the answer's
-        ``lease_expires_at_ms`` is that lease's end, epoch ms).
+        ``lease_expires_at_ms`` is that lease's end, epoch ms). Without ``lease`` (a reader who
+        may not lease) it is resolved and nothing is pinned.
 
         Raises:
             UnknownBarrierError, InconsistentReadError, ExpiredVersionError: as
                 :func:`.sharing_model.resolve_table` (never kept).
         """
+        if not lease:  # a reader without the lease right: resolved, nothing pinned
+            return sm.resolve_table(self.store, share, table, barrier, lease_seconds=None)
         key = (share.name, table.full_name, barrier)
         if share.level is ConsistencyLevel.REPEATABLE_READ:
             with self._lock:

@@ -272,7 +272,8 @@ class BarrierSteps:
         location: the table root.
         versions: ``{barrier: Delta version}``; barrier ``0`` (before the first) maps to ``None``.
         ts_ms: ``{barrier: barrier timestamp, epoch ms}`` for ``first`` .. ``last``.
-        lease_expires_ms: when the lease on the version range ends (epoch ms).
+        lease_expires_ms: when the leases on the versions end, or the URLs expire when none
+            was taken (epoch ms).
     """
 
     location: str
@@ -281,8 +282,11 @@ class BarrierSteps:
     lease_expires_ms: int
 
 
-def barrier_versions(store: MetaStore, table: SharedTable, first: int, last: int, seconds: float) -> BarrierSteps:
-    """Resolve ``table`` AS OF every barrier ``first - 1`` .. ``last`` and lease the version range.
+def barrier_versions(store: MetaStore, table: SharedTable, first: int, last: int, seconds: float, *,
+                     lease: bool = True) -> BarrierSteps:
+    """Resolve ``table`` AS OF every barrier ``first - 1`` .. ``last``; with ``lease`` (a reader
+    with the lease right), lease exactly the Delta versions served (one lease each, in one
+    transaction: not the versions between them) for ``seconds``.
 
     Raises:
         BadRequestError: ``first > last`` or more than :data:`MAX_CHANGE_BARRIERS` barriers.
@@ -301,10 +305,26 @@ def barrier_versions(store: MetaStore, table: SharedTable, first: int, last: int
             continue
         versions[k] = store.resolution.resolve([table.full_name], as_of=k).tables[table.full_name].version
     ts = {k: store.barriers.barrier(table.info.topology, k).ts_ms for k in range(first, last + 1)}
-    pinned = [v for v in versions.values() if v is not None]
+    pinned = sorted({v for v in versions.values() if v is not None})
     expires = now_ms() + int(seconds * 1000)
-    if pinned:
-        _lease, expires = store.leases.create_lease(
-            {table.full_name: (min(pinned), max(pinned))}, seconds, f"delta-sharing changes {table.share}"
-        )
+    if pinned and lease:
+        expires = lease_each(store, table.full_name, pinned, seconds, f"delta-sharing changes {table.share}")
     return BarrierSteps(table.info.location, versions, ts, expires)
+
+
+def lease_each(store: MetaStore, table: str, versions: list[int], seconds: float, holder: str) -> int:
+    """Lease each of ``versions`` of ``table`` for ``seconds`` (one lease per version, one
+    transaction); returns when they end (epoch ms).
+
+    Raises:
+        ExpiredVersionError: a version is already expired.
+    """
+    from airflow_provider_tsb.metastore.base import table_id_of
+    from airflow_provider_tsb.metastore.leases import lease_versions
+
+    expires = now_ms()
+    with store.core.transaction(write=True) as s:
+        table_id = table_id_of(s, table)
+        for version in versions:
+            _lease, expires = lease_versions(s, {table_id: version}, seconds, holder)
+    return expires

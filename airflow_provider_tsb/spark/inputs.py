@@ -1,441 +1,112 @@
-"""Read Delta tables with Spark's Delta reader at exact versions: snapshots and epochs of changes.
+"""Read Delta tables with Spark at exact versions: snapshots and epochs of changes.
 
-Every read goes through Delta's own connector (``spark.read.format("delta")``, Delta docs
-"Table batch reads and writes"): ``versionAsOf`` for a snapshot, the change data feed
-(``readChangeFeed``) for an epoch whose commits recorded change data, so deletion vectors,
-column mapping (``name`` and ``id``), ``timestampNtz``, type widening, v2 checkpoints and row
-tracking are Delta's to apply. delta-rs only lists the commits of an epoch and the files'
-statistics (metadata, on the driver): which files an epoch added or removed, and which overlap
-a data-skipping range. Table data is never collected to the driver.
+Two readers, one answer (the same rows, columns and change rules):
 
-A row of a version is tied to its file by Spark's hidden ``_metadata.file_path`` column,
-matched to the log's ``add.path`` by the shortest path suffix that tells the files apart
-(:func:`file_keys`).
+* :mod:`.inputs_delta`, **Spark's Delta reader** (``versionAsOf``, the change data feed), for
+  every table whose protocol has a reader feature (deletion vectors, column mapping,
+  ``timestampNtz``, type widening, v2 checkpoints: :func:`uses_delta_reader`), so users' roots
+  are read as their Spark wrote them; and for every table when ``$TSB_SPARK_READER`` is
+  ``delta``;
+* :mod:`.inputs_files`, the **file list** of a plain table (no reader feature): delta-rs lists
+  a version's files and Spark reads them as Parquet, one scan. Spark's Delta reader rebuilds
+  each new version's state with Spark jobs, which every barrier of every job would pay
+  (docs/engines.md, "Delta's jars", gives the cost; ``benchmarks/input_reads.py``).
+
+Table data is never collected to the driver. Set ``TSB_SPARK_READER=files`` to refuse the
+Delta reader (a table with reader features then raises ``UnsupportedTableFeatureError``).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
-from functools import reduce
-from typing import Any
+import os
+from collections.abc import Collection, Sequence
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql import DataFrame, SparkSession
 
-from airflow_provider_tsb.delta.errors import DeltaLogError
-from airflow_provider_tsb.delta.integrity import verify_version
-from airflow_provider_tsb.delta.log import normalize_location, read_commit_actions
-from airflow_provider_tsb.delta.snapshots import Snapshot, snapshot_at
-from airflow_provider_tsb.spark.frames import BARRIER_COLUMN
-from airflow_provider_tsb.spark.timing import phase
+from airflow_provider_tsb.delta.errors import UnsupportedTableFeatureError
+from airflow_provider_tsb.delta.log import normalize_location
+from airflow_provider_tsb.delta.snapshots import snapshot_at
+from airflow_provider_tsb.spark import inputs_delta, inputs_files
+from airflow_provider_tsb.spark.epochs import (
+    CHANGE_TYPE,
+    COMMIT_VERSION,
+    DELETE_TYPES,
+    INSERT_TYPES,
+    METADATA,
+    Ranges,
+    change_ranges,
+    change_schema,
+    change_sign,
+)
+from airflow_provider_tsb.spark.inputs_delta import delta_version
 
-#: Columns added by :func:`read_changes`.
-CHANGE_TYPE = "_change_type"
-COMMIT_VERSION = "_commit_version"
-#: Spark's hidden file metadata column of a file scan (its ``file_path`` names a row's file)
-METADATA = "_metadata"
-#: ``_change_type`` values that add a row / remove a row.
-INSERT_TYPES = ("insert", "update_postimage")
-DELETE_TYPES = ("delete", "update_preimage")
+#: ``auto`` (default: Spark's Delta reader for tables with reader features), ``delta`` (always),
+#: ``files`` (never)
+READER_ENV = "TSB_SPARK_READER"
 
-
-def delta_version(spark: SparkSession, location: str, version: int) -> DataFrame:
-    """The Delta table at ``location`` as of ``version`` (Spark's Delta reader, ``versionAsOf``)."""
-    return spark.read.format("delta").option("versionAsOf", int(version)).load(normalize_location(location))
+__all__ = ["CHANGE_TYPE", "COMMIT_VERSION", "DELETE_TYPES", "INSERT_TYPES", "METADATA", "Ranges", "change_ranges",
+           "change_schema", "change_sign", "delta_version", "read_changes", "read_snapshot", "uses_delta_reader"]
 
 
-#: data skipping ranges, ``{column: (min, max)}``; a column mapped to ``None`` has an empty range
-#: (an epoch that added no row): no file overlaps it
-Ranges = Mapping[str, "tuple[Any, Any] | None"]
+def uses_delta_reader(location: str, version: int) -> bool:
+    """Whether version ``version`` of the table at ``location`` is read with Spark's Delta
+    reader (see module docstring; one cached delta-rs snapshot load).
+
+    Raises:
+        UnsupportedTableFeatureError: the table has reader features and ``TSB_SPARK_READER=files``.
+        ValueError: ``$TSB_SPARK_READER`` is not ``auto``, ``delta`` or ``files``.
+    """
+    mode = os.environ.get(READER_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "delta", "files"):
+        raise ValueError(f"{READER_ENV}={mode!r} is not one of auto, delta, files")
+    if mode == "delta":
+        return True
+    loc = normalize_location(location)
+    features = snapshot_at(loc, max(int(version), 0)).reader_features
+    if features and mode == "files":
+        raise UnsupportedTableFeatureError(
+            f"Delta table {loc!r} uses reader features {sorted(features)}, which only Spark's Delta reader "
+            f"applies; unset {READER_ENV} (or set it to auto) to read it with Delta's own connector"
+        )
+    return bool(features)
 
 
 def read_snapshot(
     spark: SparkSession, location: str, version: int, *, within: Ranges | None = None,
     exclude: Collection[str] | None = None,
 ) -> DataFrame:
-    """Return the Delta table at ``location`` as of ``version`` as a lazy DataFrame (Spark's
-    Delta reader: deletion vectors, column mapping and the other table features applied).
+    """The Delta table at ``location`` as of ``version`` as a lazy DataFrame.
 
-    Columns: the table schema at ``version``. Cost on the driver: the commit file's figures
-    check, and with ``within`` or ``exclude`` one snapshot load (delta-rs, cached per process:
-    :func:`~airflow_provider_tsb.delta.snapshots.snapshot_at`) for the file list.
+    Columns: the table schema. See :func:`.inputs_delta.read_snapshot` and
+    :func:`.inputs_files.read_snapshot` (the same contract):
 
     Args:
-        within: data skipping, ``{column: (min, max)}``: only the rows of the files whose Delta
-            statistics (``minValues``/``maxValues``, Delta protocol "Per-file Statistics")
-            overlap every range are read; files without statistics for a column are kept. The
-            result is a superset of the rows in the ranges: join or filter for exactness. A
-            column mapped to ``None`` (an empty range) selects no file. Ranges usually come
-            from :func:`change_ranges`.
-        exclude: paths (relative to the table root, as in the ``add`` actions) of files to
-            leave out (the files a PROCESSED merge's manifest removes).
+        within: data skipping, ``{column: (min, max)}`` (from :func:`change_ranges`): only
+            rows of files whose statistics overlap every range; a superset of the rows in the
+            ranges (join or filter for exactness); ``None`` for a column selects nothing.
+        exclude: paths (relative to the table root) of files to leave out.
 
     Raises:
         TableNotFoundError: no table at ``location``.
         DeltaLogError: ``version`` does not exist (or its log was cleaned up).
-        DeltaLogIntegrityError: the log does not give the live files the commit at ``version``
-            recorded (``tsb.files`` / ``tsb.bytes``; :mod:`airflow_provider_tsb.delta.integrity`).
+        DeltaLogIntegrityError: the log does not give the live files the commit recorded.
     """
-    loc = normalize_location(location)
-    with phase("delta_log"):
-        verify_version(loc, version, None, name=loc, barrier=None)
-        keep: list[str] | None = None
-        if within or exclude:
-            table = snapshot_at(loc, version)
-            keep = [e["path"] for e in _add_entries(table, stats_of=list(within or {}))
-                    if not (within and not _overlaps(e, within)) and not (exclude and e["path"] in exclude)]
-    df = delta_version(spark, loc, version)
-    if keep is None:
-        return df
-    return _within(_only_files(df, keep), within or {})
-
-
-def _only_files(df: DataFrame, paths: Sequence[str]) -> DataFrame:
-    """The rows of ``df`` (a Delta scan) that live in the files ``paths`` (log paths)."""
-    if not paths:
-        return df.where(F.lit(False))
-    keys = file_keys(paths)
-    depth = keys[paths[0]].count("/") + 1
-    return df.where(_file_key(df, depth).isin(sorted(set(keys.values())))).select(*df.columns)
-
-
-#: how far a timestamp statistic may be from the values it bounds: Delta writers truncate them
-#: to milliseconds (Delta protocol "Per-file Statistics")
-_STAT_SLACK = dt.timedelta(milliseconds=1)
-
-
-def _within(df: DataFrame, within: Ranges) -> DataFrame:
-    """``df`` filtered to the ranges of its numeric, date and timestamp columns (widened by
-    :data:`_STAT_SLACK` for timestamps), so Delta's own data skipping prunes the files too; text
-    statistics may be truncated prefixes, and are left to the file selection."""
-    for column, bounds in within.items():
-        if bounds is None or column not in df.columns:
-            continue
-        lo, hi = bounds
-        if isinstance(lo, bool) or not isinstance(lo, int | float | dt.date) or type(lo) is not type(hi):
-            continue
-        if isinstance(lo, dt.datetime):
-            lo, hi = lo - _STAT_SLACK, hi + _STAT_SLACK
-        df = df.where(F.col(column).isNull() | F.col(column).between(lo, hi))
-    return df
-
-
-def _file_key(df: DataFrame, depth: int) -> Column:
-    """The last ``depth`` components of a row's file path (Spark's hidden ``_metadata`` column,
-    found even when the table has a ``_metadata`` column of its own)."""
-    parts = F.split(df.metadataColumn(METADATA).getField("file_path"), "/")
-    return F.array_join(F.slice(parts, -depth, depth), "/")
-
-
-def _overlaps(entry: Mapping[str, Any], within: Ranges) -> bool:
-    """Whether a file's [min, max] overlaps every range (unknown statistics overlap; an empty
-    range, ``None``, none)."""
-    for column, bounds in within.items():
-        if bounds is None:
-            return False
-        lo, hi = bounds
-        fmin, fmax = entry["min"].get(column), entry["max"].get(column)
-        if fmin is None or fmax is None or lo is None or hi is None:
-            continue
-        if fmin > hi or fmax < lo:
-            return False
-    return True
-
-
-def change_ranges(location: str, from_version: int | None, to_version: int, columns: Sequence[str]) -> dict[
-    str, tuple[Any, Any] | None
-]:
-    """``{column: (min, max)}`` over the files added in the epoch ``(from_version, to_version]``.
-
-    From the Delta statistics of the added files (no data is read), for
-    :func:`read_snapshot`'s ``within``. A column some added file has no statistics for is left
-    out (no skipping on it); an epoch that added no row (no file, or files whose ``numRecords``
-    is 0) gives ``None`` for every column (an empty range: ``read_snapshot(within=...)`` then
-    reads no file, where ``{}`` would read them all).
-    Timestamp statistics are truncated to milliseconds by Delta writers; truncation is
-    monotonic, so overlaps are kept. A file the epoch added and a later commit of the same epoch
-    compacted away (``dataChange = false``, a root's auto compaction) is counted by the files
-    that compaction wrote: a wider range, never a missed row.
-
-    Raises:
-        DeltaLogError: a commit in the range is missing from the log.
-    """
-    loc = normalize_location(location)
-    start = -1 if from_version is None else from_version
-    with phase("delta_log"):
-        added: set[str] = set()
-        for version in range(start + 1, to_version + 1):
-            actions = read_commit_actions(loc, version)
-            if actions is None:
-                raise DeltaLogError(f"Delta log of {loc!r} has no commit {version}: cannot read its changes")
-            if any("remove" in a and not a["remove"].get("dataChange", True) and a["remove"]["path"] in added
-                   for a in actions):  # a compaction rewrote rows the epoch added: they are in its files now
-                added.update(a["add"]["path"] for a in actions if "add" in a and not a["add"].get("dataChange", True))
-            added.update(a["add"]["path"] for a in actions if "add" in a and a["add"].get("dataChange", True))
-        if not added:
-            return dict.fromkeys(columns)
-        entries = [e for e in _add_entries(snapshot_at(loc, to_version), stats_of=list(columns))
-                   if e["path"] in added and e["rows"] != 0]  # a file of no row has no range (no min/max)
-        if not entries:
-            return dict.fromkeys(columns)
-    out: dict[str, tuple[Any, Any] | None] = {}
-    for column in columns:
-        mins = [e["min"].get(column) for e in entries]
-        maxs = [e["max"].get(column) for e in entries]
-        if entries and all(v is not None for v in mins + maxs):
-            out[column] = (min(mins), max(maxs))
-    return out
-
-
-def _add_entries(table: Snapshot, stats_of: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Active files of a snapshot as ``{"path", "partitionValues", "min", "max", "rows"}``
-    (metadata only).
-
-    ``min``/``max``: ``{column: value}`` of the statistics of ``stats_of`` (``None`` when absent);
-    ``rows``: the file's ``numRecords`` statistic (``None`` when absent).
-    """
-    actions = table.add_actions
-    names = set(actions.column_names)
-    part_cols = [c for c in actions.column_names if c.startswith("partition.")]
-    stat_cols = [f"{k}.{c}" for c in stats_of for k in ("min", "max") if f"{k}.{c}" in names]
-    count_col = ["num_records"] if "num_records" in names else []
-    rows = actions.select(["path", *part_cols, *stat_cols, *count_col]).to_pylist()
-    return [
-        {
-            "path": row["path"],
-            "rows": row.get("num_records"),
-            "partitionValues": {c[len("partition.") :]: (None if row[c] is None else str(row[c])) for c in part_cols},
-            "min": {c: row.get(f"min.{c}") for c in stats_of},
-            "max": {c: row.get(f"max.{c}") for c in stats_of},
-        }
-        for row in rows
-    ]
-
-
-def change_schema(schema: StructType) -> StructType:
-    """Schema of :func:`read_changes`: the table columns + ``_change_type`` + ``_commit_version``."""
-    return StructType(
-        list(schema.fields)
-        + [StructField(CHANGE_TYPE, StringType(), False), StructField(COMMIT_VERSION, LongType(), False)]
-    )
+    reader = inputs_delta if uses_delta_reader(location, version) else inputs_files
+    return reader.read_snapshot(spark, location, version, within=within, exclude=exclude)
 
 
 def read_changes(
     spark: SparkSession, location: str, from_version: int | None, to_version: int, *,
     barriers: Sequence[tuple[int, int]] = (),
 ) -> DataFrame:
-    """Return the changes of the epoch ``(from_version, to_version]`` as a lazy DataFrame.
-
-    ``from_version=None`` (or -1) means from the table's creation. Columns: table schema
-    (as of ``to_version``) + ``_change_type`` (``insert`` / ``delete`` / ``update_preimage`` /
-    ``update_postimage``) + ``_commit_version``. Delta's change data feed rules (Delta protocol
-    "Change Data Files"), read with Delta's own reader:
-
-    * an epoch of a table with ``delta.enableChangeDataFeed`` on (at its first version, or
-      with ``cdc`` actions in its commits) is read with Delta's change data feed
-      (``readChangeFeed``, ``startingVersion``/``endingVersion``): row-level deletes and
-      updates, whatever the table's features;
-    * otherwise each file a commit added with ``dataChange`` is inserts (its rows as of the
-      last version of the epoch it is live in) and each file it removed with ``dataChange`` is
-      deletes (its rows as of the version before). That is exact for appends (a root's
-      ingestion) and, as a net change, for rewrites of whole files or deletion vectors; enable
-      the change data feed for row-level changes. Commits without ``dataChange`` (``OPTIMIZE``,
-      a root's compaction) are no change.
-
-    The files read at one version are one scan, whatever the number of commits: each row's
-    ``_commit_version`` comes from its file (``_metadata.file_path``).
-
-    Args:
-        barriers: the epochs of a micro-batch, ``[(barrier, version)]`` in ascending order, the
-            last version ``to_version``: each row gets :data:`BARRIER_COLUMN` (int), the first
-            barrier whose version is at or above its commit version (barrier ``b``'s epoch is
-            ``(version of the barrier before, version of b]``).
-
-    Cost on the driver: one log-file read per version in the range.
+    """The changes of the epoch ``(from_version, to_version]`` as a lazy DataFrame: the table's
+    columns (as of ``to_version``) + ``_change_type`` + ``_commit_version`` (+ the barrier
+    column with ``barriers``). Delta's change data feed rules; see
+    :func:`.inputs_delta.read_changes` for the rules and arguments.
 
     Raises:
-        DeltaLogError: a commit in the range is missing from the log, or the table's change
-            data feed does not cover the epoch (names the table and the versions).
-        ValueError: ``from_version > to_version``; ``barriers`` out of order, not ending at
-            ``to_version`` or starting at or below ``from_version``.
+        DeltaLogError: a commit in the range is missing from the log.
+        ValueError: ``from_version > to_version``, or ``barriers`` out of order.
     """
-    loc = normalize_location(location)
-    start = -1 if from_version is None else from_version
-    if start > to_version:
-        raise ValueError(f"read_changes({loc!r}): from_version {start} > to_version {to_version}")
-    _check_epochs(loc, start, to_version, barriers)
-    with phase("delta_log"):
-        commits = {}
-        for version in range(start + 1, to_version + 1):
-            actions = read_commit_actions(loc, version)
-            if actions is None:
-                raise DeltaLogError(f"Delta log of {loc!r} has no commit {version}: cannot read its changes")
-            commits[version] = actions
-    if commits and _feed_on(loc, commits):
-        out = _change_feed(spark, loc, commits, to_version)
-    else:
-        out = _file_changes(spark, loc, to_version, commits)
-    return out.withColumn(BARRIER_COLUMN, _barrier_of(barriers)) if barriers else out
-
-
-#: the table property that turns Delta's change data feed on (Delta docs "Change data feed")
-CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
-
-
-def _feed_on(loc: str, commits: Mapping[int, list[dict[str, Any]]]) -> bool:
-    """Whether the change data feed covers the epoch: on at its first version, or some commit
-    recorded change data (``cdc`` actions)."""
-    if any("cdc" in a for actions in commits.values() for a in actions):
-        return True
-    return (snapshot_at(loc, min(commits)).property(CHANGE_DATA_FEED) or "").lower() == "true"
-
-
-def _change_feed(spark: SparkSession, loc: str, commits: Mapping[int, list[dict[str, Any]]], last: int
-                 ) -> DataFrame:
-    """Delta's change data feed of the epoch's versions, in the schema of ``last``.
-
-    Delta refuses one feed across a column rename or drop (``DELTA_CHANGE_DATA_FEED_
-    INCOMPATIBLE_DATA_SCHEMA``), so the epoch is read in segments that each start at a schema
-    change (a ``metaData`` action), and the older segments' columns are renamed to ``last``'s by
-    their column mapping id; a column dropped since is left out (``_commit_timestamp`` too).
-    """
-    from pyspark.errors import PySparkException
-
-    versions = sorted(commits)
-    starts = [versions[0]] + [v for v in versions[1:] if any("metaData" in a for a in commits[v])]
-    ends = [s - 1 for s in starts[1:]] + [last]
-    schema = delta_version(spark, loc, last).schema
-    cols = [f.name for f in change_schema(schema).fields]
-    frames = []
-    for first, end in zip(starts, ends, strict=True):
-        df = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", first)
-              .option("endingVersion", end).load(loc))
-        try:
-            df = _renamed(df, loc, end, last) if end != last else df
-        except PySparkException as exc:
-            raise DeltaLogError(f"the change data feed of Delta table {loc!r} does not cover versions {first} to "
-                                f"{end} ({str(exc).splitlines()[0]}): set TBLPROPERTIES "
-                                "'delta.enableChangeDataFeed' = 'true' before the rows change") from exc
-        frames.append(df.select(*[c for c in cols if c in df.columns]))
-    return reduce(lambda x, y: x.unionByName(y, allowMissingColumns=True), frames).select(*cols)
-
-
-def _file_changes(spark: SparkSession, loc: str, to_version: int, commits: Mapping[int, list[dict[str, Any]]]
-                  ) -> DataFrame:
-    """The epoch's changes from its commits' ``add`` / ``remove`` actions with ``dataChange``
-    (see :func:`read_changes`): ``{version read at: {kind: {path: commit version}}}``, one scan
-    per version read at."""
-    reads: dict[int, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
-    added: dict[str, int] = {}
-    for version, actions in sorted(commits.items()):
-        for a in actions:
-            if "remove" in a:
-                path = a["remove"]["path"]
-                if path in added:  # live in the epoch until this commit removed it
-                    reads[version - 1]["insert"][path] = added.pop(path)
-                if a["remove"].get("dataChange", True):
-                    reads[version - 1]["delete"][path] = version
-        for a in actions:
-            if "add" in a and a["add"].get("dataChange", True):
-                added[a["add"]["path"]] = version
-    for path, version in added.items():
-        reads[to_version]["insert"][path] = version
-    schema = delta_version(spark, loc, to_version).schema
-    frames = []
-    for at, kinds in sorted(reads.items()):
-        df = delta_version(spark, loc, at)
-        df = df if at == to_version else _renamed(df, loc, at, to_version)
-        frames += [_kind_rows(df, kind, files) for kind, files in sorted(kinds.items()) if files]
-    if not frames:
-        return spark.createDataFrame([], change_schema(schema))
-    cols = [f.name for f in change_schema(schema).fields]
-    return reduce(lambda x, y: x.unionByName(y, allowMissingColumns=True), frames).select(*cols)
-
-
-#: the field metadata key of a column's id in a table with column mapping (Delta protocol "Column Mapping")
-COLUMN_ID = "delta.columnMapping.id"
-
-
-def _renamed(df: DataFrame, loc: str, version: int, last: int) -> DataFrame:
-    """``df`` (rows read in the schema of ``version``) with its columns renamed to those of
-    ``last`` where column mapping says they are the same column (same
-    ``delta.columnMapping.id`` in the log's schemas: Spark Connect hands out no field metadata):
-    a rename in the epoch."""
-    import json
-
-    def ids(v: int) -> dict[int, str]:
-        fields = json.loads(snapshot_at(loc, v).schema_json)["fields"]
-        return {f["metadata"][COLUMN_ID]: f["name"] for f in fields if COLUMN_ID in f.get("metadata", {})}
-
-    old, new = ids(version), ids(last)
-    renames = {name: new[i] for i, name in old.items() if i in new and new[i] != name and name in df.columns}
-    return df.withColumnsRenamed(renames) if renames else df
-
-
-def _kind_rows(df: DataFrame, kind: str, files: Mapping[str, int]) -> DataFrame:
-    """The rows of ``df`` (one Delta version) in ``files`` (``{log path: commit version}``) with
-    ``_change_type`` = ``kind`` and ``_commit_version``."""
-    paths = list(files)
-    keys = file_keys(paths)
-    depth = keys[paths[0]].count("/") + 1
-    key = _file_key(df, depth)
-    distinct = set(files.values())
-    if len(distinct) == 1:
-        version: Column = F.lit(distinct.pop()).cast(LongType())
-    else:
-        by_key = F.create_map(*[c for p, v in files.items() for c in (F.lit(keys[p]), F.lit(v))])
-        version = F.element_at(by_key, key).cast(LongType())
-    return (df.where(key.isin(sorted(set(keys.values()))))
-            .select(*df.columns, F.lit(kind).alias(CHANGE_TYPE), version.alias(COMMIT_VERSION)))
-
-
-def _check_epochs(loc: str, start: int, to_version: int, barriers: Sequence[tuple[int, int]]) -> None:
-    """Raise ``ValueError`` unless ``barriers`` (``[(barrier, version)]``) ascend in both, end at
-    ``to_version`` and start above ``start``."""
-    if not barriers:
-        return
-    ordered = all(b1 < b2 and v1 <= v2 for (b1, v1), (b2, v2) in zip(barriers, barriers[1:], strict=False))
-    if not ordered or barriers[-1][1] != to_version or barriers[0][1] < start:
-        raise ValueError(
-            f"read_changes({loc!r}): barriers {list(barriers)} must ascend by barrier and version, end at "
-            f"to_version {to_version} and start at or above from_version {start}"
-        )
-
-
-def _barrier_of(barriers: Sequence[tuple[int, int]]) -> Column:
-    """:data:`BARRIER_COLUMN`: the first barrier of ``[(barrier, version)]`` whose version is at or
-    above the row's ``_commit_version``. One flat ``CASE`` of integer literals: chained
-    ``F.when(...).otherwise(...)`` nests one level per barrier, and Spark Connect refuses a plan
-    nested deeper than protobuf's limit (``Exceeded upb_DecodeOptions_MaxDepth`` at 96 barriers
-    in a micro-batch, ``barrier_rate.py --max-barriers-per-trigger 96``)."""
-    (last, _), branches = barriers[-1], barriers[:-1]
-    if not branches:
-        return F.lit(int(last)).cast(IntegerType())
-    whens = " ".join(f"WHEN `{COMMIT_VERSION}` <= {int(upto)} THEN {int(barrier)}" for barrier, upto in branches)
-    return F.expr(f"CASE {whens} ELSE {int(last)} END").cast(IntegerType())
-
-
-def file_keys(paths: Sequence[str]) -> dict[str, str]:
-    """``{log path: key}``: the shortest path suffix (in components) that names every file
-    apart, as ``_metadata.file_path`` ends (Spark names a task's files alike in every directory
-    of a partitioned write, so the file name alone may not). The log's paths and Spark's file
-    paths are both URI-encoded, so their suffixes compare as they are.
-
-    Raises:
-        DeltaLogError: two files have the same path.
-    """
-    parts = {p: p.rstrip("/").split("/") for p in paths}
-    deepest = max((len(v) for v in parts.values()), default=1)
-    for depth in range(1, deepest + 1):
-        keys = {p: "/".join(v[-depth:]) for p, v in parts.items()}
-        if len(set(keys.values())) == len(keys):
-            return keys
-    raise DeltaLogError(f"the Delta log names a file twice among {sorted(paths)[:5]}")
-
-
-def change_sign() -> Column:
-    """Column ``+1`` for added rows, ``-1`` for removed rows of a :func:`read_changes` frame."""
-    return F.when(F.col(CHANGE_TYPE).isin(*INSERT_TYPES), F.lit(1)).otherwise(F.lit(-1))
+    reader = inputs_delta if uses_delta_reader(location, to_version) else inputs_files
+    return reader.read_changes(spark, location, from_version, to_version, barriers=barriers)

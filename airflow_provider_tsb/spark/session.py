@@ -48,6 +48,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
     "spark.hadoop.parquet.enable.summary-metadata": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Delta's state reconstruction of a version: one task, not 50 (a small log on a small machine)
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
 
 #: session settings of a Connect client (the server's own settings are the rest of DEFAULT_CONF)

@@ -539,6 +539,35 @@ def test_a_recipient_expires_and_a_logged_out_users_urls_die(dep: Deployment) ->
     assert gone.status_code == 403 and "logged out" in gone.json()["message"]
 
 
+def _sharing_leases(dep: Deployment) -> int:
+    from sqlalchemy import text
+
+    with dep.store.engine.connect() as c:
+        return c.execute(text("SELECT count(*) FROM tsb_lease WHERE holder LIKE 'delta-sharing%'")).scalar_one()
+
+
+def test_reading_leases_only_with_the_lease_right_on_every_path(dep: Deployment) -> None:
+    """Issue 57 item 2: a Viewer's and a recipient's Delta Sharing queries and changes write no
+    lease, as the Viewer's ``POST /versions`` with ``lease_seconds`` is refused; a user with edit
+    access leases exactly the versions served, for as long as the URLs live."""
+    route = "/tsb/sharing/shares/sales/schemas/sales/tables/out"
+    recipient = dep.call("bob", "POST", "/recipients", {"share": "sales"}).json()["token"]
+    before = _sharing_leases(dep)
+    for token in (dep.tokens["viewer"], dep.tokens["alice"], recipient):
+        bearer = {"Authorization": f"Bearer {token}"}
+        assert _file_urls(dep.af.client.post(f"{route}/query", headers=bearer, json={"version": 1}))
+        changes = dep.af.client.get(f"{route}/changes?startingVersion=1&endingVersion=1", headers=bearer)
+        assert changes.status_code == 200, changes.text
+    assert _sharing_leases(dep) == before
+    assert dep.call("viewer", "POST", "/versions", {"tables": ["tsb.sales.out"], "lease_seconds": 60}
+                    ).status_code == 403
+    bearer = {"Authorization": f"Bearer {dep.tokens['bob']}"}
+    assert _file_urls(dep.af.client.post(f"{route}/query", headers=bearer, json={"version": 1}))
+    assert dep.af.client.get(f"{route}/changes?startingVersion=1&endingVersion=1", headers=bearer).status_code == 200
+    assert _sharing_leases(dep) == before + 2  # the query's version, and the one version changes served
+    assert 0 in dep.store.leases.leased_versions("tsb.sales.out")
+
+
 def test_freshness_on_the_running_server(dep: Deployment) -> None:
     """sales.out declares a 0.5 s target; a new barrier it has not committed makes it miss, with
     sales_job as the bottleneck, for a reader of sales (TsbClient with alice's token); after
