@@ -68,21 +68,7 @@ def read_snapshot(
     (:func:`~airflow_provider_tsb.delta.snapshots.snapshot_at`: free when this version was read
     before, incremental from an earlier one); data is read by the executors.
 
-    Args:
-        within: data skipping, ``{column: (min, max)}``: only the files whose Delta statistics
-            (``minValues``/``maxValues``, Delta protocol "Per-file Statistics") overlap every
-            range are read; files without statistics for a column are kept. The result is a
-            superset of the rows in the ranges: join or filter for exactness. A column mapped to
-            ``None`` (an empty range) selects no file. Ranges usually come from
-            :func:`change_ranges`.
-        exclude: paths (relative to the table root, as in the ``add`` actions) of files to
-            leave out (the files a PROCESSED merge's manifest removes).
-
-    Raises:
-        TableNotFoundError: no table at ``location``.
-        DeltaLogError: ``version`` does not exist (or its log was cleaned up).
-        DeltaLogIntegrityError: the log does not give the live files the commit at ``version``
-            recorded (``tsb.files`` / ``tsb.bytes``; :mod:`airflow_provider_tsb.delta.integrity`).
+    ``within``, ``exclude`` and the errors: as :func:`airflow_provider_tsb.spark.inputs.read_snapshot`.
     """
     loc = normalize_location(location)
     with phase("delta_log"):
