@@ -433,3 +433,15 @@ def test_a_version_whose_log_was_edited_is_refused(server: Server) -> None:
     assert (f"table '{WC}', barrier 3, Delta version 2: the Delta log gives {figures.files + 1} files"
             in r.json()["message"]) and "tsb check --integrity" in r.json()["message"]
     assert _query(server, WC, {"version": 2}).status_code == 200  # the versions before it are intact
+
+
+def test_share_commands_name_an_unreachable_api_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 57 item 8: ``tsb share profile --api-url http://127.0.0.1:1`` gave an httpx traceback."""
+    from airflow_provider_tsb.cli import main
+
+    for argv in (["share", "profile", "x", "--api-url", "http://127.0.0.1:1", "--token", "t"],
+                 ["share", "list", "--api-url", "http://127.0.0.1:1", "--token", "t"],
+                 ["share", "revoke", "some-id", "--api-url", "http://127.0.0.1:1", "--token", "t"]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert "unreachable" in err and "check --api-url" in err and "Traceback" not in err, err
