@@ -41,9 +41,16 @@ def default_sqlite_url() -> str:
 
 
 def normalize_url(url: str) -> str:
-    """Map driver-less PostgreSQL URLs to psycopg2 (``postgres://`` is accepted too)."""
-    if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://") :]
+    """Map driver-less PostgreSQL URLs (``postgresql://``, ``postgres://``) to the driver that is
+    installed: psycopg2 (the ``postgres`` extra's) unless psycopg 3 is there. SQLAlchemy 2.1's
+    own default for ``postgresql://`` is psycopg 3, which the extra does not install."""
+    import importlib.util
+
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            has_psycopg3 = importlib.util.find_spec("psycopg") is not None
+            driver = "postgresql" if has_psycopg3 else "postgresql+psycopg2"
+            return f"{driver}://" + url[len(prefix):]
     return url
 
 

@@ -54,3 +54,17 @@ def test_sqlite_writers_of_one_process_queue_on_the_engine_lock_and_readers_do_n
     assert lock.acquire(blocking=False), "the lock is free once the writers committed"
     lock.release()
     engine.dispose()
+
+
+def test_a_driverless_postgresql_url_uses_the_installed_driver() -> None:
+    """Issue 57 item 7: ``postgresql://`` said psycopg was not installed, although the
+    ``postgres`` extra (psycopg2) was: SQLAlchemy 2.1's default driver is psycopg 3."""
+    import importlib.util
+
+    from airflow_provider_tsb.metastore.engine import normalize_url
+
+    expected = "postgresql" if importlib.util.find_spec("psycopg") else "postgresql+psycopg2"
+    assert normalize_url("postgresql://u:p@h:5432/db") == f"{expected}://u:p@h:5432/db"
+    assert normalize_url("postgres://u@h/db") == f"{expected}://u@h/db"
+    assert normalize_url("postgresql+asyncpg://u@h/db") == "postgresql+asyncpg://u@h/db"
+    assert normalize_url("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
