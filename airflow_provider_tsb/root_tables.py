@@ -37,6 +37,8 @@ from airflow_provider_tsb.delta.compaction import Compaction
 from airflow_provider_tsb.delta.log import normalize_location, table_exists
 from airflow_provider_tsb.delta.roots import END_OF_INPUT, compact_small_files
 from airflow_provider_tsb.delta.storage import storage_options
+from airflow_provider_tsb.exceptions import InvalidLocationError
+from airflow_provider_tsb.metastore.locations import check_table_location
 
 #: commit metadata keys of an append made through this module
 RUN_KEY = "tsb.root.run_key"
@@ -62,6 +64,25 @@ class AppendResult:
     rows: int
     run_key: str | None
     appended: bool
+
+
+def refuse_foreign_folder(location: str) -> None:
+    """Refuse a local folder that holds files but no ``_delta_log``: creating a table there
+    would mix its files with what the folder already holds.
+
+    Raises:
+        InvalidLocationError: names the folder and what to do.
+    """
+    import os
+
+    if "://" in location or not os.path.isdir(location) or os.path.isdir(os.path.join(location, "_delta_log")):
+        return
+    with os.scandir(location) as entries:
+        if any(True for _ in entries):
+            raise InvalidLocationError(
+                f"root table location {location!r} is a folder that holds files but no Delta log (_delta_log): "
+                "it is not a Delta table; give an empty or new folder, or the location of a Delta table"
+            )
 
 
 def append_to_root(
@@ -96,11 +117,15 @@ def append_to_root(
         An :class:`AppendResult`.
 
     Raises:
+        InvalidLocationError: ``location`` is relative or holds ``..``, or is a folder that holds
+            files but no Delta log (nothing is written there).
         ValueError: ``data`` is of an unsupported type, a file format is unknown, or its columns
             do not match the table's schema (the message names the table and the columns).
         FileNotFoundError: a data file does not exist.
     """
+    check_table_location("root table", location)
     loc = normalize_location(location)
+    refuse_foreign_folder(loc)
     app_id = f"{APP_ID_PREFIX}{run_key}" if run_key is not None else None
     if app_id is not None and table_exists(loc):
         table = DeltaTable(loc, storage_options=storage_options(loc))

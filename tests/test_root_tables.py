@@ -78,3 +78,29 @@ def test_an_ingest_that_compacts_keeps_its_rows_its_retries_and_its_end_of_input
     assert (retried.version, retried.appended) == (5, False)  # the txn survives the compaction
     last = append_to_root(loc, pa.table({"n": [7]}), run_key="run-7", compaction=options, end_of_input=True)
     assert DeltaTable(loc).version() == last.version == 10 and input_ended(loc)
+
+
+def test_append_to_root_refuses_a_relative_path_and_a_folder_that_is_no_delta_table(tmp_path, monkeypatch) -> None:
+    """Issue 57 item 7: ``append_to_root('../../etc', ...)`` created a table at /tmp/etc, and a
+    folder of other files got a table in it. Both are refused, and nothing is written."""
+    import os
+
+    import pyarrow as pa
+
+    from airflow_provider_tsb.exceptions import InvalidLocationError, TsbError
+    from airflow_provider_tsb.root_tables import append_to_root
+
+    monkeypatch.chdir(tmp_path)
+    rows = pa.table({"a": [1]})
+    with pytest.raises(InvalidLocationError, match="is relative"):
+        append_to_root("../../etc", rows)
+    with pytest.raises(InvalidLocationError, match="'..' segment"):
+        append_to_root(f"{tmp_path}/x/../../etc", rows)
+    foreign = tmp_path / "reports"
+    foreign.mkdir()
+    (foreign / "q3.csv").write_text("a\n1\n")
+    with pytest.raises(InvalidLocationError, match="holds files but no Delta log") as err:
+        append_to_root(str(foreign), rows)
+    assert isinstance(err.value, TsbError) and str(foreign) in str(err.value)
+    assert sorted(os.listdir(foreign)) == ["q3.csv"]
+    assert append_to_root(str(tmp_path / "fresh"), rows).version == 0  # a new folder is fine
