@@ -66,9 +66,9 @@ class AppendResult:
     appended: bool
 
 
-def refuse_foreign_folder(location: str) -> None:
-    """Refuse a local folder that holds files but no ``_delta_log``: creating a table there
-    would mix its files with what the folder already holds.
+def refuse_foreign_folder(location: str) -> str:
+    """``location``, unless it is a local folder that holds files but no ``_delta_log``:
+    creating a table there would mix its files with what the folder already holds.
 
     Raises:
         InvalidLocationError: names the folder and what to do.
@@ -76,13 +76,14 @@ def refuse_foreign_folder(location: str) -> None:
     import os
 
     if "://" in location or not os.path.isdir(location) or os.path.isdir(os.path.join(location, "_delta_log")):
-        return
+        return location
     with os.scandir(location) as entries:
         if any(True for _ in entries):
             raise InvalidLocationError(
                 f"root table location {location!r} is a folder that holds files but no Delta log (_delta_log): "
                 "it is not a Delta table; give an empty or new folder, or the location of a Delta table"
             )
+    return location
 
 
 def append_to_root(
@@ -109,23 +110,19 @@ def append_to_root(
         compaction: auto compaction: once the table has ``compaction.min_files`` small files,
             the append is followed by a commit that rewrites them
             (:func:`~airflow_provider_tsb.delta.roots.compact_small_files`; never after an
-            ``end_of_input`` append, whose marker must stay the newest commit). A streaming
-            ingest that appends a file per barrier keeps its table's appends, reads and expiry
-            from slowing down with every file (docs/design.md "A root table's auto compaction").
+            ``end_of_input`` append, whose marker must stay the newest commit), so a streaming
+            ingest's small files do not slow it (docs/design.md "A root table's auto compaction").
 
     Returns:
         An :class:`AppendResult`.
 
     Raises:
-        InvalidLocationError: ``location`` is relative or holds ``..``, or is a folder that holds
-            files but no Delta log (nothing is written there).
+        InvalidLocationError: a relative location, one with ``..``, or a folder of other files.
         ValueError: ``data`` is of an unsupported type, a file format is unknown, or its columns
             do not match the table's schema (the message names the table and the columns).
         FileNotFoundError: a data file does not exist.
     """
-    check_table_location("root table", location)
-    loc = normalize_location(location)
-    refuse_foreign_folder(loc)
+    loc = refuse_foreign_folder(normalize_location(check_table_location("root table", location)))
     app_id = f"{APP_ID_PREFIX}{run_key}" if run_key is not None else None
     if app_id is not None and table_exists(loc):
         table = DeltaTable(loc, storage_options=storage_options(loc))
