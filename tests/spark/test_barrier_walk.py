@@ -34,5 +34,5 @@ def test_the_plan_of_a_barrier_visits_each_module_once_in_order(spark: Any, barr
         assert len(processed) == 1 and reports.index("spark.barrier_reports:finish") > processed[0], reports
     words = walks["wordcount_words"]
     assert [read[0] for _, read in words.app_reads] == [
-        "spark.model:changes", "spark.inputs:change_sign", "spark.model:previous"]
+        "spark.model:changes", "spark.epochs:change_sign", "spark.model:previous"]
     assert {"spark.outputs_merge", "spark.outputs_compaction"} <= {s.split(":")[0] for s in words.stops}
