@@ -22,11 +22,15 @@ from airflow_provider_tsb.delta.commit import StagedFile
 from airflow_provider_tsb.delta.log import filesystem
 
 
-def _stat_value(value: Any) -> Any | None:
+def _stat_value(value: Any, *, upper: bool = False) -> Any | None:
     """Return a JSON-safe Delta stats value, or ``None`` for types whose stats are skipped.
 
-    Kept: integers, finite floats, strings, dates (ISO). Skipped (no min/max, still correct,
-    only less data skipping): timestamps, decimals, binary, booleans, NaN.
+    Kept: integers, finite floats, strings, dates (ISO ``2013-01-01``) and timestamps (ISO
+    8601 with milliseconds, Delta protocol "Per-file Statistics": ``...T05:00:00.000Z`` for
+    ``timestamp``, no zone for ``timestamp_ntz``). Delta stores timestamp statistics at
+    millisecond precision, so a maximum (``upper``) with microseconds is rounded *up* to the
+    next millisecond: a bound, never a value the file exceeds. Skipped (no min/max, still
+    correct, only less data skipping): decimals, binary, booleans, NaN.
     """
     if isinstance(value, bool):
         return None
@@ -36,9 +40,22 @@ def _stat_value(value: Any) -> Any | None:
         return value if math.isfinite(value) else None
     if isinstance(value, str):
         return value
-    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+    if isinstance(value, dt.datetime):
+        return _timestamp_stat(value, upper=upper)
+    if isinstance(value, dt.date):
         return value.isoformat()
     return None
+
+
+def _timestamp_stat(value: dt.datetime, *, upper: bool) -> str:
+    """``value`` as Delta's millisecond ISO string (``Z`` when zoned: UTC)."""
+    if upper and value.microsecond % 1000:
+        value += dt.timedelta(microseconds=1000 - value.microsecond % 1000)
+    else:
+        value -= dt.timedelta(microseconds=value.microsecond % 1000)
+    if value.tzinfo is not None:
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
 
 
 def footer_stats(fs: pafs.FileSystem, path: str) -> tuple[int, str]:
@@ -74,8 +91,8 @@ def footer_stats(fs: pafs.FileSystem, path: str) -> tuple[int, str]:
                     maxs.pop(name, None)
                     unusable.add(f"minmax:{name}")
                 continue
-            lo, hi = _stat_value(st.min), _stat_value(st.max)
-            if lo is None or hi is None:
+            lo, hi = st.min, st.max  # compared as read, formatted once at the end
+            if _stat_value(lo) is None or _stat_value(hi) is None:
                 unusable.add(f"minmax:{name}")
                 continue
             mins[name] = lo if name not in mins else min(mins[name], lo)
@@ -87,6 +104,8 @@ def footer_stats(fs: pafs.FileSystem, path: str) -> tuple[int, str]:
         if name in unusable or f"minmax:{name}" in unusable:
             mins.pop(name)
             maxs.pop(name, None)
+    mins = {name: _stat_value(value) for name, value in mins.items()}
+    maxs = {name: _stat_value(value, upper=True) for name, value in maxs.items()}
     stats = {"numRecords": num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
     return num_rows, json.dumps(stats, separators=(",", ":"))
 

@@ -54,8 +54,9 @@ def change_ranges(location: str, from_version: int | None, to_version: int, colu
     """``{column: (min, max)}`` over the files added in the epoch ``(from_version, to_version]``.
 
     From the Delta statistics of the added files (no data is read), for
-    :func:`read_snapshot`'s ``within``. A column some added file has no statistics for is left
-    out (no skipping on it); an epoch that added no row (no file, or files whose ``numRecords``
+    :func:`read_snapshot`'s ``within``. A column some added file has no min/max for (a decimal,
+    a boolean, a nested column) is ``(None, None)``: unbounded, no skipping on it; an epoch
+    that added no row (no file, or files whose ``numRecords``
     is 0) gives ``None`` for every column (an empty range: ``read_snapshot(within=...)`` then
     reads no file, where ``{}`` would read them all).
     Timestamp statistics are truncated to milliseconds by Delta writers; truncation is
@@ -88,8 +89,8 @@ def change_ranges(location: str, from_version: int | None, to_version: int, colu
     for column in columns:
         mins = [e["min"].get(column) for e in entries]
         maxs = [e["max"].get(column) for e in entries]
-        if entries and all(v is not None for v in mins + maxs):
-            out[column] = (min(mins), max(maxs))
+        known = entries and all(v is not None for v in mins + maxs)
+        out[column] = (min(mins), max(maxs)) if known else (None, None)
     return out
 
 

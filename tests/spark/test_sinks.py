@@ -347,3 +347,41 @@ def test_a_crash_between_the_schema_commit_and_the_data_commit_reruns_to_the_sam
     with pytest.raises(ValueError, match=r"Sink\(delete_when=\"opp = 'D'\"\) is not a boolean condition on the "
                                          r"output's columns \['id', 'k', 'value', 'note'\]"):
         write(loc, 3, second, delete_when="opp = 'D'")
+
+
+def test_the_files_a_sink_commits_carry_timestamp_and_date_statistics(tmp_path: Path, spark: Any) -> None:
+    """Delta collects min/max for timestamps and dates ("Per-file Statistics", milliseconds):
+    the files tsb commits carry them, so ``change_ranges`` bounds such a column of a sink (it
+    raised ``KeyError: 'date'`` when only ``nullCount`` was written) and ``within`` skips on it."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from airflow_provider_tsb.spark.inputs import change_ranges
+    from tsb_dev.dataplane import write_sink
+
+    loc = str(tmp_path / "daily")
+    ddl = "id long, at timestamp, local timestamp_ntz, day date, amount decimal(10,2)"
+    utc = dt.UTC
+
+    def rows(day: int) -> list[tuple]:
+        at = dt.datetime(1969, 7, day, 20, 17, 40, 123456, tzinfo=utc)  # before 1970, with microseconds
+        return [(day, at, dt.datetime(2013, 1, day, 5, 0, 0, 999), dt.date(2013, 1, day), Decimal("1.50")),
+                (day + 10, at + dt.timedelta(hours=1), dt.datetime(2013, 1, day, 6), dt.date(2013, 1, day), None)]
+
+    for barrier in (1, 2):
+        write_sink(spark, spark.createDataFrame(rows(barrier), ddl), table="tsb.mart.daily", location=loc,
+                   job_id="j", barrier=barrier, mode="append", inputs={}, max_files=1)
+    (stats,) = [json.loads(a["add"]["stats"]) for a in read_commit_actions(loc, 1) if "add" in a]
+    assert stats["minValues"]["at"] == "1969-07-02T20:17:40.123Z"  # truncated to the millisecond
+    assert stats["maxValues"]["at"] == "1969-07-02T21:17:40.124Z"  # rounded up: a bound
+    assert stats["minValues"]["local"] == "2013-01-02T05:00:00.000"  # no zone for timestamp_ntz
+    assert stats["maxValues"]["local"] == "2013-01-02T06:00:00.000"
+    assert stats["minValues"]["day"] == stats["maxValues"]["day"] == "2013-01-02"
+    assert "amount" not in stats["minValues"] and stats["nullCount"]["amount"] == 1
+    ranges = change_ranges(loc, 0, 1, ["at", "day", "local", "amount"])  # the epoch of barrier 2
+    assert ranges["day"] == (dt.date(2013, 1, 2), dt.date(2013, 1, 2))
+    assert ranges["at"][0].replace(tzinfo=utc) == dt.datetime(1969, 7, 2, 20, 17, 40, 123000, tzinfo=utc)
+    assert ranges["local"][1] == dt.datetime(2013, 1, 2, 6)
+    assert ranges["amount"] == (None, None)  # no statistics: unbounded, never a KeyError
+    spark_stats = spark.read.format("delta").load(loc).where("day = DATE'2013-01-02'")
+    assert sorted(r.id for r in spark_stats.collect()) == [2, 12]  # Spark's Delta reads the stats too
