@@ -114,7 +114,8 @@ def stop_demo() -> int:
     else:
         print("no demo Airflow is running")
     _stop_stragglers(demo_home())
-    if ConnectServer(_spark_home()).stop():
+    supervised = _stop_supervisor()
+    if ConnectServer(_spark_home()).stop() or supervised:
         print("stopped the demo's Spark Connect server")
     return 0
 
@@ -151,15 +152,61 @@ def start_spark(console: Any) -> str:
     status = server.status()
     if status.state != "running":
         port = DEFAULT_PORT if port_is_free(DEFAULT_PORT) else free_port()
-        console.print(f"starting the Spark Connect server on port {port} (log {server.log_file}) ...")
+        console.print(f"starting the supervised Spark Connect server on port {port} (log {server.log_file}) ...")
         started = time.monotonic()
-        server = ConnectServer(_spark_home(), ConnectServerOptions(port=port, master="local[2]"))
-        status = server.start()
-        console.print(f"Spark Connect server up in {time.monotonic() - started:.0f} s at {status.url}")
+        _start_supervisor(ConnectServer(_spark_home(), ConnectServerOptions(port=port, master="local[2]")))
+        status = server.status()
+        console.print(f"Spark Connect server up in {time.monotonic() - started:.0f} s at {status.url} "
+                      f"(restarted if it dies: {_spark_home() / 'supervisor.log'})")
     else:
         console.print(f"[green]reusing the demo's Spark Connect server at {status.url}[/green]")
     assert status.url is not None
     return status.url
+
+
+def _start_supervisor(server: Any, timeout_s: float = 300.0) -> None:
+    """``tsb spark start --supervise`` for ``server``, in a process group of its own that
+    outlives this command (``make demo-stop`` ends it); returns once the server answers.
+
+    Raises:
+        SystemExit: the supervisor ended, or the server did not answer within ``timeout_s``.
+    """
+    import subprocess
+
+    home = server.home
+    home.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "airflow_provider_tsb", "spark", "start", "--supervise", "--home", str(home),
+               "--port", str(server.options.port), "--master", server.options.master]
+    with (home / "supervisor.log").open("a") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    (home / "supervisor.pid").write_text(str(process.pid))
+    deadline = time.monotonic() + timeout_s
+    while server.status().state != "running":
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the Spark Connect server did not start; see {home / 'supervisor.log'} and "
+                             f"{server.log_file}")
+        time.sleep(1.0)
+
+
+def _stop_supervisor() -> bool:
+    """SIGTERM the demo's server supervisor (it stops the server); whether one was running."""
+    pid_file = _spark_home() / "supervisor.pid"
+    if not pid_file.exists():
+        return False
+    pid = int(pid_file.read_text())
+    pid_file.unlink()
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.5)
+    return True
 
 
 def _environment(home: Path, remote: str | None = None) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """The ``tsb spark`` commands: the local Spark Connect server every job of a topology shares::
 
     tsb spark start [--port 15002] [--master local[*]] [--conf KEY=VALUE ...]   # prints its URL
+    tsb spark start --supervise            # stays in the foreground, restarting the server if it dies
     tsb spark status [--format json]      # exit 0 running, 1 stopped or stale
     tsb spark stop
     tsb spark archive [--delete]           # the class-data archive of local spark-submit drivers
@@ -68,8 +69,26 @@ def cmd_spark_start(args: argparse.Namespace) -> int:
     except SparkServerError as exc:
         raise SparkCommandError(str(exc)) from exc
     print(f"{status.message}")
-    print(f"url  {status.url}\npid  {status.pid}\nlog  {status.log}")
+    print(f"url  {status.url}\npid  {status.pid}\nlog  {status.log}", flush=True)
+    if args.supervise:
+        _supervise(server)
     return 0
+
+
+def _supervise(server: Any) -> None:
+    """Own ``server`` in the foreground until SIGTERM or SIGINT, restarting it when it dies
+    (:class:`~airflow_provider_tsb.spark.supervisor.Supervisor`), then stop it."""
+    import logging
+    import signal
+
+    from airflow_provider_tsb.spark.supervisor import Supervisor
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    supervisor = Supervisor(server)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: supervisor.stop())
+    print("supervising: the server is restarted if it dies; SIGTERM or Ctrl-C stops both", flush=True)
+    supervisor.run()
 
 
 def cmd_spark_stop(args: argparse.Namespace) -> int:
@@ -145,6 +164,9 @@ def register(sub: Any) -> None:
                         "--driver-java-options=-XX:+UseG1GC")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a Spark property of the server")
     p.add_argument("--timeout", type=float, default=None, help="seconds to wait for it to answer (default 120)")
+    p.add_argument("--supervise", action="store_true",
+                   help="stay in the foreground and restart the server whenever it dies (its owner: the jobs' "
+                        "retries resume once it answers); SIGTERM or Ctrl-C stops it")
     p.set_defaults(func=cmd_spark_start)
     p = spark.add_parser("stop", help="stop the server and every process it started")
     home(p)

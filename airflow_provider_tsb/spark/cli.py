@@ -159,15 +159,23 @@ def _run(
     app: TsbApp, args: argparse.Namespace, catalog: BarrierCatalog, locations: dict[str, str],
     spark: SparkSession | None,
 ) -> None:
+    from airflow_provider_tsb.spark.server_watch import ServerWatch, ServerWatchOptions
     from airflow_provider_tsb.spark.session import get_spark, is_connect, remote_url
 
     own = spark is None
+    watching = ServerWatchOptions.from_env()  # a bad $TSB_SPARK_WATCH_SECONDS fails before Spark starts
     spark = spark or get_spark(app.job_id, master=args.master, remote=args.remote, conf=_parse_conf(args.conf))
+    watch = None
     try:
         if own and is_connect(spark):
-            _take_over_connect_attempt(app, catalog, spark, str(remote_url(args.remote)))
+            url = str(remote_url(args.remote))
+            if watching is not None:  # a dead server ends the job in seconds, not after pyspark's retries
+                watch = ServerWatch(url, app.job_id, watching).start()
+            _take_over_connect_attempt(app, catalog, spark, url)
         _run_mode(app, args, catalog, locations, spark)
     finally:
+        if watch is not None:
+            watch.stop()
         if own and is_connect(spark):
             spark.stop()  # releases the job's session on the Connect server
 

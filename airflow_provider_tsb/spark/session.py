@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 
 # first: it quiets pyspark's pandas warning before pyspark is imported
@@ -176,18 +177,27 @@ def connect_session(url: str, app_name: str = "tsb", conf: Mapping[str, str] | N
     (``spark.stop()``) when done: it releases it on the server.
 
     Raises:
-        SparkConnectUnavailableError: nothing listens at ``url``'s host and port (names the URL
-            and how to start a server). Checked with one TCP connection first, since pyspark
-            retries an unreachable server for about 10 minutes.
+        SparkConnectUnavailableError: nothing listened at ``url``'s host and port for
+            ``$TSB_SPARK_WAIT_SECONDS`` (default 90: a supervised server restarting after a
+            crash answers within it; names the URL and how to start a server). Checked with TCP
+            connections first, since pyspark retries an unreachable server for about 10 minutes.
     """
     from airflow_provider_tsb.exceptions import SparkConnectUnavailableError
 
     host, port = connect_address(url)
+    wait_s = _wait_seconds()
     if not _listening(host, port):
-        raise SparkConnectUnavailableError(
-            f"no Spark Connect server listens at sc://{host}:{port}; start one with `tsb spark start --port {port}` "
-            "(a local server on this machine) or point the job's Spark connection at a running server"
-        )
+        log.warning("job %s: no Spark Connect server answers at sc://%s:%s yet; waiting up to %.0f s for it "
+                    "(a supervised server restarts by itself)", app_name, host, port, wait_s)
+        deadline = time.monotonic() + wait_s
+        while not _listening(host, port):
+            if time.monotonic() >= deadline:
+                raise SparkConnectUnavailableError(
+                    f"no Spark Connect server listens at sc://{host}:{port} (waited {wait_s:.0f} s); start one with "
+                    f"`tsb spark start --port {port} --supervise` (a local server on this machine) or point the "
+                    "job's Spark connection at a running server"
+                )
+            time.sleep(1.0)
     spark = SparkSession.builder.remote(url).appName(app_name).create()
     static = apply_session_conf(spark, {**CONNECT_SESSION_CONF, **REQUIRED_SQL_CONF, **(conf or {})})
     if static:
@@ -196,6 +206,23 @@ def connect_session(url: str, app_name: str = "tsb", conf: Mapping[str, str] | N
             "(set them where the server starts, e.g. `tsb spark start --conf KEY=VALUE`)", app_name, static,
         )
     return spark
+
+
+def _wait_seconds() -> float:
+    """``$TSB_SPARK_WAIT_SECONDS`` (default 90).
+
+    Raises:
+        ValueError: not a number of seconds >= 0.
+    """
+    raw = os.environ.get("TSB_SPARK_WAIT_SECONDS", "90")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ValueError(f"$TSB_SPARK_WAIT_SECONDS={raw!r}: give the seconds a job waits for its Spark Connect "
+                         "server to answer (e.g. 90), or 0 not to wait")
+    return value
 
 
 def connect_address(url: str) -> tuple[str, int]:

@@ -1,0 +1,152 @@
+"""The one Spark is supervised: a SIGKILL of the Connect server mid-barrier ends its streaming job
+in seconds, with the server's URL and log named, the supervisor brings the server back, and
+the job's retry commits every barrier exactly once.
+
+Before, the job stayed alive and silent for pyspark's ten minutes of retries (the first job
+logged ``[RETRIES_EXCEEDED]`` after 611 s, and the downstream ones nothing at all), nothing
+restarted the server, and recovery was by hand.
+
+The server runs as users run it: ``tsb spark start --supervise`` in a process of its own, with
+its own state folder (never the test session's shared server). The job runs as the operator
+runs it on the ``connect`` engine: its own client process, streaming, on the metastore catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from airflow_provider_tsb.hooks.barrier import read_root_versions
+from airflow_provider_tsb.spark.server_watch import SERVER_LOST_EXIT, ServerWatch, ServerWatchOptions
+from tsb_dev.job_processes import REPO, job_command, job_env, wordcount_deployment
+from tsb_dev.local_airflow import free_port
+from tsb_examples.ingest import ingest_next_words
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+JOB, SINK = "wordcount_words", "wordcount.word_count"
+
+
+def _written(store: object, barrier: int) -> bool:
+    state = store.table_states.table_state(SINK, barrier)  # type: ignore[attr-defined]
+    return state is not None and state.state == "WRITTEN"
+
+
+def _record(home: Path) -> dict:
+    try:
+        return json.loads((home / "server.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _wait(what: str, ok: object, timeout: float, *logs: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            tails = "\n".join(f"--- {p}:\n{p.read_text()[-2500:]}" for p in logs if p.exists())
+            raise AssertionError(f"{what} within {timeout} s\n{tails}")
+        time.sleep(0.5)
+
+
+def _barrier(dep: object, n: int) -> None:
+    topology = dep.topology  # type: ignore[attr-defined]
+    ingest_next_words(topology.location("raw.words"), f"t/{n}", lines=10)
+    dep.store.barriers.create_barrier(topology.name, read_root_versions(topology), run_key=f"t/{n}")  # type: ignore[attr-defined]
+
+
+def test_a_killed_server_ends_its_job_in_seconds_and_the_retry_commits_every_barrier_once(tmp_path: Path) -> None:
+    home, port = tmp_path / "spark", free_port()
+    supervisor_log = tmp_path / "supervisor.log"
+    with supervisor_log.open("w") as out:
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", "airflow_provider_tsb", "spark", "start", "--supervise", "--home", str(home),
+             "--port", str(port), "--master", "local[1]"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+    job: subprocess.Popen | None = None
+    try:
+        _wait("the supervised server answers", lambda: "supervising:" in supervisor_log.read_text(), 240,
+              supervisor_log)
+        url, first_pid = f"sc://127.0.0.1:{port}", _record(home)["pid"]
+        dep = wordcount_deployment(tmp_path, f"sqlite:///{tmp_path / 'tsb.db'}", barriers=1, lines=10)
+        command = job_command(dep, JOB, 3, url)
+        command[command.index("batch")] = "streaming"
+        command += ["--idle-timeout", "180", "--trigger-interval", "0.2"]
+        env = job_env(dep.url, url, TSB_SPARK_HOME=str(home))
+        job_log = tmp_path / "job.log"
+        with job_log.open("w") as out:
+            job = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+        _wait("barrier 1 is WRITTEN", lambda: _written(dep.store, 1), 240, job_log)
+        _barrier(dep, 2)
+        time.sleep(1.0)  # the job is on barrier 2 (its micro-batch, or its poll for it)
+        os.kill(first_pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        assert job.wait(timeout=90) == SERVER_LOST_EXIT, job_log.read_text()[-3000:]
+        noticed_s = time.monotonic() - killed_at
+        assert noticed_s < 30, f"the job noticed the dead server after {noticed_s:.0f} s"
+        output = job_log.read_text()
+        assert f"job {JOB}: the Spark Connect server {url}" in output, output[-3000:]
+        assert str(home / "server.log") in output and "tsb spark start --supervise" in output, output[-3000:]
+        with job_log.open("a") as out:  # the retry, as Airflow's runs it a second later: the same command
+            job = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+        _wait("the supervisor restarts the server",
+              lambda: _record(home).get("pid") not in (None, first_pid) and "restarted the Spark Connect server"
+              in supervisor_log.read_text(), 240, supervisor_log)
+        _barrier(dep, 3)
+        assert job.wait(timeout=300) == 0, job_log.read_text()[-3000:]
+    finally:
+        if job is not None and job.poll() is None:
+            job.kill()
+        supervisor.send_signal(signal.SIGTERM)
+        supervisor.wait(timeout=60)
+    assert all(_written(dep.store, b) for b in (1, 2, 3))
+    words = Counter(DeltaTable(dep.location("raw.words")).to_pyarrow_table().column("word").to_pylist())
+    counts = {r["word"]: r["cnt"] for r in DeltaTable(dep.location(SINK)).to_pyarrow_table().to_pylist()}
+    assert counts == dict(words)  # 0 lost, 0 counted twice
+    assert not (home / "server.json").exists()  # SIGTERM stopped the supervisor and its server
+
+
+def test_the_watch_names_a_server_that_refuses_connections_and_one_restarted_under_it(tmp_path: Path) -> None:
+    """The watch's two findings, without a Spark: nothing listens (after its budget), and the local
+    server's record names another process (at once: the job's session died with the old one)."""
+    import socket
+
+    lost: list[str] = []
+    port = free_port()
+    watch = ServerWatch(f"sc://127.0.0.1:{port}", "j", ServerWatchOptions(interval_s=0.1, budget_s=0.5),
+                        on_lost=lost.append, home=tmp_path)
+    watch.start()
+    _wait("the watch reports", lambda: lost, 10)
+    assert lost[0].startswith(f"job j: the Spark Connect server sc://127.0.0.1:{port} refuses connections")
+    assert "its log: the Spark Connect server's own log" in lost[0]
+
+    listener = socket.create_server(("127.0.0.1", port))
+    try:
+        record = {"pid": 1, "url": f"sc://127.0.0.1:{port}", "log": str(tmp_path / "server.log")}
+        (tmp_path / "server.json").write_text(json.dumps(record))
+        lost.clear()
+        watch = ServerWatch(record["url"], "j", ServerWatchOptions(interval_s=0.1, budget_s=60),
+                            on_lost=lost.append, home=tmp_path).start()
+        time.sleep(0.5)
+        assert lost == []  # it answers: nothing to say
+        (tmp_path / "server.json").write_text(json.dumps({**record, "pid": 2}))
+        _wait("the watch sees the restart", lambda: lost, 10)
+        watch.stop()
+    finally:
+        listener.close()
+    assert "was restarted (pid 1 -> 2)" in lost[0] and f"its log: {tmp_path / 'server.log'}" in lost[0]
+    with pytest.raises(ValueError, match=r"TSB_SPARK_WATCH_SECONDS='soon'"):
+        os.environ["TSB_SPARK_WATCH_SECONDS"] = "soon"
+        try:
+            ServerWatchOptions.from_env()
+        finally:
+            del os.environ["TSB_SPARK_WATCH_SECONDS"]
