@@ -17,7 +17,7 @@ into the protocol's ``{"errorCode", "message"}`` answers (:mod:`airflow_provider
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -193,7 +193,7 @@ def parse_timestamp(raw: object) -> int:
         raise BadRequestError(f"timestamp {str(raw)[:40]!r} is not ISO 8601 UTC like 2022-01-01T00:00:00Z") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
+    return (parsed - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)  # floored before 1970 too
 
 
 def barrier_at(store: MetaStore, share: Share, ts_ms: int, newest: int) -> int:

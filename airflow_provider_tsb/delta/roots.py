@@ -261,7 +261,11 @@ def _epoch_ms(value: Any) -> int:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.UTC)
-        return int(value.timestamp() * 1000)
+        return (value - _EPOCH) // _MS  # exact, and floored before 1970 too
     if isinstance(value, dt.date):
-        return int(dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC).timestamp() * 1000)
+        return (dt.datetime(value.year, value.month, value.day, tzinfo=dt.UTC) - _EPOCH) // _MS
     return int(value)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MS = dt.timedelta(milliseconds=1)

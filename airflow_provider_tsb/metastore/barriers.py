@@ -26,7 +26,7 @@ from airflow_provider_tsb.exceptions import (
     UnknownTableError,
 )
 from airflow_provider_tsb.metastore.barrier_history import check_tables, log_barrier
-from airflow_provider_tsb.metastore.base import MetastoreCore, checked_int
+from airflow_provider_tsb.metastore.base import MIN_INT, MetastoreCore, checked_int
 from airflow_provider_tsb.metastore.compat import call_namesake
 from airflow_provider_tsb.metastore.domains import LockedDomain, lock_domain
 from airflow_provider_tsb.metastore.models import (
@@ -182,7 +182,8 @@ class BarrierManager:
             BarrierHistoryError: the new id is already tagged in a table or held by the barrier
                 log (the metastore lost barriers: run ``tsb db rebuild``).
             DeltaLogError: the barrier log commit failed (no barrier is generated).
-            OutOfRangeError: ``ts_ms`` or a version is not an integer 0..2**63-1 (names it).
+            OutOfRangeError: a version is not an integer 0..2**63-1, or ``ts_ms`` not one of
+                -2**63..2**63-1 (names it).
         """
         versions, ts_ms = _checked_request(root_versions, ts_ms, ts_kind)
         with self._core.transaction(write=True) as s:
@@ -273,7 +274,8 @@ def _checked_request(
     root_versions: Mapping[str, int], ts_ms: int | None, ts_kind: TsKind | str
 ) -> tuple[dict[str, int], int | None]:
     """``({normalized root table: Delta version}, ts_ms)`` of a barrier request, checked before
-    any transaction (ValueError for a wrong ``ts_kind``, OutOfRangeError for a non-int64)."""
+    any transaction (ValueError for a wrong ``ts_kind``, OutOfRangeError for a non-int64: a barrier
+    timestamp may be negative, event time before 1970)."""
     if ts_kind not in (TsKind.SYSTEM, TsKind.EVENT):
         raise ValueError(f"ts_kind must be 'system' or 'event', got {ts_kind!r}")
     versions = {
@@ -281,7 +283,7 @@ def _checked_request(
         for k, v in root_versions.items()
     }
     if ts_ms is not None:
-        ts_ms = checked_int(ts_ms, "ts_ms (the barrier timestamp, epoch ms)")
+        ts_ms = checked_int(ts_ms, "ts_ms (the barrier timestamp, epoch ms)", minimum=MIN_INT)
     return versions, ts_ms
 
 

@@ -136,13 +136,15 @@ class _GuardedTransaction(AbstractContextManager[Session]):
 
 #: largest integer a metastore column holds (``BIGINT``)
 MAX_INT = 2**63 - 1
+#: smallest: barrier timestamps span the whole signed range (event time before 1970 included)
+MIN_INT = -(2**63)
 
 
 def _range_error(exc: Exception) -> OutOfRangeError:
     text = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
     return OutOfRangeError(
-        f"a number given to the tsb metastore is out of range ({text}): barrier ids, Delta versions, limits "
-        f"and epoch-millisecond times are integers from 0 to {MAX_INT}"
+        f"a number given to the tsb metastore is out of range ({text}): barrier ids, Delta versions and limits "
+        f"are integers from 0 to {MAX_INT}, epoch-millisecond times from {MIN_INT} to {MAX_INT}"
     )
 
 

@@ -77,3 +77,25 @@ def test_a_late_event_time_watermark_is_refused_or_raised_to_the_last(
     states = TableStateManager(core)
     assert (states.table_state(WORDS, 2).file_count, states.table_state(WORDS, 2).size_bytes) == (3, 4_096)
     assert states.table_state(WORDS, 3).file_count is None
+
+
+def test_barrier_timestamps_span_the_signed_64_bit_range(core: MetastoreCore, registry: RegistryManager) -> None:
+    """Event time before 1970 is a normal historical replay: a negative watermark is a barrier
+    timestamp like any other (both ends of BIGINT included); only values beyond it are refused,
+    naming the field, before anything is written. The sharing protocol's timestamps map to it."""
+    from airflow_provider_tsb.api.sharing_model import parse_timestamp
+    from airflow_provider_tsb.exceptions import OutOfRangeError
+
+    barriers = BarrierManager(core)
+    with pytest.raises(OutOfRangeError, match=r"ts_ms \(the barrier timestamp, epoch ms\) must be an integer "
+                       r"from -9223372036854775808 to 9223372036854775807"):
+        barriers.create_barrier(TOPOLOGY, {WORDS: 1}, ts_ms=-(2**63) - 1, ts_kind="event")
+    assert barriers.latest_barrier(TOPOLOGY) is None
+    moon = parse_timestamp("1969-07-20T20:17:40.0005Z")  # floored to its millisecond, not toward 0
+    assert moon == -14182940000
+    first = barriers.create_barrier(TOPOLOGY, {WORDS: 1}, ts_ms=-(2**63), ts_kind="event")
+    second = barriers.create_barrier(TOPOLOGY, {WORDS: 2}, ts_ms=moon, ts_kind="event")
+    assert [(b.barrier, b.ts_ms) for b in (first, second)] == [(1, -(2**63)), (2, moon)]
+    assert barriers.barrier(TOPOLOGY, 2).ts_ms == moon
+    with pytest.raises(TopologyError, match=f"would go backwards: watermark {moon - 1} < {moon} of barrier 2"):
+        barriers.create_barrier(TOPOLOGY, {WORDS: 3}, ts_ms=moon - 1, ts_kind="event")

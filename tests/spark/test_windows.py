@@ -84,7 +84,7 @@ def _expected(arrivals: dict[int, pa.Table], marks: dict[int, int], barrier: int
     rows["window_start"] = pd.to_datetime(rows["time_hour"], utc=True).dt.floor("h")
     rows["window_end"] = rows["window_start"] + HOUR
     end_ms = _ms(rows["window_end"])
-    before = rows["arrival"].map(lambda b: marks.get(b - 1, -1))
+    before = rows["arrival"].map(lambda b: marks.get(b - 1, -(2**63)))  # nothing is late at the first
     rows["late"] = end_ms <= before
     groups = rows[~rows["late"]].groupby(KEYS).agg(
         flights=("origin", "size"), departures=("dep_time", "count"),
@@ -108,10 +108,46 @@ def _normalize(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(KEYS).reset_index(drop=True)
 
 
+#: 1969-01-01 is this many days before 2013-01-01 (44 years, 11 of them leap years): the same
+#: weekdays and hours, before the epoch
+TO_1969 = dt.timedelta(days=16071)
+
+
+def _shifted(rows: pa.Table, shift: dt.timedelta) -> pa.Table:
+    """``rows`` with ``time_hour`` moved ``shift`` earlier."""
+    if not shift:
+        return rows
+    index = rows.schema.get_field_index("time_hour")
+    moved = [None if t is None else t - shift for t in rows.column(index).to_pylist()]
+    return rows.set_column(index, "time_hour", pa.array(moved, rows.schema.field(index).type))
+
+
 def test_hourly_windows_emit_at_the_watermark_and_drop_late_rows(
     tmp_path: Path, metastore_url: str, request: pytest.FixtureRequest
 ) -> None:
+    _hourly_windows(tmp_path, metastore_url, request, dt.timedelta(0))
+
+
+def test_event_time_before_1970_flows_through_the_topology(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The same three barriers with every event 44 years earlier (1969): negative barrier
+    timestamps are generated, stored, handed to the job, and the windows equal pandas again.
+    Before, the first barrier failed after ingest with ``OutOfRangeError: ts_ms ... from 0``."""
+    marks = _hourly_windows(tmp_path, f"sqlite:///{tmp_path / 'tsb.db'}", request, TO_1969)
+    assert marks[1] == _ms_of(_utc(1969, 1, 2, 4)) == -31435200000
+
+
+def _hourly_windows(
+    tmp_path: Path, metastore_url: str, request: pytest.FixtureRequest, shift: dt.timedelta
+) -> dict[int, int]:
     from airflow_provider_tsb.hooks.barrier import read_root_versions
+
+    def at(*args: int) -> dt.datetime:
+        return _utc(*args) - shift
+
+    def ingest_day(day: dt.date) -> None:
+        meta = {"ingest.day": day.isoformat()}
+        append_rows(flights, _shifted(nyc.flights_of_day(day), shift), metadata=meta)
+        append_rows(weather, _shifted(nyc.weather_of_day(day), shift), metadata=meta)
 
     dep = flights_deployment(metastore_url, tmp_path / "warehouse", windows=True)
     store, topology, flights, weather, hook = dep.store, dep.topology, dep.flights, dep.weather, dep.hook
@@ -126,28 +162,30 @@ def test_hourly_windows_emit_at_the_watermark_and_drop_late_rows(
         marks[info.barrier] = info.ts_ms
 
     day1, day2 = nyc.days(dt.date(2013, 1, 1), 2)
-    nyc.ingest_day(flights, weather, day1)
-    barrier([nyc.flights_of_day(day1)])
+    ingest_day(day1)
+    barrier([_shifted(nyc.flights_of_day(day1), shift)])
     # barrier 2: late for 01-01 15:00 (emitted by 1); on time for 01-02 04:00 (left open by 1)
     extra2 = pa.concat_tables([
-        _copies(day1, _utc(2013, 1, 1, 15), 4, 999.0),
-        _copies(day1, _utc(2013, 1, 2, 4), 3, 100.0),
+        _copies(day1, at(2013, 1, 1, 15), 4, 999.0),
+        _copies(day1, at(2013, 1, 2, 4), 3, 100.0),
     ])
     append_rows(flights, extra2)
-    nyc.ingest_day(flights, weather, day2)
-    barrier([extra2, nyc.flights_of_day(day2)])
+    ingest_day(day2)
+    barrier([extra2, _shifted(nyc.flights_of_day(day2), shift)])
     # barrier 3, flights only: late for 01-02 04:00 (held by 1, emitted by 2) and 01-02 12:00;
     # on time for 01-03 04:00 (open); beyond the watermark 01-03 10:00 (the weather's newest hour
     # keeps the watermark where it was)
     extra3 = pa.concat_tables([
-        _copies(day2, _utc(2013, 1, 2, 4), 2, 999.0),
-        _copies(day2, _utc(2013, 1, 2, 12), 3, 999.0),
-        _copies(day2, _utc(2013, 1, 3, 4), 2, 50.0),
-        _copies(day2, _utc(2013, 1, 3, 10), 1, 7.0),
+        _copies(day2, at(2013, 1, 2, 4), 2, 999.0),
+        _copies(day2, at(2013, 1, 2, 12), 3, 999.0),
+        _copies(day2, at(2013, 1, 3, 4), 2, 50.0),
+        _copies(day2, at(2013, 1, 3, 10), 1, 7.0),
     ])
     append_rows(flights, extra3)
     barrier([extra3])
-    assert marks == {1: 1357099200000, 2: 1357185600000, 3: 1357185600000}  # 01-02 04:00, 01-03 04:00 UTC
+    assert marks == {1: _ms_of(at(2013, 1, 2, 4)), 2: _ms_of(at(2013, 1, 3, 4)), 3: _ms_of(at(2013, 1, 3, 4))}
+    if not shift:
+        assert marks == {1: 1357099200000, 2: 1357185600000, 3: 1357185600000}  # 01-02 04:00, 01-03 04:00 UTC
 
     started = time.monotonic()
     if metastore_url.startswith("sqlite"):  # the app's command line in this process's Spark (saves a JVM)
@@ -183,11 +221,12 @@ def test_hourly_windows_emit_at_the_watermark_and_drop_late_rows(
         assert late[["barrier", "watermark_ms", "late_rows"]].to_dict("records") == counts.to_dict("records"), b
     # the late-data policy, spelled out: 4 late rows at barrier 2, 5 at barrier 3, none at 1
     assert late["late_rows"].tolist() == [0, 4, 5]
-    assert _ms(late["oldest_late_window"]).tolist()[1:] == [_ms_of(_utc(2013, 1, 1, 15)), _ms_of(_utc(2013, 1, 2, 4))]
+    assert _ms(late["oldest_late_window"]).tolist()[1:] == [_ms_of(at(2013, 1, 1, 15)), _ms_of(at(2013, 1, 2, 4))]
     final = _normalize(_read(topology.location(WINDOWS), 3))
-    held = final[final["window_start"] == _ms_of(_utc(2013, 1, 2, 4))]
+    held = final[final["window_start"] == _ms_of(at(2013, 1, 2, 4))]
     assert len(held) > 0 and set(held["emitted_barrier"]) == {2}  # left open by barrier 1, emitted by 2
     assert not (final["mean_dep_delay"] > 900).any()  # no late row (dep_delay 999) reached a window
     # the on-time rows of 01-03 04:00 and the row beyond the watermark are open state after barrier 3
     opened = _normalize(_read(topology.location(OPEN), 3))
-    assert {_ms_of(_utc(2013, 1, 3, 4)), _ms_of(_utc(2013, 1, 3, 10))} <= set(opened["window_start"])
+    assert {_ms_of(at(2013, 1, 3, 4)), _ms_of(at(2013, 1, 3, 10))} <= set(opened["window_start"])
+    return marks
