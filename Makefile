@@ -28,7 +28,7 @@ help:
 	@echo "make test       run the test suite (starts its own PostgreSQL and Airflow)"
 	@echo "make test-unit  run the fast tier: no JVM, no PostgreSQL, no Airflow process"
 	@echo "make docs       build the docs site into site/ (mkdocs --strict)"
-	@echo "make lint       ruff"
+	@echo "make lint       ruff, and every documented parameter in its signature (pydoclint)"
 	@echo "make bench      run the benchmarks"
 
 $(PY):
@@ -70,6 +70,7 @@ docs: install
 
 lint: install
 	$(VENV)/bin/ruff check airflow_provider_tsb tsb_examples tsb_dev dags spark_apps tests benchmarks dev
+	$(PY) dev/doc_params.py airflow_provider_tsb
 
 bench: install check-java
 	$(PY) benchmarks/e2e_latency.py

@@ -73,3 +73,16 @@ def test_the_readme_is_a_front_door_whose_links_resolve() -> None:
     assert len(local) >= 10
     missing = [link for link in local if not (REPO / link).exists()]
     assert missing == [], f"README links to missing files: {missing}"
+
+
+def test_every_documented_parameter_is_in_its_signature(tmp_path: Path) -> None:
+    """``make lint``'s pydoclint check: the package passes, and a docstring that documents an
+    argument its signature does not take (the sensor's ``poll_interval``) fails, named."""
+    check = [sys.executable, str(REPO / "dev" / "doc_params.py")]
+    ok = subprocess.run([*check, str(REPO / "airflow_provider_tsb")], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = tmp_path / "sensor.py"
+    bad.write_text('def wait(tables: list[str], poke_interval: float) -> None:\n'
+                   '    """Wait.\n\n    :param tables: the tables.\n    :param poll_interval: seconds.\n    """\n')
+    found = subprocess.run([*check, str(bad)], capture_output=True, text=True, timeout=300)
+    assert found.returncode == 1 and "function wait documents ['poll_interval']" in found.stdout, found.stdout

@@ -34,11 +34,12 @@ class TsbBarrierCommittedSensor(BaseSensorOperator):
         ``extra["payload"]["barrier"]`` (an event of a
         :class:`~airflow_provider_tsb.triggers.barrier_committed.TsbBarrierCommittedEventTrigger`).
     :param deferrable: free the worker slot and poll in the triggerer.
-    :param poll_interval: seconds between checks (poke mode and deferrable mode).
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
     :param max_staleness_s: bounded staleness: instead of one barrier, wait until the newest
         COMMIT barrier over ``tables`` is at most this many seconds old (and, when ``barrier``
         is given, not older than it). Asset events are not consulted.
+    :param kwargs: ``BaseSensorOperator``'s: ``poke_interval`` (seconds between checks, in poke
+        mode and deferrable mode; default 60), ``timeout``, ``mode``, and the operator's own.
 
     Returns (XCom) the barrier id (with ``max_staleness_s``: the fresh COMMIT barrier). On
     timeout raises ``AirflowSensorTimeout`` whose message lists each table, the barrier it has
