@@ -239,6 +239,18 @@ class BarrierManager:
             row = s.scalar(query.order_by(BarrierRow.barrier_id.desc()).limit(1))
             return barrier_info(s, row) if row is not None else None
 
+    def first_of_run(self, topology: str, run_key_prefix: str) -> BarrierInfo | None:
+        """The first barrier of ``topology`` whose run key starts with ``run_key_prefix`` (an
+        emitter's run keys are ``<dag_id>/<run_id>#<n>``: the first barrier of a DAG run's stretch
+        of the stream), or ``None``. Clearing the run's tasks does not change it."""
+        with self._core.transaction() as s:
+            row = s.scalar(
+                select(BarrierRow)
+                .where(BarrierRow.topology == topology, BarrierRow.run_key.startswith(run_key_prefix, autoescape=True))
+                .order_by(BarrierRow.barrier_id.asc()).limit(1)
+            )
+            return barrier_info(s, row) if row is not None else None
+
     def barriers(
         self, topology: str, *, limit: int = 100, before: int | None = None, after: int | None = None,
         ascending: bool = False,

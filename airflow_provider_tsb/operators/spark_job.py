@@ -193,7 +193,7 @@ class TsbSparkJobOperator(SparkSubmitOperator):
             run = hook.run(
                 barrier,
                 runner,
-                run_start_ms=_run_start_ms(context),
+                run_start_ms=self.stretch_start_ms(context),
                 env_vars=self.env_vars,
             )
         finally:
@@ -202,6 +202,22 @@ class TsbSparkJobOperator(SparkSubmitOperator):
             self.log.warning("%s", self.nothing_processed_message(hook.get_conn()))
         hook.emit_asset_events(context.get("outlet_events") if hasattr(context, "get") else None, run)
         return run.to_xcom()
+
+    def stretch_start_ms(self, context: Any) -> int | None:
+        """When this DAG run's stretch of the stream began (epoch ms): a streaming job stops at
+        the first final barrier generated since (FLIP-147 end of input).
+
+        It is the generation time of the run's first barrier (the emitter's run keys are
+        ``<dag_id>/<run_id>#<n>``), which clearing the job or the run does not move, so a
+        cleared job resumes from its checkpoint and still ends at the stretch's final barrier,
+        even one generated before it catches up. Before the run has a barrier: the run's start.
+        """
+        run = context.get("dag_run") if hasattr(context, "get") else None
+        if self.mode == "streaming" and run is not None and getattr(run, "run_id", None):
+            first = self.job_hook.get_conn().barriers.first_of_run(self.topology.name, f"{run.dag_id}/{run.run_id}#")
+            if first is not None:
+                return min(first.created_at_ms, _run_start_ms(context) or first.created_at_ms)
+        return _run_start_ms(context)
 
     def nothing_processed_message(self, store: Any) -> str:
         """Why a run without a barrier processed nothing, and how to give it one.

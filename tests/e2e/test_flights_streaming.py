@@ -243,3 +243,109 @@ def test_a_streaming_job_that_fails_for_good_stops_the_emitter_naming_it(streami
             store.table_states.table_state("wordcount.count_of_counts", 1).state != "WRITTEN"
     finally:  # what make demo does: fail the run, its streaming tasks stop
         af.api("PATCH", f"/dags/wordcount_failing_stream/dagRuns/{run['dag_run_id']}", json={"state": "failed"})
+
+
+#: a one-job streaming topology whose job fails at barrier 2 while ``<root>/broken`` exists,
+#: slowly enough that the stretch's final barrier is generated first
+RESUME_APP = '''
+import os, sys, time
+from pathlib import Path
+from pyspark.sql import functions as F
+from airflow_provider_tsb.spark import Sink, TsbApp, change_sign, run_app
+
+def process(ctx):
+    if ctx.barrier == 2 and Path(os.environ["RESUME_BROKEN"]).exists():
+        time.sleep(20)
+        raise RuntimeError("resume_words: broken at barrier 2 (the bug the user fixes)")
+    delta = ctx.changes("resume.words").groupBy("word").agg(F.sum(change_sign()).cast("long").alias("d"))
+    previous = ctx.previous("resume.word_count")
+    updated = (delta.join(previous, on="word", how="left")
+               .select("word", (F.coalesce(F.col("cnt"), F.lit(0)) + F.col("d")).cast("long").alias("cnt"))
+               .where(F.col("d") != 0))
+    return {"resume.word_count": updated}
+
+APP = TsbApp(job_id="resume_words", sources={"resume.words": None},
+             sinks={"resume.word_count": Sink(mode="merge", keys=("word",), schema="word string, cnt long")},
+             process=process)
+if __name__ == "__main__":
+    sys.exit(run_app(APP))
+'''
+
+RESUME_DAG = """
+import time
+from pathlib import Path
+
+import pendulum
+import pyarrow as pa
+from airflow.sdk import DAG, task
+
+from airflow_provider_tsb.task_group import TsbTopologyTaskGroup
+from airflow_provider_tsb.topology import Topology
+from tsb_examples.spark_conf import LOCAL_SPARK_CONF
+
+topology = Topology("resume")
+topology.root_table("resume.words")
+topology.job("resume_words", {app!r}, sources=["resume.words"], sinks=["resume.word_count"], conf=LOCAL_SPARK_CONF)
+BATCHES = [["a", "b"], ["b", "c", "c"], ["a", "d"], ["d", "d", "e"]]
+
+with DAG(dag_id="resume_stretch", schedule=None, catchup=False, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+
+    @task
+    def ingest(**context):
+        from airflow_provider_tsb.root_tables import append_to_root
+
+        run = context["dag_run"]
+        for i, words in enumerate(BATCHES):
+            append_to_root(topology.location("resume.words"), pa.table({{"word": words}}),
+                           run_key=f"{{run.run_id}}/{{i}}", end_of_input=i == len(BATCHES) - 1)
+            time.sleep(2.5)  # a barrier per append (the emitter looks every second)
+
+    ingest()
+    TsbTopologyTaskGroup(topology, mode="streaming", spark_conn_id="spark_local",
+                         emitter_kwargs={{"interval_s": 1, "duration_s": 900}},
+                         default_job_kwargs={{"retries": 0, "env_vars": {{"RESUME_BROKEN": {broken!r}}}}})
+"""
+
+
+def _wait_state(af, dag_id: str, run_id: str, task_id: str, state: str, timeout: float) -> dict:
+    deadline, states = time.monotonic() + timeout, {}
+    while time.monotonic() < deadline:
+        states = af.task_states(dag_id, run_id)
+        if states.get(task_id) == state:
+            return states
+        time.sleep(2)
+    raise AssertionError(f"{task_id} is not {state} after {timeout} s: {states}\n{af.describe_run(dag_id, run_id)}")
+
+
+def test_a_cleared_failed_stretch_resumes_and_ends_at_its_final_barrier(streaming_run) -> None:
+    """Issue 56 item 3: a streaming job fails for good at barrier 2 after the stretch's final
+    barrier was generated; the user fixes it and clears the job through the REST API. The job
+    resumes from its checkpoint, commits barriers 2..final once and ends there, and the run
+    succeeds. Before, the clear moved the run's start past the final barrier and the job
+    streamed on forever."""
+    af, store, root, _ = streaming_run
+    broken = root / "resume-broken"
+    broken.touch()
+    app = root / "resume_words.py"
+    app.write_text(RESUME_APP)
+    af.add_dag_file("resume_stretch.py", RESUME_DAG.format(app=str(app), broken=str(broken)))
+    af.wait_for_dag("resume_stretch", timeout=180)
+    run_id = af.trigger_dag("resume_stretch")["dag_run_id"]
+    job = "resume.resume_words"
+    _wait_state(af, "resume_stretch", run_id, job, "failed", 300)
+    final = store.barriers.latest_final_barrier("resume")
+    assert final is not None and final.barrier > 2, final  # the stretch ended before the job failed
+    assert "broken at barrier 2" in af.task_log("resume_stretch", run_id, job)
+    af.wait_for_dag_run("resume_stretch", run_id, timeout=120)  # the run fails (stretch_done)
+    broken.unlink()  # the fix
+    af.api("POST", "/dags/resume_stretch/clearTaskInstances", json={
+        "dag_run_id": run_id, "task_ids": [job], "only_failed": True, "include_downstream": True,
+        "reset_dag_runs": True, "dry_run": False})
+    done = af.wait_for_dag_run("resume_stretch", run_id, timeout=300)
+    assert done["state"] == "success", af.describe_run("resume_stretch", run_id)
+    sink = store.registry.table("resume.word_count").location
+    tags = [barrier_of_version(sink, v) for v in range(DeltaTable(sink).version() + 1)]
+    barriers = [t for t in tags if t is not None]
+    assert barriers == list(range(1, final.barrier + 1)), tags  # each barrier once, up to the final one
+    counts = {r["word"]: r["cnt"] for r in DeltaTable(sink).to_pyarrow_table().to_pylist()}
+    assert counts == {"a": 2, "b": 2, "c": 2, "d": 3, "e": 1}  # 0 lost, 0 counted twice
