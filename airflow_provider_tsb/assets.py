@@ -41,11 +41,15 @@ def location_uri(location: str) -> str:
     return "file://" + os.path.abspath(location)
 
 
-def table_asset(topology: Topology, table: str, *, watchers: Sequence[AssetWatcher] = ()) -> Asset:
-    """The Asset of ``table`` (a table of ``topology``), its ``extra`` linking to its TSB history.
+def table_asset(topology: Topology, table: str) -> Asset:
+    """The Asset of ``table`` (a table of ``topology``), its ``extra`` linking to its TSB history:
+    the outlet of the job that writes it.
 
-    ``watchers``: Airflow ``AssetWatcher`` s of the asset (event-driven scheduling), e.g. one
-    from :func:`committed_barrier_watcher`.
+    For event-driven scheduling on committed barriers use :func:`committed_barrier_asset`, an
+    asset of its own: Airflow keeps one set of watchers per asset, taken from the DAG file parsed
+    last, so a watcher on a table's asset is cancelled each time a DAG file whose job task has
+    that asset as an outlet (without the watcher) is parsed, and a DAG scheduled on it also runs
+    from the job's own asset events.
     """
     name = normalize_table_name(table)
     return Asset(
@@ -53,7 +57,56 @@ def table_asset(topology: Topology, table: str, *, watchers: Sequence[AssetWatch
         uri=location_uri(topology.location(name)),
         group="tsb",
         extra={"tsb_topology": topology.name, "tsb_history": history_path(topology.name, name)},
-        watchers=list(watchers),
+    )
+
+
+def committed_barrier_asset(
+    topology: Topology, tables: Sequence[str], *, tsb_conn_id: str = "tsb_default", poll_interval_s: float = 5.0,
+    from_barrier: int | None = None,
+) -> Asset:
+    """An Asset that receives one event per barrier committed in every table of ``tables``: put
+    it in a DAG's ``schedule`` to run the DAG once per committed barrier (Airflow docs
+    "Event-driven scheduling").
+
+    Its identity is its own (name ``tsb.committed.<topology>.<digest of the tables>``, URI
+    ``tsb://committed/<topology>/<digest>``, group ``tsb``), so no job task has it as an outlet:
+    its watcher keeps running whatever DAG file is parsed, and only the watcher's events (one per
+    barrier, the barrier in ``extra["payload"]``) schedule the DAG. Every DAG file that builds it
+    from the same topology and tables builds the same asset and watcher.
+
+    Args:
+        tables: table names of ``topology`` (the barrier must be WRITTEN in all of them).
+        tsb_conn_id, poll_interval_s, from_barrier: the watcher's trigger's
+            (:class:`~airflow_provider_tsb.triggers.barrier_committed.TsbBarrierCommittedEventTrigger`).
+
+    Raises:
+        UnknownTableError: a table is not one of ``topology``'s.
+
+    Example::
+
+        commits = committed_barrier_asset(topology, ["flights.carrier_ranking"])
+        with DAG("report", schedule=[commits]):
+            TsbBarrierCommittedSensor(task_id="barrier", tables=["flights.carrier_ranking"])
+    """
+    import hashlib
+
+    from airflow_provider_tsb.exceptions import UnknownTableError
+
+    names = sorted({normalize_table_name(t) for t in tables})
+    unknown = [n for n in names if n not in topology.tables]
+    if unknown or not names:
+        raise UnknownTableError(f"committed_barrier_asset: {unknown or 'no table'} of topology {topology.name!r}; "
+                                f"its tables are {sorted(topology.tables)}")
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:12]
+    watcher = committed_barrier_watcher(names, name=f"tsb_committed_{digest}", tsb_conn_id=tsb_conn_id,
+                                        poll_interval_s=poll_interval_s, from_barrier=from_barrier)
+    return Asset(
+        name=f"tsb.committed.{topology.name}.{digest}",
+        uri=f"tsb://committed/{topology.name}/{digest}",
+        group="tsb",
+        extra={"tsb_topology": topology.name, "tsb_tables": names,
+               "tsb_history": {n: history_path(topology.name, n) for n in names}},
+        watchers=[watcher],
     )
 
 
@@ -61,9 +114,10 @@ def committed_barrier_watcher(
     tables: Sequence[str], *, name: str = "tsb_barrier_committed", tsb_conn_id: str = "tsb_default",
     poll_interval_s: float = 5.0, from_barrier: int | None = None,
 ) -> AssetWatcher:
-    """An ``AssetWatcher`` firing once per barrier committed in every table of ``tables``
+    """The ``AssetWatcher`` of :func:`committed_barrier_asset`: it fires once per barrier
+    committed in every table of ``tables``
     (:class:`~airflow_provider_tsb.triggers.barrier_committed.TsbBarrierCommittedEventTrigger`;
-    arguments as there). A DAG scheduled on an asset carrying it runs once per committed barrier."""
+    arguments as there). Give it to an asset of its own, never a table's (see :func:`table_asset`)."""
     from airflow_provider_tsb.triggers.barrier_committed import TsbBarrierCommittedEventTrigger
 
     trigger = TsbBarrierCommittedEventTrigger(list(tables), tsb_conn_id=tsb_conn_id,

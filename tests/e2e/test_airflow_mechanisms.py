@@ -29,7 +29,7 @@ import os
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_provider_tsb.assets import committed_barrier_watcher, table_asset
+from airflow_provider_tsb.assets import committed_barrier_asset
 from airflow_provider_tsb.sensors.barrier_committed import TsbBarrierCommittedSensor
 from airflow_provider_tsb.topology import Topology
 
@@ -38,12 +38,31 @@ topology = Topology("wordcount", warehouse=os.environ["TSB_WAREHOUSE"])
 topology.root_table("raw.words")
 topology.job("wordcount_words", "words.py", sources=["raw.words"], sinks=["wordcount.word_count"])
 topology.job("wordcount_counts", "counts.py", sources=["wordcount.word_count"], sinks=["wordcount.count_of_counts"])
-watched = table_asset(topology, "wordcount.count_of_counts",
-                      watchers=[committed_barrier_watcher(TABLES, poll_interval_s=0.5, from_barrier=0)])
+watched = committed_barrier_asset(topology, TABLES, poll_interval_s=0.5, from_barrier=0)
 
 with DAG(dag_id="tsb_on_committed_barrier", schedule=[watched], start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
          catchup=False, max_active_runs=1):
     TsbBarrierCommittedSensor(task_id="wait_for_barrier", tables=TABLES, poke_interval=1, timeout=60)
+'''
+
+#: the topology's own DAG: its job tasks have the tables' assets as outlets (parsed every few
+#: seconds here: each parse used to cancel a watcher attached to a table's asset)
+TOPOLOGY_DAG_SOURCE = '''
+import os
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_provider_tsb.task_group import TsbTopologyTaskGroup
+from airflow_provider_tsb.topology import Topology
+
+topology = Topology("wordcount", warehouse=os.environ["TSB_WAREHOUSE"])
+topology.root_table("raw.words")
+topology.job("wordcount_words", "/nonexistent/words.py", sources=["raw.words"], sinks=["wordcount.word_count"])
+topology.job("wordcount_counts", "/nonexistent/counts.py", sources=["wordcount.word_count"],
+             sinks=["wordcount.count_of_counts"])
+
+with DAG(dag_id="wordcount_jobs", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
+    TsbTopologyTaskGroup(topology)
 '''
 
 
@@ -82,8 +101,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Any:
     dags.mkdir()
     (dags / "on_committed_barrier.py").write_text(DAG_SOURCE)
     (dags / "freshness_deadline.py").write_text(DEADLINE_DAG_SOURCE)
+    (dags / "wordcount_jobs.py").write_text(TOPOLOGY_DAG_SOURCE)
     af = start_airflow(dags, home=tmp / "airflow",
-                       env_extra={"TSB_METASTORE_URL": url, "TSB_WAREHOUSE": str(tmp / "warehouse")})
+                       env_extra={"TSB_METASTORE_URL": url, "TSB_WAREHOUSE": str(tmp / "warehouse"),
+                                  "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5"})
     try:
         yield af, store
     finally:
@@ -151,6 +172,33 @@ def test_asset_watcher_runs_the_dag_once_per_committed_barrier(deployment: Any) 
     assert [p["barrier"] for p in payloads] == [1, 2]
     assert payloads[1]["versions"] == {COUNTS: 1, WORDS: 1} and payloads[1]["commit_state"] == "COMMIT"
     assert payloads[1]["tsb_history"][COUNTS] == "/tsb/ui/lineage?topology=wordcount&table=" + COUNTS
+    _watcher_outlives_parses_and_outlet_events(af, store)
+
+
+def _parsed_at(af: AirflowHandle, dag_id: str) -> str:
+    return str(af.api("GET", f"/dags/{dag_id}/details")["last_parsed_time"])
+
+
+def _watcher_outlives_parses_and_outlet_events(af: AirflowHandle, store: MetaStore) -> None:
+    """Issue 56 item 2: three parse cycles of the topology's DAG file (its job tasks have the
+    tables' assets as outlets) and of the watcher's cancel nothing, and an event on a table's
+    asset (what a job's outlet emits) schedules no run: one run per barrier."""
+    seen = {dag: {_parsed_at(af, dag)} for dag in ("wordcount_jobs", DAG_ID)}
+    deadline = time.monotonic() + 180
+    while min(len(v) for v in seen.values()) < 4:  # the first parse, then three more of each file
+        assert time.monotonic() < deadline, f"parse times seen: {seen}"
+        time.sleep(2)
+        for dag in seen:
+            seen[dag].add(_parsed_at(af, dag))
+    (counts_asset,) = [a for a in af.assets() if a["name"] == COUNTS]
+    af.api("POST", "/assets/events", json={"asset_id": counts_asset["id"], "extra": {"barrier": 2}})
+    assert _commit(store, {WORDS: 2, COUNTS: 2}) == 3
+    runs = _wait_runs(af, 3)
+    assert _barrier_of(af, runs[2]) == ([3], 3)
+    time.sleep(4)
+    assert len(_runs(af)) == 3  # the table asset's event scheduled nothing
+    triggerer = af.component_log("triggerer", lines=2000)
+    assert "cancelled" not in triggerer.lower(), triggerer[-3000:]
 
 
 def test_connection_form_metadata_has_the_tsb_fields(deployment: Any) -> None:

@@ -122,3 +122,23 @@ def test_event_trigger_serializes_stably_and_refuses_no_tables() -> None:
     assert TsbBarrierCommittedEventTrigger(**kwargs).serialize() == a.serialize()
     with pytest.raises(ValueError, match="tables must name at least one table"):
         TsbBarrierCommittedEventTrigger([])
+
+
+def test_the_committed_barrier_asset_has_an_identity_of_its_own(tsb_env) -> None:
+    """The watcher's asset is never a table's (whose watchers a job's DAG file would replace),
+    and every DAG file that builds it for the same tables builds the same asset and watcher."""
+    from airflow_provider_tsb.assets import committed_barrier_asset
+    from airflow_provider_tsb.exceptions import UnknownTableError
+
+    topo = wordcount_topology(tsb_env.warehouse)
+    first = committed_barrier_asset(topo, [COUNTS, "wordcount.word_count"], poll_interval_s=2)
+    again = committed_barrier_asset(topo, [WORDS, COUNTS], poll_interval_s=2)
+    assert (first.name, first.uri) == (again.name, again.uri) and first.name.startswith("tsb.committed.wordcount.")
+    assert first.uri.startswith("tsb://committed/wordcount/") and first.group == "tsb"
+    assert first.name != table_asset(topo, COUNTS).name and first.uri != table_asset(topo, COUNTS).uri
+    (watcher,) = first.watchers
+    assert watcher.name == again.watchers[0].name and watcher.trigger.tables == [COUNTS, WORDS]
+    assert first.extra["tsb_tables"] == [COUNTS, WORDS]
+    assert committed_barrier_asset(topo, [WORDS]).name != first.name
+    with pytest.raises(UnknownTableError, match=r"\['tsb.wordcount.nope'\] of topology 'wordcount'"):
+        committed_barrier_asset(topo, ["wordcount.nope"])
