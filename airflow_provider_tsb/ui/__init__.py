@@ -1,9 +1,10 @@
 """Server side of the TSB UI pages (``/tsb/ui/lineage``, ``/tsb/ui/freshness``, ``/tsb/ui/delays``).
 
-The pages are plain HTML + vanilla JavaScript + inline SVG (no build step; the lineage graph's pan
-and zoom is the vendored ``svg-pan-zoom`` served from ``/tsb/static/vendor``, no CDN, so the pages
-work offline; text is at least 12 CSS px): the server renders a shell (``templates/page.html``
-around the page's own ``templates/<page>.html``) with a JSON config (which topology, the
+The pages are plain HTML + vanilla JavaScript + inline SVG (no build step; the lineage graph's
+layout is the vendored ``dagre`` and its pan and zoom the vendored ``svg-pan-zoom``, served from
+``/tsb/static/vendor``, no CDN, so the pages work offline; text is at least 12 CSS px): the
+server renders a shell (``templates/page.html`` around the page's own ``templates/<page>.html``)
+with a JSON config (which topology, the
 registered topologies for the selector, the API base); ``static/tsb.js`` then fetches bounded
 data from the authenticated MetaService API (``/tsb/api/v1/topology``, ``/tables/.../barriers``,
 ``/freshness``, ``/delays?limit=``) with the browser's Airflow ``_token`` cookie and draws it.
@@ -98,7 +99,8 @@ PAGES = (("lineage", "Lineage graph"), ("freshness", "Freshness"), ("delays", "B
 HEADINGS = {"lineage": "Timestamp-barrier lineage", "freshness": "Table freshness",
             "delays": "Timestamp-barrier delays"}
 #: page -> the scripts it loads before ``static/tsb.js``
-PAGE_SCRIPTS = {"lineage": '<script src="../static/vendor/svg-pan-zoom/svg-pan-zoom.min.js"></script>\n'}
+PAGE_SCRIPTS = {"lineage": '<script src="../static/vendor/svg-pan-zoom/svg-pan-zoom.min.js"></script>\n'
+                            '<script src="../static/vendor/dagre/dagre.min.js"></script>\n'}
 
 
 def _nav(current: str) -> str:

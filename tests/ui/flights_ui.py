@@ -90,7 +90,45 @@ def populate(url: str, warehouse: Path) -> MetaStore:
     store.job_runs.heartbeat("enrich_flights", status="succeeded", barrier=N_BARRIERS)
     store.job_runs.heartbeat("carrier_daily_delay", status="failed", barrier=N_BARRIERS - 1, message=FAILURE_TEXT)
     store.job_runs.heartbeat("carrier_ranking", status="running", barrier=N_BARRIERS)
+    populate_births(store, warehouse)
     return store
+
+
+#: a new user's topology (issue 56): 2 roots, 3 jobs, 5 sinks, long sink names of one prefix
+BIRTHS_JOBS = {
+    "join_births": (["raw.births", "raw.states"], ["births.state_daily"]),
+    "monthly_windows": (["births.state_daily"],
+                        ["births.monthly_totals", "births.monthly_open_windows", "births.monthly_late_rows"]),
+    "state_merge": (["births.state_daily"], ["births.state_totals"]),
+}
+
+
+def populate_births(store: MetaStore, warehouse: Path, barriers: int = 3) -> None:
+    """The births topology with ``barriers`` barriers WRITTEN everywhere."""
+    topo = Topology("us_births", warehouse=str(warehouse))  # sorts after flights: the default page stays flights
+    topo.root_table("raw.births")
+    topo.root_table("raw.states")
+    for job_id, (sources, sinks) in BIRTHS_JOBS.items():
+        topo.job(job_id, f"{job_id}.py", sources=sources, sinks=sinks)
+    store.registry.register_topology(topo)
+    for n in range(1, barriers + 1):
+        store.barriers.create_barrier("us_births", {"tsb.raw.births": n, "tsb.raw.states": n}, run_key=f"births-{n}")
+        for job_id, (_, sinks) in BIRTHS_JOBS.items():
+            for sink in sinks:
+                store.table_states.record_written(sink, n, n, job_id)
+            store.job_runs.record_job_barrier(job_id, n, status="succeeded")
+    store.job_runs.heartbeat("state_merge", status="failed", barrier=barriers, message=TRACEBACK_TEXT)
+
+
+#: a Python traceback as a job records it: the exception line comes last
+TRACEBACK_TEXT = (
+    "Traceback (most recent call last):\n"
+    '  File "/apps/state_merge.py", line 41, in process\n'
+    "    merged = merge_states(ctx)\n"
+    '  File "/apps/state_merge.py", line 22, in merge_states\n'
+    "    raise KeyError(column)\n"
+    "KeyError: 'state' (births.state_daily has no column 'state' at barrier 3)"
+)
 
 
 def open_page(page: Page, url: str, ready: str) -> None:

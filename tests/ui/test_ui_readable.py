@@ -16,6 +16,7 @@ The Airflow and its metastore: ``conftest.py`` and :mod:`tests.ui.flights_ui`.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from urllib.parse import quote
 
@@ -182,3 +183,73 @@ def test_openapi_and_docs_need_a_login(airflow_server: AirflowHandle) -> None:
     docs = airflow_server.request("GET", "/tsb/docs")
     assert docs.status_code == 200 and "/tsb/static/vendor/swagger-ui/swagger-ui-bundle.js" in docs.text
     assert "cdn" not in docs.text.lower()
+
+
+#: per table node of the graph: its name, the screen boxes of its title lines, the box's screen
+#: rectangle, and the title's on-screen font size
+NODE_BOXES = """() => [...document.querySelectorAll('#tsb-graph-svg .node[data-kind=table]')].map((g) => ({
+    name: g.getAttribute('data-name'),
+    title: [...g.querySelectorAll('text.title')].map((t) => t.textContent).join(''),
+    lines: [...g.querySelectorAll('text.title')].map((t) => t.getBoundingClientRect().toJSON()),
+    box: g.querySelector('rect').getBoundingClientRect().toJSON(),
+    px: parseFloat(getComputedStyle(g.querySelector('text.title')).fontSize) * g.getScreenCTM().a}))"""
+
+
+@pytest.mark.parametrize("topology", ["us_births", "flights"])
+def test_every_table_name_is_readable_in_view_at_1400px(
+    page: Page, airflow_server: AirflowHandle, screenshot_dir: Path, topology: str
+) -> None:
+    """Issue 56 item 5: a topology of 2 roots, 3 jobs and 5 sinks whose names share a long prefix
+    (and the flights chain of 7 columns) is laid out by dagre to fit 1400 px: every table's whole
+    name is on screen without panning, at >= 12 px, and no two boxes overlap."""
+    open_page(page, f"{airflow_server.base_url}/tsb/ui/lineage?topology={topology}", "#tsb-graph-svg")
+    view = page.locator("#tsb-lineage").bounding_box()
+    assert view is not None
+    nodes = page.evaluate(NODE_BOXES)
+    assert len(nodes) == (7 if topology == "us_births" else 5), nodes
+    for node in nodes:
+        assert node["title"] == node["name"], node  # the whole name, on one or two lines
+        assert node["px"] >= 12, node
+        for line in node["lines"]:
+            inside = (line["left"] >= view["x"] - 0.5 and line["right"] <= view["x"] + view["width"] + 0.5
+                      and line["top"] >= view["y"] - 0.5 and line["bottom"] <= view["y"] + view["height"] + 0.5)
+            assert inside, (node["name"], line, view)
+            assert line["right"] <= node["box"]["right"] + 0.5, node  # inside its own box
+    boxes = [n["box"] for n in nodes]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            apart = (a["right"] <= b["left"] or b["right"] <= a["left"]
+                     or a["bottom"] <= b["top"] or b["bottom"] <= a["top"])
+            assert apart, (a, b)
+    assert_fits(page, f"lineage of {topology}")
+    screenshot(page, screenshot_dir, f"lineage_{topology}_1400x900", full_page=False)
+
+
+def test_a_failed_jobs_box_leads_with_its_exception_line(page: Page, airflow_server: AirflowHandle) -> None:
+    """Issue 56 item 5: a Python traceback's exception line is its last; the box shows it first."""
+    from tests.ui.flights_ui import TRACEBACK_TEXT
+
+    open_page(page, f"{airflow_server.base_url}/tsb/ui/lineage?topology=us_births", "#tsb-graph-svg")
+    failure = page.locator('#tsb-job-failures .tsb-failure[data-job="state_merge"]')
+    assert failure.locator(".tsb-error-line").inner_text() == TRACEBACK_TEXT.splitlines()[-1]
+    assert failure.locator("pre.tsb-error-text").inner_text() == TRACEBACK_TEXT
+    line, pre = (failure.locator(s).bounding_box() for s in (".tsb-error-line", "pre.tsb-error-text"))
+    assert line is not None and pre is not None and line["y"] < pre["y"]
+    open_page(page, airflow_server.base_url + PAGES["lineage"][0], "#tsb-graph-svg")  # a JVM error: its first line
+    assert page.locator(f'.tsb-failure[data-job="{FAILED_JOB}"] .tsb-error-line').count() == 0
+
+
+def test_chart_axes_tick_at_round_durations(page: Page, airflow_server: AirflowHandle) -> None:
+    """Issue 56 item 5: ticks 0, 30 s, 1 min ... (a 1-2-5 step of a unit), never 22.8 s or 1.1 min."""
+    open_page(page, airflow_server.base_url + PAGES["delays"][0], "#tsb-delay-table")
+    ticks = page.evaluate("""() => [...document.querySelectorAll('svg text.tick')].map((t) =>
+        [t.closest('svg').id, Number(t.getAttribute('data-ms')), t.textContent])""")
+    assert ticks, "no chart ticks"
+    steps = {1, 2, 5, 10, 20, 50, 100, 200, 500, *(s * 1000 for s in (1, 2, 5, 10, 15, 20, 30)),
+             *(m * 60000 for m in (1, 2, 5, 10, 15, 20, 30))}
+    for chart in {c for c, _, _ in ticks}:
+        values = [v for c, v, _ in ticks if c == chart]
+        assert values[0] == 0 and len(values) >= 3, (chart, values)
+        gaps = {b - a for a, b in zip(values, values[1:], strict=False)}
+        assert len(gaps) == 1 and gaps <= steps, (chart, values)
+    assert [label for _, _, label in ticks if re.search(r"\.\d*0\b", label)] == []  # no "1.0 min"

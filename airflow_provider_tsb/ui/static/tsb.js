@@ -6,6 +6,8 @@
   const SVGNS = "http://www.w3.org/2000/svg";
   /* the smallest zoom the lineage graph starts at: its 13 px labels then show at 12.2 px */
   const MIN_READABLE_ZOOM = 0.94;
+  /* a table name longer than this many characters is shown on two lines */
+  const NAME_CHARS = 26;
   const PALETTE = ["#0b6bcb", "#e8590c", "#2b8a3e", "#862e9c", "#c92a2a", "#1098ad", "#5f3dc4", "#a61e4d"];
 
   function $(id) { return document.getElementById(id); }
@@ -27,6 +29,21 @@
     if (ms < 60000) return (ms / 1000).toFixed(1) + " s";
     if (ms < 3600000) return (ms / 60000).toFixed(1) + " min";
     return (ms / 3600000).toFixed(1) + " h";
+  }
+  /* the smallest round duration (1-2-5 ms steps up to 500 ms, then 1, 2, 5, 10, 15, 20, 30 s, the same in
+     minutes, then 1, 2, 3, 6, 12, 24 h) at or above ms: a chart's tick step */
+  const NICE_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500].concat(
+    [1, 2, 5, 10, 15, 20, 30].map((s) => s * 1000), [1, 2, 5, 10, 15, 20, 30].map((m) => m * 60000),
+    [1, 2, 3, 6, 12, 24].map((h) => h * 3600000));
+  function niceStep(ms) {
+    for (const step of NICE_MS) if (step >= ms) return step;
+    return Math.ceil(ms / 86400000) * 86400000;
+  }
+  /* a tick's label: a round value with no trailing ".0" (20 s, 1 min, 1.5 h) */
+  function fmtTick(ms) {
+    const units = [[3600000, " h"], [60000, " min"], [1000, " s"]];
+    for (const [size, unit] of units) if (ms >= size) return +(ms / size).toFixed(2) + unit;
+    return ms === 0 ? "0" : ms + " ms";
   }
   /* a long dotted or snake_case name may wrap after "." and "_" (zero-width spaces), never mid-word */
   function breakable(name) { return String(name).replace(/([._])/g, "$1\u200b"); }
@@ -72,51 +89,43 @@
   }
 
   /* ---------------------------------------------------------------- lineage */
-  function layers(nodes, edges) {
-    const preds = {}, level = {};
-    for (const n of nodes) preds[n.id] = [];
-    for (const e of edges) if (preds[e.target]) preds[e.target].push(e.source);
-    const visiting = {};
-    function depth(id) {
-      if (level[id] !== undefined) return level[id];
-      if (visiting[id]) return 0; /* defensive: the topology is acyclic */
-      visiting[id] = true;
-      let d = 0;
-      for (const p of preds[id] || []) if (preds[p] !== undefined) d = Math.max(d, depth(p) + 1);
-      level[id] = d;
-      return d;
+  /* a table name on at most two lines, broken after a "." or "_" near its middle when it is long */
+  function wrapName(name, max) {
+    const text = String(name);
+    if (text.length <= max) return [text];
+    let best = -1;
+    for (let i = 1; i < text.length - 1; i++) {
+      if ((text[i - 1] === "." || text[i - 1] === "_") &&
+          (best < 0 || Math.abs(text.length / 2 - i) < Math.abs(text.length / 2 - best))) best = i;
     }
-    for (const n of nodes) depth(n.id);
-    return level;
+    return best < 0 ? [text] : [text.slice(0, best), text.slice(best)];
   }
 
-  function nodePositions(topo) {
-    /* layered layout, left -> right, each column as wide as its widest node (job columns are
-       narrower); sizes in SVG user units (1 unit = 1 CSS px at zoom 1) */
-    const TW = 300, TH = 120, JW = 230, JH = 84, GAP = 56, ROW = 140, PAD = 24;
-    const level = layers(topo.nodes, topo.edges);
-    const cols = {};
-    for (const n of topo.nodes) (cols[level[n.id]] = cols[level[n.id]] || []).push(n);
-    let maxRows = 0;
-    for (const list of Object.values(cols)) {
-      list.sort((a, b) => a.name.localeCompare(b.name));
-      maxRows = Math.max(maxRows, list.length);
-    }
-    const height = Math.max(1, maxRows) * ROW + PAD * 2;
+  function layout(topo, sizes, rankdir) {
+    /* the vendored dagre (Sugiyama layered layout): node centres, edge routes and the graph's
+       size, in SVG user units (1 unit = 1 CSS px at zoom 1) */
+    const g = new window.dagre.graphlib.Graph();
+    g.setGraph({ rankdir: rankdir, nodesep: rankdir === "LR" ? 28 : 24, ranksep: rankdir === "LR" ? 56 : 44,
+      marginx: 24, marginy: 24 });
+    g.setDefaultEdgeLabel(() => ({}));
+    for (const n of topo.nodes) g.setNode(n.id, { width: sizes[n.id].w, height: sizes[n.id].h });
+    for (const e of topo.edges) if (sizes[e.source] && sizes[e.target]) g.setEdge(e.source, e.target);
+    window.dagre.layout(g);
     const pos = {};
-    let x = PAD;
-    for (const c of Object.keys(cols).map(Number).sort((a, b) => a - b)) {
-      const list = cols[c];
-      const colW = Math.max(...list.map((n) => (n.kind === "table" ? TW : JW)));
-      const offset = (height - list.length * ROW) / 2;
-      list.forEach((n, i) => {
-        const w = n.kind === "table" ? TW : JW, h = n.kind === "table" ? TH : JH;
-        const cx = x + colW / 2, cy = offset + i * ROW + ROW / 2;
-        pos[n.id] = { x: cx - w / 2, y: cy - h / 2, w: w, h: h, cx: cx, cy: cy };
-      });
-      x += colW + GAP;
+    for (const n of topo.nodes) {
+      const v = g.node(n.id), w = sizes[n.id].w, h = sizes[n.id].h;
+      pos[n.id] = { x: v.x - w / 2, y: v.y - h / 2, w: w, h: h, cx: v.x, cy: v.y };
     }
-    return { pos: pos, width: x - GAP + PAD, height: height };
+    return { pos: pos, width: g.graph().width, height: g.graph().height, rankdir: rankdir };
+  }
+
+  function fitLayout(topo, sizes, hostWidth) {
+    /* left to right when it fits the page at a readable zoom, else top to bottom (a deep chain
+       becomes rows, a wide fan-out a row of boxes), whichever is narrower on screen */
+    const lr = layout(topo, sizes, "LR");
+    if (lr.width * MIN_READABLE_ZOOM <= hostWidth) return lr;
+    const tb = layout(topo, sizes, "TB");
+    return tb.width < lr.width ? tb : lr;
   }
 
   function behindText(t) {
@@ -149,8 +158,8 @@
     const wb = t.written_barrier === null || t.written_barrier === undefined ? "none" : "#" + t.written_barrier;
     const ver = t.version === null || t.version === undefined ? "–" : "v" + t.version;
     const behind = behindText(t), target = targetText(t);
-    const lines = [[n.name, "title"], [`${t.role || n.role} · WRITTEN ${wb} · Delta ${ver}`, "sub"],
-      [behind, "sub lag" + (t.lag ? " warn" : "")]];
+    const lines = wrapName(n.name, NAME_CHARS).map((part) => [part, "title"]);
+    lines.push([`${t.role || n.role} · WRITTEN ${wb} · Delta ${ver}`, "sub"], [behind, "sub lag" + (t.lag ? " warn" : "")]);
     if (target) lines.push([target, "sub freshness" + (t.freshness_missed ? " warn" : "")]);
     if (t.bottleneck) lines.push(["bottleneck: " + t.bottleneck, "sub bottleneck" + (t.freshness_missed ? " warn" : "")]);
     lines.forEach(([text, cls], i) => g.appendChild(svg("text", { x: 12, y: 24 + i * 21, class: cls }, text)));
@@ -174,29 +183,26 @@
   }
 
   function drawGraph(topo) {
+    /* draw each node's box at the origin, measure its text, lay the graph out with dagre
+       (fitLayout), then move the boxes and route the edges */
     const host = $("tsb-lineage");
     host.textContent = "";
-    const { pos, width, height } = nodePositions(topo);
-    const root = svg("svg", { id: "tsb-graph-svg", width: "100%", height: "100%", viewBox: "0 0 " + width + " " + height,
-      role: "img", "aria-label": "topology " + topo.name, "data-topology": topo.name, "data-width": width });
+    const root = svg("svg", { id: "tsb-graph-svg", width: "100%", height: "100%", role: "img",
+      "aria-label": "topology " + topo.name, "data-topology": topo.name });
     const defs = svg("defs");
     const marker = svg("marker", { id: "tsb-arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 8,
       markerHeight: 8, orient: "auto-start-reverse" });
     marker.appendChild(svg("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#9aa5b1" }));
     defs.appendChild(marker);
     root.appendChild(defs);
-    for (const e of topo.edges) {
-      const a = pos[e.source], b = pos[e.target];
-      if (!a || !b) continue;
-      const x1 = a.x + a.w, y1 = a.cy, x2 = b.x, y2 = b.cy, mx = (x1 + x2) / 2;
-      root.appendChild(svg("path", { class: "edge", d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`,
-        "marker-end": "url(#tsb-arrow)", "data-edge": e.source + "->" + e.target }));
-    }
+    const edges = svg("g", { class: "edges" });
+    root.appendChild(edges);
+    host.appendChild(root); /* in the document, so that its text can be measured */
+    const groups = {}, sizes = {};
     for (const n of topo.nodes) {
-      const p = pos[n.id];
-      const g = svg("g", { class: "node", "data-node": n.id, "data-kind": n.kind, "data-name": n.name,
-        transform: `translate(${p.x},${p.y})` });
-      g.appendChild(svg("rect", { width: p.w, height: p.h, rx: n.kind === "job" ? 14 : 4 }));
+      const g = svg("g", { class: "node", "data-node": n.id, "data-kind": n.kind, "data-name": n.name });
+      const rect = svg("rect", { width: 10, height: 10, rx: n.kind === "job" ? 14 : 4 });
+      g.appendChild(rect);
       if (n.kind === "table") {
         drawTableNode(g, n, topo.tables[n.name] || {});
         g.addEventListener("click", () => selectTable(n.name, g));
@@ -204,15 +210,43 @@
         drawJobNode(g, n, topo.jobs[n.name] || {});
       }
       root.appendChild(g);
+      const box = g.getBBox();
+      const w = Math.ceil(Math.max(n.kind === "table" ? 200 : 160, box.x + box.width + 14));
+      const h = Math.ceil(Math.max(n.kind === "table" ? 100 : 76, box.y + box.height + 12));
+      rect.setAttribute("width", w);
+      rect.setAttribute("height", h);
+      groups[n.id] = g;
+      sizes[n.id] = { w: w, h: h };
     }
-    /* the box as high as the graph at its starting zoom (no empty band), within the window */
-    const zoom = Math.min(1.5, Math.max(MIN_READABLE_ZOOM, host.clientWidth / width));
-    host.style.height = Math.round(Math.max(320, Math.min(window.innerHeight - 160, height * zoom + 56))) + "px";
-    host.appendChild(root);
-    panZoom(root);
+    const { pos, width, height, rankdir } = fitLayout(topo, sizes, host.clientWidth || 1200);
+    for (const n of topo.nodes) groups[n.id].setAttribute("transform", `translate(${pos[n.id].x},${pos[n.id].y})`);
+    for (const e of topo.edges) {
+      const a = pos[e.source], b = pos[e.target];
+      if (!a || !b) continue;
+      let d;
+      if (rankdir === "LR") {
+        const x1 = a.x + a.w, y1 = a.cy, x2 = b.x, y2 = b.cy, mx = (x1 + x2) / 2;
+        d = `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`;
+      } else {
+        const x1 = a.cx, y1 = a.y + a.h, x2 = b.cx, y2 = b.y, my = (y1 + y2) / 2;
+        d = `M ${x1} ${y1} C ${x1} ${my}, ${x2} ${my}, ${x2} ${y2}`;
+      }
+      edges.appendChild(svg("path", { class: "edge", d: d, "marker-end": "url(#tsb-arrow)",
+        "data-edge": e.source + "->" + e.target }));
+    }
+    root.setAttribute("viewBox", "0 0 " + width + " " + height);
+    root.setAttribute("data-width", width);
+    root.setAttribute("data-rankdir", rankdir);
+    /* the box as high as the graph at its starting zoom (no empty band): within the window when
+       left to right; top to bottom the whole graph, and the page scrolls (never sideways) */
+    const most = rankdir === "LR" ? 1.5 : 1.0;
+    const zoom = Math.min(most, Math.max(MIN_READABLE_ZOOM, host.clientWidth / width));
+    const tall = rankdir === "LR" ? Math.min(window.innerHeight - 160, height * zoom + 56) : height * zoom + 56;
+    host.style.height = Math.round(Math.max(320, tall)) + "px";
+    panZoom(root, most);
   }
 
-  function panZoom(root) {
+  function panZoom(root, most) {
     /* zoom and pan with the vendored svg-pan-zoom; start with the whole graph in view when its
        labels stay >= 12 px on screen, else at the smallest such zoom from the left (the root
        tables): drag to pan, wheel or +/- to zoom, the reset button shows the whole graph */
@@ -223,12 +257,25 @@
     if (real < MIN_READABLE_ZOOM) {
       pz.zoom(pz.getZoom() * MIN_READABLE_ZOOM / real);
       pz.pan({ x: 8, y: pz.getPan().y });
-    } else if (real > 1.5) {
-      pz.zoom(pz.getZoom() * 1.5 / real);
+    } else if (real > most) {
+      pz.zoom(pz.getZoom() * most / real);
       pz.center();
     }
     root.setAttribute("data-zoom", pz.getSizes().realZoom.toFixed(3));
     window.tsbPanZoom = pz;
+  }
+
+  /* the line that names the exception of an error text: a Python traceback ends with it
+     ("RuntimeError: ..."), a JVM one starts with it; null when the text is that line already */
+  function exceptionLine(text) {
+    const lines = String(text || "").split("\n").map((l) => l.trim()).filter(Boolean);
+    if (lines.length < 2) return null;
+    const named = /^([A-Za-z_][\w.$]*(Error|Exception|Exit|Interrupt)|\[[A-Z_.]+\])[:\s]/;
+    if (/^Traceback \(most recent call last\)/.test(lines[0])) {
+      for (let i = lines.length - 1; i > 0; i--) if (named.test(lines[i])) return lines[i];
+      return lines[lines.length - 1];
+    }
+    return null; /* the first line is the exception already */
   }
 
   function renderFailures(topo) {
@@ -249,6 +296,8 @@
       } else {
         item.appendChild(el("span", { class: "tsb-muted tsb-no-log" }, "no Airflow task instance found for this job"));
       }
+      const headline = exceptionLine(j.message);
+      if (headline) item.appendChild(el("p", { class: "tsb-error-line" }, headline));
       item.appendChild(el("pre", { class: "tsb-error-text" }, j.message || "(the job recorded no error text)"));
       box.appendChild(item);
     }
@@ -409,17 +458,19 @@
     /* as wide as its container (no horizontal overflow); the legend is HTML below it and wraps */
     const W = Math.max(480, Math.floor(host.clientWidth || 960) - 2), H = 300, L = 76, R = 16, T = 18, B = 42;
     const pw = W - L - R, ph = H - T - B;
-    let max = 1;
-    for (const s of series) for (const v of s.values) if (v !== null && v > max) max = v;
+    let top = 1;
+    for (const s of series) for (const v of s.values) if (v !== null && v > top) top = v;
+    const tick = niceStep(top / 4), max = Math.ceil(top / tick) * tick; /* round ticks: 0, 20 s, 40 s, 1 min */
     const n = barriers.length;
     const band = pw / Math.max(1, n);
     const xOf = (i) => L + band * i + band / 2;
     const yOf = (v) => T + ph - (v / max) * ph;
     const root = svg("svg", { id: opts.id, width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img" });
-    for (let k = 0; k <= 4; k++) {
-      const v = (max * k) / 4, y = yOf(v);
+    for (let v = 0; v <= max + tick / 2; v += tick) {
+      const y = yOf(v);
       root.appendChild(svg("line", { class: "grid", x1: L, x2: L + pw, y1: y, y2: y }));
-      root.appendChild(svg("text", { x: L - 6, y: y + 4, "text-anchor": "end", class: "sub" }, fmtMs(Math.round(v))));
+      root.appendChild(svg("text", { x: L - 6, y: y + 4, "text-anchor": "end", class: "sub tick", "data-ms": v },
+        fmtTick(v)));
     }
     root.appendChild(svg("line", { class: "axis", x1: L, x2: L + pw, y1: T + ph, y2: T + ph }));
     const step = Math.max(1, Math.ceil(n / 20));
