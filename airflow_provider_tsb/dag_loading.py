@@ -3,15 +3,21 @@
 A DAG file is imported the way Airflow's DAG processor imports it (as a fresh module), and
 every :class:`~airflow_provider_tsb.topology.Topology` created while it runs is collected. An
 exception raised by the file (for example a topology that fails validation at parse time) is
-reported as that file's error, as Airflow reports an import error.
+reported as that file's error, as Airflow reports an import error. A file whose top level runs
+longer than Airflow's ``[core] dagbag_import_timeout`` (default 30 s) is stopped and reported
+the same way, as the DAG processor does, instead of blocking the command.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,8 +54,54 @@ def iter_dag_files(paths: list[str]) -> list[str]:
     return files
 
 
+class DagFileTimeoutError(Exception):
+    """A DAG file's top level ran longer than the import timeout."""
+
+
+def import_timeout_s() -> float:
+    """Airflow's ``[core] dagbag_import_timeout`` in seconds (``AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT``,
+    else Airflow's configuration, else 30); 0 or less: no timeout."""
+    raw = os.environ.get("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT")
+    if raw is None:
+        try:
+            from airflow.configuration import conf
+
+            return conf.getfloat("core", "dagbag_import_timeout", fallback=30.0)
+        except Exception:  # no Airflow here, or no configuration: Airflow's default
+            return 30.0
+    try:
+        return float(raw)
+    except ValueError:
+        return 30.0
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float, path: str) -> Iterator[None]:
+    """Raise :class:`DagFileTimeoutError` in the block after ``seconds`` (SIGALRM, as Airflow's own
+    ``timeout``; only in the main thread, elsewhere no limit)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(_signum: int, _frame: object) -> None:
+        raise DagFileTimeoutError(
+            f"importing it took more than {seconds:g} s (Airflow's [core] dagbag_import_timeout): a DAG file's top "
+            "level must return quickly; move slow work (queries, waits, loops) into tasks"
+        )
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def load_dag_file(path: str) -> LoadedFile:
-    """Import one DAG file and collect the topologies it declares. Never raises for user code."""
+    """Import one DAG file and collect the topologies it declares. Never raises for user code:
+    an exception, or a top level that runs longer than :func:`import_timeout_s`, is the file's
+    ``error``."""
     forget_declared_topologies()
     module_name = f"tsb_dagfile_{abs(hash(os.path.abspath(path)))}"
     result = LoadedFile(path)
@@ -64,7 +116,8 @@ def load_dag_file(path: str) -> LoadedFile:
             return result
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
-        spec.loader.exec_module(module)
+        with _time_limit(import_timeout_s(), path):
+            spec.loader.exec_module(module)
     except Exception as exc:  # a user's DAG file may raise anything; report it like Airflow
         result.error = f"{path}: {type(exc).__name__}: {exc}"
         if os.environ.get("TSB_DEBUG"):

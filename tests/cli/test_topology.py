@@ -223,3 +223,26 @@ def test_barrier_create_takes_the_topologys_time_kind(tmp_path: Path) -> None:
     assert kinds[:2] == [(0, "event"), (0, "event")]
     assert kinds[2][0] == 1 and "has event-time barriers (barrier 2 is event-time): a system-time barrier is " \
         "refused" in kinds[2][1] and "Traceback" not in kinds[2][1]
+
+
+def test_a_dag_file_that_never_returns_is_reported_not_waited_for(tmp_path: Path) -> None:
+    """Issue 57 item 7: a DAG file whose top level never returns blocked every --dags command
+    forever; it is stopped after Airflow's dagbag_import_timeout and reported, naming the file."""
+    import time
+
+    write(tmp_path / "good.py", TEAM_A)
+    stuck = write(tmp_path / "stuck.py", """
+        import time
+        while True:
+            time.sleep(0.1)
+    """)
+    env = {"AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "2", "TSB_METASTORE_URL": f"sqlite:///{tmp_path / 'tsb.db'}"}
+    started = time.monotonic()
+    done = tsb("topology", "validate", str(tmp_path), env=env)
+    assert time.monotonic() - started < 60
+    assert done.returncode != 0
+    out = done.stdout + done.stderr
+    assert f"{stuck}: DagFileTimeoutError: importing it took more than 2 s" in out, out
+    assert "Traceback" not in out
+    barrier = tsb("barrier", "create", "shop", "--dags", str(tmp_path), env=env)
+    assert barrier.returncode != 0 and "DagFileTimeoutError" in barrier.stdout + barrier.stderr
