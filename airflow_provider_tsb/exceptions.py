@@ -6,9 +6,21 @@ user mistake never surfaces as a bare traceback from deep inside a library.
 
 from __future__ import annotations
 
+import re
+
+#: an ANSI terminal escape (colour, cursor): delta-rs and pyspark errors may carry them
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
 
 class TsbError(Exception):
-    """Base class of every error raised by airflow-provider-tsb."""
+    """Base class of every error raised by airflow-provider-tsb.
+
+    Its text arguments are kept without ANSI terminal escapes: an error of delta-rs or pyspark
+    that tsb wraps (``f"... : {exc}"``) reads the same in a log file, the UI and a terminal.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(_ANSI.sub("", a) if isinstance(a, str) else a for a in args))
 
 
 class InvalidNameError(TsbError, ValueError):
