@@ -22,7 +22,7 @@ from airflow_provider_tsb.lineage import Job, Table, cycle_error, double_writer_
 from airflow_provider_tsb.metastore import registry_reads as reads
 from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.domains import assign_domain, join_domain
-from airflow_provider_tsb.metastore.locations import check_same_location, check_table_location
+from airflow_provider_tsb.metastore.locations import check_same_location, check_table_kind, check_table_location
 from airflow_provider_tsb.metastore.models import (
     JobBarrierRow,
     JobRow,
@@ -40,6 +40,7 @@ from airflow_provider_tsb.metastore.records import (
     TableInfo,
     now_ms,
 )
+from airflow_provider_tsb.metastore.registration_checks import check_known_topology, check_root_joins
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
 
 if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
@@ -124,7 +125,7 @@ class RegistryManager:
         if declared:
             self.set_barrier_domain(topology.name, declared)
         for table in topology.root_tables:
-            self.register_table(topology.name, table, topology.warehouse)
+            self._register_table(topology.name, table, topology.warehouse, known_topology=False)
         for job in topology.jobs_in_order():
             tables = {name: topology.tables[name] for name in (*job.sources, *job.sinks)}
             self.register_job(topology.name, job, tables, warehouse=topology.warehouse)
@@ -146,16 +147,32 @@ class RegistryManager:
     def register_table(self, topology: str, table: Table, warehouse: str | None = None) -> TableInfo:
         """Register (or find) a table of ``topology``. Idempotent.
 
+        The checks of the REST API's registration, before anything is written: a known kind, an
+        absolute location of a Delta scheme without ``..``, a registered ``topology``, and a new
+        root table of a topology that has barriers already must hold a Delta table (every
+        barrier generation reads its version).
+
         Raises:
             TopologyError: the table is registered already with another topology or kind
-                (names the table and both definitions).
+                (names the table and both definitions), its kind is unknown, the topology is
+                not registered, or a new root of a topology with barriers has no Delta table.
             TableLocationConflictError: the table is registered already at another location
                 (names the table and both locations).
-            InvalidLocationError: the location is relative or contains ``..`` (names the table
-                and the location).
+            InvalidLocationError: the location is relative, contains ``..`` or has a scheme no
+                Delta reader opens (names the table and the location).
         """
+        return self._register_table(topology, table, warehouse, known_topology=True)
+
+    def _register_table(self, topology: str, table: Table, warehouse: str | None, *, known_topology: bool
+                        ) -> TableInfo:
+        name = normalize_table_name(table.name)
+        check_table_kind(name, table.kind)
+        location = check_table_location(name, Table(name, table.kind, table.location).resolved_location(warehouse))
         with self._core.transaction(write=True) as s:
             self._lock_registry(s)
+            if known_topology:
+                check_known_topology(s, topology, name)
+                check_root_joins(s, topology, name, table.kind, location)
             self._ensure_topology(s, topology)
             row = self._upsert_table(s, topology, table, warehouse)
             return reads.table_info(s, row)
@@ -344,6 +361,16 @@ class RegistryManager:
         job = Job(job_id, info.application, info.sources, (*info.sinks, name))
         tables = {name: Table(name, "intermediate", location)}
         return self.register_job(info.topology, job, tables)
+
+    def create_topology(self, topology: str) -> None:
+        """Register an empty topology named ``topology`` (idempotent); tables and jobs follow.
+
+        Raises:
+            InvalidNameError: the name is not an identifier.
+        """
+        with self._core.transaction(write=True) as s:
+            self._lock_registry(s)
+            self._ensure_topology(s, topology)
 
     def create_job(self, topology: str, job_id: str, application: str = "") -> JobInfo:
         """Register a job with no tables yet (the REST API's first ``/register/*`` call)."""

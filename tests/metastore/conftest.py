@@ -38,6 +38,7 @@ def registry(core: MetastoreCore, tmp_path: Path) -> RegistryManager:
     """The registry of ``core``, with the word-count topology registered (module docstring)."""
     manager = RegistryManager(core)
     warehouse = str(tmp_path / "warehouse")
+    manager.create_topology(TOPOLOGY)
     manager.register_table(TOPOLOGY, Table(WORDS, "root"), warehouse)
     manager.register_job(TOPOLOGY, COUNT_WORDS, warehouse=warehouse)
     manager.register_job(TOPOLOGY, COUNT_COUNTS, warehouse=warehouse)

@@ -169,9 +169,9 @@ def test_numbers_the_metastore_cannot_hold_get_a_clear_error(store: MetaStore, t
     assert set(raised.values()) <= {OutOfRangeError, UnknownBarrierError, InconsistentReadError}, raised
     if store.engine.dialect.name == "sqlite":
         assert set(raised.values()) == {OutOfRangeError} and len(raised) == len(calls), raised
-    for ts, text in ((float("nan"), "nan"), (big, str(big)), (-1, "-1")):
+    for ts, text in ((float("nan"), "nan"), (big, str(big)), (-(2**63) - 1, str(-(2**63) - 1))):
         with pytest.raises(OutOfRangeError, match=rf"ts_ms \(the barrier timestamp, epoch ms\) must be an integer "
-                           rf"from 0 to 9223372036854775807, got {text}"):
+                           rf"from -9223372036854775808 to 9223372036854775807, got {text}"):
             store.barriers.create_barrier("wc", {WORDS: 1}, ts_ms=ts)
     with pytest.raises(OutOfRangeError, match=f"the Delta version of root table '{WORDS}' must be an integer"):
         store.barriers.create_barrier("wc", {WORDS: big})

@@ -22,6 +22,7 @@ from tests.metastore.conftest import WORDS
 def store(tmp_path: Path) -> MetaStore:
     store = MetaStore(f"sqlite:///{tmp_path / 'm.db'}")
     store.migrate()
+    store.registry.create_topology("wc")
     store.registry.register_table("wc", Table(WORDS, "root"), str(tmp_path))
     return store
 

@@ -19,6 +19,7 @@ def test_a_shared_root_table_joins_one_domain(core: MetastoreCore, registry: Reg
     alone = domains.barrier_domain(TOPOLOGY)
     assert (alone.name, alone.topologies, list(alone.root_tables)) == (TOPOLOGY, (TOPOLOGY,), [WORDS])
     location = registry.table(WORDS).location
+    registry.create_topology("other")
     registry.register_table("other", Table(WORDS, "root", location))
     registry.register_job("other", Job("lengths", "apps/lengths.py", (WORDS,), ("tsb.other.lengths",)),
                           warehouse=str(tmp_path / "warehouse"))

@@ -93,3 +93,35 @@ def test_job_io_lists_a_job_without_sources_or_sinks(registry: RegistryManager) 
     io = registry.job_io(TOPOLOGY)
     assert io["idle_job"] == ((), ()) and io["count_words"] == ((WORDS,), (COUNTS,))
     assert "idle_job" not in registry.job_io("another_topology")
+
+
+def test_register_table_validates_like_the_rest_api(registry: RegistryManager, tmp_path) -> None:
+    """Issue 57 item 7: the Python API accepted a location no Delta reader opens, an unknown kind,
+    an unknown topology, and a root with no data in a live topology (whose every barrier
+    generation then failed). Each is refused before anything is written, naming the field."""
+    from airflow_provider_tsb.exceptions import InvalidLocationError, TopologyError
+    from airflow_provider_tsb.lineage import Table
+    from airflow_provider_tsb.metastore.barriers import BarrierManager
+
+    fresh = str(tmp_path / "new_root")
+    cases = [
+        (TOPOLOGY, Table("tsb.wc.web", "root", "http://127.0.0.1/x"), InvalidLocationError,
+         r"location 'http://127.0.0.1/x' has the scheme 'http', which no Delta reader opens"),
+        (TOPOLOGY, Table("tsb.wc.bogus", "bogus", fresh), TopologyError, r"kind 'bogus' is not a table kind"),
+        ("nowhere", Table("tsb.wc.lost", "root", fresh), TopologyError,
+         r"topology 'nowhere' is not registered \(registered: \['" + TOPOLOGY + r"'\]\)"),
+    ]
+    for topology, table, error, message in cases:
+        with pytest.raises(error, match=message):
+            registry.register_table(topology, table)
+    BarrierManager(registry._core).create_barrier(TOPOLOGY, {WORDS: 0})  # the topology is live now
+    with pytest.raises(TopologyError, match=r"root table 'tsb.wc.late' would join topology .* with no Delta table"):
+        registry.register_table(TOPOLOGY, Table("tsb.wc.late", "root", fresh))
+    assert [registry.table(n, required=False) for n in ("tsb.wc.web", "tsb.wc.bogus", "tsb.wc.lost", "tsb.wc.late")] \
+        == [None] * 4
+    assert registry.topologies() == [TOPOLOGY]
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(fresh, pa.table({"id": [1]}))  # with its first version it may join
+    assert registry.register_table(TOPOLOGY, Table("tsb.wc.late", "root", fresh)).kind == "root"
