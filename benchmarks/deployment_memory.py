@@ -1,0 +1,185 @@
+"""The memory of a whole tsb deployment while a topology streams: every process, sized by PSS.
+
+A new user's deployment (issue 56) is PostgreSQL for Airflow and the metastore, Airflow's four
+components with the LocalExecutor's workers, the Spark Connect server, and one client process per
+streaming job. This starts exactly that on this machine:
+
+* PostgreSQL (``tsb_dev.pg``), with a database for Airflow and one for the tsb metastore;
+* a Spark Connect server (``tsb spark start``'s :class:`ConnectServer`, Delta's jars);
+* Airflow (api-server, scheduler, dag-processor, triggerer) serving the repository's ``dags/``
+  with ``AIRFLOW__CORE__PARALLELISM=--parallelism`` (the executor's worker pool);
+
+then triggers ``flights_streaming`` (3 streaming jobs, the emitter and the ingest task) and,
+once ``--barriers`` barriers are COMMIT, samples every process of the deployment
+``--samples`` times, ``--every`` seconds apart: its PSS (``/proc/<pid>/smaps_rollup``, shared
+pages divided among the processes that map them, so the sum is the deployment's real share of
+memory) and RSS. A process belongs to a part by its process tree: PostgreSQL (the postmaster and
+its children), each Airflow component's process tree (the scheduler's holds the executor
+workers and the tasks they supervise, whose job clients are counted apart by their command
+line), the Connect server's tree. The figures are the sample with the largest PSS.
+
+Last line ``jobs= pss_gb= rss_gb= processes= parallelism= load=``; the lines above give each
+part's PSS, RSS and process count::
+
+    .venv/bin/python benchmarks/deployment_memory.py [--parallelism 8] [--days 6] [--barriers 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions  # noqa: E402
+from tsb_dev.airflow_harness import start_airflow  # noqa: E402
+from tsb_dev.e2e import examples_deployment  # noqa: E402
+from tsb_dev.local_airflow import free_port  # noqa: E402
+from tsb_dev.pg import start_postgres  # noqa: E402
+
+DAG_ID = "flights_streaming"
+SINKS = ["tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay", "tsb.flights.carrier_ranking"]
+JOB_APPS = "spark_apps/"
+
+
+def memory_kb(pid: int) -> tuple[int, int] | None:
+    """``(pss, rss)`` of ``pid`` in KiB, or ``None`` when it is gone or unreadable."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None
+    fields = {line.split(":")[0]: int(line.split()[1]) for line in text.splitlines()[1:] if line.split()[1].isdigit()}
+    return fields.get("Pss", 0), fields.get("Rss", 0)
+
+
+def processes() -> dict[int, tuple[int, int, str]]:
+    """``{pid: (ppid, pgid, command line)}`` of every process."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        rest = stat.rsplit(")", 1)[1].split()
+        out[int(entry.name)] = (int(rest[1]), int(rest[2]), cmd)
+    return out
+
+
+def descendants(root: int, table: dict[int, tuple[int, int, str]]) -> set[int]:
+    """``root`` and every process below it."""
+    found, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _, _) in table.items() if ppid == parent and pid not in found]
+        found.update(children)
+        frontier.extend(children)
+    return found
+
+
+def parts(groups: dict[str, int], postmaster: int, server: int) -> dict[str, set[int]]:
+    """``{part: pids}`` of the deployment now: each root's process tree (see the module doc)."""
+    table = processes()
+    out: dict[str, set[int]] = defaultdict(set)
+    out["postgresql"] = descendants(postmaster, table) if postmaster in table else set()
+    out["spark connect server"] = descendants(server, table) if server in table else set()
+    for name, leader in groups.items():
+        if leader not in table:
+            continue
+        for pid in descendants(leader, table):
+            cmd = table[pid][2]
+            if JOB_APPS in cmd and "python" in cmd:
+                out["job clients"].add(pid)
+            elif pid == leader:
+                out[f"airflow {name}"].add(pid)
+            else:
+                out[f"airflow {name}: workers and tasks"].add(pid)
+    return out
+
+
+def sample(found: dict[str, set[int]]) -> dict[str, tuple[int, int, int]]:
+    """``{part: (pss KiB, rss KiB, processes)}``."""
+    out = {}
+    for part, pids in found.items():
+        sizes = [m for m in (memory_kb(pid) for pid in pids) if m is not None]
+        out[part] = (sum(p for p, _ in sizes), sum(r for _, r in sizes), len(sizes))
+    return out
+
+
+def committed(store: object, barrier: int) -> bool:
+    """Whether ``barrier`` is WRITTEN in every sink (``False`` before the topology registers)."""
+    from airflow_provider_tsb.exceptions import UnknownTableError
+
+    try:
+        states = [store.table_states.table_state(t, barrier) for t in SINKS]  # type: ignore[attr-defined]
+    except UnknownTableError:
+        return False
+    return all(s is not None and s.state == "WRITTEN" for s in states)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parallelism", type=int, default=8, help="AIRFLOW__CORE__PARALLELISM (executor slots)")
+    parser.add_argument("--days", type=int, default=6, help="days of flights the run streams")
+    parser.add_argument("--barriers", type=int, default=3, help="COMMIT barriers before sampling")
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--every", type=float, default=5.0)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="tsb-deployment-memory-"))
+    pg = start_postgres()
+    server = ConnectServer(root / "spark", ConnectServerOptions(port=free_port(), master="local[2]"))
+    af = None
+    try:
+        airflow_db = pg.create_database("airflow")
+        remote = server.start().url
+        store, env = examples_deployment(root, remote)
+        env["TSB_METASTORE_URL"] = pg.create_database("tsb")
+        from airflow_provider_tsb.metastore.store import MetaStore
+
+        store = MetaStore(env["TSB_METASTORE_URL"])
+        store.migrate()
+        env["AIRFLOW__CORE__PARALLELISM"] = str(args.parallelism)
+        dags = shutil.copytree(REPO / "dags", root / "dags")
+        af = start_airflow(dags, home=root / "airflow", env_extra=env, sql_alchemy_conn=airflow_db)
+        af.wait_for_dag(DAG_ID, timeout=300)
+        run = af.trigger_dag(DAG_ID, conf={"days": args.days, "pace_s": 4.0, "interval_s": 1.5})
+        deadline = time.monotonic() + 900
+        while not committed(store, args.barriers):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no COMMIT barrier {args.barriers} after 900 s:\n"
+                                 f"{af.describe_run(DAG_ID, run['dag_run_id'])}")
+            time.sleep(2)
+        postmaster = int(Path(pg.data_dir, "postmaster.pid").read_text().split()[0])
+        server_pid = int(server.status().pid or 0)
+        groups = {name: group.pgid for name, group in af.groups.items()}
+        best: dict[str, tuple[int, int, int]] = {}
+        for _ in range(args.samples):
+            now = sample(parts(groups, postmaster, server_pid))
+            if sum(p for p, _, _ in now.values()) > sum(p for p, _, _ in best.values()):
+                best = now
+            time.sleep(args.every)
+    finally:
+        if af is not None:
+            af.stop()
+        server.stop()
+        pg.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    for part, (pss, rss, n) in sorted(best.items(), key=lambda kv: -kv[1][0]):
+        print(f"{part:32s} pss {pss / 2**20:6.2f} GB  rss {rss / 2**20:6.2f} GB  processes {n}")
+    pss, rss, n = (sum(v[i] for v in best.values()) for i in range(3))
+    jobs = best.get("job clients", (0, 0, 0))[2]
+    print(f"jobs={jobs} pss_gb={pss / 2**20:.2f} rss_gb={rss / 2**20:.2f} processes={n} "
+          f"parallelism={args.parallelism} load={os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
