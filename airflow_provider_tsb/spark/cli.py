@@ -172,12 +172,36 @@ def _run(
             if watching is not None:  # a dead server ends the job in seconds, not after pyspark's retries
                 watch = ServerWatch(url, app.job_id, watching).start()
             _take_over_connect_attempt(app, catalog, spark, url)
-        _run_mode(app, args, catalog, locations, spark)
+        try:
+            _run_mode(app, args, catalog, locations, spark)
+        except Exception as exc:
+            fenced = _fenced(catalog, app.job_id)
+            if fenced is None:
+                raise
+            raise fenced from exc
     finally:
         if watch is not None:
             watch.stop()
         if own and is_connect(spark):
             spark.stop()  # releases the job's session on the Connect server
+
+
+def _fenced(catalog: BarrierCatalog, job_id: str) -> Exception | None:
+    """The :class:`~airflow_provider_tsb.exceptions.FencedError` naming the attempt that won, when
+    a newer attempt of the job started: it explains whatever this one died of (on Spark Connect
+    the winner closed this attempt's session, ``[INVALID_HANDLE.SESSION_CLOSED]``); else ``None``."""
+    from airflow_provider_tsb.exceptions import FencedError
+
+    check = getattr(catalog, "check_fencing_token", None)
+    if check is None:
+        return None
+    try:
+        check(job_id)
+    except FencedError as fenced:
+        return fenced
+    except Exception:  # the metastore is unreachable too: the original error is the one to show
+        return None
+    return None
 
 
 def _take_over_connect_attempt(app: TsbApp, catalog: BarrierCatalog, spark: SparkSession, url: str) -> None:

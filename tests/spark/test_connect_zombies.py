@@ -120,3 +120,65 @@ def test_interrupt_session_stops_another_clients_running_operation(spark_remote:
     assert float(outcome["seconds"]) < 60  # type: ignore[arg-type]
     assert _session_closed(spark_remote, other.session_id)
     other.client.close()
+
+
+#: the wordcount_words app, held in its first barrier's process() until ``<dir>/go`` exists
+#: (it writes ``<dir>/waiting`` first), so that another attempt takes over meanwhile
+HELD_APP = '''
+import os, sys, time
+from pathlib import Path
+sys.path.insert(0, {apps!r})
+from airflow_provider_tsb.spark import TsbApp, run_app
+import wordcount_words as base
+
+def process(ctx):
+    folder = Path({folder!r})
+    (folder / "waiting").touch()
+    deadline = time.monotonic() + 240
+    while not (folder / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return base.process(ctx)
+
+APP = TsbApp(job_id=base.APP.job_id, sources=base.APP.sources, sinks=base.APP.sinks, process=process)
+if __name__ == "__main__":
+    sys.exit(run_app(APP))
+'''
+
+
+def test_a_fenced_attempt_on_connect_ends_with_fenced_error(spark_remote: str, tmp_path: Path) -> None:
+    """Issue 57 item 3: the attempt that takes over closes the older attempt's Spark Connect
+    session; the older one used to die with ``[INVALID_HANDLE.SESSION_CLOSED]``. It ends with
+    ``FencedError`` naming the attempt that won, and the barrier is committed once."""
+    dep = wordcount_deployment(tmp_path, f"sqlite:///{tmp_path / 'tsb.db'}", barriers=1, lines=10)
+    app = tmp_path / "held_wordcount_words.py"
+    app.write_text(HELD_APP.format(apps=str(REPO / "spark_apps" / "wordcount"), folder=str(tmp_path)))
+    real = dep.topology.jobs[JOB].application
+    held_cmd = [str(app) if arg == real else arg for arg in job_command(dep, JOB, 1, spark_remote)]
+    with (tmp_path / "held.log").open("w") as out:
+        held = subprocess.Popen(held_cmd, env=job_env(dep.url, spark_remote), stdout=out, stderr=subprocess.STDOUT,
+                                cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "waiting").exists():
+            assert held.poll() is None and time.monotonic() < deadline, (tmp_path / "held.log").read_text()[-3000:]
+            time.sleep(0.2)
+        winner = subprocess.run(job_command(dep, JOB, 1, spark_remote), env=job_env(dep.url, spark_remote),
+                                capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert winner.returncode == 0, winner.stderr[-3000:]
+        (tmp_path / "go").touch()
+        assert held.wait(timeout=120) != 0
+    finally:
+        if held.poll() is None:
+            held.kill()
+    output = (tmp_path / "held.log").read_text()
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("airflow_provider_tsb.exceptions.FencedError: "), output[-3000:]
+    assert "job 'wordcount_words'" in last and "attempt 2 of the job started after it" in last, last
+    from deltalake import DeltaTable
+
+    from airflow_provider_tsb.delta.barriers import barrier_of_version
+
+    sink = dep.location("wordcount.word_count")
+    tags = [barrier_of_version(sink, v) for v in range(DeltaTable(sink).version() + 1)]
+    assert [t for t in tags if t is not None] == [1]  # one commit of barrier 1
+    dep.store.dispose()
