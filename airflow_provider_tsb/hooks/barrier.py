@@ -23,11 +23,14 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.exceptions import TopologyError, TsbError
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.metastore.store import BarrierInfo, MetaStore
 from airflow_provider_tsb.topology import Topology
+
+#: seconds an emitter's lease of its topology lasts without renewal (at least 3 intervals)
+EMITTER_LEASE_S = 30.0
 
 
 class RootTableError(TsbError):
@@ -255,6 +258,12 @@ class TsbBarrierHook(BaseHook):
         """Generate a barrier every ``interval_s`` seconds while a root table has a new version,
         until end of input, ``duration_s`` seconds or ``count`` barriers; returns the barrier ids.
 
+        One emitter generates a topology's barriers at a time: this one first takes the
+        topology's emitter lease (:mod:`~airflow_provider_tsb.metastore.emitters`), waiting as a
+        standby, and saying which emitter runs, while another holds it; it takes over if that
+        one's lease lapses (``max(30 s, 3 intervals)`` without renewal) and returns ``[]`` if its
+        duration runs out first.
+
         Run keys are ``<run_prefix>#<n>`` and ``<run_prefix>#final``. A final barrier is
         generated at end of input, or when the duration or count runs out and
         ``final_on_stop``. ``max_in_flight``: see :meth:`has_room`. Root tables that do not
@@ -268,16 +277,59 @@ class TsbBarrierHook(BaseHook):
 
         Raises:
             RootTableError: a root table exists but cannot be read.
+            TopologyError: this emitter stalled past its lease and another one took over.
             Exception: whatever ``watch`` raises, unchanged.
         """
         store = self.get_conn()
         store.registry.register_topology(self.topology)
-        emitted: list[int] = []
         deadline = time.monotonic() + duration_s
+        owner = run_prefix  # a retry of the same DAG run's emitter takes over at once
+        lease_s = max(EMITTER_LEASE_S, 3 * interval_s)
+        if not self._lead(store, owner, lease_s, interval_s, deadline, watch):
+            return []
+        try:
+            return self._emit_barriers(store, run_prefix, owner, lease_s, interval_s, deadline, count,
+                                       final_on_stop, max_in_flight, since_ms, watch)
+        finally:
+            store.emitters.release(self.topology.name, owner)
+
+    def _lead(self, store: MetaStore, owner: str, lease_s: float, interval_s: float, deadline: float,
+              watch: Callable[[], None] | None) -> bool:
+        """Take the topology's emitter lease, waiting as a standby while another emitter holds it
+        (:mod:`~airflow_provider_tsb.metastore.emitters`); ``False`` when the duration ran out
+        first (this emitter generated nothing)."""
+        holder = store.emitters.acquire(self.topology.name, owner, lease_s)
+        if holder is None:
+            return True
+        self.log.warning("standby: topology %r has a running barrier emitter, %s; this one (%s) waits for it to "
+                         "stop and takes over if its lease lapses", self.topology.name, holder.describe(), owner)
+        while time.monotonic() < deadline:
+            if watch is not None:
+                watch()
+            time.sleep(interval_s)
+            holder = store.emitters.acquire(self.topology.name, owner, lease_s)
+            if holder is None:
+                self.log.info("took over barrier generation for topology %r", self.topology.name)
+                return True
+        self.log.warning("stopping as a standby: %s still generates the barriers of topology %r",
+                         holder.describe(), self.topology.name)
+        return False
+
+    def _emit_barriers(
+        self, store: MetaStore, run_prefix: str, owner: str, lease_s: float, interval_s: float, deadline: float,
+        count: int | None, final_on_stop: bool, max_in_flight: int | None, since_ms: int | None,
+        watch: Callable[[], None] | None,
+    ) -> list[int]:
+        """The generation loop of :meth:`emit`, renewing the emitter lease every interval."""
+        emitted: list[int] = []
         seq = 0
         while True:
             if watch is not None:
                 watch()
+            holder = store.emitters.acquire(self.topology.name, owner, lease_s)
+            if holder is not None:  # this emitter stalled past its lease and another took over
+                raise TopologyError(f"topology {self.topology.name!r}: {holder.describe()} took over barrier "
+                                    f"generation while this emitter ({owner}) was stalled past its lease")
             versions = self.current_versions()
             # ended at exactly these versions: the markers are the newest commits and no commit
             # landed between reading the versions and the markers (else the final barrier could

@@ -347,3 +347,17 @@ class RecipientRow(Base):
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
     expires_at_ms: Mapped[int] = mapped_column(BigInteger)
     revoked_at_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class EmitterRow(Base):
+    """The barrier emitter that owns a topology's barrier generation (one at a time): who, and
+    until when its lease runs. A second emitter waits as a standby until the lease lapses."""
+
+    __tablename__ = "tsb_emitter"
+
+    topology: Mapped[str] = mapped_column(String(250), primary_key=True)
+    #: the emitter: its DAG run's run-key prefix (``<dag_id>/<run_id>``) and process
+    owner: Mapped[str] = mapped_column(String(500))
+    started_at_ms: Mapped[int] = mapped_column(BigInteger)
+    heartbeat_ms: Mapped[int] = mapped_column(BigInteger)
+    lease_until_ms: Mapped[int] = mapped_column(BigInteger)

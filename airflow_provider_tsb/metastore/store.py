@@ -45,6 +45,7 @@ from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.compat import FLAT_METHODS, warn_flat
 from airflow_provider_tsb.metastore.delays import DelayManager
 from airflow_provider_tsb.metastore.domains import DomainManager
+from airflow_provider_tsb.metastore.emitters import EmitterManager
 from airflow_provider_tsb.metastore.engine import create_metastore_engine
 from airflow_provider_tsb.metastore.expiry import ExpiryManager
 from airflow_provider_tsb.metastore.freshness import FreshnessManager
@@ -105,6 +106,7 @@ class MetaStore:
         freshness: lag against freshness targets (:class:`~.freshness.FreshnessManager`).
         revisions: revision plans (:class:`~.revisions.RevisionManager`).
         recipients: Delta Sharing recipients (:class:`~.recipients.RecipientManager`).
+        emitters: the one barrier emitter of each topology (:class:`~.emitters.EmitterManager`).
 
     Every manager method runs in its own transaction. Methods raise :class:`MetastoreError`
     when the schema is missing (run ``tsb db migrate``) and the ``Unknown*Error`` family when
@@ -131,6 +133,7 @@ class MetaStore:
     freshness: FreshnessManager
     revisions: RevisionManager
     recipients: RecipientManager
+    emitters: EmitterManager
 
     def __init__(self, url: str | Engine) -> None:
         self.engine: Engine = url if isinstance(url, Engine) else create_metastore_engine(url)
@@ -149,6 +152,7 @@ class MetaStore:
         self.freshness = FreshnessManager(core, self.registry)
         self.revisions = RevisionManager(core)
         self.recipients = RecipientManager(core)
+        self.emitters = EmitterManager(core)
 
     # ------------------------------------------------------------------ schema
     def migrate(self) -> str:

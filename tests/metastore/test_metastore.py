@@ -262,7 +262,7 @@ def test_migration_0010_adds_the_figures_of_written_barriers(metastore_url: str)
                              "VALUES ('c.d.t', 't', 'intermediate', '/wh/c/d/t', 0)"))
         conn.execute(sa.text("INSERT INTO tsb_table_barrier (table_id, barrier_id, state, version) "
                              "SELECT id, 1, 'WRITTEN', 4 FROM tsb_table"))
-    assert store.migrate() == head_revision() == "0011"
+    assert store.migrate() == head_revision() == "0012"
     columns = {c["name"] for c in sa.inspect(store.engine).get_columns("tsb_table_barrier")}
     assert {"file_count", "size_bytes"} <= columns
     state = store.table_states.table_state("c.d.t", 1)
