@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from airflow_provider_tsb.exceptions import OutOfRangeError, TsbError
+from airflow_provider_tsb.exceptions import InvalidReadOptionError, OutOfRangeError, TsbError
 
 MAX_LEASE_SECONDS = 366 * 86400
 """The longest lease the Python API grants, in seconds (366 days; the REST API caps lower, at
@@ -106,8 +106,10 @@ class ReadOptions:
 
     Raises:
         UnknownConsistencyLevelError: ``level`` is not a level.
-        ValueError: ``as_of`` with a level other than REPEATABLE_READ, a negative barrier, or a
-            ``lease_seconds`` that is not a positive finite number (the message names the field).
+        InvalidReadOptionError: ``as_of`` with a level other than REPEATABLE_READ, a barrier id
+            that is not an integer from 0 to 2**63-1, seconds that are not a number >= 0 (the
+            message names the field).
+        OutOfRangeError: a ``lease_seconds`` that is not a positive finite number.
 
     Example::
 
@@ -127,10 +129,12 @@ class ReadOptions:
         object.__setattr__(self, "level", ConsistencyLevel.parse(self.level))
         for name in ("as_of", "min_barrier"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ValueError(f"read option {name} must be a barrier id (an integer >= 0), got {value!r}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63):
+                raise InvalidReadOptionError(
+                    f"read option {name} must be a barrier id (an integer from 0 to 2**63-1), got {value!r}"
+                )
         if self.as_of is not None and self.level is not ConsistencyLevel.REPEATABLE_READ:
-            raise ValueError(
+            raise InvalidReadOptionError(
                 f"as_of is time travel to a COMMIT barrier: use level REPEATABLE_READ, not {self.level.value}"
             )
         if self.lease_seconds is not None:
@@ -140,13 +144,13 @@ class ReadOptions:
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf
             ):
-                raise ValueError(f"read option {name} must be a number of seconds >= 0, got {value!r}")
+                raise InvalidReadOptionError(f"read option {name} must be a number of seconds >= 0, got {value!r}")
         if self.wait_s is not None and self.max_staleness_s is None:
-            raise ValueError("wait_s waits for a barrier fresh enough: give max_staleness_s too")
+            raise InvalidReadOptionError("wait_s waits for a barrier fresh enough: give max_staleness_s too")
         if self.max_staleness_s is not None and (
             self.level is not ConsistencyLevel.REPEATABLE_READ or self.as_of is not None
         ):
-            raise ValueError(
+            raise InvalidReadOptionError(
                 "max_staleness_s bounds the age of the newest COMMIT barrier: use level REPEATABLE_READ "
                 f"without as_of (got {self.level.value}{'' if self.as_of is None else f' as_of {self.as_of}'})"
             )

@@ -175,6 +175,11 @@ class StaleReadError(InconsistentReadError):
         self.lagging = dict(lagging or {})
 
 
+class InvalidReadOptionError(TsbError, ValueError):
+    """A read option (``as_of``, ``min_barrier``, ``max_staleness_s``, ``wait_s``, the level) is
+    not one a read can take; the message names the option and the value."""
+
+
 class OutOfRangeError(TsbError, ValueError):
     """A number given to the metastore is not one it can hold: barrier ids, Delta versions,
     limits and epoch-millisecond times are integers from 0 to 2**63-1 (``BIGINT``); NaN and

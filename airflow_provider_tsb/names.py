@@ -66,15 +66,17 @@ def normalize_table_name(name: str, default_catalog: str = "tsb") -> str:
     return str(parse_table_name(name, default_catalog))
 
 
-def validate_job_id(job_id: str) -> str:
-    """Validate a job id: an identifier that may also contain ``-``, at most 250 characters.
+def validate_job_id(job_id: str, *, what: str = "job id") -> str:
+    """Validate a job id (or, with ``what``, a topology or barrier-domain name: the same rule):
+    an identifier that may also contain ``-``, at most 250 characters.
 
     Raises:
-        InvalidNameError: naming the job id and the rule it breaks.
+        InvalidNameError: naming ``what``, the value and the rule it breaks.
     """
     if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
+        why = " (it is also the Delta txn appId of the job's commits)" if what == "job id" else ""
         raise InvalidNameError(
-            f"invalid job id {job_id!r}: use letters, digits, '_' and '-', starting with a "
-            "letter or '_' (it is also the Delta txn appId of the job's commits)"
+            f"invalid {what} {job_id!r}: use letters, digits, '_' and '-', starting with a letter or '_', at most "
+            f"250 characters{why}"
         )
     return job_id

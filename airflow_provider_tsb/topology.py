@@ -97,7 +97,7 @@ class Topology:
         """
         if not name:
             raise InvalidNameError("topology name must not be empty")
-        validate_job_id(name)
+        validate_job_id(name, what="topology name")
         self.name = name
         self.warehouse = warehouse
         self.freshness_s = freshness_seconds(freshness, f"topology {name!r}")

@@ -178,7 +178,7 @@ def _table_name(catalog: str, database: str, table: str) -> str:
 def _pick_topology(store: MetaStore, access: TopologyAccess, name: str | None) -> str:
     """The topology named (which the user must be allowed to read), or the only one the user may read."""
     if name is not None:
-        validate_job_id(name)
+        validate_job_id(name, what="topology name")
         access.require(READ, [name])
         if name not in store.registry.topologies():
             raise UnknownTopologyError(

@@ -138,7 +138,7 @@ class RegistryManager:
             BarrierDomainError: the topology already has barriers in another domain.
             InvalidNameError: ``domain`` is not an identifier.
         """
-        validate_job_id(domain)
+        validate_job_id(domain, what="barrier domain name")
         with self._core.transaction(write=True) as s:
             self._lock_registry(s)
             self._ensure_topology(s, topology)
@@ -426,7 +426,7 @@ class RegistryManager:
     def _ensure_topology(self, s: Session, topology: str) -> TopologyRow:
         row = s.get(TopologyRow, topology)
         if row is None:
-            validate_job_id(topology)
+            validate_job_id(topology, what="topology name")
             row = TopologyRow(name=topology, created_at_ms=now_ms(), lock_version=0)
             s.add(row)
             s.flush()
