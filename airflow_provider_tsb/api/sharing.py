@@ -30,7 +30,8 @@ Airflow user's JWT with the tsb REST API's roles: the routes depend on
 :func:`~.routes.get_access`, which in the api-server asks the auth manager for read access to
 every DAG of the share's topologies. Errors are the protocol's
 ``{"errorCode", "message"}``: 400 ``INVALID_PARAMETER_VALUE`` (bad or expired version, bad
-body), 403 ``PERMISSION_DENIED``, 404 ``RESOURCE_DOES_NOT_EXIST``, 413, 503.
+body), 403 ``PERMISSION_DENIED``, 404 ``RESOURCE_DOES_NOT_EXIST``, 413, 500 ``INTERNAL_ERROR``
+(a table whose Delta log fails its integrity check: a server-side fault), 503.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from airflow_provider_tsb.api.sharing_files import ForbiddenFileError, file_id, 
 from airflow_provider_tsb.api.sharing_lines import change_lines, file_response, metadata_lines, query_lines
 from airflow_provider_tsb.api.sharing_presign import presigned_url
 from airflow_provider_tsb.api.sharing_threads import in_sharing_threads
-from airflow_provider_tsb.exceptions import ExpiredVersionError, TsbError, UnknownBarrierError
+from airflow_provider_tsb.exceptions import DeltaLogIntegrityError, ExpiredVersionError, TsbError, UnknownBarrierError
 from airflow_provider_tsb.metastore.records import now_ms
 from airflow_provider_tsb.metastore.store import MetaStore
 
@@ -67,7 +68,8 @@ CAPABILITIES_HEADER = "delta-sharing-capabilities"
 #: default lifetime of a file URL and of the lease of a query, seconds (``[tsb] sharing_url_seconds``)
 DEFAULT_URL_SECONDS = 300
 _CODES = {400: "INVALID_PARAMETER_VALUE", 403: "PERMISSION_DENIED", 404: "RESOURCE_DOES_NOT_EXIST",
-          413: "RESOURCE_LIMIT_EXCEEDED", 503: "TEMPORARILY_UNAVAILABLE", 401: "UNAUTHENTICATED"}
+          413: "RESOURCE_LIMIT_EXCEEDED", 500: "INTERNAL_ERROR", 503: "TEMPORARILY_UNAVAILABLE",
+          401: "UNAUTHENTICATED"}
 
 
 async def url_seconds(request: Request) -> int:
@@ -108,6 +110,8 @@ class SharingRoute(APIRoute):
                 return await handler(request)
             except (ExpiredVersionError, UnknownBarrierError) as exc:
                 return sharing_error(400, str(exc))
+            except DeltaLogIntegrityError as exc:  # the server's table is corrupt: not the client's request
+                return sharing_error(500, str(exc))
             except TsbError as exc:
                 return sharing_error(status_for(exc), str(exc))
             except HTTPException as exc:
