@@ -292,7 +292,11 @@ def barrier_versions(store: MetaStore, table: SharedTable, first: int, last: int
         BadRequestError: ``first > last`` or more than :data:`MAX_CHANGE_BARRIERS` barriers.
         UnknownBarrierError, InconsistentReadError, ExpiredVersionError: a barrier of the range
             cannot be read AS OF (never generated, not WRITTEN in the table, or expired).
+        DeltaLogIntegrityError: a version of the range does not give the live files its
+            barrier's commit recorded (:func:`~airflow_provider_tsb.read.version_reads.verify_served`).
     """
+    from airflow_provider_tsb.read.version_reads import verify_served
+
     if first > last:
         raise BadRequestError(f"startingVersion {first} is after endingVersion {last}")
     if last - first + 1 > MAX_CHANGE_BARRIERS:
@@ -303,7 +307,9 @@ def barrier_versions(store: MetaStore, table: SharedTable, first: int, last: int
         if k == 0:
             versions[0] = None
             continue
-        versions[k] = store.resolution.resolve([table.full_name], as_of=k).tables[table.full_name].version
+        resolved = store.resolution.resolve([table.full_name], as_of=k).tables[table.full_name]
+        verify_served(resolved)  # as a query verifies what it serves
+        versions[k] = resolved.version
     ts = {k: store.barriers.barrier(table.info.topology, k).ts_ms for k in range(first, last + 1)}
     pinned = sorted({v for v in versions.values() if v is not None})
     expires = now_ms() + int(seconds * 1000)

@@ -433,6 +433,12 @@ def test_a_version_whose_log_was_edited_is_refused(server: Server) -> None:
     assert (f"table '{WC}', barrier 3, Delta version 2: the Delta log gives {figures.files + 1} files"
             in r.json()["message"]) and "tsb check --integrity" in r.json()["message"]
     assert _query(server, WC, {"version": 2}).status_code == 200  # the versions before it are intact
+    changes = _get(f"{server.url}/shares/{TOPOLOGY}/schemas/wc/tables/word_count/changes?startingVersion=2"
+                   "&endingVersion=3")  # changes verify like a query (they served the edited version)
+    assert changes.status_code == 500 and "the Delta log gives" in changes.json()["message"], changes.text
+    ok = _get(f"{server.url}/shares/{TOPOLOGY}/schemas/wc/tables/word_count/changes?startingVersion=1"
+              "&endingVersion=2")
+    assert ok.status_code == 200, ok.text
 
 
 def test_share_commands_name_an_unreachable_api_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
