@@ -59,18 +59,23 @@ class DagFileTimeoutError(Exception):
 
 
 def import_timeout_s() -> float:
-    """Airflow's ``[core] dagbag_import_timeout`` in seconds (``AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT``,
-    else Airflow's configuration, else 30); 0 or less: no timeout."""
+    """Airflow's ``[core] dagbag_import_timeout`` in seconds: ``AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT``,
+    else the ``[core]`` section of ``$AIRFLOW_HOME/airflow.cfg``, else Airflow's default 30; 0 or
+    less: no timeout. Read without importing Airflow, whose configuration would set up its
+    logging (on stdout) in a CLI that prints JSON there."""
+    import configparser
+
     raw = os.environ.get("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT")
     if raw is None:
+        cfg = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow") / "airflow.cfg"
+        parser = configparser.ConfigParser(interpolation=None)
         try:
-            from airflow.configuration import conf
-
-            return conf.getfloat("core", "dagbag_import_timeout", fallback=30.0)
-        except Exception:  # no Airflow here, or no configuration: Airflow's default
-            return 30.0
+            parser.read(cfg)
+            raw = parser.get("core", "dagbag_import_timeout", fallback=None)
+        except (OSError, configparser.Error):
+            raw = None
     try:
-        return float(raw)
+        return float(raw) if raw is not None else 30.0
     except ValueError:
         return 30.0
 
