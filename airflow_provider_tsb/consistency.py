@@ -107,9 +107,10 @@ class ReadOptions:
     Raises:
         UnknownConsistencyLevelError: ``level`` is not a level.
         InvalidReadOptionError: ``as_of`` with a level other than REPEATABLE_READ, a barrier id
-            that is not an integer from 0 to 2**63-1, seconds that are not a number >= 0 (the
-            message names the field).
-        OutOfRangeError: a ``lease_seconds`` that is not a positive finite number.
+            that is not an integer, seconds that are not a number >= 0 (the message names the
+            field).
+        OutOfRangeError: a barrier id outside 0..2**63-1, a ``lease_seconds`` that is not a
+            positive finite number.
 
     Example::
 
@@ -129,10 +130,13 @@ class ReadOptions:
         object.__setattr__(self, "level", ConsistencyLevel.parse(self.level))
         for name in ("as_of", "min_barrier"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63):
-                raise InvalidReadOptionError(
-                    f"read option {name} must be a barrier id (an integer from 0 to 2**63-1), got {value!r}"
-                )
+            if value is None:
+                continue
+            text = f"read option {name} must be a barrier id (an integer from 0 to 2**63-1), got {value!r}"
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidReadOptionError(text)
+            if not 0 <= value < 2**63:
+                raise OutOfRangeError(text)
         if self.as_of is not None and self.level is not ConsistencyLevel.REPEATABLE_READ:
             raise InvalidReadOptionError(
                 f"as_of is time travel to a COMMIT barrier: use level REPEATABLE_READ, not {self.level.value}"

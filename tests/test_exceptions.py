@@ -28,13 +28,14 @@ def test_read_option_mistakes_are_the_projects_errors_naming_the_option() -> Non
     """Issue 57 item 7: raw ValueErrors for as_of=-1 / '3' / 2.5 / True, and min_barrier=2**64 told
     the user "a job failed and rolled back"."""
     from airflow_provider_tsb.consistency import ReadOptions
-    from airflow_provider_tsb.exceptions import InvalidNameError, InvalidReadOptionError
+    from airflow_provider_tsb.exceptions import InvalidNameError, InvalidReadOptionError, OutOfRangeError
     from airflow_provider_tsb.topology import Topology
 
-    for value in (-1, "3", 2.5, True):
-        with pytest.raises(InvalidReadOptionError, match=rf"read option as_of must be a barrier id .*got {value!r}"):
+    for value, error in ((-1, OutOfRangeError), ("3", InvalidReadOptionError), (2.5, InvalidReadOptionError),
+                         (True, InvalidReadOptionError)):
+        with pytest.raises(error, match=rf"read option as_of must be a barrier id .*got {value!r}"):
             ReadOptions("repeatable-read", as_of=value)  # type: ignore[arg-type]
-    with pytest.raises(InvalidReadOptionError, match=r"read option min_barrier must be a barrier id \(an integer "
+    with pytest.raises(OutOfRangeError, match=r"read option min_barrier must be a barrier id \(an integer "
                        r"from 0 to 2\*\*63-1\), got 18446744073709551616"):
         ReadOptions("read-committed", min_barrier=2**64)
     with pytest.raises(InvalidNameError, match=r"invalid topology name 'a/b': use letters"):
