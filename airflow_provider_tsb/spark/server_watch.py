@@ -70,17 +70,11 @@ class ServerWatchOptions:
         """Options with ``$TSB_SPARK_WATCH_SECONDS`` as the budget; ``None`` when it is ``0``.
 
         Raises:
-            ValueError: the variable is not a number of seconds >= 0.
+            OutOfRangeError: the variable is not a number of seconds >= 0.
         """
-        raw = os.environ.get(WATCH_ENV)
-        if raw is None or raw.strip() == "":
-            return cls()
-        try:
-            budget = float(raw)
-        except ValueError:
-            budget = -1.0
-        if budget < 0:
-            raise ValueError(f"${WATCH_ENV}={raw!r}: give the seconds a Spark Connect server may be unreachable "
+        from airflow_provider_tsb.spark.session import env_seconds
+
+        budget = env_seconds(WATCH_ENV, cls.budget_s, "the seconds a Spark Connect server may be unreachable "
                              "before the job stops (e.g. 20), or 0 to turn the watch off")
         return None if budget == 0 else cls(interval_s=min(3.0, budget / 3), budget_s=budget)
 

@@ -208,21 +208,31 @@ def connect_session(url: str, app_name: str = "tsb", conf: Mapping[str, str] | N
     return spark
 
 
-def _wait_seconds() -> float:
-    """``$TSB_SPARK_WAIT_SECONDS`` (default 90).
+def env_seconds(name: str, default: float, meaning: str) -> float:
+    """``$name`` as seconds >= 0 (``default`` when unset or empty).
 
     Raises:
-        ValueError: not a number of seconds >= 0.
+        OutOfRangeError: not a number of seconds >= 0 (names the variable, its value and
+            ``meaning``: what the seconds are for).
     """
-    raw = os.environ.get("TSB_SPARK_WAIT_SECONDS", "90")
+    from airflow_provider_tsb.exceptions import OutOfRangeError
+
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if value < 0:
-        raise ValueError(f"$TSB_SPARK_WAIT_SECONDS={raw!r}: give the seconds a job waits for its Spark Connect "
-                         "server to answer (e.g. 90), or 0 not to wait")
+    if not 0 <= value < float("inf"):
+        raise OutOfRangeError(f"${name}={raw!r}: give {meaning}")
     return value
+
+
+def _wait_seconds() -> float:
+    """``$TSB_SPARK_WAIT_SECONDS`` (default 90); see :func:`env_seconds`."""
+    return env_seconds("TSB_SPARK_WAIT_SECONDS", 90.0,
+                       "the seconds a job waits for its Spark Connect server to answer (e.g. 90), or 0 not to wait")
 
 
 def connect_address(url: str) -> tuple[str, int]:
