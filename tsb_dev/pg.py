@@ -7,13 +7,16 @@ to run as root. Set ``TSB_TEST_PG_URL`` to use an existing server instead.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -55,9 +58,52 @@ class PostgresServer:
         log = os.path.join(os.path.dirname(self.data_dir), "log")
         _run([pg_ctl, "-D", self.data_dir, "-o", self.options, "-l", log, "-w", "start"], self.user)
 
+    @contextlib.contextmanager
+    def stopped(self) -> Iterator[None]:
+        """The server stopped (fast shutdown: every connection cut, new ones refused) for the
+        body, then started again on the same port with the same data."""
+        _run([os.path.join(self.bin_dir, "pg_ctl"), "-D", self.data_dir, "stop", "-m", "fast", "-w"], self.user)
+        try:
+            yield
+        finally:
+            log = os.path.join(os.path.dirname(self.data_dir), "log")
+            _run([os.path.join(self.bin_dir, "pg_ctl"), "-D", self.data_dir, "-o", self.options, "-l", log, "-w",
+                  "start"], self.user)
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Every process of the server stopped with ``SIGSTOP`` for the body, then continued: the
+        kernel still accepts connections and ACKs what is sent, and nothing answers."""
+        with open(os.path.join(self.data_dir, "postmaster.pid")) as fh:
+            postmaster = int(fh.readline())
+        pids = [postmaster, *_children(postmaster)]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+
     def stop(self) -> None:
         _run([os.path.join(self.bin_dir, "pg_ctl"), "-D", self.data_dir, "stop", "-m", "fast"], self.user, check=False)
         shutil.rmtree(os.path.dirname(self.data_dir), ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from ``/proc``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
 
 
 def find_bin_dir() -> str:

@@ -17,10 +17,8 @@ Endpoints (paths relative to the mount point):
 * ``GET /version/{consistency_type}/{catalog}/{database}/{table}`` (FLIP-276 ``/version``);
 * ``POST /versions``: consistent versions of a set of tables, with AS OF, monotonic reads
   (``min_barrier``) and leases;
-* ``GET /topologies`` (the topologies the user may read), ``GET /topology``, ``GET /barriers``,
-  ``GET /tables/{catalog}/{database}/{table}/barriers``, ``GET /delays``: the lineage graph,
-  barrier history and delay views; ``GET /freshness``: lag of every table against its
-  freshness target and the bottleneck job.
+* ``GET /topologies`` (those the user may read), ``/topology``, ``/barriers``, ``/tables/{catalog}/
+  {database}/{table}/barriers``, ``/delays``, ``/freshness``: lineage, barriers, delays, lag.
 
 Authorization (:mod:`airflow_provider_tsb.api.access`, the policy comes from the
 :func:`get_access` dependency): reads need read access to every DAG of the topology, changes
@@ -28,9 +26,8 @@ Authorization (:mod:`airflow_provider_tsb.api.access`, the policy comes from the
 
 Errors (:mod:`airflow_provider_tsb.api.errors`) are JSON ``{"detail": message, "error": exception
 class}``: 403 not allowed, 404 unknown name, 409 conflict, 410 expired, 413 body too large, 422 bad
-input, 503 metastore unreachable. Every route maps errors itself (see :class:`TsbRoute`), and
-:func:`install_exception_handlers` installs the same mapping on an app for anything raised
-outside the routes.
+input, 503 metastore unreachable (after :data:`REQUEST_RETRY_S`). Every route maps errors itself
+(:class:`TsbRoute`); :func:`install_exception_handlers` does it for anything raised outside them.
 """
 
 from __future__ import annotations
@@ -95,15 +92,24 @@ STORE_LOOKUP_SECONDS = 30.0
 _resolved: tuple[float, MetaStore] | None = None
 
 
+#: seconds a request's metastore call is retried before its 503 (not the jobs' 90 s: threads)
+REQUEST_RETRY_S = 10.0
+_request_stores: dict[str, MetaStore] = {}  # engine URL -> the requests' store on that engine
+
+
 def configured_store() -> MetaStore:
-    """The metastore of the Airflow deployment: ``TsbMetastoreHook().get_conn()``, resolved again
-    after :data:`STORE_LOOKUP_SECONDS` (one engine and pool per URL and process)."""
+    """The metastore of the Airflow deployment: ``TsbMetastoreHook().get_conn()``'s engine, with
+    calls retried for :data:`REQUEST_RETRY_S`; resolved again after :data:`STORE_LOOKUP_SECONDS`
+    (one engine and pool per URL and process)."""
     global _resolved
     if _resolved is not None and time.monotonic() - _resolved[0] < STORE_LOOKUP_SECONDS:
         return _resolved[1]
     from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 
-    store = TsbMetastoreHook().get_conn()
+    engine = TsbMetastoreHook().get_conn().engine
+    store = _request_stores.get(key := engine.url.render_as_string(hide_password=False))
+    if store is None or store.engine is not engine:
+        store = _request_stores[key] = MetaStore(engine, retry_s=REQUEST_RETRY_S)
     _resolved = (time.monotonic(), store)
     return store
 

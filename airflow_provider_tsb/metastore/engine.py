@@ -27,6 +27,25 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import MetastoreError
+from airflow_provider_tsb.metastore.deadline import GRACE_S, CallDeadline, call_seconds, install_call_deadline
+
+#: seconds a new PostgreSQL connection may take to be set up (libpq ``connect_timeout``)
+PG_CONNECT_TIMEOUT_S = 5
+
+
+def postgres_timeouts(statement_s: float) -> dict[str, Any]:
+    """libpq connection parameters that bound every wait on PostgreSQL (libpq docs, "Parameter
+    Key Words"): ``connect_timeout`` for a server that takes connections but never answers,
+    TCP keepalives (10 s idle, 5 s apart, 3 probes) and ``tcp_user_timeout`` for a peer that
+    vanished, and the server's ``statement_timeout`` (``statement_s`` seconds) for a statement
+    that waits too long for a lock. A frozen server is :mod:`.deadline`'s."""
+    return {
+        "connect_timeout": PG_CONNECT_TIMEOUT_S,
+        "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+        "tcp_user_timeout": 30_000,
+        "options": f"-c statement_timeout={int(statement_s * 1000)}",
+    }
+
 
 #: environment variable holding a SQLAlchemy URL; it wins over the Airflow connection
 METASTORE_URL_ENV = "TSB_METASTORE_URL"
@@ -90,7 +109,12 @@ def create_metastore_engine(url: str, **kwargs: Any) -> Engine:
             # beyond pool_size each checkin closes one and the next checkout forks a backend
             kwargs.setdefault("pool_size", 20)
             kwargs.setdefault("max_overflow", 20)
+            seconds = call_seconds()
+            if parsed.get_driver_name() in ("psycopg2", "psycopg"):  # libpq's: a URL's own parameters win
+                ours = {k: v for k, v in postgres_timeouts(seconds).items() if k not in parsed.query}
+                kwargs["connect_args"] = {**ours, **kwargs.get("connect_args", {})}
             engine = create_engine(parsed, **kwargs)
+            install_call_deadline(engine, CallDeadline(seconds + GRACE_S))
             if not kwargs.get("pool_pre_ping"):
                 ping_when_idle(engine)
     except ImportError as exc:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from airflow_provider_tsb.exceptions import MetastoreError
+from airflow_provider_tsb.exceptions import MetastoreError, OutOfRangeError
 
 log = logging.getLogger("airflow_provider_tsb.metastore")
 
@@ -55,6 +55,7 @@ TRANSIENT_MARKERS = (
     "timeout expired",
     "network is unreachable",
     "unable to open database file",
+    "canceling statement due to statement timeout",
 )
 
 
@@ -67,7 +68,7 @@ def retry_budget_s() -> float:
     """``$TSB_METASTORE_RETRY_SECONDS`` (``0`` turns retrying off), else :data:`DEFAULT_RETRY_SECONDS`.
 
     Raises:
-        ValueError: the variable is not a number of seconds >= 0 (names it).
+        OutOfRangeError: the variable is not a number of seconds from 0 to 86399 (names it).
     """
     raw = os.environ.get(RETRY_SECONDS_ENV)
     if raw is None or raw == "":
@@ -77,7 +78,7 @@ def retry_budget_s() -> float:
     except ValueError:
         seconds = float("nan")
     if not 0 <= seconds < 86400:
-        raise ValueError(f"{RETRY_SECONDS_ENV}={raw!r}: give the metastore retry budget in seconds, 0 to 86399")
+        raise OutOfRangeError(f"{RETRY_SECONDS_ENV}={raw!r}: give the metastore retry budget in seconds, 0 to 86399")
     return seconds
 
 
@@ -115,7 +116,8 @@ def call_with_retry(
         Exception: a failure that is not transient, unchanged.
     """
     budget = retry_budget_s() if budget_s is None else budget_s
-    deadline = time.monotonic() + budget
+    started = time.monotonic()
+    deadline = started + budget
     wait = FIRST_BACKOFF_S
     tries = 0
     while True:
@@ -127,18 +129,20 @@ def call_with_retry(
                 raise
             left = deadline - time.monotonic()
             if left <= 0:
+                tried = time.monotonic() - started
                 raise MetastoreUnavailableError(
-                    f"the tsb metastore at {where} was unreachable for {budget:.0f} s ({tries} tries) while trying "
-                    f"to {what}: {_first_line(exc)}. Check that the database is up; the retry budget is "
+                    f"the tsb metastore at {where} was unreachable for {tried:.0f} s ({tries} tries) while trying "
+                    f"to {what}: {_first_line(exc, where)}. Check that the database is up; the retry budget is "
                     f"${RETRY_SECONDS_ENV}"
                 ) from exc
             if tries == 1:
                 log.warning("metastore at %s unreachable (%s) while trying to %s; retrying for up to %.0f s",
-                            where, _first_line(exc), what, budget)
+                            where, _first_line(exc, where), what, budget)
             sleep(min(wait, left))
             wait = min(wait * 2, MAX_BACKOFF_S)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
+def _first_line(exc: BaseException, where: str) -> str:
+    """The driver's first line of ``exc``, without the metastore's own "at URL failed" prefix."""
+    text = str(getattr(exc, "orig", None) or exc).strip().removeprefix(f"the tsb metastore at {where} failed: ")
     return (text.splitlines() or [type(exc).__name__])[0][:300]

@@ -72,6 +72,8 @@ from airflow_provider_tsb.metastore.records import (
 )
 from airflow_provider_tsb.metastore.registry import RegistryManager
 from airflow_provider_tsb.metastore.resolution import ResolutionManager
+from airflow_provider_tsb.metastore.retry import retry_budget_s
+from airflow_provider_tsb.metastore.retrying import retrying
 from airflow_provider_tsb.metastore.revisions import RevisionManager
 from airflow_provider_tsb.metastore.staleness import StalenessResolver
 from airflow_provider_tsb.metastore.table_states import TableStateManager
@@ -88,6 +90,8 @@ class MetaStore:
 
     Args:
         url: SQLAlchemy URL of the metastore, or an existing :class:`~sqlalchemy.Engine`.
+        retry_s: seconds each manager call is retried while the database is unreachable
+            (:mod:`.retrying`; default ``$TSB_METASTORE_RETRY_SECONDS`` or 90 s, ``0``: off).
 
     Attributes:
         engine: the SQLAlchemy engine.
@@ -135,24 +139,22 @@ class MetaStore:
     recipients: RecipientManager
     emitters: EmitterManager
 
-    def __init__(self, url: str | Engine) -> None:
+    def __init__(self, url: str | Engine, *, retry_s: float | None = None) -> None:
         self.engine: Engine = url if isinstance(url, Engine) else create_metastore_engine(url)
         self.url = self.engine.url.render_as_string(hide_password=False)
         self.core = core = MetastoreCore(self.engine)
-        self.registry = RegistryManager(core)
-        self.domains = DomainManager(core)
-        self.barriers = BarrierManager(core)
-        self.table_states = TableStateManager(core)
-        self.leases = LeaseManager(core)
-        self.expiry = ExpiryManager(core)
-        self.job_runs = JobRunManager(core)
-        resolver = ResolutionManager(core, self.registry, self.table_states, self.leases)
-        self.resolution = StalenessResolver(core, resolver)
-        self.delays = DelayManager(core)
-        self.freshness = FreshnessManager(core, self.registry)
-        self.revisions = RevisionManager(core)
-        self.recipients = RecipientManager(core)
-        self.emitters = EmitterManager(core)
+        budget = retry_budget_s() if retry_s is None else retry_s
+        registry, table_states, leases = RegistryManager(core), TableStateManager(core), LeaseManager(core)
+        resolver = ResolutionManager(core, registry, table_states, leases)
+        managers = {
+            "registry": registry, "domains": DomainManager(core), "barriers": BarrierManager(core),
+            "table_states": table_states, "leases": leases, "expiry": ExpiryManager(core),
+            "job_runs": JobRunManager(core), "resolution": StalenessResolver(core, resolver),
+            "delays": DelayManager(core), "freshness": FreshnessManager(core, registry),
+            "revisions": RevisionManager(core), "recipients": RecipientManager(core), "emitters": EmitterManager(core),
+        }
+        for label, manager in managers.items():
+            setattr(self, label, retrying(manager, core, budget, label))
 
     # ------------------------------------------------------------------ schema
     def migrate(self) -> str:

@@ -71,7 +71,7 @@ class MetastoreCatalog:
         real = resolve_url(url)
         store = _STORES.get(real)
         if store is None:
-            store = _STORES[real] = MetaStore(real)
+            store = _STORES[real] = MetaStore(real, retry_s=0)  # :meth:`_retry` retries whole calls
         self.store = store
         self._topologies: dict[str, str] = {}
         #: fencing token of this process's attempt, per job (taken by :meth:`begin_attempt`)

@@ -1,0 +1,153 @@
+"""Every metastore path has a timeout and a retry (issue 57 item 4), against a real PostgreSQL
+that is stopped (every connection cut, new ones refused) or frozen (``SIGSTOP``: the kernel
+still ACKs, nothing answers, which no server-side timeout or TCP keepalive sees).
+
+* Barrier generation (:class:`~airflow_provider_tsb.hooks.barrier.TsbBarrierHook`) rides out
+  an outage shorter than its budget and generates exactly one barrier. Before, a stop failed
+  it at once with ``Connection refused`` and a freeze blocked it for as long as the freeze.
+* Past its budget, every path fails with the jobs' ``MetastoreUnavailableError`` text, within
+  the budget plus one call deadline: generation, the emitter's lease, the sensor's trigger, the
+  REST API (503) and the CLI (exit 1, no traceback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
+from airflow_provider_tsb.metastore.retry import MetastoreUnavailableError
+from airflow_provider_tsb.metastore.store import MetaStore
+from tests.support.orchestration import wordcount_topology
+from tsb_dev.pg import PostgresServer, start_postgres
+from tsb_examples.ingest import ingest_next_words
+
+pytestmark = [pytest.mark.postgres]
+
+#: a statement's deadline here: 1 s of server statement timeout + the client's 5 s grace
+CALL_S = 1
+COUNTS = "tsb.wordcount.word_count"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PostgresServer]:
+    """A PostgreSQL of this module's own: it is stopped and frozen under the tests."""
+    pg = start_postgres()
+    try:
+        yield pg
+    finally:
+        pg.stop()
+
+
+@pytest.fixture
+def deployment(server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The wordcount topology registered in a fresh database, words ingested; the hooks' and
+    the CLI's metastore is that database (``$TSB_METASTORE_URL``)."""
+    from airflow_provider_tsb.hooks import metastore as hooks
+
+    url = server.create_database(f"paths_{os.getpid()}_{time.monotonic_ns()}")
+    monkeypatch.setenv("TSB_METASTORE_URL", url)
+    monkeypatch.setenv("TSB_METASTORE_CALL_SECONDS", str(CALL_S))
+    monkeypatch.setattr(hooks, "_ENGINES", {})  # a store built under this test's budget
+    store = MetaStore(url)
+    store.migrate()
+    topology = wordcount_topology(str(tmp_path / "warehouse"))
+    store.registry.register_topology(topology)
+    ingest_next_words(topology.location("raw.words"), "t/0", lines=5)
+    return store, topology, url
+
+
+def _outage(server: PostgresServer, kind: str):
+    return server.frozen() if kind == "frozen" else server.stopped()
+
+
+@pytest.mark.parametrize("kind", ["stopped", "frozen"])
+def test_barrier_generation_rides_out_an_outage_within_its_budget(deployment, server, kind, monkeypatch) -> None:
+    store, topology, _url = deployment
+    monkeypatch.setenv("TSB_METASTORE_RETRY_SECONDS", "60")
+    hook = TsbBarrierHook(topology)
+    hook.get_conn().barriers.latest_barrier(topology.name)  # a pooled connection, as a running emitter has
+    result: dict[str, object] = {}
+
+    def generate() -> None:
+        try:
+            result["barrier"] = hook.generate(run_key="outage/1").barrier
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            result["error"] = exc
+
+    with _outage(server, kind):
+        worker = threading.Thread(target=generate)
+        worker.start()
+        time.sleep(CALL_S + 5 + 3)  # past one call deadline: a frozen call was cut and is retried
+        assert worker.is_alive(), f"generation gave up during a {kind} outage: {result}"
+    worker.join(60)
+    assert not worker.is_alive() and result == {"barrier": 1}, result
+    assert [b.barrier for b in store.barriers.barriers(topology.name)] == [1]
+
+
+@pytest.mark.parametrize("kind", ["stopped", "frozen"])
+def test_every_path_fails_clearly_within_its_budget(deployment, server, kind, monkeypatch, tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_tsb.api import routes
+    from airflow_provider_tsb.api.routes import create_metaservice_app
+    from airflow_provider_tsb.triggers.barrier_committed import TsbBarrierCommittedTrigger
+
+    store, topology, url = deployment
+    budget = 3
+    monkeypatch.setenv("TSB_METASTORE_RETRY_SECONDS", str(budget))
+    monkeypatch.setattr(routes, "REQUEST_RETRY_S", budget)
+    monkeypatch.setattr(routes, "_resolved", None)
+    monkeypatch.setattr(routes, "_request_stores", {})
+    hook = TsbBarrierHook(topology)
+    http = TestClient(create_metaservice_app(routes.configured_store(), prefix="/tsb/api/v1"))
+    assert http.get("/tsb/api/v1/topologies").status_code == 200
+    # the budget, then the try under way when it ran out: a pooled connection's ping cut after
+    # one call deadline, then a new connection's connect timeout (5 s), twice at most; slack
+    bound = budget + 2 * (CALL_S + 5 + 5) + 5
+
+    def timed(call) -> tuple[object, float]:
+        started = time.monotonic()
+        try:
+            return call(), time.monotonic() - started
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            return exc, time.monotonic() - started
+
+    def trigger_event() -> dict:
+        trigger = TsbBarrierCommittedTrigger(tables=[COUNTS], barrier=1, poll_interval_s=0.2)
+
+        async def first() -> dict:
+            async for event in trigger.run():
+                return event.payload
+            return {}
+
+        return asyncio.run(first())
+
+    cli = [sys.executable, "-m", "airflow_provider_tsb", "versions", COUNTS]
+    with _outage(server, kind):
+        generation, t_generation = timed(lambda: hook.generate(run_key="outage/2"))
+        lease, t_lease = timed(lambda: hook.get_conn().emitters.acquire(topology.name, "probe", 30.0))
+        event, t_trigger = timed(trigger_event)
+        answer, t_api = timed(lambda: http.get("/tsb/api/v1/topologies"))
+        proc, t_cli = timed(lambda: subprocess.run(cli, capture_output=True, text=True, timeout=120,
+                                                   env={**os.environ, "TSB_METASTORE_URL": url}))
+    for name, error in (("generation", generation), ("emitter lease", lease)):
+        assert isinstance(error, MetastoreUnavailableError), (name, error)
+        assert f"the tsb metastore at {store.core.shown_url()} was unreachable" in str(error), str(error)
+    assert event["status"] == "error" and "was unreachable" in event["message"], event
+    assert answer.status_code == 503, answer.text
+    body = answer.json()
+    assert body["error"] == "MetastoreUnavailableError" and "was unreachable" in body["detail"], body
+    assert proc.returncode == 2 and "was unreachable" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    timings = {"generation": t_generation, "lease": t_lease, "trigger": t_trigger, "api": t_api, "cli": t_cli}
+    assert max(timings.values()) < bound, json.dumps(timings)
+    assert all(t >= budget for t in timings.values()), json.dumps(timings)  # each did retry
