@@ -192,23 +192,23 @@ def commit_barrier_files(
     if (log is None or log.table is None) and latest_table_or_none(loc) is None:
         if removes:
             raise ValueError(f"commit of barrier {tag.barrier}: no table at {loc!r} to remove {len(removes)} file(s)")
-        created = figures_metadata(figures_after(None, [f.size for f in files], [], overwrite=True))
+        created = figures_metadata(figures_after(None, [(f.path, f.size) for f in files], [], overwrite=True))
         if _create_table(loc, adds, tag, schema, partition_by, before_commit, created):
             return CommitOutcome(0, committed=True, created=True)
     log = _current_log(loc, tag.job_id, log)
     if _holds(log, tag.barrier):
         return _existing_version(log, tag.barrier)
     actions = [*adds, *(r.to_remove_action(int(time.time() * 1000)) for r in removes)]
-    sizes = ([f.size for f in files], [r.size for r in removes])
+    sizes = ([(f.path, f.size) for f in files], [(r.path, r.size) for r in removes])
     return _write_transaction(log, actions, tag, mode, schema, before_commit, sizes)
 
 
 def _write_transaction(
     log: SinkLog, actions: list[AddAction | RemoveAction], tag: BarrierTag, mode: WriteMode, schema: DeltaSchema,
-    before_commit: Callable[[], None] | None, sizes: tuple[list[int], list[int]],
+    before_commit: Callable[[], None] | None, sizes: tuple[list[tuple[str, int]], list[tuple[str, int]]],
 ) -> CommitOutcome:
     """The barrier's commit on the table of ``log`` (its txn not yet committed there), recording
-    the version's live-file figures (``sizes``: the added and removed files' bytes); a lost
+    the version's live-file figures (``sizes``: the added and removed files' paths and bytes); a lost
     race against another attempt of the barrier is discarded as a replay."""
     loc, dt = log.location, log.table
     assert dt is not None  # the table exists

@@ -8,7 +8,11 @@ JSON error, so delta-rs loads the version without complaint (issue 25 item 4).
 
 Every barrier commit therefore records the number of live data files and their total size in
 bytes at its version (:class:`TableFigures`): in its commit metadata (``tsb.files``,
-``tsb.bytes``; :func:`figures_metadata`) and in the metastore's WRITTEN row of the barrier.
+``tsb.bytes``; :func:`figures_metadata`) and in the metastore's WRITTEN row of the barrier. The
+commit metadata also records a digest of the live files' identities (``tsb.digest``,
+:func:`file_digest`): counts and bytes miss an edit that keeps both, such as two same-size files
+swapped between a merge's ``add`` and ``remove`` actions, or an ``add`` pointing to a same-size
+copy of another file.
 :func:`verify_version` recomputes them from the log and raises
 :class:`~airflow_provider_tsb.exceptions.DeltaLogIntegrityError` on a mismatch. It is called by
 the readers (:mod:`airflow_provider_tsb.read.version_reads`) for every version they serve and
@@ -22,7 +26,9 @@ the read does anyway.
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,10 +46,17 @@ FILES_KEY = "tsb.files"
 #: commit metadata key: total size in bytes of those files (decimal string)
 BYTES_KEY = "tsb.bytes"
 
+#: commit metadata key: the live files' digest (:func:`file_digest`, 64 hex digits)
+DIGEST_KEY = "tsb.digest"
+#: the digests are sums modulo 2**256 of SHA-256 values
+_DIGEST_MOD = 1 << 256
+
 #: verified (location, version, figures) kept per process before the memo starts over
 MAX_VERIFIED = 100_000
-#: {(normalized location, version, expected figures): True} of the versions verified in this process
-_VERIFIED: dict[tuple[str, int, TableFigures | None], bool] = {}
+#: {(normalized location, version, expected figures): (what was verified, whether figures were
+#: compared)}: what was verified is a weak reference to the loaded snapshot (or table) the check
+#: read, so a snapshot loaded again (evicted from the cache, reloaded after an edit) is verified again
+_VERIFIED: dict[tuple[str, int, TableFigures | None], tuple[weakref.ref[Any], bool]] = {}
 _LOCK = threading.Lock()
 
 
@@ -54,17 +67,41 @@ class TableFigures:
     Attributes:
         files: number of live data files (``add`` actions after reconciliation).
         size_bytes: their total size, bytes (the ``size`` fields of those ``add`` actions).
+        digest: :func:`file_digest` of those files, or ``None`` where none was recorded (the
+            metastore's rows, a commit made before digests, a foreign writer).
     """
 
     files: int
     size_bytes: int
+    digest: int | None = None
 
     def as_tuple(self) -> tuple[int, int]:
         """``(files, size_bytes)``."""
         return self.files, self.size_bytes
 
+    def matches(self, found: TableFigures) -> bool:
+        """Whether ``found`` (from the log) agrees with these recorded figures: the same count
+        and bytes, and the same digest where both have one."""
+        if self.as_tuple() != found.as_tuple():
+            return False
+        return self.digest is None or found.digest is None or self.digest == found.digest
+
     def __str__(self) -> str:
-        return f"{self.files} files, {self.size_bytes} bytes"
+        digest = f", digest {self.digest:064x}"[:27] + "…" if self.digest is not None else ""
+        return f"{self.files} files, {self.size_bytes} bytes{digest}"
+
+
+def file_digest(files: Iterable[tuple[str, int]]) -> int:
+    """The digest of a set of live data files ``(path as in the log, size in bytes)``: the sum
+    modulo 2**256 of each file's SHA-256 over its URL-decoded path and its size. A sum, so a
+    commit computes its version's digest from its base's in O(its own files): plus its ``add``
+    actions, minus its ``remove`` actions (Delta protocol "Action Reconciliation")."""
+    from urllib.parse import unquote
+
+    total = 0
+    for path, size in files:
+        total += int.from_bytes(hashlib.sha256(f"{unquote(path)}\0{int(size)}".encode()).digest(), "big")
+    return total % _DIGEST_MOD
 
 
 def figures_of(table: DeltaTable | pa.Table) -> TableFigures:
@@ -79,9 +116,10 @@ def figures_of(table: DeltaTable | pa.Table) -> TableFigures:
 
     actions = pa.table(table.get_add_actions(flatten=False)) if isinstance(table, DeltaTable) else table
     if actions.num_rows == 0:
-        return TableFigures(0, 0)
-    sizes = actions.column("size_bytes").to_pylist()
-    return TableFigures(len(sizes), int(sum(int(s or 0) for s in sizes)))
+        return TableFigures(0, 0, 0)
+    sizes = [int(s or 0) for s in actions.column("size_bytes").to_pylist()]
+    paths = [str(p) for p in actions.column("path").to_pylist()]
+    return TableFigures(len(sizes), sum(sizes), file_digest(zip(paths, sizes, strict=True)))
 
 
 @dataclass(frozen=True)
@@ -93,7 +131,7 @@ class LiveFiles:
     @property
     def figures(self) -> TableFigures:
         """Their :class:`TableFigures`."""
-        return TableFigures(len(self.sizes), int(sum(self.sizes.values())))
+        return TableFigures(len(self.sizes), int(sum(self.sizes.values())), file_digest(self.sizes.items()))
 
 
 def live_figures(location: str, version: int) -> TableFigures:
@@ -141,28 +179,37 @@ def _live_files_from_snapshot(loc: str, version: int, _key: str) -> LiveFiles:
 
 
 def figures_after(
-    base: DeltaTable | TableFigures | None, adds: Iterable[int], removes: Iterable[int], *, overwrite: bool
+    base: DeltaTable | TableFigures | None, adds: Iterable[tuple[str, int]], removes: Iterable[tuple[str, int]],
+    *, overwrite: bool,
 ) -> TableFigures:
     """The figures a commit will give: ``base``'s live files (none for ``overwrite`` or a new
-    table), minus the ``removes`` (their sizes, bytes: live files of ``base``), plus the
-    ``adds`` (their sizes, bytes: new paths, a fresh attempt directory).
+    table), minus the ``removes`` (live files of ``base``), plus the ``adds`` (new paths, a fresh
+    attempt directory); each file as ``(path as in the log, size in bytes)``.
 
     Args:
         base: the version the commit is made on: its figures as recorded by its own commit
             (:func:`recorded_figures`, O(1)), or the loaded ``DeltaTable`` to count them from
-            (:func:`figures_of`, O(live files)), or ``None`` for a new table.
+            (:func:`figures_of`, O(live files)), or ``None`` for a new table. A base without a
+            digest gives a result without one.
     """
     if base is None or overwrite:
-        start = TableFigures(0, 0)
+        start = TableFigures(0, 0, 0)
     else:
         start = base if isinstance(base, TableFigures) else figures_of(base)
-    added, removed = [int(a) for a in adds], [int(r) for r in removes]
-    return TableFigures(start.files + len(added) - len(removed), start.size_bytes + sum(added) - sum(removed))
+    added, removed = list(adds), list(removes)
+    digest = None
+    if start.digest is not None:
+        digest = (start.digest + file_digest(added) - file_digest(removed)) % _DIGEST_MOD
+    return TableFigures(start.files + len(added) - len(removed),
+                        start.size_bytes + sum(int(s) for _, s in added) - sum(int(s) for _, s in removed), digest)
 
 
 def figures_metadata(figures: TableFigures) -> dict[str, str]:
     """Commit metadata recording ``figures`` (string values, as Delta custom metadata)."""
-    return {FILES_KEY: str(figures.files), BYTES_KEY: str(figures.size_bytes)}
+    recorded = {FILES_KEY: str(figures.files), BYTES_KEY: str(figures.size_bytes)}
+    if figures.digest is not None:
+        recorded[DIGEST_KEY] = f"{figures.digest:064x}"
+    return recorded
 
 
 def recorded_figures(commit_info: Mapping[str, Any] | None) -> TableFigures | None:
@@ -171,7 +218,9 @@ def recorded_figures(commit_info: Mapping[str, Any] | None) -> TableFigures | No
     if not commit_info or FILES_KEY not in commit_info or BYTES_KEY not in commit_info:
         return None
     try:
-        return TableFigures(int(commit_info[FILES_KEY]), int(commit_info[BYTES_KEY]))
+        digest = commit_info.get(DIGEST_KEY)
+        return TableFigures(int(commit_info[FILES_KEY]), int(commit_info[BYTES_KEY]),
+                            int(str(digest), 16) if digest is not None else None)
     except (TypeError, ValueError):
         return None
 
@@ -181,6 +230,8 @@ def integrity_error(
 ) -> DeltaLogIntegrityError:
     """The error for a version whose log does not give the recorded figures (names the table, the
     barrier, the version, both figures and what to do)."""
+    if expected.digest is None:  # nothing to compare it with: the count and bytes differ
+        found = TableFigures(found.files, found.size_bytes)
     return DeltaLogIntegrityError(
         f"table {table!r}, barrier {barrier}, Delta version {version}: the Delta log gives {found} but the "
         f"barrier's commit recorded {expected}; a commit file of the table's _delta_log was edited, lost an "
@@ -197,8 +248,8 @@ def verify_version(
 ) -> bool:
     """Verify that Delta ``version`` of the table at ``location`` has the ``expected`` figures.
 
-    Verified once per (location, version, expected) per process: later calls return at once (a
-    version whose commit records no figures is read once too: a commit file never changes).
+    Verified once per loaded snapshot: later calls on the same snapshot (or ``table``) return at
+    once; a snapshot loaded again, after the cache let it go or an edit, is verified again.
 
     Args:
         location: the table location.
@@ -222,18 +273,23 @@ def verify_version(
     from airflow_provider_tsb.delta.snapshots import snapshot_at
 
     loc, version = normalize_location(location), int(version)
+    source: Any = table if table is not None else snapshot_at(loc, version)
     known = _VERIFIED.get((loc, version, expected))
-    if known is not None:
-        return known
-    wanted = expected if expected is not None else recorded_figures(_commit_info(loc, version, name))
+    if known is not None and known[0]() is source:  # this very snapshot was verified before
+        return known[1]
+    wanted = expected
+    if wanted is None or wanted.digest is None:  # the commit's own record holds the digest
+        recorded = recorded_figures(_commit_info(loc, version, name))
+        if wanted is None or (recorded is not None and recorded.as_tuple() == wanted.as_tuple()):
+            wanted = recorded if recorded is not None else wanted
     if wanted is not None:
-        found = figures_of(table if table is not None else snapshot_at(loc, version).add_actions)
-        if found != wanted:
+        found = figures_of(source.add_actions if table is None else source)
+        if not wanted.matches(found):
             raise integrity_error(name, barrier, version, wanted, found)
     with _LOCK:
         if len(_VERIFIED) >= MAX_VERIFIED:  # a long-running api-server: forget, verify again
             _VERIFIED.clear()
-        _VERIFIED[(loc, version, expected)] = wanted is not None  # a commit with no figures: none later
+        _VERIFIED[(loc, version, expected)] = (weakref.ref(source), wanted is not None)
     return wanted is not None
 
 
@@ -260,10 +316,12 @@ def forget_verified() -> None:
 
 __all__ = [
     "BYTES_KEY",
+    "DIGEST_KEY",
     "FILES_KEY",
     "LiveFiles",
     "TableFigures",
     "figures_after",
+    "file_digest",
     "figures_metadata",
     "figures_of",
     "forget_verified",

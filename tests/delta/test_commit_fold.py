@@ -62,7 +62,8 @@ def test_a_re_added_path_counts_once_and_a_re_created_table_is_read_again(tmp_pa
     add = next(json.loads(line)["add"] for line in (loc / "_delta_log" / f"{0:020d}.json").read_text().splitlines()
                if line.startswith('{"add"'))
     (loc / "_delta_log" / f"{1:020d}.json").write_text(json.dumps({"add": {**add, "dataChange": False}}) + "\n")
-    assert live_figures(str(loc), 1) == _snapshot_figures(loc, 1) == integrity.TableFigures(1, add["size"])
+    assert live_figures(str(loc), 1) == _snapshot_figures(loc, 1)  # the digests too: the fold is the snapshot
+    assert live_figures(str(loc), 1).as_tuple() == (1, add["size"])
     shutil.rmtree(loc)
     snapshots.clear(str(loc))
     for n in range(3):  # created again, past the version seen last

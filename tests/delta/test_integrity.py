@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from airflow_provider_tsb.delta.errors import DeltaLogError
-from airflow_provider_tsb.delta.integrity import FILES_KEY, TableFigures, figures_of
+from airflow_provider_tsb.delta.integrity import DIGEST_KEY, FILES_KEY, figures_of, recorded_figures
 from airflow_provider_tsb.delta.log import commit_info, open_table
 from airflow_provider_tsb.exceptions import DeltaLogIntegrityError
 from airflow_provider_tsb.maintenance.integrity import check_integrity
@@ -46,9 +46,11 @@ def test_every_barrier_commit_records_its_live_files(store: MetaStore, tmp_path)
         state = store.table_states.table_state(ig.SINK, barrier)
         assert state is not None and state.file_count == files
         found = figures_of(open_table(loc[ig.SINK], state.version))
-        assert found == TableFigures(files, state.size_bytes) and state.size_bytes > 0
+        assert found.as_tuple() == (files, state.size_bytes) and state.size_bytes > 0
         info = commit_info(loc[ig.SINK], state.version) or {}
         assert int(info[FILES_KEY]) == files  # the commit's own record (the metastore copies it)
+        # the digest the commit computed from its base's and its own files is the log's
+        assert found.digest == int(info[DIGEST_KEY], 16) == recorded_figures(info).digest
         res = store.resolution.resolve([ig.SINK], as_of=barrier)
         assert (res.tables[ig.SINK].file_count, res.tables[ig.SINK].size_bytes) == (files, state.size_bytes)
         assert res.to_dict()["tables"][ig.SINK]["file_count"] == files
@@ -83,6 +85,35 @@ def test_an_edited_log_is_refused_at_read_and_reported(kind: str, store: MetaSto
     assert cli.returncode == 1, cli.stdout + cli.stderr
     line = f"{ig.SINK} barrier {barrier} (Delta version {version}): figures: expected {expected.file_count} files"
     assert line in cli.stdout and f"{len(broken)} mismatches" in cli.stdout
+
+
+@pytest.mark.slow  # runs `tsb check --integrity` processes
+@pytest.mark.parametrize("kind", ["swap_same_size", "same_size_copy"])
+def test_an_edit_that_keeps_the_counts_and_bytes_is_refused(kind: str, store: MetaStore, metastore_url: str,
+                                                           tmp_path) -> None:
+    """Issue 57 item 5: two same-size files swapped in a merge commit, or an ``add`` pointing to
+    a same-size copy of another file, kept ``(files, bytes)`` and were served (``0 mismatches``)."""
+    loc = ig.build(store, str(tmp_path / "wh"))
+    barrier, version = ig.tamper(loc[ig.SINK], kind)
+    with pytest.raises(DeltaLogIntegrityError, match=rf"barrier {barrier}, Delta version {version}: .*digest") as err:
+        _read(store, barrier)
+    assert err.value.found == err.value.expected  # count and bytes agree: only the digest tells
+    broken = [(3, 2), (2, 1)] if kind == "swap_same_size" else [(3, 2)]  # a swap carries over to later versions
+    report = check_integrity(store, ig.TOPOLOGY)
+    assert [(f.table, f.barrier, f.version, f.problem) for f in report.findings or []] == [
+        (ig.SINK, b, v, "figures") for b, v in broken]
+    cli = _cli_check(metastore_url)
+    assert cli.returncode == 1 and f"{len(broken)} mismatches" in cli.stdout, cli.stdout + cli.stderr
+
+
+def test_a_long_running_reader_verifies_a_reloaded_snapshot_again(store: MetaStore, tmp_path) -> None:
+    """Issue 57 item 5: a reader that verified a version once served an edit made afterwards,
+    once its snapshot was loaded again (the memo was per process, not per loaded snapshot)."""
+    loc = ig.build(store, str(tmp_path / "wh"))
+    assert _read(store, 2).num_rows == ig.ROWS[2]  # verified and served
+    ig.tamper(loc[ig.SINK], "drop_remove", new_process=False)  # the snapshot cache lets it go
+    with pytest.raises(DeltaLogIntegrityError, match=r"barrier 2, Delta version 1: the Delta log gives 3 files"):
+        _read(store, 2)
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ So each barrier's read has 10, 15 and 20 rows, one row per key.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -85,6 +86,16 @@ def commit_file(location: str, version: int) -> str:
     return os.path.join(location, "_delta_log", f"{version:020d}.json")
 
 
+def _actions(location: str, version: int) -> list[dict]:
+    with open(commit_file(location, version)) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _write_actions(location: str, version: int, actions: list[dict]) -> None:
+    with open(commit_file(location, version), "w") as fh:
+        fh.write("".join(json.dumps(a) + "\n" for a in actions))
+
+
 def _drop_action(location: str, version: int, action: str) -> None:
     path = commit_file(location, version)
     with open(path) as fh:
@@ -95,13 +106,17 @@ def _drop_action(location: str, version: int, action: str) -> None:
         fh.write("\n".join(kept) + "\n")
 
 
-def tamper(location: str, kind: str) -> tuple[int, int]:
+def tamper(location: str, kind: str, *, new_process: bool = True) -> tuple[int, int]:
     """Edit the sink's log as the probe did; returns ``(barrier, version)`` broken.
 
     ``drop_remove``: barrier 2's commit loses its ``remove`` (A stays live: keys 0-9 twice);
     ``drop_add``: barrier 3's commit loses its ``add`` (keys 15-19 lost); ``truncate``: barrier
     3's commit file is cut in the middle of a line; ``duplicate``: barrier 2's commit file is
-    copied over barrier 3's (version 2 then holds barrier 2's files).
+    copied over barrier 3's (version 2 then holds barrier 2's files). Two edits keep the count
+    and the bytes: ``swap_same_size``: barrier 2's merge removes A2 and adds A, A and A2 being of
+    one size (keys 0-9 keep their old values); ``same_size_copy``: barrier 3's ``add`` points to
+    a copy of B, of C's size (keys 10-14 twice, 15-19 lost). ``new_process=False``: this process
+    goes on, as a long-running reader whose snapshot cache lets the versions go and loads them again.
     """
     if kind == "drop_remove":
         _drop_action(location, 1, "remove")
@@ -115,12 +130,31 @@ def tamper(location: str, kind: str) -> tuple[int, int]:
         with open(path, "wb") as fh:
             fh.write(data[: len(data) // 2])
         broken = (3, 2)
+    elif kind == "swap_same_size":
+        actions = _actions(location, 1)
+        (a2, _b), (a,) = [x["add"] for x in actions if "add" in x], [x["remove"] for x in actions if "remove" in x]
+        assert a["size"] == a2["size"], (a, a2)
+        a["path"], a2["path"] = a2["path"], a["path"]
+        _write_actions(location, 1, actions)
+        broken = (2, 1)
+    elif kind == "same_size_copy":
+        b = next(x["add"] for x in _actions(location, 1) if "add" in x and x["add"]["path"].endswith("/b.parquet"))
+        actions = _actions(location, 2)
+        c = next(x["add"] for x in actions if "add" in x)
+        assert c["size"] == b["size"], (b, c)
+        shutil.copyfile(os.path.join(location, b["path"]), os.path.join(location, "copy-of-b.parquet"))
+        c["path"] = "copy-of-b.parquet"
+        _write_actions(location, 2, actions)
+        broken = (3, 2)
     elif kind == "duplicate":
         shutil.copyfile(commit_file(location, 1), commit_file(location, 2))
         broken = (3, 2)
     else:
         raise ValueError(f"unknown tampering {kind!r}")
-    fresh_process()
+    if new_process:
+        fresh_process()
+    else:
+        snapshots.clear()
     return broken
 
 
