@@ -221,13 +221,13 @@ class DeltaLogIntegrityError(DeltaLogError):
         table: the table (canonical name, or its location when the name is unknown).
         barrier: the barrier whose version is served (``None`` when unknown).
         version: the Delta version.
-        expected: ``(files, bytes)`` recorded at the commit.
-        found: ``(files, bytes)`` the log gives now.
+        expected: ``(files, bytes)`` recorded at the commit (``None``: a data file is missing).
+        found: ``(files, bytes)`` the log gives now (``None``: a data file is missing).
     """
 
     def __init__(
         self, message: str, *, table: str, barrier: int | None, version: int,
-        expected: tuple[int, int], found: tuple[int, int],
+        expected: tuple[int, int] | None, found: tuple[int, int] | None,
     ) -> None:
         super().__init__(message)
         self.table = table

@@ -32,6 +32,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from deltalake import DeltaTable
 
@@ -293,6 +294,42 @@ def verify_version(
     return wanted is not None
 
 
+def live_paths(table: DeltaTable) -> set[str]:
+    """The paths (relative, as in the log) of the live data files of a loaded version."""
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=False))
+    return {str(p) for p in actions.column("path").to_pylist()} if actions.num_rows else set()
+
+
+def missing_files(location: str, paths: Iterable[str]) -> list[str]:
+    """The ``paths`` (relative, as in the log) with no file under the table at ``location``: one
+    ``stat`` each."""
+    import pyarrow.fs as pafs
+
+    from airflow_provider_tsb.delta.log import filesystem
+
+    fs, root = filesystem(location)
+    wanted = [str(p) for p in paths]
+    infos = fs.get_file_info([f"{root}/{unquote(p)}" for p in wanted]) if wanted else []
+    return [p for p, info in zip(wanted, infos, strict=True) if info.type == pafs.FileType.NotFound]
+
+
+def missing_file_error(
+    name: str, barrier: int | None, version: int, missing: str, newest: int
+) -> DeltaLogIntegrityError:
+    """The error for a data file of ``version`` that is gone while still live at the table's
+    ``newest`` version: snapshot expiry deletes only files that no kept version and no version at
+    or after the newest one references (:mod:`~airflow_provider_tsb.delta.vacuum`), so it did
+    not remove this one."""
+    return DeltaLogIntegrityError(
+        f"table {name!r}, barrier {barrier}, Delta version {version}: data file {missing!r} is missing, and it is "
+        f"live at the newest version {newest}, so snapshot expiry (vacuum) did not remove it: it was deleted "
+        "outside tsb. Restore the file (e.g. from a backup), then run `tsb check --integrity --topology NAME`",
+        table=name, barrier=barrier, version=version, expected=None, found=None,
+    )
+
+
 def _commit_info(location: str, version: int, name: str) -> dict[str, Any] | None:
     """The ``commitInfo`` of ``version``; DeltaLogError naming the table for a commit file that is
     not JSON (e.g. truncated)."""
@@ -327,6 +364,9 @@ __all__ = [
     "forget_verified",
     "integrity_error",
     "live_figures",
+    "live_paths",
+    "missing_file_error",
+    "missing_files",
     "recorded_figures",
     "verify_version",
 ]

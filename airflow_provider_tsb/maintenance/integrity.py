@@ -4,6 +4,8 @@ For each table of the topology and each WRITTEN barrier whose version snapshot e
 (issue 25 item 4; :mod:`airflow_provider_tsb.delta.integrity`):
 
 * the version must load (a truncated or unreadable commit file is a finding);
+* every live data file of the version must be on storage (snapshot expiry never deletes a file
+  a kept version references, so a missing one was deleted outside tsb);
 * its live data files and their total size must equal the figures the barrier's commit
   recorded (the metastore's WRITTEN row, else the commit's ``tsb.files`` / ``tsb.bytes``);
 * else, the commit at the version must not carry an older barrier's tag than the barrier
@@ -14,7 +16,8 @@ One finding per (table, version): the first of these that fails.
 
 Versions recorded without figures (written before issue 25, root tables ingested without them)
 are counted as ``unrecorded``, not as findings. Nothing is cached: every version is loaded.
-Cost: one snapshot load and one commit-file read per distinct (table, version).
+Cost: one snapshot load and one commit-file read per distinct (table, version), one ``stat`` per
+distinct data file.
 """
 
 from __future__ import annotations
@@ -24,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tsb.delta.conventions import parse_tag
 from airflow_provider_tsb.delta.errors import DeltaLogError
-from airflow_provider_tsb.delta.integrity import TableFigures, figures_of, recorded_figures
+from airflow_provider_tsb.delta.integrity import (
+    TableFigures,
+    figures_of,
+    live_paths,
+    missing_files,
+    recorded_figures,
+)
 from airflow_provider_tsb.delta.log import commit_info, open_table
 from airflow_provider_tsb.metastore.records import BarrierState, TableState
 
@@ -41,7 +50,8 @@ class IntegrityFinding:
 
     Attributes:
         table: the table; ``barrier``: the barrier; ``version``: its Delta version.
-        problem: ``figures`` (live files differ), ``tag`` (the commit carries an older barrier's
+        problem: ``figures`` (live files differ), ``missing`` (a live data file is not on
+            storage), ``tag`` (the commit carries an older barrier's
             tag) or ``unreadable`` (the version does not load).
         expected / found: ``"N files, B bytes"`` (``figures``), the barrier tags (``tag``), or
             the error (``unreadable``: ``found``).
@@ -94,14 +104,23 @@ def _written(store: MetaStore, table: str) -> list[TableState]:
         before = page[-1].barrier
 
 
-def _check_version(name: str, location: str, state: TableState, report: IntegrityReport) -> IntegrityFinding | None:
-    """The finding for one barrier's version, or ``None`` (counts it in ``report``)."""
+def _check_version(name: str, location: str, state: TableState, report: IntegrityReport,
+                   present: set[str]) -> IntegrityFinding | None:
+    """The finding for one barrier's version, or ``None`` (counts it in ``report``); ``present``:
+    the table's data files already seen on storage (each is looked for once)."""
     version = int(state.version or 0)
     try:
         info = commit_info(location, version)
-        found = figures_of(open_table(location, version))
+        table = open_table(location, version)
+        found = figures_of(table)
     except (DeltaLogError, ValueError) as exc:
         return IntegrityFinding(name, state.barrier, version, "unreadable", "a loadable version", str(exc))
+    unseen = sorted(live_paths(table) - present)
+    gone = missing_files(location, unseen)
+    present.update(set(unseen) - set(gone))
+    if gone:  # a kept version's file: expiry never removes those
+        return IntegrityFinding(name, state.barrier, version, "missing", "every live data file on storage",
+                                f"{len(gone)} missing, e.g. {gone[0]}")
     recorded = recorded_figures(info)
     expected = recorded
     if state.file_count is not None and state.size_bytes is not None:  # the metastore's, with the commit's digest
@@ -133,12 +152,13 @@ def check_integrity(store: MetaStore, topology: str) -> IntegrityReport:
     for info in tables:
         expiry = store.expiry.table_expiry(info.name)
         seen: set[int] = set()
+        present: set[str] = set()
         for state in _written(store, info.name):
             version = int(state.version or 0)
             if version in seen or (expiry is not None and expiry.is_expired(version)):
                 continue
             seen.add(version)
-            finding = _check_version(info.name, info.location, state, report)
+            finding = _check_version(info.name, info.location, state, report, present)
             if finding is not None:
                 assert report.findings is not None
                 report.findings.append(finding)

@@ -116,11 +116,25 @@ def _check_staged(tv: ResolvedVersion, paths: list[str]) -> None:
 
 
 def expired_version(tv: ResolvedVersion, exc: BaseException) -> Exception:
-    """The :class:`~airflow_provider_tsb.exceptions.ExpiredVersionError` for a data file of a
-    resolved Delta version that vacuum deleted (delta-rs / pyarrow raise ``FileNotFoundError``)."""
+    """The error for a data file of a resolved Delta version that is gone (delta-rs / pyarrow
+    raise ``FileNotFoundError``): :class:`~airflow_provider_tsb.exceptions.ExpiredVersionError`
+    when snapshot expiry may have removed it, else (a missing file still live at the table's
+    newest version, which vacuum never deletes) the corruption it is,
+    :func:`~airflow_provider_tsb.delta.integrity.missing_file_error`."""
+    from airflow_provider_tsb.delta.integrity import live_paths, missing_file_error, missing_files
+    from airflow_provider_tsb.delta.log import open_table
     from airflow_provider_tsb.exceptions import ExpiredVersionError
 
     barrier = getattr(tv, "barrier", None)
+    if tv.version is not None:
+        try:
+            newest = open_table(tv.location)
+            live = live_paths(open_table(tv.location, tv.version)) & live_paths(newest)
+            gone = missing_files(tv.location, sorted(live))
+        except Exception:  # noqa: BLE001 - the table cannot be looked into: keep the expiry reading
+            gone = []
+        if gone:
+            return missing_file_error(tv.table, barrier, tv.version, gone[0], newest.version())
     return ExpiredVersionError(
         f"table {tv.table!r}, barrier {barrier} (Delta version {tv.version}): a data file of the version "
         f"is gone ({exc}): snapshot expiry (vacuum) removed it after this read was resolved. Resolve "

@@ -106,6 +106,28 @@ def test_an_edit_that_keeps_the_counts_and_bytes_is_refused(kind: str, store: Me
     assert cli.returncode == 1 and f"{len(broken)} mismatches" in cli.stdout, cli.stdout + cli.stderr
 
 
+@pytest.mark.slow  # runs `tsb check --integrity` processes
+def test_a_deleted_data_file_is_corruption_not_expiry(store: MetaStore, metastore_url: str, tmp_path) -> None:
+    """Issue 57 item 5: a data file deleted by hand was blamed on snapshot expiry (which never
+    ran) and ``tsb check --integrity`` said 0 mismatches. Expiry never deletes a file the newest
+    version references, so such a file's absence is corruption."""
+    from airflow_provider_tsb.exceptions import ExpiredVersionError
+
+    loc = ig.build(store, str(tmp_path / "wh"))
+    b_file = next(p for p in ig.live_paths(loc[ig.SINK]) if p.endswith("/b.parquet"))
+    os.remove(os.path.join(loc[ig.SINK], b_file))
+    ig.fresh_process()
+    said = (rf"barrier 2, Delta version 1: data file '{b_file}' is missing, and it is live at the newest "
+            r"version 2, so snapshot expiry \(vacuum\) did not remove it")
+    with pytest.raises(DeltaLogIntegrityError, match=said) as err:
+        _read(store, 2)
+    assert not isinstance(err.value, ExpiredVersionError)
+    report = check_integrity(store, ig.TOPOLOGY)
+    assert [(f.barrier, f.version, f.problem) for f in report.findings or []] == [(3, 2, "missing"), (2, 1, "missing")]
+    cli = _cli_check(metastore_url)
+    assert cli.returncode == 1 and "missing" in cli.stdout and "2 mismatches" in cli.stdout, cli.stdout + cli.stderr
+
+
 def test_a_long_running_reader_verifies_a_reloaded_snapshot_again(store: MetaStore, tmp_path) -> None:
     """Issue 57 item 5: a reader that verified a version once served an edit made afterwards,
     once its snapshot was loaded again (the memo was per process, not per loaded snapshot)."""

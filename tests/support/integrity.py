@@ -158,6 +158,14 @@ def tamper(location: str, kind: str, *, new_process: bool = True) -> tuple[int, 
     return broken
 
 
+def live_paths(location: str) -> set[str]:
+    """The live data files (relative paths) of the table's newest version."""
+    from airflow_provider_tsb.delta.integrity import live_paths as of_table
+    from airflow_provider_tsb.delta.log import open_table
+
+    return of_table(open_table(location))
+
+
 def fresh_process() -> None:
     """Forget what this process cached of Delta logs (snapshots, verified versions), as a new
     reader process would start."""
