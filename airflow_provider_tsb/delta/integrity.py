@@ -93,16 +93,25 @@ class TableFigures:
 
 
 def file_digest(files: Iterable[tuple[str, int]]) -> int:
-    """The digest of a set of live data files ``(path as in the log, size in bytes)``: the sum
-    modulo 2**256 of each file's SHA-256 over its URL-decoded path and its size. A sum, so a
-    commit computes its version's digest from its base's in O(its own files): plus its ``add``
-    actions, minus its ``remove`` actions (Delta protocol "Action Reconciliation")."""
-    from urllib.parse import unquote
-
+    """The digest of a set of live data files ``(path, size in bytes)``: the sum modulo 2**256 of
+    each file's SHA-256 over its path and its size. A sum, so a commit computes its version's
+    digest from its base's in O(its own files): plus its ``add`` actions, minus its ``remove``
+    actions (Delta protocol "Action Reconciliation"). A path counts fully URL-decoded: the log
+    holds it percent-encoded (a Hive-escaped partition directory twice), a writer knows it as on
+    storage, and both give one digest."""
     total = 0
     for path, size in files:
-        total += int.from_bytes(hashlib.sha256(f"{unquote(path)}\0{int(size)}".encode()).digest(), "big")
+        total += int.from_bytes(hashlib.sha256(f"{_decoded(path)}\0{int(size)}".encode()).digest(), "big")
     return total % _DIGEST_MOD
+
+
+def _decoded(path: str) -> str:
+    """``path`` URL-decoded until nothing changes."""
+    while True:
+        once = unquote(path)
+        if once == path:
+            return path
+        path = once
 
 
 def figures_of(table: DeltaTable | pa.Table) -> TableFigures:

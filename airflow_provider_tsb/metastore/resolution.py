@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import (
     InconsistentReadError,
+    InvalidReadOptionError,
     TopologyError,
     UnknownTableError,
 )
@@ -90,11 +91,11 @@ def canonical_names(tables: Iterable[str]) -> list[str]:
     """Canonical names of Q without duplicates, in order.
 
     Raises:
-        ValueError: Q is empty.
+        InvalidReadOptionError: Q is empty.
     """
     names = list(dict.fromkeys(normalize_table_name(t) for t in tables))
     if not names:
-        raise ValueError("resolve() needs at least one table")
+        raise InvalidReadOptionError("read option tables: resolve() needs at least one table name, got none")
     return names
 
 

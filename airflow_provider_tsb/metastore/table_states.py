@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, delete, exists, func, select
 from sqlalchemy.orm import Session
 
-from airflow_provider_tsb.exceptions import TopologyError, UnknownBarrierError
+from airflow_provider_tsb.exceptions import OutOfRangeError, TopologyError, UnknownBarrierError
 from airflow_provider_tsb.metastore.barrier_history import check_version_in_log
 from airflow_provider_tsb.metastore.base import MetastoreCore, table_id_of, table_state_of
 from airflow_provider_tsb.metastore.job_runs import check_fencing_token
@@ -391,14 +391,15 @@ def written_tables(s: Session, topology: str) -> set[str]:
 
 # ---------------------------------------------------------------- the steps of record_written
 def _checked_version(table: str, barrier: int, version: int) -> int:
-    """``version`` as an int; ValueError unless it is an integer >= 0."""
+    """``version`` as an int; OutOfRangeError unless it is an integer >= 0."""
+    given = version
     try:
         version = operator.index(version)
     except TypeError:
         version = -1
-    if version < 0:
-        raise ValueError(
-            f"table {table!r}, barrier {barrier}: a Delta version is an integer >= 0, got {version!r}"
+    if version < 0 or isinstance(given, bool):
+        raise OutOfRangeError(
+            f"table {table!r}, barrier {barrier}: a Delta version is an integer >= 0, got {given!r}"
         )
     return version
 

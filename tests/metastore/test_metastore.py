@@ -10,6 +10,7 @@ from airflow_provider_tsb.exceptions import (
     CycleError,
     DoubleWriterError,
     InconsistentReadError,
+    InvalidReadOptionError,
     MetastoreError,
     OutOfRangeError,
     TopologyError,
@@ -130,9 +131,11 @@ def test_written_only_for_generated_barriers_and_real_versions(store: MetaStore,
     for bad in (0, -1, 1_000_000):
         with pytest.raises(UnknownBarrierError, match=f"barrier {bad} was never generated for topology 'wordcount'"):
             store.table_states.record_written(WC, bad, 0, "count_words")
-    for version in (-1, "3", 1.5, None):
-        with pytest.raises(ValueError, match="a Delta version is an integer >= 0"):
+    for version in (-1, "3", 1.5, None, True):  # the project's error, naming the value given (was -1)
+        with pytest.raises(OutOfRangeError, match=rf"a Delta version is an integer >= 0, got {version!r}$"):
             store.table_states.record_written(WC, 1, version, "count_words")  # type: ignore[arg-type]
+    with pytest.raises(InvalidReadOptionError, match="read option tables: resolve.. needs at least one table"):
+        store.resolution.resolve([])
     assert store.table_states.newest_written(WC) is None  # nothing was recorded by the refused calls
     store.table_states.record_written(WC, 1, 0, "count_words")
     assert store.table_states.version_at(WC, 1) == 0
