@@ -159,6 +159,7 @@ def _run(
     app: TsbApp, args: argparse.Namespace, catalog: BarrierCatalog, locations: dict[str, str],
     spark: SparkSession | None,
 ) -> None:
+    from airflow_provider_tsb.exceptions import SparkConnectUnavailableError
     from airflow_provider_tsb.spark.server_watch import ServerWatch, ServerWatchOptions
     from airflow_provider_tsb.spark.session import get_spark, is_connect, remote_url
 
@@ -176,9 +177,12 @@ def _run(
             _run_mode(app, args, catalog, locations, spark)
         except Exception as exc:
             fenced = _fenced(catalog, app.job_id)
-            if fenced is None:
-                raise
-            raise fenced from exc
+            if fenced is not None:
+                raise fenced from exc
+            lost = watch.diagnose() if watch is not None else None  # the server, not the job, failed
+            if lost is not None:
+                raise SparkConnectUnavailableError(lost) from exc
+            raise
     finally:
         if watch is not None:
             watch.stop()

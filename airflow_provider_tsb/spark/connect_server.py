@@ -84,6 +84,12 @@ SMALL_MACHINE_JAVA_OPTIONS = "-XX:+UseSerialGC"
 SMALL_MACHINE_CPUS = 2
 #: a Java option that chooses the garbage collector (``-XX:+UseG1GC``, ``-XX:+UseZGC``, ...)
 GC_OPTION = re.compile(r"-XX:\+Use\w+GC\b")
+#: the option every server JVM gets unless its own options handle an OutOfMemoryError: a JVM past
+#: one serves on in an undefined state (one job's query that exhausted the heap left the server
+#: stopping its SparkContext for two minutes while every job hung); exiting at once lets the
+#: server's owner start it again in seconds, and every job's watch ends it for its retry
+#: (:mod:`~airflow_provider_tsb.spark.server_watch` names the memory)
+EXIT_ON_OOM = "-XX:+ExitOnOutOfMemoryError"
 #: a JVM memory size as ``spark.driver.memory`` takes it (Spark's ``JavaUtils.byteStringAs``)
 JVM_MEMORY = re.compile(r"[1-9][0-9]*([kmgtp]b?)?", re.IGNORECASE)
 
@@ -186,7 +192,8 @@ def default_java_options(master: str, cpus: int | None = None) -> str:
 def server_conf(options: ConnectServerOptions) -> dict[str, str]:
     """The Spark properties the server starts with: :data:`SERVER_CONF`, its address, then
     ``options.conf``; ``options.driver_java_options`` (or :func:`default_java_options`) go first
-    in ``spark.driver.extraJavaOptions``. A default collector is left out when the conf's own Java
+    in ``spark.driver.extraJavaOptions``, with :data:`EXIT_ON_OOM` unless they handle an
+    OutOfMemoryError themselves. A default collector is left out when the conf's own Java
     options choose one (the JVM refuses two)."""
     conf = {**SERVER_CONF, "spark.connect.grpc.binding.port": str(options.port),
             "spark.connect.grpc.binding.address": options.bind_address, **dict(options.conf)}
@@ -194,8 +201,9 @@ def server_conf(options: ConnectServerOptions) -> dict[str, str]:
     java = options.driver_java_options
     if java is None:
         java = "" if GC_OPTION.search(own) else default_java_options(options.master)
-    if java.strip():
-        conf[DRIVER_JAVA_OPTIONS] = f"{java.strip()} {own}".strip()
+    if "OnOutOfMemoryError" not in f"{java} {own}":
+        java = f"{java} {EXIT_ON_OOM}"
+    conf[DRIVER_JAVA_OPTIONS] = f"{java.strip()} {own}".strip()
     return conf
 
 
@@ -287,7 +295,8 @@ class ConnectServer:
         url = f"sc://{_url_host(opts.bind_address)}:{opts.port}"
         self._write_state({"pid": process.pid, "start_ticks": start_ticks(process.pid), "port": opts.port,
                            "bind_address": opts.bind_address, "url": url,
-                           "master": opts.master, "log": str(self.log_file), "started_at": time.time()})
+                           "master": opts.master, "log": str(self.log_file), "started_at": time.time(),
+                           "driver_memory": opts.driver_memory})
         self._wait_ready(process, url)
         return self.status()
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -43,6 +44,9 @@ from pathlib import Path
 from airflow_provider_tsb.spark.session import connect_address
 
 log = logging.getLogger("airflow_provider_tsb.spark")
+
+#: bytes of the end of a local server's log searched for an OutOfMemoryError
+OOM_TAIL_BYTES = 256 * 1024
 
 #: exit status of a job whose Spark Connect server was lost (``EX_TEMPFAIL``: retry it)
 SERVER_LOST_EXIT = 75
@@ -115,6 +119,7 @@ class ServerWatch:
         self.address = connect_address(url)
         self._home = home
         self._record = local_server_record(url, home)
+        self._log_start = _size(self._record.get("log")) if self._record else 0  # this job's part of it
         self._on_lost = on_lost or _end_process
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"tsb-server-watch-{job_id}", daemon=True)
@@ -163,14 +168,52 @@ class ServerWatch:
                 self._lost(f"{problem} for {time.monotonic() - failing_since:.0f} s")
                 return
 
-    def _lost(self, problem: str) -> None:
-        if self._stop.is_set():
-            return
-        self._on_lost(
-            f"job {self.job_id}: the Spark Connect server {self.url} {problem}; its log: {self.server_log}. "
+    def out_of_memory(self) -> str:
+        """`` : it ran out of memory (...)`` when the local server logged an OutOfMemoryError since
+        this watch started (the server exits on one: ``-XX:+ExitOnOutOfMemoryError``), else ``""``."""
+        path = self._record.get("log") if self._record else None
+        if not path:
+            return ""
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(max(self._log_start, _size(path) - OOM_TAIL_BYTES))
+                tail = handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+        found = re.findall(r"java\.lang\.OutOfMemoryError: [^\n\r]*", tail)
+        if not found:
+            return ""
+        heap = (self._record or {}).get("driver_memory") or "its spark.driver.memory"
+        return (f": it ran out of memory ({found[-1].strip()}, heap {heap}) while a query ran; a job that needs more "
+                "memory gets a server of its own or a bigger heap (`tsb spark start --driver-memory`), see "
+                "docs/engines.md \"One job's memory\"")
+
+    def diagnose(self) -> str | None:
+        """The message of a lost server, checked now (a job's query failed: was it the server?),
+        or ``None`` while the server answers and logged no OutOfMemoryError."""
+        problem, oom = self.check(), self.out_of_memory()
+        if problem is None and not oom:
+            return None
+        return self._message(problem or "stopped serving this job's query")
+
+    def _message(self, problem: str) -> str:
+        return (
+            f"job {self.job_id}: the Spark Connect server {self.url} {problem}{self.out_of_memory()}; "
+            f"its log: {self.server_log}. "
             f"The job stops (exit {SERVER_LOST_EXIT}) so that its retry resumes it from its checkpoint once the "
             "server is back: restart it (`tsb spark start`; `tsb spark start --supervise` restarts it by itself)"
         )
+
+    def _lost(self, problem: str) -> None:
+        if not self._stop.is_set():
+            self._on_lost(self._message(problem))
+
+
+def _size(path: str | None) -> int:
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0
 
 
 def _end_process(message: str) -> None:

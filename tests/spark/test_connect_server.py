@@ -176,12 +176,14 @@ def test_the_server_jvm_gets_the_serial_collector_on_a_small_local_machine(monke
     assert default_java_options("spark://spark-master:7077", cpus=2) == ""  # the work runs on executors
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    java = "spark.driver.extraJavaOptions"
-    assert server_conf(ConnectServerOptions())[java] == "-XX:+UseSerialGC"
-    assert server_conf(ConnectServerOptions(conf={java: "-Dx=1"}))[java] == "-XX:+UseSerialGC -Dx=1"
-    assert server_conf(ConnectServerOptions(conf={java: "-XX:+UseZGC -Dx=1"}))[java] == "-XX:+UseZGC -Dx=1"
-    assert java not in server_conf(ConnectServerOptions(driver_java_options=""))
+    java, oom = "spark.driver.extraJavaOptions", "-XX:+ExitOnOutOfMemoryError"  # every server exits on an OOM
+    assert server_conf(ConnectServerOptions())[java] == f"-XX:+UseSerialGC {oom}"
+    assert server_conf(ConnectServerOptions(conf={java: "-Dx=1"}))[java] == f"-XX:+UseSerialGC {oom} -Dx=1"
+    assert server_conf(ConnectServerOptions(conf={java: "-XX:+UseZGC -Dx=1"}))[java] == f"{oom} -XX:+UseZGC -Dx=1"
+    assert server_conf(ConnectServerOptions(driver_java_options=""))[java] == oom
     given = ConnectServerOptions(driver_java_options="-XX:+UseG1GC -XX:MaxGCPauseMillis=50", conf={java: "-Dx=1"})
-    assert server_conf(given)[java] == "-XX:+UseG1GC -XX:MaxGCPauseMillis=50 -Dx=1"
+    assert server_conf(given)[java] == f"-XX:+UseG1GC -XX:MaxGCPauseMillis=50 {oom} -Dx=1"
+    own = ConnectServerOptions(conf={java: "-XX:OnOutOfMemoryError=/bin/true"})  # handling of its own: kept
+    assert server_conf(own)[java] == "-XX:+UseSerialGC -XX:OnOutOfMemoryError=/bin/true"
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert java not in server_conf(ConnectServerOptions())
+    assert server_conf(ConnectServerOptions())[java] == oom

@@ -150,3 +150,82 @@ def test_the_watch_names_a_server_that_refuses_connections_and_one_restarted_und
             ServerWatchOptions.from_env()
         finally:
             del os.environ["TSB_SPARK_WATCH_SECONDS"]
+
+
+#: a job of the wordcount topology whose query exhausts the server's heap: every word's text
+#: gathered into one list, 40 million long (several GB on a 512 MB heap)
+HEAP_BOMB = '''
+import sys
+from pyspark.sql import functions as F
+from airflow_provider_tsb.spark import Sink, TsbApp, run_app
+
+def process(ctx):
+    big = ctx.spark.range(0, 40_000_000).select(F.concat(F.lit("x" * 100), F.col("id").cast("string")).alias("s"))
+    big.agg(F.collect_list("s")).collect()
+    return {}
+
+APP = TsbApp(job_id="wordcount_counts", sources={"wordcount.word_count": None},
+             sinks={"wordcount.count_of_counts": Sink(mode="overwrite", schema="cnt long, cnt2 long")}, process=process)
+
+if __name__ == "__main__":
+    sys.exit(run_app(APP))
+'''
+
+
+def test_a_job_that_exhausts_the_heap_is_named_and_the_others_resume(tmp_path: Path) -> None:
+    """Issue 57 item 3: one job's query exhausted the shared server's heap; the server spent two
+    minutes stopping its SparkContext, the guilty job saw only "Cannot call methods on a stopped
+    SparkContext" and every other job hung. The server now exits on an OutOfMemoryError
+    (``-XX:+ExitOnOutOfMemoryError``), its supervisor starts it again, the guilty job and the
+    innocent one end naming the memory, and the innocent one's retry commits every barrier once."""
+    home, port = tmp_path / "spark", free_port()
+    supervisor_log = tmp_path / "supervisor.log"
+    with supervisor_log.open("w") as out:
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", "airflow_provider_tsb", "spark", "start", "--supervise", "--home", str(home),
+             "--port", str(port), "--master", "local[1]", "--driver-memory", "512m"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+    jobs: list[subprocess.Popen] = []
+    try:
+        _wait("the supervised server answers", lambda: "supervising:" in supervisor_log.read_text(), 240,
+              supervisor_log)
+        url, first_pid = f"sc://127.0.0.1:{port}", _record(home)["pid"]
+        dep = wordcount_deployment(tmp_path, f"sqlite:///{tmp_path / 'tsb.db'}", barriers=1, lines=10)
+        env = job_env(dep.url, url, TSB_SPARK_HOME=str(home))
+        innocent_cmd = job_command(dep, JOB, 3, url)
+        innocent_cmd[innocent_cmd.index("batch")] = "streaming"
+        innocent_cmd += ["--idle-timeout", "240", "--trigger-interval", "0.2"]
+        innocent_log, guilty_log = tmp_path / "innocent.log", tmp_path / "guilty.log"
+        with innocent_log.open("w") as out:
+            jobs.append(subprocess.Popen(innocent_cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path))
+        _wait("barrier 1 is WRITTEN", lambda: _written(dep.store, 1), 240, innocent_log)
+        bomb = tmp_path / "heap_bomb.py"
+        bomb.write_text(HEAP_BOMB)
+        guilty_cmd = [sys.executable, str(bomb), *job_command(dep, "wordcount_counts", 1, url)[2:]]
+        with guilty_log.open("w") as out:
+            jobs.append(subprocess.Popen(guilty_cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path))
+        innocent, guilty = jobs
+        assert guilty.wait(timeout=240) != 0, guilty_log.read_text()[-3000:]
+        assert innocent.wait(timeout=90) == SERVER_LOST_EXIT, innocent_log.read_text()[-3000:]
+        for name, log in (("wordcount_counts", guilty_log), (JOB, innocent_log)):
+            text = log.read_text()
+            said = f"job {name}: the Spark Connect server {url}"
+            assert said in text and "ran out of memory (java.lang.OutOfMemoryError: Java heap space, heap 512m)" \
+                in text, (name, text[-3000:])
+        _wait("the supervisor restarts the server",
+              lambda: _record(home).get("pid") not in (None, first_pid), 240, supervisor_log)
+        with innocent_log.open("a") as out:  # the innocent job's retry, as Airflow runs it
+            jobs.append(subprocess.Popen(innocent_cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path))
+        _barrier(dep, 2)
+        _barrier(dep, 3)
+        assert jobs[-1].wait(timeout=300) == 0, innocent_log.read_text()[-3000:]
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+        supervisor.send_signal(signal.SIGTERM)
+        supervisor.wait(timeout=60)
+    words = Counter(DeltaTable(dep.location("raw.words")).to_pyarrow_table().column("word").to_pylist())
+    counts = {r["word"]: r["cnt"] for r in DeltaTable(dep.location(SINK)).to_pyarrow_table().to_pylist()}
+    assert counts == dict(words)  # 0 lost, 0 counted twice
