@@ -186,6 +186,12 @@ class OutOfRangeError(TsbError, ValueError):
     infinities are refused. The message names the field when it is known."""
 
 
+class LeaseLimitError(TsbError):
+    """A read would pin more Delta versions than one principal (an Airflow user) may hold in live
+    leases (``[tsb] max_leased_versions``): the message names the principal, what it holds, what
+    the read adds and the limit. REST answers 429."""
+
+
 class SparkConnectUnavailableError(TsbError):
     """No Spark Connect server answers at the URL a job was given (the message names the URL and
     how to start one: ``tsb spark start``)."""

@@ -33,6 +33,7 @@ from airflow_provider_tsb.exceptions import (
     DoubleWriterError,
     ExpiredVersionError,
     InconsistentReadError,
+    LeaseLimitError,
     MetastoreError,
     RecipientTokenError,
     TopologyError,
@@ -45,6 +46,8 @@ def status_for(exc: BaseException) -> int:
     """HTTP status of a tsb error (see module docstring)."""
     if isinstance(exc, AccessDeniedError):
         return 403
+    if isinstance(exc, LeaseLimitError):
+        return 429
     if isinstance(exc, RecipientTokenError):
         return 401
     if isinstance(exc, ExpiredVersionError):

@@ -132,6 +132,16 @@ def max_lease_seconds() -> int:
     return config_number("max_lease_seconds", DEFAULT_MAX_LEASE_SECONDS)
 
 
+#: default of ``[tsb] max_leased_versions``: Delta versions one user may hold in live leases
+DEFAULT_MAX_LEASED_VERSIONS = 2000
+
+
+def max_leased_versions() -> int:
+    """``[tsb] max_leased_versions``: how many Delta versions one principal's live leases taken
+    through the API may pin, over every table (default 2,000): a reader cannot pin the warehouse."""
+    return config_number("max_leased_versions", DEFAULT_MAX_LEASED_VERSIONS)
+
+
 def too_large_detail(max_bytes: int) -> str:
     """The 413 message."""
     return (

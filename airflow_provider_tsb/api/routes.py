@@ -8,8 +8,7 @@ Airflow's auth at ``/tsb/api/v1``::
     app.include_router(api_router)
     install_exception_handlers(app)
 
-Endpoints (paths relative to the mount point):
-
+Endpoints (relative to the mount point):
 * ``POST /register/source/{job_id}/{catalog}/{database}/{table}``, ``POST /register/sink/...``:
   add a source / sink to a job, creating the job on its first registration (FLIP-276
   ``/register/source``, ``/register/sink``);
@@ -20,9 +19,8 @@ Endpoints (paths relative to the mount point):
 * ``GET /topologies`` (those the user may read), ``/topology``, ``/barriers``, ``/tables/{catalog}/
   {database}/{table}/barriers``, ``/delays``, ``/freshness``: lineage, barriers, delays, lag.
 
-Authorization (:mod:`airflow_provider_tsb.api.access`, the policy comes from the
-:func:`get_access` dependency): reads need read access to every DAG of the topology, changes
-(registration, unregistration, leases) edit access; lists show only readable topologies.
+Authorization (:mod:`~airflow_provider_tsb.api.access`, from :func:`get_access`): reads need read
+access to every DAG of the topology, changes (registrations, leases) edit access.
 
 Errors (:mod:`airflow_provider_tsb.api.errors`) are JSON ``{"detail": message, "error": exception
 class}``: 403 not allowed, 404 unknown name, 409 conflict, 410 expired, 413 body too large, 422 bad
@@ -48,6 +46,7 @@ from airflow_provider_tsb.api.errors import (
     install_exception_handlers,
     status_for,
 )
+from airflow_provider_tsb.api.lease_budget import budgeted
 from airflow_provider_tsb.api.limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimitMiddleware, max_lease_seconds
 from airflow_provider_tsb.api.registration import register
 from airflow_provider_tsb.api.schemas import (
@@ -288,12 +287,13 @@ def get_version(
 
 
 @router.post("/versions", response_model=VersionsOut)
-def post_versions(store: StoreDep, access: AccessDep, request: VersionsRequest) -> Response:
+def post_versions(store: StoreDep, access: AccessDep, request: VersionsRequest, http: Request) -> Response:
     """Consistent versions of tables Q at a level (FLIP-276 "Data Consistency Type").
 
     Body: ``tables``, ``level``, ``as_of`` (AS OF barrier n), ``min_barrier`` (monotonic reads:
     409 when the newest consistent barrier is older), ``lease_seconds`` (pin the versions; at
-    most ``[tsb] max_lease_seconds``, 422 above), ``max_staleness_s`` and ``wait_s`` (bounded
+    most ``[tsb] max_lease_seconds``, 422 above; 429 past the user's ``[tsb] max_leased_versions``),
+    ``max_staleness_s`` and ``wait_s`` (bounded
     staleness: 409 ``StaleReadError`` naming the lagging tables and their writer jobs when the
     newest COMMIT barrier stays older). Reading needs read access to the tables' topologies'
     DAGs, a lease edit access (403).
@@ -307,7 +307,7 @@ def post_versions(store: StoreDep, access: AccessDep, request: VersionsRequest) 
                 f"lease_seconds={request.lease_seconds:g} is longer than the longest lease, {limit} s "
                 "([tsb] max_lease_seconds); take a shorter lease and renew it"
             )
-        res = store.resolution.resolve(request.tables, request.to_options())
+        res = store.resolution.resolve(request.tables, budgeted(store, http, request.to_options(), len(names)))
     return json_answer(VersionsOut.model_validate(res.to_dict()))
 
 

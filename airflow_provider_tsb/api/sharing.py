@@ -30,8 +30,9 @@ Airflow user's JWT with the tsb REST API's roles: the routes depend on
 :func:`~.routes.get_access`, which in the api-server asks the auth manager for read access to
 every DAG of the share's topologies. Errors are the protocol's
 ``{"errorCode", "message"}``: 400 ``INVALID_PARAMETER_VALUE`` (bad or expired version, bad
-body), 403 ``PERMISSION_DENIED``, 404 ``RESOURCE_DOES_NOT_EXIST``, 413, 500 ``INTERNAL_ERROR``
-(a table whose Delta log fails its integrity check: a server-side fault), 503.
+body), 403 ``PERMISSION_DENIED``, 404 ``RESOURCE_DOES_NOT_EXIST``, 413, 429 (the user's leases
+are at ``[tsb] max_leased_versions``, :mod:`~.lease_budget`), 500 ``INTERNAL_ERROR`` (a table
+whose Delta log fails its integrity check: a server-side fault), 503.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from fastapi.routing import APIRoute
 from airflow_provider_tsb.api import sharing_model as sm
 from airflow_provider_tsb.api.access import EDIT, READ, AccessDeniedError, AllowAll, TopologyAccess
 from airflow_provider_tsb.api.errors import status_for
+from airflow_provider_tsb.api.lease_budget import lease_holder
 from airflow_provider_tsb.api.limits import config_number, config_seconds, max_lease_seconds, short_text
 from airflow_provider_tsb.api.routes import get_access, get_store
 from airflow_provider_tsb.api.sharing_auth import check_principal, principal_of, require_share
@@ -68,8 +70,8 @@ CAPABILITIES_HEADER = "delta-sharing-capabilities"
 #: default lifetime of a file URL and of the lease of a query, seconds (``[tsb] sharing_url_seconds``)
 DEFAULT_URL_SECONDS = 300
 _CODES = {400: "INVALID_PARAMETER_VALUE", 403: "PERMISSION_DENIED", 404: "RESOURCE_DOES_NOT_EXIST",
-          413: "RESOURCE_LIMIT_EXCEEDED", 500: "INTERNAL_ERROR", 503: "TEMPORARILY_UNAVAILABLE",
-          401: "UNAUTHENTICATED"}
+          413: "RESOURCE_LIMIT_EXCEEDED", 429: "RESOURCE_LIMIT_EXCEEDED", 500: "INTERNAL_ERROR",
+          503: "TEMPORARILY_UNAVAILABLE", 401: "UNAUTHENTICATED"}
 
 
 async def url_seconds(request: Request) -> int:
@@ -299,7 +301,8 @@ def query_table(request: Request, store: StoreDep, access: AccessDep, seconds: A
         return _changes(request, store, access, found, tables, t, seconds, body.get("startingVersion"),
                         body.get("endingVersion"))
     barrier = _barrier(store, found, tables, body.get("version"), body.get("timestamp"))
-    res = sharing_cache(request, store).leased(found, t, barrier, seconds, lease=may_lease(access, found))
+    res = sharing_cache(request, store).leased(found, t, barrier, seconds, lease=may_lease(access, found),
+                                               holder=lease_holder(request, f"delta-sharing {found.name}"))
     expires = res.lease_expires_at_ms or now_ms() + seconds * 1000
     lines = query_lines(res.tables[t.full_name], expires, _signer(request, expires))
     return _ndjson(lines, barrier)
@@ -350,7 +353,8 @@ def _changes(request: Request, store: MetaStore, access: TopologyAccess, share: 
         raise sm.BadRequestError("give startingVersion or startingTimestamp")
     first = sm.parse_version(start, "startingVersion")
     last = sm.parse_version(end, "endingVersion") if end is not None else sm.share_version(store, share, tables)
-    steps = sm.barrier_versions(store, t, first, last, seconds, lease=may_lease(access, share))
+    steps = sm.barrier_versions(store, t, first, last, seconds, lease=may_lease(access, share),
+                                holder=lease_holder(request, f"delta-sharing changes {share.name}"))
     lines = change_lines(t.full_name, steps, steps.lease_expires_ms, _signer(request, steps.lease_expires_ms))
     return _ndjson(lines, first)
 

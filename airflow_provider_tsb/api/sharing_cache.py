@@ -141,13 +141,15 @@ class SharingCache:
         return entry
 
     def leased(self, share: sm.Share, table: sm.SharedTable, barrier: int, seconds: float, *,
-               lease: bool = True) -> Resolution:
+               lease: bool = True, holder: str | None = None) -> Resolution:
         """``table`` resolved at share version ``barrier`` with its version leased, as
         :func:`.sharing_model.resolve_table` with ``lease_seconds=seconds``; on the
         REPEATABLE_READ share a lease taken by an earlier query is reused while it has at least
         ``seconds * (1 - REUSE_FRACTION)`` and at most ``seconds`` to live (the answer's
         ``lease_expires_at_ms`` is that lease's end, epoch ms). Without ``lease`` (a reader who
-        may not lease) it is resolved and nothing is pinned.
+        may not lease) it is resolved and nothing is pinned. ``holder``: the lease's holder (a
+        principal's, :func:`~airflow_provider_tsb.api.lease_budget.lease_holder`: a lease is reused
+        for its own holder only, and a new one is taken within the principal's budget).
 
         Raises:
             UnknownBarrierError, InconsistentReadError, ExpiredVersionError: as
@@ -155,14 +157,18 @@ class SharingCache:
         """
         if not lease:  # a reader without the lease right: resolved, nothing pinned
             return sm.resolve_table(self.store, share, table, barrier, lease_seconds=None)
-        key = (share.name, table.full_name, barrier)
+        key = (share.name, table.full_name, barrier, holder)
         if share.level is ConsistencyLevel.REPEATABLE_READ:
             with self._lock:
                 entry = self._leases.get(key)
             left = (entry.expires_ms - self._clock()) if entry is not None else -1
             if entry is not None and seconds * (1 - REUSE_FRACTION) * 1000 <= left <= seconds * 1000:
                 return entry.resolution
-        res = sm.resolve_table(self.store, share, table, barrier, lease_seconds=seconds)
+        if holder is not None:
+            from airflow_provider_tsb.api.lease_budget import check_lease_budget
+
+            check_lease_budget(self.store, holder, 1)
+        res = sm.resolve_table(self.store, share, table, barrier, lease_seconds=seconds, holder=holder)
         if share.level is ConsistencyLevel.REPEATABLE_READ and res.lease_expires_at_ms is not None:
             with self._lock:
                 self._leases[key] = _LeaseEntry(res, res.lease_expires_at_ms)

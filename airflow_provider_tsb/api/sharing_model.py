@@ -240,9 +240,11 @@ def barrier_from(store: MetaStore, share: Share, ts_ms: int, newest: int) -> int
 
 
 def resolve_table(
-    store: MetaStore, share: Share, table: SharedTable, barrier: int, *, lease_seconds: float | None
+    store: MetaStore, share: Share, table: SharedTable, barrier: int, *, lease_seconds: float | None,
+    holder: str | None = None,
 ) -> Resolution:
-    """What to read of ``table`` at share version ``barrier``, leased for ``lease_seconds``.
+    """What to read of ``table`` at share version ``barrier``, leased for ``lease_seconds`` by
+    ``holder`` (default ``delta-sharing SHARE``).
 
     At REPEATABLE_READ: AS OF ``barrier``. On the read-committed share, the share's own version
     is its newest PRECOMMIT barrier, resolved over every table of the share (so the staged files
@@ -252,7 +254,7 @@ def resolve_table(
         UnknownBarrierError, InconsistentReadError, ExpiredVersionError: as
         :meth:`~airflow_provider_tsb.metastore.resolution.ResolutionManager.resolve`.
     """
-    holder = f"delta-sharing {share.name}"
+    holder = holder or f"delta-sharing {share.name}"
     if share.level is ConsistencyLevel.READ_COMMITTED:
         names = [t.full_name for t in shared_tables(store, share)]
         res = store.resolution.resolve(names, share.level, lease_seconds=lease_seconds, lease_holder=holder)
@@ -283,13 +285,15 @@ class BarrierSteps:
 
 
 def barrier_versions(store: MetaStore, table: SharedTable, first: int, last: int, seconds: float, *,
-                     lease: bool = True) -> BarrierSteps:
+                     lease: bool = True, holder: str | None = None) -> BarrierSteps:
     """Resolve ``table`` AS OF every barrier ``first - 1`` .. ``last``; with ``lease`` (a reader
     with the lease right), lease exactly the Delta versions served (one lease each, in one
-    transaction: not the versions between them) for ``seconds``.
+    transaction: not the versions between them) for ``seconds``, held by ``holder`` within its
+    principal's budget (:func:`~airflow_provider_tsb.api.lease_budget.check_lease_budget`).
 
     Raises:
         BadRequestError: ``first > last`` or more than :data:`MAX_CHANGE_BARRIERS` barriers.
+        LeaseLimitError: the lease would pass ``holder``'s principal's limit.
         UnknownBarrierError, InconsistentReadError, ExpiredVersionError: a barrier of the range
             cannot be read AS OF (never generated, not WRITTEN in the table, or expired).
         DeltaLogIntegrityError: a version of the range does not give the live files its
@@ -314,7 +318,11 @@ def barrier_versions(store: MetaStore, table: SharedTable, first: int, last: int
     pinned = sorted({v for v in versions.values() if v is not None})
     expires = now_ms() + int(seconds * 1000)
     if pinned and lease:
-        expires = lease_each(store, table.full_name, pinned, seconds, f"delta-sharing changes {table.share}")
+        if holder is not None:
+            from airflow_provider_tsb.api.lease_budget import check_lease_budget
+
+            check_lease_budget(store, holder, len(pinned))
+        expires = lease_each(store, table.full_name, pinned, seconds, holder or f"delta-sharing changes {table.share}")
     return BarrierSteps(table.info.location, versions, ts, expires)
 
 

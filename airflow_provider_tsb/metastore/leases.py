@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy import and_, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.consistency import check_lease_seconds
@@ -219,6 +219,19 @@ class LeaseManager:
                 .where(and_(LeaseVersionRow.table_id == table_id, LeaseRow.expires_at_ms > cutoff))
             ).all()
         return merge_ranges((v if f is None else f, v) for f, v in rows)
+
+    def held_versions(self, holder_prefix: str, now: int | None = None) -> int:
+        """How many Delta versions the live leases whose holder starts with ``holder_prefix`` pin,
+        over every table (a range counts each of its versions): one aggregate query."""
+        cutoff = now if now is not None else now_ms()
+        width = LeaseVersionRow.version - func.coalesce(LeaseVersionRow.from_version, LeaseVersionRow.version) + 1
+        with self._core.transaction() as s:
+            held = s.scalar(
+                select(func.coalesce(func.sum(width), 0))
+                .join(LeaseRow, LeaseRow.id == LeaseVersionRow.lease_id)
+                .where(LeaseRow.holder.startswith(holder_prefix, autoescape=True), LeaseRow.expires_at_ms > cutoff)
+            )
+        return int(held or 0)
 
     def leased_versions(self, table: str, now: int | None = None) -> set[int]:
         """Delta versions of ``table`` pinned by live leases (snapshot expiry must keep them)."""

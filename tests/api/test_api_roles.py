@@ -38,6 +38,8 @@ pytestmark = pytest.mark.airflow
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 API = "/tsb/api/v1"
+#: ``[tsb] max_leased_versions`` of the api-server under test
+MAX_LEASED = 40
 ROLES = ["viewer", "user", "op", "admin"]
 USERS = [*ROLES, "alice", "bob"]
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -125,6 +127,7 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         ),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         "AIRFLOW__TSB__MAX_LEASE_SECONDS": "3600",
+        "AIRFLOW__TSB__MAX_LEASED_VERSIONS": str(MAX_LEASED),
         "PYTHONPATH": os.pathsep.join([str(HERE), *inherited]),
     }
     af = start_airflow(dags, env_extra=env, components=("dag-processor", "api-server"))
@@ -543,7 +546,7 @@ def _sharing_leases(dep: Deployment) -> int:
     from sqlalchemy import text
 
     with dep.store.engine.connect() as c:
-        return c.execute(text("SELECT count(*) FROM tsb_lease WHERE holder LIKE 'delta-sharing%'")).scalar_one()
+        return c.execute(text("SELECT count(*) FROM tsb_lease WHERE holder LIKE '%delta-sharing%'")).scalar_one()
 
 
 def test_reading_leases_only_with_the_lease_right_on_every_path(dep: Deployment) -> None:
@@ -566,6 +569,34 @@ def test_reading_leases_only_with_the_lease_right_on_every_path(dep: Deployment)
     assert dep.af.client.get(f"{route}/changes?startingVersion=1&endingVersion=1", headers=bearer).status_code == 200
     assert _sharing_leases(dep) == before + 2  # the query's version, and the one version changes served
     assert 0 in dep.store.leases.leased_versions("tsb.sales.out")
+
+
+def test_a_users_leases_are_bounded_in_versions_on_every_path(dep: Deployment) -> None:
+    """Issue 57 item 2: a user with the lease right kept versions from expiry by repeating reads.
+    Every lease the api-server takes is held by its user (``user:NAME/ ...``) and all of them
+    together pin at most ``[tsb] max_leased_versions`` versions (``MAX_LEASED`` here): past it,
+    ``POST /versions``, a sharing ``query`` and ``changes`` answer 429 naming the limit, and
+    another user still leases."""
+    route = "/tsb/sharing/shares/sales/schemas/sales/tables/out"
+    bearer = {"Authorization": f"Bearer {dep.tokens['bob']}"}
+    held = dep.store.leases.held_versions("user:bob/ ")
+    for _ in range(MAX_LEASED - held):
+        r = dep.call("bob", "POST", "/versions", {"tables": ["tsb.sales.out"], "lease_seconds": 600})
+        assert r.status_code == 200, r.text
+    assert dep.store.leases.held_versions("user:bob/ ") == MAX_LEASED
+    over = dep.call("bob", "POST", "/versions", {"tables": ["tsb.sales.out"], "lease_seconds": 600})
+    assert over.status_code == 429, over.text
+    body = over.json()
+    assert body["error"] == "LeaseLimitError" and f"over the limit of {MAX_LEASED} per user" in body["detail"]
+    query = dep.af.client.post(f"{route}/query", headers=bearer, json={"version": 1})
+    changes = dep.af.client.get(f"{route}/changes?startingVersion=1&endingVersion=1", headers=bearer)
+    # a query reuses the lease an earlier query of that version took (200, nothing new), else 429
+    assert query.status_code in (200, 429) and changes.status_code == 429, (query.text, changes.text)
+    refused = changes.json()
+    assert refused["errorCode"] == "RESOURCE_LIMIT_EXCEEDED" and "max_leased_versions" in refused["message"]
+    assert dep.store.leases.held_versions("user:bob/ ") == MAX_LEASED  # nothing pinned past the limit
+    other = dep.call("alice", "POST", "/versions", {"tables": ["tsb.sales.out"], "lease_seconds": 60})
+    assert other.status_code in (200, 403), other.text  # alice's own budget (403: no lease right on sales)
 
 
 def test_freshness_on_the_running_server(dep: Deployment) -> None:
