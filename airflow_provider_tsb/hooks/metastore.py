@@ -44,6 +44,8 @@ class TsbMetastoreHook(BaseHook):
     def __init__(self, tsb_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tsb_conn_id = tsb_conn_id
+        #: the URL once :meth:`aget_conn` resolved it (a trigger's hook looks it up once)
+        self._uri: str | None = None
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
@@ -55,12 +57,40 @@ class TsbMetastoreHook(BaseHook):
 
     def get_uri(self) -> str:
         """The metastore's SQLAlchemy URL (see module docstring for the resolution order)."""
+        if self._uri is not None:
+            return self._uri
         if os.environ.get(METASTORE_URL_ENV):
             return os.environ[METASTORE_URL_ENV]
         conn = self._find_connection()
         if conn is None:
             return default_sqlite_url()
         return connection_to_url(conn)
+
+    async def aget_conn(self) -> MetaStore:
+        """:meth:`get_conn` for trigger code, on the triggerer's event loop: the connection is
+        looked up with the task SDK's async call (``aget_connection``), and this hook keeps the
+        URL, so its later calls in worker threads look nothing up. A sync lookup from a worker
+        thread, the way :meth:`get_conn` does it, interleaves with the trigger runner's own
+        messages to its supervisor; several triggers doing it at once stalled Airflow 3's
+        triggerer ("TriggerRunner subprocess event loop appears deadlocked", apache/airflow#66412).
+
+        Raises:
+            ValueError: the connection's type is not usable (names it).
+        """
+        import asyncio
+
+        if self._uri is None:
+            if os.environ.get(METASTORE_URL_ENV):
+                self._uri = os.environ[METASTORE_URL_ENV]
+            else:
+                try:
+                    conn = await self.aget_connection(self.tsb_conn_id)
+                except Exception:  # not found, or no Airflow configured: as _find_connection
+                    if self.tsb_conn_id != self.default_conn_name:
+                        raise
+                    conn = None
+                self._uri = default_sqlite_url() if conn is None else connection_to_url(conn)
+        return await asyncio.to_thread(metastore_for_url, self._uri)
 
     def _find_connection(self) -> Any | None:
         try:

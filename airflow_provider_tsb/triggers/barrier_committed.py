@@ -74,9 +74,8 @@ class TsbBarrierCommittedTrigger(BaseTrigger):
         from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 
         hook = TsbMetastoreHook(self.tsb_conn_id)
-        try:
-            # resolve the connection once, off the event loop
-            await asyncio.to_thread(hook.get_conn)
+        try:  # the connection looked up once, with the SDK's async call (TsbMetastoreHook.aget_conn)
+            await hook.aget_conn()
         except Exception as exc:
             yield TriggerEvent({"status": "error", "message": f"tsb metastore unreachable: {exc}"})
             return
@@ -198,10 +197,18 @@ class TsbBarrierCommittedEventTrigger(BaseEventTrigger):
         from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook, committed_head
 
         hook = TsbMetastoreHook(self.tsb_conn_id)
+        store = None
+        while store is None:  # the SDK's async lookup, once: the hook keeps the URL (TsbMetastoreHook.aget_conn)
+            try:
+                store = await hook.aget_conn()
+            except Exception as exc:
+                self.log.warning("tsb metastore connection not readable (%s); retrying in %s s", exc,
+                                 self.poll_interval_s)
+                await asyncio.sleep(self.poll_interval_s)
         after = await self._stored_watermark()
         while after is None:
             try:
-                head = await asyncio.to_thread(lambda: committed_head(hook.get_conn(), self.tables))
+                head = await asyncio.to_thread(committed_head, store, self.tables)
             except Exception as exc:
                 self.log.warning("tsb metastore not readable (%s); retrying in %s s", exc, self.poll_interval_s)
                 await asyncio.sleep(self.poll_interval_s)

@@ -8,6 +8,7 @@ commits record them WRITTEN); no Spark runs."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,11 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Any:
     (dags / "freshness_deadline.py").write_text(DEADLINE_DAG_SOURCE)
     (dags / "wordcount_jobs.py").write_text(TOPOLOGY_DAG_SOURCE)
     af = start_airflow(dags, home=tmp / "airflow",
-                       env_extra={"TSB_METASTORE_URL": url, "TSB_WAREHOUSE": str(tmp / "warehouse"),
+                       # the metastore as an Airflow connection, not $TSB_METASTORE_URL: the watcher
+                       # looks it up in the real triggerer (TsbMetastoreHook.aget_conn)
+                       env_extra={"AIRFLOW_CONN_TSB_DEFAULT": json.dumps(
+                                      {"conn_type": "tsb", "extra": {"sqlalchemy_url": url}}),
+                                  "TSB_WAREHOUSE": str(tmp / "warehouse"),
                                   "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5"})
     try:
         yield af, store

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 from typing import Any
 
 import pytest
@@ -142,3 +143,36 @@ def test_the_committed_barrier_asset_has_an_identity_of_its_own(tsb_env) -> None
     assert committed_barrier_asset(topo, [WORDS]).name != first.name
     with pytest.raises(UnknownTableError, match=r"\['tsb.wordcount.nope'\] of topology 'wordcount'"):
         committed_barrier_asset(topo, ["wordcount.nope"])
+
+
+def test_the_triggers_look_their_connection_up_with_the_async_sdk_call_only(tsb_env, monkeypatch) -> None:
+    """Issue 56 item 7: the triggerer logged "TriggerRunner subprocess event loop appears
+    deadlocked" when the tsb watcher started. The triggers looked their connection up with the
+    sync ``get_connection`` in worker threads, which interleaves with the trigger runner's own
+    messages to its supervisor (apache/airflow#66412). Both triggers now take it once with
+    ``aget_connection`` on the event loop: the sync call fails here, and they still work."""
+    from airflow.sdk import BaseHook, Connection
+
+    from airflow_provider_tsb.triggers.barrier_committed import TsbBarrierCommittedTrigger
+
+    topo = wordcount_topology(tsb_env.warehouse)
+    tsb_env.store.registry.register_topology(topo)
+    _barrier(tsb_env.store, 1_000, {WORDS: 0, COUNTS: 0}, 0)
+    monkeypatch.delenv("TSB_METASTORE_URL")
+    looked_up: list[str] = []
+
+    def sync_lookup(cls: type, conn_id: str) -> Connection:
+        raise AssertionError(f"sync get_connection({conn_id!r}) in trigger code")
+
+    async def async_lookup(cls: type, conn_id: str) -> Connection:
+        looked_up.append(conn_id)
+        return Connection(conn_id=conn_id, conn_type="tsb", extra=json.dumps({"sqlalchemy_url": tsb_env.url}))
+
+    monkeypatch.setattr(BaseHook, "get_connection", classmethod(sync_lookup))
+    monkeypatch.setattr(BaseHook, "aget_connection", classmethod(async_lookup))
+    sensor = TsbBarrierCommittedTrigger([COUNTS, WORDS], barrier=1, tsb_conn_id="tsb_meta", poll_interval_s=0.05)
+    assert _run(_events(sensor, 1)) == [{"status": "committed", "barrier": 1, "tables": [COUNTS, WORDS]}]
+    watcher = TsbBarrierCommittedEventTrigger([COUNTS, WORDS], tsb_conn_id="tsb_meta", poll_interval_s=0.05,
+                                              from_barrier=0)
+    assert [e["barrier"] for e in _run(_events(watcher, 1))] == [1]
+    assert looked_up == ["tsb_meta", "tsb_meta"]  # once per trigger
