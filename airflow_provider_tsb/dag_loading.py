@@ -63,17 +63,9 @@ def import_timeout_s() -> float:
     else the ``[core]`` section of ``$AIRFLOW_HOME/airflow.cfg``, else Airflow's default 30; 0 or
     less: no timeout. Read without importing Airflow, whose configuration would set up its
     logging (on stdout) in a CLI that prints JSON there."""
-    import configparser
+    from airflow_provider_tsb.airflow_config import airflow_option
 
-    raw = os.environ.get("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT")
-    if raw is None:
-        cfg = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow") / "airflow.cfg"
-        parser = configparser.ConfigParser(interpolation=None)
-        try:
-            parser.read(cfg)
-            raw = parser.get("core", "dagbag_import_timeout", fallback=None)
-        except (OSError, configparser.Error):
-            raw = None
+    raw = airflow_option("core", "dagbag_import_timeout")
     try:
         return float(raw) if raw is not None else 30.0
     except ValueError:

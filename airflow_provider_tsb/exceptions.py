@@ -186,6 +186,11 @@ class OutOfRangeError(TsbError, ValueError):
     infinities are refused. The message names the field when it is known."""
 
 
+class LocationNotAllowedError(TsbError, ValueError):
+    """A table location outside the allowed roots (``[tsb] allowed_location_roots``; REST: 422):
+    the message names the location and the roots."""
+
+
 class LeaseLimitError(TsbError):
     """A read would pin more Delta versions than one principal (an Airflow user) may hold in live
     leases (``[tsb] max_leased_versions``): the message names the principal, what it holds, what

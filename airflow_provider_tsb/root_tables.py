@@ -38,7 +38,7 @@ from airflow_provider_tsb.delta.log import normalize_location, table_exists
 from airflow_provider_tsb.delta.roots import END_OF_INPUT, compact_small_files
 from airflow_provider_tsb.delta.storage import storage_options
 from airflow_provider_tsb.exceptions import InvalidLocationError
-from airflow_provider_tsb.metastore.locations import check_table_location
+from airflow_provider_tsb.metastore.locations import check_table_location, configured_location_roots
 
 #: commit metadata keys of an append made through this module
 RUN_KEY = "tsb.root.run_key"
@@ -86,6 +86,13 @@ def refuse_foreign_folder(location: str) -> str:
     return location
 
 
+def _root_location(location: str) -> str:
+    """``location`` normalized, once it is absolute without ``..``, under ``[tsb]
+    allowed_location_roots`` where those are configured, and no folder of other files."""
+    checked = check_table_location("root table", location, configured_location_roots())
+    return refuse_foreign_folder(normalize_location(checked))
+
+
 def append_to_root(
     location: str,
     data: Any,
@@ -117,12 +124,12 @@ def append_to_root(
         An :class:`AppendResult`.
 
     Raises:
-        InvalidLocationError: a relative location, one with ``..``, or a folder of other files.
+        InvalidLocationError, LocationNotAllowedError: see :func:`_root_location`.
         ValueError: ``data`` is of an unsupported type, a file format is unknown, or its columns
             do not match the table's schema (the message names the table and the columns).
         FileNotFoundError: a data file does not exist.
     """
-    loc = refuse_foreign_folder(normalize_location(check_table_location("root table", location)))
+    loc = _root_location(location)
     app_id = f"{APP_ID_PREFIX}{run_key}" if run_key is not None else None
     if app_id is not None and table_exists(loc):
         table = DeltaTable(loc, storage_options=storage_options(loc))

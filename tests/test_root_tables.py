@@ -104,3 +104,10 @@ def test_append_to_root_refuses_a_relative_path_and_a_folder_that_is_no_delta_ta
     assert isinstance(err.value, TsbError) and str(foreign) in str(err.value)
     assert sorted(os.listdir(foreign)) == ["q3.csv"]
     assert append_to_root(str(tmp_path / "fresh"), rows).version == 0  # a new folder is fine
+    # with [tsb] allowed_location_roots set, REST's roots hold here too
+    from airflow_provider_tsb.exceptions import LocationNotAllowedError
+
+    monkeypatch.setenv("AIRFLOW__TSB__ALLOWED_LOCATION_ROOTS", str(tmp_path / "lake"))
+    with pytest.raises(LocationNotAllowedError, match="outside the allowed roots"):
+        append_to_root(str(tmp_path / "fresh"), rows)
+    assert append_to_root(str(tmp_path / "lake" / "t"), rows).version == 0

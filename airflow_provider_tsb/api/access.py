@@ -22,8 +22,6 @@ A refusal is :class:`AccessDeniedError` (403) with a fixed message that names no
 
 from __future__ import annotations
 
-import os
-import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
@@ -45,10 +43,6 @@ EDIT_DENIED = "Forbidden: this change needs edit access to every DAG of its topo
 
 class AccessDeniedError(TsbError):
     """403: the user may not read or change this (the message names nothing the user can't see)."""
-
-
-class LocationNotAllowedError(TsbError, ValueError):
-    """422: a table location outside the allowed roots (``[tsb] allowed_location_roots``)."""
 
 
 class TopologyAccess(ABC):
@@ -162,49 +156,3 @@ def default_location_roots() -> list[str]:
     raw = config_value("allowed_location_roots")
     roots = [r.strip() for r in (raw or "").split(",") if r.strip()]
     return roots or [default_warehouse()]
-
-
-def _split(location: str) -> tuple[str, str]:
-    """(scheme, normalised path); ``file://`` and plain paths have scheme ``""``."""
-    scheme, sep, rest = location.partition("://")
-    if not sep:
-        return "", os.path.realpath(location)
-    if scheme == "file":
-        return "", os.path.realpath(rest)
-    return scheme.lower(), rest
-
-
-def check_location(location: str, roots: Sequence[str] | None) -> None:
-    """Refuse a table ``location`` that is not strictly under one of ``roots``.
-
-    Plain paths and ``file://`` URIs must be absolute and are compared after resolving ``..``
-    and symbolic links; other URIs (``s3://bucket/...``) must start with a root and hold no
-    ``.``/``..`` segment.
-
-    Raises:
-        LocationNotAllowedError: names the location and the allowed roots.
-    """
-    if roots is None:
-        return
-    scheme, path = _split(location)
-    plain = location.partition("://")[2] if "://" in location else location
-    bad = ""
-    if not scheme and not plain.startswith("/"):
-        bad = "it is not an absolute path"
-    elif scheme and any(seg in (".", "..") for seg in path.split("/")):
-        bad = "it holds a '.' or '..' segment"
-    else:
-        for root in roots:
-            r_scheme, r_path = _split(root)
-            if r_scheme != scheme:
-                continue
-            if scheme:
-                if path.startswith(r_path.rstrip("/") + "/"):
-                    return
-            elif path != r_path and posixpath.commonpath([path, r_path]) == r_path:
-                return
-        bad = "it is outside the allowed roots"
-    raise LocationNotAllowedError(
-        f"table location {location!r} is not allowed: {bad}; tables live under {list(roots)} "
-        "([tsb] allowed_location_roots, default the warehouse)"
-    )

@@ -23,6 +23,7 @@ from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.exceptions import TsbError
 from airflow_provider_tsb.metastore.engine import METASTORE_URL_ENV, default_sqlite_url
+from airflow_provider_tsb.metastore.locations import configured_location_roots
 from airflow_provider_tsb.metastore.store import CommitState, MetaStore, now_ms
 from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.ui.links import history_path, iso_utc
@@ -218,11 +219,13 @@ def connection_to_url(conn: Any) -> str:
 
 
 def metastore_for_url(url: str) -> MetaStore:
-    """A process-wide :class:`MetaStore` per URL (one connection pool each)."""
+    """A process-wide :class:`MetaStore` per URL (one connection pool each); its
+    ``registry.register_table`` keeps to :func:`configured_location_roots`."""
     store = _ENGINES.get(url)
     if store is None:
-        store = _ENGINES[url] = MetaStore(url)
+        store = _ENGINES[url] = MetaStore(url, location_roots=configured_location_roots())
     return store
+
 
 
 def committed_head(store: MetaStore, tables: list[str]) -> int:

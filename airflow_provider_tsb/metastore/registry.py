@@ -6,7 +6,7 @@ registered jobs stays acyclic and single-writer (docs/design.md "Vocabulary").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select, update
@@ -51,8 +51,10 @@ class RegistryManager:
     """Topologies, tables, jobs and their sources and sinks: registration (FLIP-276
     "MetaService" ``/register/*``, ``/unregister``) and its reads (:mod:`.registry_reads`)."""
 
-    def __init__(self, core: MetastoreCore) -> None:
+    def __init__(self, core: MetastoreCore, location_roots: Sequence[str] | None = None) -> None:
         self._core = core
+        #: roots :meth:`register_table` places tables under (``None``: anywhere; :mod:`.locations`)
+        self._location_roots = location_roots
 
     # ------------------------------------------------------------------ reads
     def job(self, job_id: str) -> JobInfo:
@@ -147,19 +149,18 @@ class RegistryManager:
     def register_table(self, topology: str, table: Table, warehouse: str | None = None) -> TableInfo:
         """Register (or find) a table of ``topology``. Idempotent.
 
-        The checks of the REST API's registration, before anything is written: a known kind, an
-        absolute location of a Delta scheme without ``..``, a registered ``topology``, and a new
-        root table of a topology that has barriers already must hold a Delta table (every
-        barrier generation reads its version).
+        The REST API's checks, before anything is written: a known kind, an absolute location
+        of a Delta scheme without ``..`` (under the store's ``location_roots`` when it has
+        some), a registered ``topology``, and a new root of a topology with barriers must hold
+        a Delta table (every generation reads its version).
 
         Raises:
-            TopologyError: the table is registered already with another topology or kind
-                (names the table and both definitions), its kind is unknown, the topology is
-                not registered, or a new root of a topology with barriers has no Delta table.
-            TableLocationConflictError: the table is registered already at another location
-                (names the table and both locations).
-            InvalidLocationError: the location is relative, contains ``..`` or has a scheme no
-                Delta reader opens (names the table and the location).
+            TopologyError: registered with another topology or kind, an unknown kind or
+                topology, or a new root of a live topology without a Delta table (names them).
+            TableLocationConflictError: registered at another location (names both).
+            InvalidLocationError: a relative location, a ``..`` or a scheme no Delta reader opens.
+            LocationNotAllowedError: outside the store's ``location_roots`` (``[tsb]
+                allowed_location_roots`` through the hook; names the location and the roots).
         """
         return self._register_table(topology, table, warehouse, known_topology=True)
 
@@ -167,7 +168,8 @@ class RegistryManager:
                         ) -> TableInfo:
         name = normalize_table_name(table.name)
         check_table_kind(name, table.kind)
-        location = check_table_location(name, Table(name, table.kind, table.location).resolved_location(warehouse))
+        location = check_table_location(name, Table(name, table.kind, table.location).resolved_location(warehouse),
+                                        self._location_roots if known_topology else None)
         with self._core.transaction(write=True) as s:
             self._lock_registry(s)
             if known_topology:

@@ -36,6 +36,7 @@ strictly increasing per topology.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Engine
@@ -92,6 +93,8 @@ class MetaStore:
         url: SQLAlchemy URL of the metastore, or an existing :class:`~sqlalchemy.Engine`.
         retry_s: seconds each manager call is retried while the database is unreachable
             (:mod:`.retrying`; default ``$TSB_METASTORE_RETRY_SECONDS`` or 90 s, ``0``: off).
+        location_roots: roots ``registry.register_table`` places tables under, as the REST API's
+            ``[tsb] allowed_location_roots`` (default ``None``: anywhere).
 
     Attributes:
         engine: the SQLAlchemy engine.
@@ -139,12 +142,14 @@ class MetaStore:
     recipients: RecipientManager
     emitters: EmitterManager
 
-    def __init__(self, url: str | Engine, *, retry_s: float | None = None) -> None:
+    def __init__(self, url: str | Engine, *, retry_s: float | None = None,
+                 location_roots: Sequence[str] | None = None) -> None:
         self.engine: Engine = url if isinstance(url, Engine) else create_metastore_engine(url)
         self.url = self.engine.url.render_as_string(hide_password=False)
         self.core = core = MetastoreCore(self.engine)
         budget = retry_budget_s() if retry_s is None else retry_s
-        registry, table_states, leases = RegistryManager(core), TableStateManager(core), LeaseManager(core)
+        registry = RegistryManager(core, location_roots)
+        table_states, leases = TableStateManager(core), LeaseManager(core)
         resolver = ResolutionManager(core, registry, table_states, leases)
         managers = {
             "registry": registry, "domains": DomainManager(core), "barriers": BarrierManager(core),

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from airflow_provider_tsb.api.access import AllowAll, LocationNotAllowedError, check_location
+from airflow_provider_tsb.api.access import AllowAll
 from airflow_provider_tsb.api.limits import non_finite_number_error
 from airflow_provider_tsb.api.routes import create_metaservice_app
+from airflow_provider_tsb.exceptions import LocationNotAllowedError
+from airflow_provider_tsb.metastore.locations import check_location
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
 from tests.support.metaservice import PRICE, build_shop

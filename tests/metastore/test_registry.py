@@ -125,3 +125,33 @@ def test_register_table_validates_like_the_rest_api(registry: RegistryManager, t
 
     write_deltalake(fresh, pa.table({"id": [1]}))  # with its first version it may join
     assert registry.register_table(TOPOLOGY, Table("tsb.wc.late", "root", fresh)).kind == "root"
+
+
+def test_register_table_keeps_to_the_configured_allowed_roots(tmp_path, monkeypatch) -> None:
+    """Issue 57 item 7: ``register_table(location='/etc')`` was accepted from the Python API while
+    REST refused it. With ``[tsb] allowed_location_roots`` set, the store of DAG and task code
+    (``TsbMetastoreHook().get_conn()``) keeps to it as REST does; unset, trusted code may place
+    tables anywhere (users' root tables live where their ingestion writes them)."""
+    from airflow_provider_tsb.exceptions import InvalidLocationError, LocationNotAllowedError
+    from airflow_provider_tsb.hooks import metastore as hooks
+    from airflow_provider_tsb.lineage import Table
+    from tests.support.orchestration import wordcount_topology
+
+    warehouse = tmp_path / "warehouse"
+    monkeypatch.setenv("TSB_METASTORE_URL", f"sqlite:///{tmp_path / 'tsb.db'}")
+    monkeypatch.setenv("AIRFLOW__TSB__ALLOWED_LOCATION_ROOTS", f"{warehouse}, s3://lake/tables")
+    monkeypatch.setattr(hooks, "_ENGINES", {})
+    store = hooks.TsbMetastoreHook().get_conn()
+    store.migrate()
+    store.registry.register_topology(wordcount_topology(str(warehouse)))
+    for location in ("/etc", str(tmp_path / "elsewhere"), "s3://other/t", "s3://lake/tablesx/t"):
+        with pytest.raises(LocationNotAllowedError, match=r"is not allowed: it is outside the allowed roots"):
+            store.registry.register_table("wordcount", Table("tsb.wc.x", "root", location))
+    with pytest.raises(InvalidLocationError, match="contains a '..' segment"):
+        store.registry.register_table("wordcount", Table("tsb.wc.x", "root", f"{warehouse}/../elsewhere"))
+    assert store.registry.table("tsb.wc.x", required=False) is None  # nothing written
+    assert store.registry.register_table("wordcount", Table("tsb.wc.x", "root", "s3://lake/tables/x")).kind == "root"
+    monkeypatch.delenv("AIRFLOW__TSB__ALLOWED_LOCATION_ROOTS")
+    monkeypatch.setattr(hooks, "_ENGINES", {})
+    anywhere = hooks.TsbMetastoreHook().get_conn().registry
+    assert anywhere.register_table("wordcount", Table("tsb.wc.y", "root", str(tmp_path / "lake" / "y"))).kind == "root"
