@@ -28,7 +28,9 @@ class BarrierNotInTableError(UnknownBarrierError):
 
 
 class UnsupportedTableFeatureError(TsbError):
-    """A Delta table uses a reader feature the tsb Spark reader does not implement."""
+    """A Delta table uses a reader feature a reader cannot read: delta-rs, the reader of pandas,
+    Arrow and the Delta Sharing server, does not read ``typeWidening`` or ``v2Checkpoint`` yet
+    (Spark's Delta reader reads every feature; the message names the table and the features)."""
 
 
 __all__ = [

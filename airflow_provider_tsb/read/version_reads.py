@@ -23,6 +23,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
+from deltalake.exceptions import DeltaProtocolError
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
@@ -113,6 +115,21 @@ def _check_staged(tv: ResolvedVersion, paths: list[str]) -> None:
         file_fs, file_path = (fs, path) if "://" not in path else pafs.FileSystem.from_uri(path)
         if file_fs.get_file_info(file_path).type == pafs.FileType.NotFound:
             raise staged_gone(tv, path)
+
+
+def unreadable_by_delta_rs(tv: ResolvedVersion, table: Any) -> Exception:
+    """The :class:`~airflow_provider_tsb.delta.errors.UnsupportedTableFeatureError` for a table
+    whose reader features delta-rs cannot read yet (``typeWidening``, ``v2Checkpoint``, ...):
+    names the table, the version and the features, and the Spark readers that read them."""
+    from airflow_provider_tsb.delta.errors import UnsupportedTableFeatureError
+
+    features = sorted(table.protocol().reader_features or [])
+    return UnsupportedTableFeatureError(
+        f"table {tv.table!r} (Delta version {tv.version}) uses the reader features {features}, which delta-rs (the "
+        "reader of pandas, Arrow and the Delta Sharing server) cannot read yet. Read it with Spark, whose Delta "
+        "reader reads them: read_table_spark(spark, version) of airflow_provider_tsb.read.version_reads, or "
+        f"spark.read.format('delta').option('versionAsOf', {tv.version}).load({tv.location!r})"
+    )
 
 
 def expired_version(tv: ResolvedVersion, exc: BaseException) -> Exception:
@@ -285,6 +302,8 @@ def read_table_arrow(tv: ResolvedVersion) -> pa.Table:
             base = scan_to_arrow(table, exclude=_removed(tv) if mode else None)
         except FileNotFoundError as exc:
             raise expired_version(tv, exc) from exc
+        except DeltaProtocolError as exc:
+            raise unreadable_by_delta_rs(tv, table) from exc
     if mode is None:
         if base is None:
             raise _missing(tv)

@@ -217,3 +217,36 @@ def test_flights_roots_written_by_delta_spark_flow_through_the_topology(spark, t
     hour = pd.to_datetime(at_2["time_hour"], utc=True).dt.hour
     morning = (at_2["origin"] == "JFK") & (at_2["day"] == 2) & (hour < 12)
     assert morning.sum() > 0 and at_2.loc[morning, "temp"].isna().all()
+
+
+def test_a_root_delta_rs_cannot_read_is_named_and_spark_reads_it(spark, tmp_path: Path, monkeypatch) -> None:
+    """Issue 58 item 5: a root with reader features delta-rs does not read yet (``typeWidening``:
+    a column widened from SMALLINT to INT; ``v2Checkpoint``) still gets barriers, and its
+    pandas read gave delta-rs's bare ``DeltaProtocolError``. It now names the table, the version
+    and the features, and tsb's Spark reader reads the same resolution."""
+    from airflow_provider_tsb.delta.errors import UnsupportedTableFeatureError
+    from airflow_provider_tsb.hooks import metastore as hooks
+    from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
+    from airflow_provider_tsb.read.resolutions import to_pandas
+    from airflow_provider_tsb.read.version_reads import read_table_spark
+
+    url = f"sqlite:///{tmp_path / 'tsb.db'}"
+    monkeypatch.setenv("TSB_METASTORE_URL", url)  # the emitter's hook finds the metastore there
+    monkeypatch.setattr(hooks, "_ENGINES", {})
+    store = MetaStore(url)
+    store.migrate()
+    topology = wordcount_topology(str(tmp_path / "warehouse"))
+    t = f"delta.`{topology.location(WORDS)}`"
+    for sql in (f"CREATE TABLE {t} (word STRING, n SMALLINT) USING delta TBLPROPERTIES "
+                "('delta.enableTypeWidening' = 'true', 'delta.checkpointPolicy' = 'v2')",
+                f"INSERT INTO {t} VALUES ('a', 1), ('b', 2)", f"ALTER TABLE {t} ALTER COLUMN n TYPE INT",
+                f"INSERT INTO {t} VALUES ('a', 70000)"):
+        spark.sql(sql)
+    store.registry.register_topology(topology)
+    assert TsbBarrierHook(topology).generate("user/1").root_versions == {f"tsb.{WORDS}": 3}
+    res = store.resolution.resolve([f"tsb.{WORDS}"], "read-uncommitted")
+    with pytest.raises(UnsupportedTableFeatureError, match=rf"table 'tsb.{WORDS}' \(Delta version 3\) uses the reader "
+                       r"features \['typeWidening', 'v2Checkpoint'\], which delta-rs .* Read it with Spark"):
+        to_pandas(res)
+    rows = read_table_spark(spark, res.tables[f"tsb.{WORDS}"]).collect()
+    assert sorted((r["word"], r["n"]) for r in rows) == [("a", 1), ("a", 70000), ("b", 2)]
