@@ -1,20 +1,25 @@
-"""Cost of reading a table AS OF a new version, and an epoch's changes: Spark's Delta reader
-against the file list of a plain table (:mod:`airflow_provider_tsb.spark.inputs`).
+"""Cost of tsb's two readers' reads of a table AS OF a new version, and of an epoch's changes,
+against the same reads by plain Spark (:mod:`airflow_provider_tsb.spark.inputs`).
 
-Appends ``--versions`` commits of 100 rows to a fresh local Delta table (delta-rs), then, on a
-Spark Connect server of its own (``tsb spark start``'s, Delta's jars), reads each version with
-a ``count()`` and each one-commit epoch's changes with a ``count()``, two ways, the same work:
+Appends ``--versions`` commits of 100 rows to a fresh local Delta table with the change data
+feed on (delta-rs), then, on a Spark Connect server of its own (``tsb spark start``'s, Delta's
+jars), reads each version with a ``count()`` and each one-commit epoch's changes with a
+``count()``, three ways, the same rows, interleaved version by version (the order turns
+each version, since the first way to read a version builds Delta's snapshot of it):
 
-* ``files`` (the baseline): :mod:`~airflow_provider_tsb.spark.inputs_files` (delta-rs lists the
-  files, Spark reads them as Parquet);
-* ``delta``: :mod:`~airflow_provider_tsb.spark.inputs_delta` (``versionAsOf`` and the change
-  rules through Spark's Delta reader).
+* ``plain`` (the baseline): Spark's Delta reader as a user calls it, ``versionAsOf`` and
+  ``readChangeFeed``;
+* ``delta``: :mod:`~airflow_provider_tsb.spark.inputs_delta`, tsb's reads through the same
+  reader (plus the commit's integrity check and the epoch's commits read from the log), as
+  every table with a reader feature is read;
+* ``files``: :mod:`~airflow_provider_tsb.spark.inputs_files`, the file list of a plain table
+  (delta-rs lists the files, Spark reads them as Parquet), as tsb's sinks are read.
 
-Both must count the same rows. Last line ``versions= files_snapshot_ms= delta_snapshot_ms=
-files_changes_ms= delta_changes_ms= load=`` (medians; the first version of each way is left
-out: it pays the classes' loading)::
+All must count the same rows. Last line ``versions= delta_changes_ms= delta_snapshot_ms=
+files_changes_ms= files_snapshot_ms= plain_changes_ms= plain_snapshot_ms= load=`` (medians;
+the first two versions are left out: they pay the classes' loading)::
 
-    .venv/bin/python benchmarks/input_reads.py [--versions 8]
+    .venv/bin/python benchmarks/input_reads.py [--versions 12] [--conf KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -45,35 +50,60 @@ def timed(fn: object) -> tuple[float, int]:
     return (time.perf_counter() - start) * 1000, n
 
 
+def arms(spark: object, table: str) -> dict[str, tuple[object, object]]:
+    """``{arm: (snapshot count at v, changes count of (v-1, v])}``."""
+    def plain_snapshot(v: int) -> int:
+        return spark.read.format("delta").option("versionAsOf", v).load(table).count()  # type: ignore[attr-defined]
+
+    def plain_changes(v: int) -> int:
+        return (spark.read.format("delta").option("readChangeFeed", "true")  # type: ignore[attr-defined]
+                .option("startingVersion", v).option("endingVersion", v).load(table).count())
+
+    return {
+        "plain": (plain_snapshot, plain_changes),
+        "delta": (lambda v: inputs_delta.read_snapshot(spark, table, v).count(),  # type: ignore[arg-type]
+                  lambda v: inputs_delta.read_changes(spark, table, v - 1, v).count()),  # type: ignore[arg-type]
+        "files": (lambda v: inputs_files.read_snapshot(spark, table, v).count(),  # type: ignore[arg-type]
+                  lambda v: inputs_files.read_changes(spark, table, v - 1, v).count()),  # type: ignore[arg-type]
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--versions", type=int, default=8)
+    parser.add_argument("--versions", type=int, default=12)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark session setting for all three ways (repeatable)")
     args = parser.parse_args()
+    figures: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         table = str(Path(tmp) / "t")
         for i in range(args.versions):
-            write_deltalake(table, pa.table({"id": list(range(i * 100, i * 100 + 100))}), mode="append")
+            write_deltalake(table, pa.table({"id": list(range(i * 100, i * 100 + 100))}), mode="append",
+                            configuration={"delta.enableChangeDataFeed": "true"})
         server = ConnectServer(Path(tmp) / "spark", ConnectServerOptions(port=free_port()))
         url = server.start().url
         try:
             spark = get_spark("input-reads", remote=url)
-            figures: dict[str, list[float]] = {}
-            for name, reader in (("files", inputs_files), ("delta", inputs_delta)):
-                snaps, changes = [], []
-                for v in range(args.versions):
-                    ms, n = timed(lambda: reader.read_snapshot(spark, table, v).count())  # noqa: B023
+            for setting in args.conf:
+                key, _, value = setting.partition("=")
+                spark.conf.set(key, value)
+            ways = arms(spark, table)
+            for v in range(args.versions):
+                names = sorted(ways)
+                order = names[v % len(names):] + names[:v % len(names)]
+                for name in order:
+                    snapshot, changes = ways[name]
+                    ms, n = timed(lambda: snapshot(v))  # noqa: B023
                     assert n == 100 * (v + 1), (name, v, n)
-                    snaps.append(ms)
-                    ms, n = timed(lambda: reader.read_changes(spark, table, v - 1, v).count())  # noqa: B023
+                    figures.setdefault(f"{name}_snapshot_ms", []).append(ms)
+                    ms2, n = timed(lambda: changes(v))  # noqa: B023
                     assert n == 100, (name, v, n)
-                    changes.append(ms)
-                    print(f"{name} version {v}: snapshot {snaps[-1]:.0f} ms, changes {changes[-1]:.0f} ms", flush=True)
-                figures[f"{name}_snapshot_ms"] = snaps[1:]
-                figures[f"{name}_changes_ms"] = changes[1:]
+                    figures.setdefault(f"{name}_changes_ms", []).append(ms2)
+                    print(f"{name} version {v}: snapshot {ms:.0f} ms, changes {ms2:.0f} ms", flush=True)
             spark.stop()
         finally:
             server.stop()
-    medians = " ".join(f"{k}={statistics.median(v):.0f}" for k, v in sorted(figures.items()))
+    medians = " ".join(f"{k}={statistics.median(v[2:]):.0f}" for k, v in sorted(figures.items()))
     print(f"versions={args.versions} {medians} load={os.getloadavg()[0]:.1f}")
 
 
