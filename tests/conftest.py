@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,19 @@ SHARED_GROUPS: dict[str, str] = {
 }
 
 
+#: the groups that start an Airflow deployment, a standalone Spark cluster or streaming jobs
+#: (path prefixes and :data:`SHARED_GROUPS` names): at most :data:`HEAVY_AT_ONCE` of them run at
+#: once, since three at once overloaded the 2-core CI machine until Airflow's API timed out
+HEAVY_GROUPS = ("tests/e2e/", "tests/ui/", "cluster", "ui", "guide", "shared-airflow", "tests/api/test_api_roles.py")
+#: ``$TSB_TEST_HEAVY_AT_ONCE``: how many :data:`HEAVY_GROUPS` groups run at once (default 1)
+HEAVY_AT_ONCE = int(os.environ.get("TSB_TEST_HEAVY_AT_ONCE", "1"))
+
+
+def is_heavy(group: str) -> bool:
+    """Whether :func:`xdist_group` ``group`` is one of :data:`HEAVY_GROUPS`."""
+    return any(group == h or (h.startswith("tests/") and group.startswith(h)) for h in HEAVY_GROUPS)
+
+
 def xdist_group(nodeid: str) -> str:
     """The xdist group of a test (``make test`` runs ``-n <cores + 1>``, scheduled by
     :func:`pytest_xdist_make_scheduler`): its file's :data:`SHARED_GROUPS` group, else its file,
@@ -92,8 +106,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     from xdist.scheduler import LoadScopeScheduling
 
     class GroupScheduling(LoadScopeScheduling):
+        """Groups as scopes; a heavy group (:func:`is_heavy`) goes to a worker only while fewer
+        than :data:`HEAVY_AT_ONCE` run on the others (the worker takes a light group meanwhile,
+        or waits for the next test report of any worker)."""
+
         def _split_scope(self, nodeid: str) -> str:
             return xdist_group(nodeid)
+
+        def _heavy_elsewhere(self, node: Any) -> int:
+            return sum(1 for other, work in self.assigned_work.items() if other is not node
+                       for scope, unit in work.items() if is_heavy(scope) and not all(unit.values()))
+
+        def _assign_work_unit(self, node: Any) -> None:
+            self.assigned_work.setdefault(node, {})
+            allowed = self._heavy_elsewhere(node) < HEAVY_AT_ONCE
+            scope = next((s for s in self.workqueue if allowed or not is_heavy(s)), None)
+            if scope is None:
+                return
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work[node][scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(i) for i, done in work_unit.items() if not done])
+
+        def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
+            super().mark_test_complete(node, item_index, duration)
+            for other in self.nodes:  # a waiting worker may take a heavy group now (or end)
+                if other is not node:
+                    self._reschedule(other)
 
     config.option.loadscopereorder = False
     return GroupScheduling(config, log)

@@ -182,7 +182,7 @@ class AirflowHandle(AirflowApi):
     @property
     def client(self) -> httpx.Client:
         if self._client is None:
-            self._client = httpx.Client(base_url=self.base_url, timeout=30.0)
+            self._client = httpx.Client(base_url=self.base_url, timeout=60.0)
         return self._client
 
     def get_token(self, username: str | None = None, password: str | None = None) -> str:
