@@ -21,6 +21,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from airflow_provider_tsb.delta.log import normalize_location, table_exists
+from airflow_provider_tsb.delta.storage import storage_options
 
 RUN_KEY = "tsb.ingest.run"
 DAYS_KEY = "tsb.ingest.days"
@@ -33,7 +34,7 @@ def _newest_with(location: str, key: str, limit: int = 100) -> dict[str, Any] | 
     """The newest of the last ``limit`` commits whose metadata has ``key`` (markers carry none)."""
     if not table_exists(location):
         return None
-    for commit in DeltaTable(normalize_location(location)).history(limit):
+    for commit in _table(location).history(limit):
         if commit.get(key):
             return commit
     return None
@@ -41,8 +42,15 @@ def _newest_with(location: str, key: str, limit: int = 100) -> dict[str, Any] | 
 
 def _append(location: str, rows: pa.Table, metadata: dict[str, str]) -> int:
     loc = normalize_location(location)
-    write_deltalake(loc, rows, mode="append", commit_properties=CommitProperties(custom_metadata=metadata))
-    return DeltaTable(loc).version()
+    write_deltalake(loc, rows, mode="append", commit_properties=CommitProperties(custom_metadata=metadata),
+                    storage_options=storage_options(loc))
+    return _table(loc).version()
+
+
+def _table(location: str) -> DeltaTable:
+    """The newest version of ``location``, with this process's storage options for object storage."""
+    loc = normalize_location(location)
+    return DeltaTable(loc, storage_options=storage_options(loc))
 
 
 def ingest_next_flights_days(
@@ -91,7 +99,7 @@ def _days_of_run(location: str, run_key: str, limit: int) -> int:
     """How many commits of ``location`` carry a run key of the stretch ``run_key`` (``run_key#i``)."""
     if not table_exists(location):
         return 0
-    history = DeltaTable(normalize_location(location)).history(limit)
+    history = _table(location).history(limit)
     return sum(1 for c in history if str(c.get(RUN_KEY, "")).startswith(f"{run_key}#day"))
 
 

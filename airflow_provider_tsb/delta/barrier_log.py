@@ -58,6 +58,7 @@ from airflow_provider_tsb.delta.log import (
     txn_version_of,
 )
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none, newer_commit_possible, newest_version
+from airflow_provider_tsb.delta.storage import storage_options
 from airflow_provider_tsb.lineage import default_warehouse
 
 log = logging.getLogger("airflow_provider_tsb.delta")
@@ -229,6 +230,7 @@ def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = Fals
                     mode="overwrite" if replace else "append",
                     predicate=f"barrier = {int(entry.barrier)}" if replace else None, commit_properties=props,
                     configuration=LOG_PROPERTIES if table is None else None,
+                    storage_options=storage_options(loc) if table is None else None,
                 )
     except Exception as exc:
         _writers.pop(loc, None)  # reload after a failure: the cached table may be stale or broken
@@ -284,8 +286,6 @@ def _maintain(loc: str, barrier: int) -> None:
     before it, and :func:`logged_barrier` answers from the snapshot when the newest commit is the
     compaction. A failure is logged, not raised: every row is committed already, the log is
     correct without its maintenance, and the next one retries."""
-    from airflow_provider_tsb.delta.storage import storage_options
-
     try:
         table = DeltaTable(loc, storage_options=storage_options(loc))
         _compact(table)
@@ -332,8 +332,6 @@ def _writer_table(loc: str) -> DeltaTable | None:
     """This process's loaded barrier log at ``loc``, moved to its newest commit (``None``: no log
     yet; ``write_deltalake`` creates it from the location). Called under ``_writers_lock``."""
     from airflow_provider_tsb.delta.log import table_exists
-    from airflow_provider_tsb.delta.storage import storage_options
-
     table = _writers.get(loc)
     if table is not None and newer_commit_possible(loc, table.version()):  # else ours was the last commit
         try:

@@ -3,7 +3,9 @@
 The data plane reads and writes Delta with Delta's own Spark connector (``delta-spark``). Its
 Python package is on PyPI; its jars are on Maven Central. The package ships a small Maven
 project, ``spark/jvm/pom.xml``, naming the exact artifacts (``io.delta:delta-spark_4.2_2.13``,
-built for the Spark line of pyspark 4.2, with ``delta-storage``); :func:`fetch` copies them into
+built for the Spark line of pyspark 4.2, with ``delta-storage``; Hadoop's S3A connector
+``hadoop-aws`` 3.5.0 with the AWS SDK modules it uses, for tables on ``s3://``:
+:mod:`airflow_provider_tsb.spark.hadoop_fs`); :func:`fetch` copies them into
 :func:`jars_dir` with ``mvn dependency:copy-dependencies``. ``make install``, ``.ci/run`` and
 ``tsb spark jars --fetch`` run it; ``tsb spark start`` fetches what is missing.
 
@@ -53,6 +55,9 @@ DELTA_SQL_CONF: dict[str, str] = {
     # default refuses it: DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA)
     "spark.databricks.delta.changeDataFeed.defaultSchemaModeForColumnMappingTable": "endVersion",
 }
+#: ``spark.jars.excludes`` of mode ``packages``: the pom's exclusions (hadoop-aws's AWS SDK bundle,
+#: hundreds of MB, for the SDK modules the pom names)
+PACKAGES_EXCLUDES = ("software.amazon.awssdk:bundle",)
 FETCH_HINT = "run `tsb spark jars --fetch` (or `make install`), which fetches them with Maven"
 
 
@@ -86,7 +91,7 @@ def pom_text() -> str:
 
 
 def artifacts() -> list[Artifact]:
-    """The artifacts the pom names directly (Delta's connector)."""
+    """The artifacts the pom names directly (Delta's connector, S3A and its AWS SDK modules)."""
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
     root = ET.fromstring(pom_text())
     return [Artifact(*(d.findtext(f"m:{k}", namespaces=ns) or "" for k in ("groupId", "artifactId", "version")))
@@ -199,6 +204,8 @@ def delta_conf(conf: Mapping[str, str] | None = None, *, fetch_missing: bool = F
         packages = [p for p in out.get("spark.jars.packages", "").split(",") if p]
         out["spark.jars.packages"] = ",".join([*packages, *(a.coordinate for a in artifacts()
                                                             if a.coordinate not in packages)])
+        excludes = [e for e in out.get("spark.jars.excludes", "").split(",") if e]
+        out["spark.jars.excludes"] = ",".join([*excludes, *(e for e in PACKAGES_EXCLUDES if e not in excludes)])
     elif mode != "provided":
         raise DeltaJarsError(f"{MODE_ENV}={mode!r} is not one of cache, packages, provided")
     extensions = [e.strip() for e in out.get(EXTENSIONS, "").split(",") if e.strip()]

@@ -106,8 +106,10 @@ def get_spark(
 
     Under ``spark-submit`` the master and confs given there win; a local driver started here
     maps the class-data archive when there is one. ``PYSPARK_PYTHON`` defaults to this
-    interpreter so Python workers start. The confs of :data:`REQUIRED_SQL_CONF` are
-    always set; the classic log level is ``$TSB_SPARK_LOG_LEVEL`` (default ``WARN``).
+    interpreter so Python workers start. The storage options of this process
+    (:mod:`airflow_provider_tsb.delta.storage`) give the session its S3A settings
+    (:func:`~airflow_provider_tsb.spark.hadoop_fs.hadoop_settings`; ``conf`` wins). The confs
+    of :data:`REQUIRED_SQL_CONF` are always set; the classic log level is ``$TSB_SPARK_LOG_LEVEL`` (default ``WARN``).
 
     Raises:
         ValueError: the Connect URL does not start with ``sc://``.
@@ -116,6 +118,7 @@ def get_spark(
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    conf = {**_storage_settings(), **(conf or {})}
     url = remote_url(remote)
     if url is not None:
         return connect_session(url, app_name, conf)
@@ -136,6 +139,15 @@ def get_spark(
     # Spark's INFO log costs driver CPU on every micro-batch; TSB_SPARK_LOG_LEVEL=INFO brings it back
     spark.sparkContext.setLogLevel(os.environ.get("TSB_SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def _storage_settings() -> dict[str, str]:
+    """Spark's S3A settings of this process's storage options
+    (:func:`~airflow_provider_tsb.spark.hadoop_fs.hadoop_settings`; ``{}`` without any)."""
+    from airflow_provider_tsb.delta.storage import configured_options
+    from airflow_provider_tsb.spark.hadoop_fs import hadoop_settings
+
+    return hadoop_settings(configured_options())
 
 
 def _with_delta(settings: Mapping[str, str]) -> dict[str, str]:

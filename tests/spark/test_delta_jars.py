@@ -56,3 +56,29 @@ def test_without_maven_the_error_says_what_to_install(tmp_path: Path, monkeypatc
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(dj.DeltaJarsError, match=r"Maven \(`mvn`\) is not installed"):
         dj.fetch(tmp_path / "jars")
+
+
+def test_packages_mode_leaves_out_the_aws_sdk_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """hadoop-aws names the whole AWS SDK bundle (hundreds of MB); Spark's own resolution leaves it
+    out for the SDK modules the pom names, as ``copy-dependencies`` does."""
+    monkeypatch.setenv(dj.MODE_ENV, "packages")
+    conf = dj.delta_conf({"spark.jars.excludes": "com.acme:big"})
+    packages = conf["spark.jars.packages"].split(",")
+    assert "org.apache.hadoop:hadoop-aws:3.5.0" in packages and "software.amazon.awssdk:s3:2.35.4" in packages
+    assert conf["spark.jars.excludes"] == "com.acme:big,software.amazon.awssdk:bundle"
+
+
+def test_storage_options_become_s3a_session_settings() -> None:
+    from airflow_provider_tsb.spark.hadoop_fs import S3A_FILESYSTEM, hadoop_settings
+
+    assert hadoop_settings({}) == {} and hadoop_settings({"AZURE_STORAGE_ACCOUNT_NAME": "acct"}) == {}
+    assert hadoop_settings({"AWS_ACCESS_KEY_ID": "AK", "AWS_SECRET_ACCESS_KEY": "SK", "AWS_REGION": "us-east-1",
+                            "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": "true"}) == {
+        "fs.s3a.access.key": "AK", "fs.s3a.secret.key": "SK", "fs.s3a.endpoint.region": "us-east-1",
+        "fs.s3a.endpoint": "http://127.0.0.1:9000", "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false", "fs.s3.impl": S3A_FILESYSTEM}
+    temporary = hadoop_settings({"aws_session_token": "T", "AWS_ENDPOINT": "https://s3.acme.example",
+                                 "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "true"})
+    assert temporary["fs.s3a.session.token"] == "T" and temporary["fs.s3a.path.style.access"] == "false"
+    assert temporary["fs.s3a.aws.credentials.provider"].endswith("TemporaryAWSCredentialsProvider")
+    assert "fs.s3a.connection.ssl.enabled" not in temporary
