@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, get_spark, run_barrier  # noqa: E402
+from airflow_provider_tsb.spark.app_run import AppRun  # noqa: E402
 from tsb_examples.datasets import nycflights13 as nyc  # noqa: E402
 
 SCRIPTS = ("enrich_flights.py", "carrier_daily_delay.py", "carrier_ranking.py")
@@ -58,7 +59,7 @@ def run_tsb(spark, apps, catalog: PlanFileCatalog, barriers: int) -> float:
             locs = app.resolve_locations(catalog.tables())
             sources = {n: locs[n] for n in app.sources}
             plan = catalog.pending_barriers(app.job_id, sources, barrier - 1 if barrier > 1 else None, limit=1)[0]
-            run_barrier(spark, app, plan, locs, catalog)
+            run_barrier(AppRun(spark, app, catalog, locs), plan)
     return time.perf_counter() - start
 
 

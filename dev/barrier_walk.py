@@ -267,6 +267,7 @@ def walk_wordcount(spark: Any, barrier: int = 2, *, plan_file: bool = False, qui
     """Run the word count's two jobs in batch mode up to ``barrier`` on ``spark`` and return
     ``[(job id, the walk of its barrier)]`` (module doc; ``quiet``: comma-separated modules)."""
     from airflow_provider_tsb.spark import runner
+    from airflow_provider_tsb.spark.app_run import AppRun
     from tsb_dev.dataplane import load_app_module
 
     apps = [load_app_module(f"wordcount/{name}.py").APP for name in ("wordcount_words", "wordcount_counts")]
@@ -276,7 +277,7 @@ def walk_wordcount(spark: Any, barrier: int = 2, *, plan_file: bool = False, qui
         with tempfile.TemporaryDirectory() as tmp:
             catalog = _catalog(Path(tmp), barrier, plan_file=plan_file)
             for app in apps:
-                runner.run_batch(spark, app, catalog, app.resolve_locations(catalog.tables()))
+                runner.run_batch(AppRun(spark, app, catalog, app.resolve_locations(catalog.tables())))
     finally:
         runner.run_barrier = original
     return walks

@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from airflow_provider_tsb.metastore.store import MetaStore
     from airflow_provider_tsb.spark import metastore_catalog as mc
+    from airflow_provider_tsb.spark.app_run import AppRun
     from airflow_provider_tsb.spark.model import Sink, TsbApp
     from airflow_provider_tsb.spark.runner import run_batch
     from airflow_provider_tsb.spark.session import get_spark
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.barriers):
             lw.write_barrier(store, locations)
         app = TsbApp("sum_job", {lw.SNAP: locations[lw.SNAP]}, {lw.SUMMARY: Sink(mode="append")}, process)
-        done = run_batch(spark, app, mc.MetastoreCatalog(url), dict(locations))
+        done = run_batch(AppRun(spark, app, mc.MetastoreCatalog(url), dict(locations)))
         store.dispose()
     total = 0.0
     for kind, seconds in sorted(calls.items(), key=lambda kv: -sum(kv[1])):

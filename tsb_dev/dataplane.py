@@ -79,11 +79,12 @@ def rows_at_barrier(spark: object, location: str, barrier: int) -> list[tuple]:
 
 def run_wordcount_batch(spark: object, apps: tuple[object, object], plan: str, until: int | None = None) -> None:
     from airflow_provider_tsb.spark.app import run_batch
+    from airflow_provider_tsb.spark.app_run import AppRun
     from airflow_provider_tsb.spark.catalog import PlanFileCatalog
 
     catalog = PlanFileCatalog(plan, plan + ".report.json")
     for app in apps:
-        run_batch(spark, app, catalog, app.resolve_locations(catalog.tables()), until_barrier=until)
+        run_batch(AppRun(spark, app, catalog, app.resolve_locations(catalog.tables())), until_barrier=until)
 
 
 def write_sink(spark: object, df: object, *, table: str, location: str, job_id: str, barrier: int,

@@ -350,7 +350,7 @@ def run_check(
     """
     from airflow_provider_tsb.hooks.barrier import read_root_versions
     from airflow_provider_tsb.metastore.store import MetaStore
-    from airflow_provider_tsb.spark import get_spark, run_batch
+    from airflow_provider_tsb.spark import AppRun, get_spark, run_batch
     from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 
     os.makedirs(workdir, exist_ok=True)
@@ -382,7 +382,7 @@ def run_check(
                                                 remote)
                     else:
                         app = apps[job.id]
-                        run_batch(spark, app, catalog, app.resolve_locations(None, overrides),
+                        run_batch(AppRun(spark, app, catalog, app.resolve_locations(None, overrides)),
                                   until_barrier=barrier.barrier)
                     checker.sample_all()
                 log(f"{topo.name}: barrier {barrier.barrier} committed in every table")

@@ -49,6 +49,9 @@ _EXPORTS: dict[str, str] = {
     "write_barrier": "barrier_commit",
     "run_barrier": "runner",
     "run_batch": "runner",
+    "run_streaming": "streaming",
+    "AppRun": "app_run",
+    "StreamOptions": "app_run",
     "get_spark": "session",
 }
 
@@ -67,6 +70,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AppRun",
     "BARRIER_COLUMN",
     "BarrierCatalog",
     "BarrierContext",
@@ -76,6 +80,7 @@ __all__ = [
     "PlanFile",
     "PlanFileCatalog",
     "Sink",
+    "StreamOptions",
     "TsbApp",
     "WriteOptions",
     "WriteResult",
@@ -90,5 +95,6 @@ __all__ = [
     "run_app",
     "run_barrier",
     "run_batch",
+    "run_streaming",
     "write_barrier",
 ]

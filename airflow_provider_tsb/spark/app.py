@@ -8,7 +8,7 @@ An app script declares a :class:`TsbApp` (job id, sources, :class:`Sink` tables 
   :class:`BarrierContext`);
 * :mod:`airflow_provider_tsb.spark.runner`: per barrier, the alignment check (FLIP-276: every
   input at the version of the same barrier), skip-if-committed, ``process`` and the
-  exactly-once commit of each sink; batch mode (:func:`run_batch`);
+  exactly-once commit of each sink; batch mode (:func:`run_batch` of an :class:`AppRun`);
 * :mod:`airflow_provider_tsb.spark.cli`: the command line (:func:`run_app`), batch or
   streaming mode (:mod:`airflow_provider_tsb.spark.streaming`).
 
@@ -17,6 +17,7 @@ Modules of the package import from the three modules themselves, never from this
 
 from __future__ import annotations
 
+from airflow_provider_tsb.spark.app_run import AppRun, StreamOptions
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
 from airflow_provider_tsb.spark.cli import build_arg_parser, run_app
 from airflow_provider_tsb.spark.model import BarrierContext, ProcessFn, Sink, TsbApp
@@ -25,15 +26,16 @@ from airflow_provider_tsb.spark.runner import (
     report_written_heads,
     run_barrier,
     run_batch,
-    sinks_base_barrier,
 )
 
 __all__ = [
+    "AppRun",
     "BarrierCatalog",
     "BarrierContext",
     "BarrierPlan",
     "ProcessFn",
     "Sink",
+    "StreamOptions",
     "TsbApp",
     "build_arg_parser",
     "check_alignment",
@@ -41,5 +43,4 @@ __all__ = [
     "run_app",
     "run_barrier",
     "run_batch",
-    "sinks_base_barrier",
 ]

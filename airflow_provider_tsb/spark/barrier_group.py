@@ -26,10 +26,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from airflow_provider_tsb.delta.conventions import staging_dir
 from airflow_provider_tsb.delta.sink_log import SinkLog
+from airflow_provider_tsb.spark.app_run import AppRun
 from airflow_provider_tsb.spark.barrier_commit import StagedAttempt
 from airflow_provider_tsb.spark.catalog import BarrierPlan
 from airflow_provider_tsb.spark.frames import BARRIER_COLUMN, spark_schema
@@ -83,8 +84,7 @@ class BarrierGroup:
                 return False
         return True
 
-    def stage(self, spark: SparkSession, app: TsbApp, locations: Mapping[str, str], logs: Mapping[str, SinkLog],
-              outputs: Mapping[int, Mapping[str, DataFrame]]) -> None:
+    def stage(self, run: AppRun, logs: Mapping[str, SinkLog], outputs: Mapping[int, Mapping[str, DataFrame]]) -> None:
         """Write the group's outputs: an ``append`` sink's with one Spark job for all barriers
         (:func:`~airflow_provider_tsb.spark.outputs.stage_outputs`), the other sinks' are kept
         to be written barrier by barrier.
@@ -97,13 +97,11 @@ class BarrierGroup:
             SchemaChangeError: the outputs' common schema is not a valid change of the table's.
         """
         barriers = [p.barrier for p in self.plans if p.barrier in outputs]
-        for sink in sorted(app.sinks):
+        for sink in sorted(run.app.sinks):
             per_barrier = {b: outputs[b][sink] for b in barriers}
-            self._stage_sink(spark, app, sink, locations[sink], logs[sink], tag_outputs(per_barrier), barriers,
-                             per_barrier)
+            self._stage_sink(run, sink, logs[sink], tag_outputs(per_barrier), barriers, per_barrier)
 
-    def stage_micro_batch(self, spark: SparkSession, app: TsbApp, locations: Mapping[str, str],
-                          logs: Mapping[str, SinkLog], tagged: Mapping[str, DataFrame]) -> None:
+    def stage_micro_batch(self, run: AppRun, logs: Mapping[str, SinkLog], tagged: Mapping[str, DataFrame]) -> None:
         """Write the group's outputs from ``process_micro_batch``'s ``{sink: DataFrame}`` (rows
         tagged with their barrier), one Spark job per sink; after :meth:`micro_batch_ready`.
 
@@ -113,19 +111,19 @@ class BarrierGroup:
             SchemaChangeError: an output is not a valid change of its table's schema.
         """
         barriers = [p.barrier for p in self.plans]
-        for sink in sorted(app.sinks):
-            self._stage_sink(spark, app, sink, locations[sink], logs[sink], tagged[sink], barriers, None)
+        for sink in sorted(run.app.sinks):
+            self._stage_sink(run, sink, logs[sink], tagged[sink], barriers, None)
 
-    def _stage_sink(self, spark: SparkSession, app: TsbApp, sink: str, location: str, log: SinkLog,
-                    tagged: DataFrame, barriers: list[int], per_barrier: Mapping[int, DataFrame] | None) -> None:
+    def _stage_sink(self, run: AppRun, sink: str, log: SinkLog, tagged: DataFrame, barriers: list[int],
+                    per_barrier: Mapping[int, DataFrame] | None) -> None:
         """Stage one sink's part of the group; ``per_barrier``: the outputs to keep when the
         sink cannot share a write (``None``: it must)."""
-        first = self.plans[0]
+        first, app = self.plans[0], run.app
         attempts = {b: uuid.uuid4().hex for b in barriers}
         rel_dirs = {b: f"{staging_dir(app.job_id, log.epoch.epoch, b)}/{attempts[b]}" for b in barriers}
         group_dir = f"{staging_dir(app.job_id, log.epoch.epoch, first.barrier)}/{uuid.uuid4().hex}"
-        target = WriteTarget(sink, location, app.job_id, first.barrier, first.inputs, first.ts_ms)
-        staged = stage_outputs(spark, tagged, barriers, target, app.sinks[sink].options, log, rel_dirs, group_dir)
+        target = WriteTarget(sink, run.locations[sink], app.job_id, first.barrier, first.inputs, first.ts_ms)
+        staged = stage_outputs(run.spark, tagged, barriers, target, app.sinks[sink].options, log, rel_dirs, group_dir)
         if staged is None and per_barrier is None:
             tagged.columns  # noqa: B018 - raises Spark's own error for a frame it cannot analyze
             raise ValueError(f"job {app.job_id}: table {sink}: process_micro_batch's output cannot be written as "

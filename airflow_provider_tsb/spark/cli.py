@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 
 from airflow_provider_tsb.metastore.records import JobStatus
+from airflow_provider_tsb.spark.app_run import AppRun, StreamOptions
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, PlanFileCatalog, open_catalog
 from airflow_provider_tsb.spark.model import TsbApp
 from airflow_provider_tsb.spark.plans import DEFAULT_MAX_BARRIERS_PER_TRIGGER
@@ -174,7 +175,7 @@ def _run(
                 watch = ServerWatch(url, app.job_id, watching).start()
             _take_over_connect_attempt(app, catalog, spark, url)
         try:
-            _run_mode(app, args, catalog, locations, spark)
+            _run_mode(AppRun(spark, app, catalog, locations), args)
         except Exception as exc:
             fenced = _fenced(catalog, app.job_id)
             if fenced is not None:
@@ -226,13 +227,10 @@ def _take_over_connect_attempt(app: TsbApp, catalog: BarrierCatalog, spark: Spar
                         "left running on the server", app.job_id, len(stopped), previous)
 
 
-def _run_mode(
-    app: TsbApp, args: argparse.Namespace, catalog: BarrierCatalog, locations: dict[str, str], spark: SparkSession
-) -> None:
+def _run_mode(run: AppRun, args: argparse.Namespace) -> None:
+    app = run.app
     if args.mode == "batch":
-        done = run_batch(
-            spark, app, catalog, locations, until_barrier=args.until_barrier, max_barriers=args.max_barriers
-        )
+        done = run_batch(run, until_barrier=args.until_barrier, max_barriers=args.max_barriers)
         log.info("job %s: batch mode processed barriers %s", app.job_id, done)
         if not done:
             log.warning(
@@ -242,10 +240,10 @@ def _run_mode(
                 app.job_id, f" up to barrier {args.until_barrier}" if args.until_barrier else "", app.job_id,
             )
         return
-    done = run_streaming(
-        spark, app, catalog, locations, checkpoint=args.checkpoint, until_barrier=args.until_barrier,
-        max_barriers=args.max_barriers, idle_timeout_s=args.idle_timeout, trigger_interval_s=args.trigger_interval,
+    done = run_streaming(run, StreamOptions(
+        checkpoint=args.checkpoint, until_barrier=args.until_barrier, max_barriers=args.max_barriers,
+        idle_timeout_s=args.idle_timeout, trigger_interval_s=args.trigger_interval,
         poll_interval_s=args.poll_interval, final_since_ms=args.final_since,
         max_barriers_per_trigger=args.max_barriers_per_trigger,
-    )
+    ))
     log.info("job %s: streaming mode processed barriers %s", app.job_id, done)

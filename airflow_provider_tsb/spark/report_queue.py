@@ -83,7 +83,7 @@ class ReportQueue:
 
         with ReportQueue("enrich_flights") as queue:
             for plan in pending:
-                run_barrier(spark, app, plan, locations, catalog, queue=queue)
+                run_barrier(run, plan, queue=queue)
     """
 
     def __init__(self, job_id: str, release_lease: Callable[[str], object] | None = None,

@@ -28,13 +28,14 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
 from airflow_provider_tsb.delta.errors import MisalignedInputError
 from airflow_provider_tsb.delta.log import shared_commit_reads
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.metastore.records import JobStatus
+from airflow_provider_tsb.spark.app_run import AppRun
 from airflow_provider_tsb.spark.barrier_commit import StagedAttempt, WriteResult, write_barrier
 from airflow_provider_tsb.spark.barrier_group import BarrierGroup, SinkOutput
 from airflow_provider_tsb.spark.catalog import BarrierCatalog, BarrierPlan
@@ -48,7 +49,7 @@ from airflow_provider_tsb.spark.write_options import WriteTarget
 log = logging.getLogger("airflow_provider_tsb.spark")
 
 
-def check_alignment(app: TsbApp, plan: BarrierPlan, locations: Mapping[str, str]) -> None:
+def check_alignment(run: AppRun, plan: BarrierPlan) -> None:
     """Assert every input of ``plan`` is read at the version of ``plan.barrier``.
 
     For a tagged (intermediate) input the version's ``tsb.barrier`` must equal the barrier
@@ -58,6 +59,7 @@ def check_alignment(app: TsbApp, plan: BarrierPlan, locations: Mapping[str, str]
     Raises:
         MisalignedInputError: naming the input, the version, and both barriers.
     """
+    app = run.app
     missing = sorted(set(app.sources) - set(plan.inputs))
     if missing:
         raise MisalignedInputError(f"job {app.job_id}: barrier {plan.barrier} has no version for inputs {missing}")
@@ -67,7 +69,7 @@ def check_alignment(app: TsbApp, plan: BarrierPlan, locations: Mapping[str, str]
     for barrier, versions in checks:
         for name in sorted(app.sources):
             version = versions[name]
-            tagged = barrier_of_version(locations[name], version)
+            tagged = barrier_of_version(run.locations[name], version)
             if tagged is None:
                 continue  # root table (no tags) or a non-barrier commit of a root
             if tagged != barrier:
@@ -104,39 +106,15 @@ def check_outputs(app: TsbApp, outputs: object, *, function: str = "process") ->
         )
 
 
-def sinks_base_barrier(app: TsbApp, locations: Mapping[str, str],
-                       heads: Mapping[str, tuple[int, int] | None] | None = None) -> int | None:
-    """The barrier all sinks have reached (min over sinks); ``None`` if any sink is empty.
-
-    Args:
-        heads: ``{sink: (barrier, version) or None}`` already read (default: read each sink's log).
-    """
-    if heads is None:
-        heads = sink_heads(app, locations)
-    barriers = []
-    for name in app.sinks:
-        latest = heads[name]
-        if latest is None:
-            return None
-        barriers.append(latest[0])
-    return min(barriers) if barriers else None
-
-
-def sink_heads(app: TsbApp, locations: Mapping[str, str]) -> dict[str, tuple[int, int] | None]:
-    """``{sink: (barrier, version)}`` of each sink's newest WRITTEN barrier (``None``: none), one
-    log read per sink."""
-    return {name: SinkLog.read(locations[name], app.job_id).head() for name in sorted(app.sinks)}
-
-
-def start_run(app: TsbApp, catalog: BarrierCatalog, locations: Mapping[str, str]) -> int | None:
+def start_run(run: AppRun) -> int | None:
     """The prologue of a batch or streaming run: take the run's fencing token
     (:func:`begin_attempt`), read each sink's log once to re-report its newest barrier WRITTEN
     (:func:`report_written_heads`), and return the barrier all sinks are at (``None``: a sink
     is empty), after which the run's barriers come."""
-    begin_attempt(app, catalog)
-    heads = sink_heads(app, locations)
-    report_written_heads(app, locations, catalog, heads)
-    return sinks_base_barrier(app, locations, heads)
+    begin_attempt(run.app, run.catalog)
+    heads = run.sink_heads()
+    report_written_heads(run, heads)
+    return run.base_barrier(heads)
 
 
 def begin_attempt(app: TsbApp, catalog: BarrierCatalog | None) -> int | None:
@@ -154,28 +132,25 @@ def begin_attempt(app: TsbApp, catalog: BarrierCatalog | None) -> int | None:
     return begin(app.job_id) if begin is not None else None
 
 
-def report_written_heads(app: TsbApp, locations: Mapping[str, str], catalog: BarrierCatalog,
-                         heads: Mapping[str, tuple[int, int] | None] | None = None) -> None:
+def report_written_heads(run: AppRun, heads: Mapping[str, tuple[int, int] | None] | None = None) -> None:
     """Re-report WRITTEN for each sink's newest barrier (idempotent).
 
     Repairs a run killed after its Delta commit but before its WRITTEN report: the Delta log
     is the truth, the catalog only indexes it. Cost: one short log walk per sink (none for the
     sinks in ``heads``, already read).
     """
-    if heads is None:
-        heads = sink_heads(app, locations)
-    for sink in sorted(app.sinks):
+    if run.catalog is None:
+        return
+    heads = run.sink_heads() if heads is None else heads
+    for sink in sorted(run.app.sinks):
         head = heads[sink]
         if head is not None:
-            catalog.record_written(sink, head[0], head[1], app.job_id)
+            run.catalog.record_written(sink, head[0], head[1], run.job_id)
 
 
 def run_barrier(
-    spark: SparkSession,
-    app: TsbApp,
+    run: AppRun,
     plan: BarrierPlan,
-    locations: Mapping[str, str],
-    catalog: BarrierCatalog | None,
     *,
     before: dict[str, float] | None = None,
     queue: ReportQueue | None = None,
@@ -207,13 +182,13 @@ def run_barrier(
         MisalignedInputError: an input is not at the barrier's version.
         KeyError: ``process`` did not return exactly one DataFrame per sink (see :func:`check_outputs`).
     """
-    started = _now_ms()
+    started, app, catalog = _now_ms(), run.app, run.catalog
     with barrier_timer(app.job_id, plan.barrier, before=before):
         lease: InputLease | None = None
         try:
             lease = _start(catalog, app.job_id, plan, started, queue, run_lease)
             with shared_commit_reads():  # each commit file read once for the barrier
-                results = _run_barrier(spark, app, plan, locations, catalog, queue, group)
+                results = _run_barrier(run, plan, queue, group)
         except BaseException:
             _record_failure(catalog, app.job_id, plan.barrier, lease, queue)
             raise
@@ -296,28 +271,23 @@ def _start(catalog: BarrierCatalog | None, job_id: str, plan: BarrierPlan, start
 
 
 def _run_barrier(
-    spark: SparkSession,
-    app: TsbApp,
-    plan: BarrierPlan,
-    locations: Mapping[str, str],
-    catalog: BarrierCatalog | None,
-    queue: ReportQueue | None = None,
-    group: BarrierGroup | None = None,
+    run: AppRun, plan: BarrierPlan, queue: ReportQueue | None = None, group: BarrierGroup | None = None,
 ) -> list[WriteResult]:
     """The barrier's work (its input lease is held by the caller); its results."""
+    spark, app, catalog, locations = run.spark, run.app, run.catalog, run.locations
     with phase("delta_log"):
-        logs = read_sink_logs(app, plan, locations)
+        logs = read_sink_logs(run, plan)
         if group is None or plan.barrier == group.first:  # a later barrier of a group: checked by the first
-            check_alignment(app, plan, locations)
+            check_alignment(run, plan)
     if all(sink_log.holds_barrier for sink_log in logs.values()):
         if group is not None and group.plans and plan.barrier == group.first:  # a replay: the next stages the group
             group.drop_first()
         if queue is not None:  # the previous barrier's WRITTEN first
             queue.wait()
-        return _skip_committed(app, plan, logs, catalog)
+        return _skip_committed(run, plan, logs)
     outputs: Mapping[str, SinkOutput] | None = group.take(plan.barrier) if group is not None else None
     if outputs is None and group is not None and plan.barrier == group.first:
-        outputs = _stage_group(spark, app, group, locations, logs)
+        outputs = _stage_group(run, group, logs)
     if outputs is None:
         outputs = app.process(BarrierContext(spark, app, plan, locations, logs))
         check_outputs(app, outputs)
@@ -334,22 +304,20 @@ def _run_barrier(
     return results
 
 
-def read_sink_logs(app: TsbApp, plan: BarrierPlan, locations: Mapping[str, str]) -> dict[str, SinkLog]:
+def read_sink_logs(run: AppRun, plan: BarrierPlan) -> dict[str, SinkLog]:
     """``{sink: SinkLog}``: each sink's log read once as ``plan``'s barrier starts, with the
     barrier's answers (committed, its version and attempt, the previous barrier's version) and,
     for a sink whose write plans against the table's files (a merge, auto compaction), the
     table's snapshot: what the context and the commit protocol need, passed in."""
     out = {}
-    for sink in sorted(app.sinks):
-        options = app.sinks[sink].options
-        out[sink] = SinkLog.read(locations[sink], app.job_id, barrier=plan.barrier, previous=plan.previous_barrier,
+    for sink in sorted(run.app.sinks):
+        options = run.app.sinks[sink].options
+        out[sink] = SinkLog.read(run.locations[sink], run.job_id, barrier=plan.barrier, previous=plan.previous_barrier,
                                  snapshot=options.mode == "merge" or options.compaction is not None)
     return out
 
 
-def _stage_group(
-    spark: SparkSession, app: TsbApp, group: BarrierGroup, locations: Mapping[str, str], logs: Mapping[str, SinkLog],
-) -> Mapping[str, SinkOutput] | None:
+def _stage_group(run: AppRun, group: BarrierGroup, logs: Mapping[str, SinkLog]) -> Mapping[str, SinkOutput] | None:
     """The first barrier of ``group`` plans every barrier of it and stages their outputs
     (:meth:`BarrierGroup.stage`); returns its own outputs (``None``: it runs alone after all).
 
@@ -358,14 +326,15 @@ def _stage_group(
     or whose ``process`` reads a sink's previous state. An app with ``process_micro_batch``
     builds the group's outputs with one call (:class:`MicroBatchContext`) when its sinks allow
     (:meth:`BarrierGroup.micro_batch_ready`)."""
+    spark, app, locations = run.spark, run.app, run.locations
     for plan in group.plans[1:]:
-        if not _can_join(app, plan, locations, logs):
+        if not _can_join(run, plan, logs):
             group.truncate(plan.barrier)
             break
     if len(group.plans) >= 2 and group.micro_batch_ready(app, logs):
         tagged = app.process_micro_batch(MicroBatchContext(spark, app.job_id, group.plans, locations))
         check_outputs(app, tagged, function="process_micro_batch")
-        group.stage_micro_batch(spark, app, locations, logs, tagged)
+        group.stage_micro_batch(run, logs, tagged)
         return group.take(group.first)
     outputs: dict[int, Mapping[str, DataFrame]] = {}
     for plan in group.plans:
@@ -384,31 +353,25 @@ def _stage_group(
         outputs[plan.barrier] = out
     if len(group.plans) < 2:
         return outputs[group.first]
-    group.stage(spark, app, locations, logs, outputs)
+    group.stage(run, logs, outputs)
     return group.take(group.first)
 
 
-def _can_join(app: TsbApp, plan: BarrierPlan, locations: Mapping[str, str], logs: Mapping[str, SinkLog]) -> bool:
+def _can_join(run: AppRun, plan: BarrierPlan, logs: Mapping[str, SinkLog]) -> bool:
     """True when a later barrier of a group may be staged with its first: no sink holds it yet
     and its inputs are aligned."""
     if any(sink_log.is_committed(plan.barrier) for sink_log in logs.values()):
         return False
     try:
         with phase("delta_log"):
-            check_alignment(app, plan, locations)
+            check_alignment(run, plan)
     except MisalignedInputError:
         return False
     return True
 
 
 def run_barrier_group(
-    spark: SparkSession,
-    app: TsbApp,
-    plans: Sequence[BarrierPlan],
-    locations: Mapping[str, str],
-    catalog: BarrierCatalog | None,
-    *,
-    before: dict[str, float] | None = None,
+    run: AppRun, plans: Sequence[BarrierPlan], *, before: dict[str, float] | None = None,
 ) -> list[int]:
     """Process consecutive ready barriers as one micro-batch (:mod:`~airflow_provider_tsb.spark.barrier_group`):
     one Spark job per ``append`` sink for their outputs, then a commit per barrier, in order.
@@ -427,14 +390,14 @@ def run_barrier_group(
         whatever :func:`run_barrier` raises for a barrier: the barriers before it are committed.
     """
     if len(plans) == 1:
-        run_barrier(spark, app, plans[0], locations, catalog, before=before)
+        run_barrier(run, plans[0], before=before)
         return [plans[0].barrier]
-    return _run_in_order(spark, app, plans, locations, catalog, group=BarrierGroup(plans), before=before)
+    return _run_in_order(run, plans, group=BarrierGroup(plans), before=before)
 
 
 def _run_in_order(
-    spark: SparkSession, app: TsbApp, plans: Sequence[BarrierPlan], locations: Mapping[str, str],
-    catalog: BarrierCatalog | None, *, group: BarrierGroup | None = None, before: dict[str, float] | None = None,
+    run: AppRun, plans: Sequence[BarrierPlan], *, group: BarrierGroup | None = None,
+    before: dict[str, float] | None = None,
 ) -> list[int]:
     """:func:`run_barrier` for each plan in order, under one input lease over every plan's inputs
     (:class:`RunLease`), each barrier's reports behind the next barrier's work
@@ -443,14 +406,15 @@ def _run_in_order(
     micro-batch (a plan the group ended before runs alone); ``before``: the first barrier's
     phases before the call. Returns the barriers done."""
     done: list[int] = []
-    run_lease = RunLease.take(catalog, app.job_id, plans)
+    catalog = run.catalog
+    run_lease = RunLease.take(catalog, run.job_id, plans)
     try:  # the commit files read are shared by the run's barriers (immutable: Delta protocol)
-        with shared_commit_reads(), ReportQueue(app.job_id, getattr(catalog, "release_lease", None),
+        with shared_commit_reads(), ReportQueue(run.job_id, getattr(catalog, "release_lease", None),
                                                  getattr(catalog, "in_one_transaction", None)) as queue:
             for plan in plans:
                 member = group if group is not None and plan in group.plans else None
-                run_barrier(spark, app, plan, locations, catalog, before=None if done else before, queue=queue,
-                            run_lease=run_lease, group=member)
+                run_barrier(run, plan, before=None if done else before, queue=queue, run_lease=run_lease,
+                            group=member)
                 done.append(plan.barrier)
     finally:
         if run_lease is not None:  # after the queue: its narrowings use the lease
@@ -458,11 +422,9 @@ def _run_in_order(
     return done
 
 
-def _skip_committed(
-    app: TsbApp, plan: BarrierPlan, logs: Mapping[str, SinkLog], catalog: BarrierCatalog | None
-) -> list[WriteResult]:
+def _skip_committed(run: AppRun, plan: BarrierPlan, logs: Mapping[str, SinkLog]) -> list[WriteResult]:
     """Every sink holds the barrier: re-report WRITTEN (from the logs read), write nothing."""
-    results = []
+    results, app, catalog = [], run.app, run.catalog
     for sink, sink_log in logs.items():
         version = sink_log.barrier_version
         if version is not None and catalog is not None:
@@ -472,24 +434,22 @@ def _skip_committed(
     return results
 
 
-def run_batch(
-    spark: SparkSession,
-    app: TsbApp,
-    catalog: BarrierCatalog,
-    locations: Mapping[str, str],
-    *,
-    until_barrier: int | None = None,
-    max_barriers: int | None = None,
-) -> list[int]:
-    """Batch mode: process the pending barriers in order (up to ``until_barrier``), then stop.
+def run_batch(run: AppRun, *, until_barrier: int | None = None, max_barriers: int | None = None) -> list[int]:
+    """Batch mode: process the pending barriers of ``run.catalog`` in order (up to
+    ``until_barrier``, at most ``max_barriers`` of them), then stop.
 
     Returns the barriers processed (committed or found already committed), once every report
     of theirs is made.
+
+    Raises:
+        ValueError: ``run`` has no catalog (a batch run takes its barriers from one).
     """
-    sources = {name: locations[name] for name in app.sources}
-    after = start_run(app, catalog, locations)
-    plans = [plan for plan in catalog.pending_barriers(app.job_id, sources, after)
+    catalog = run.catalog
+    if catalog is None:
+        raise ValueError(f"job {run.job_id}: a batch run needs a barrier catalog to take its barriers from")
+    after = start_run(run)
+    plans = [plan for plan in catalog.pending_barriers(run.job_id, run.sources(), after)
              if until_barrier is None or plan.barrier <= until_barrier][:max_barriers]
-    done = _run_in_order(spark, app, plans, locations, catalog)
-    catalog.heartbeat(app.job_id)
+    done = _run_in_order(run, plans)
+    catalog.heartbeat(run.job_id)
     return done

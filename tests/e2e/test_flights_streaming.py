@@ -120,6 +120,7 @@ def test_invariants_at_every_barrier_and_pipelining(streaming_run) -> None:
 def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, spark, tmp_path) -> None:
     """Row for row at every barrier: no row lost or duplicated by the kill and the retry."""
     from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, run_batch
+    from airflow_provider_tsb.spark.app_run import AppRun
     from tsb_dev.dataplane import load_app_module
 
     af, store, root, run = streaming_run
@@ -139,7 +140,8 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
     catalog = PlanFileCatalog(plan.path)
     for job in JOBS:
         app = load_app_module(f"flights/{job}.py").APP
-        assert run_batch(spark, app, catalog, app.resolve_locations(catalog.tables())) == [b.barrier for b in barriers]
+        run = AppRun(spark, app, catalog, app.resolve_locations(catalog.tables()))
+        assert run_batch(run) == [b.barrier for b in barriers]
     for b in barriers:
         for table in SINKS:
             streamed = store.table_states.version_at(table, b.barrier)

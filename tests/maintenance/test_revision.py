@@ -28,6 +28,7 @@ from airflow_provider_tsb.delta.roots import append_words
 from airflow_provider_tsb.metastore.revisions import RevisionPendingError
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.spark.app import run_batch
+from airflow_provider_tsb.spark.app_run import AppRun
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 from tests.support.orchestration import wordcount_topology
 from tsb_dev.dataplane import rows_at_barrier, words_for
@@ -98,7 +99,7 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     locations = {name: topo.location(name) for name in (WORDS, WC, CC)}
 
     def run_words(until: int | None = None) -> list[int]:
-        return run_batch(spark, words_app, catalog, words_app.resolve_locations(locations), until_barrier=until)
+        return run_batch(AppRun(spark, words_app, catalog, words_app.resolve_locations(locations)), until_barrier=until)
 
     dep = Deployment(url, store, topo, tmp_path)
 
@@ -125,7 +126,7 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     assert store.resolution.resolve([CC]).barrier == 1
     # the jobs of the plan are refused, naming the revision and how to finish it
     with pytest.raises(RevisionPendingError, match=r"job 'wordcount_counts' cannot run: revision \d+ .*--resume"):
-        run_batch(spark, counts_app, catalog, counts_app.resolve_locations(locations))
+        run_batch(AppRun(spark, counts_app, catalog, counts_app.resolve_locations(locations)))
     # a different revision over the same tables is refused too
     other = tsb("rollback", "wordcount.count_of_counts", "--to-barrier", "2", "--dags", str(dag_file.parent),
                 "--url", url)
@@ -163,7 +164,7 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     assert DeltaTable(locations[WC]).to_pyarrow_table().num_rows == 0
     assert store.table_states.newest_written(WC) is None and store.table_states.newest_written(CC) is None
     assert run_words() == [1, 2, 3, 4]
-    assert run_batch(spark, counts_app, catalog, counts_app.resolve_locations(locations)) == [1, 2, 3, 4]
+    assert run_batch(AppRun(spark, counts_app, catalog, counts_app.resolve_locations(locations))) == [1, 2, 3, 4]
     for b in range(1, 5):
         assert rows_at_barrier(spark, locations[WC], b) == clean_wordcount["wordcount.word_count"][b], b
         assert rows_at_barrier(spark, locations[CC], b) == clean_wordcount["wordcount.count_of_counts"][b], b

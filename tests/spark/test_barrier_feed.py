@@ -102,6 +102,7 @@ def test_a_replayed_micro_batch_starts_its_group_after_the_barriers_its_sinks_ho
 
     from airflow_provider_tsb.delta.commit import commit_barrier_files
     from airflow_provider_tsb.delta.conventions import BarrierTag
+    from airflow_provider_tsb.spark.app_run import AppRun
     from airflow_provider_tsb.spark.barrier_group import BarrierGroup
     from airflow_provider_tsb.spark.model import Sink, TsbApp
     from airflow_provider_tsb.spark.runner import run_barrier
@@ -116,6 +117,6 @@ def test_a_replayed_micro_batch_starts_its_group_after_the_barriers_its_sinks_ho
     group = BarrierGroup(plans)
     assert group.first == 2
     for plan in plans[:2]:  # no Spark needed: a committed barrier is never processed
-        [result] = run_barrier(None, app, plan, {**sources, "out": sink}, None, group=group)  # type: ignore[arg-type]
+        [result] = run_barrier(AppRun(None, app, None, {**sources, "out": sink}), plan, group=group)  # type: ignore[arg-type]
         assert result.skipped and result.barrier == plan.barrier and result.version == plan.barrier - 1
     assert group.first == 4 and [p.barrier for p in group.plans] == [4, 5]

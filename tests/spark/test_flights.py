@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.delta.roots import append_rows
 from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, read_snapshot, run_batch
+from airflow_provider_tsb.spark.app_run import AppRun
 from tsb_dev.dataplane import load_app_module, rows_at_barrier
 from tsb_examples.datasets import nycflights13 as nyc
 
@@ -45,7 +46,7 @@ def test_flights_topology_consistent_at_every_barrier(spark, tmp_path: Path) -> 
     catalog = PlanFileCatalog(plan.path)
     for script in ("enrich_flights.py", "carrier_daily_delay.py", "carrier_ranking.py"):
         app = load_app_module(f"flights/{script}").APP
-        assert run_batch(spark, app, catalog, app.resolve_locations(catalog.tables())) == [1, 2]
+        assert run_batch(AppRun(spark, app, catalog, app.resolve_locations(catalog.tables()))) == [1, 2]
 
     raw = plan.load()["barriers"]
     for b in range(1, len(days) + 1):

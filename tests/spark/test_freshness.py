@@ -28,6 +28,7 @@ def test_freshness_names_the_held_back_job_on_postgresql(
 ) -> None:
     from airflow_provider_tsb.cli import main
     from airflow_provider_tsb.spark.app import run_batch
+    from airflow_provider_tsb.spark.app_run import AppRun
     from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 
     url = _pg_database(postgres)
@@ -39,8 +40,10 @@ def test_freshness_names_the_held_back_job_on_postgresql(
     catalog = MetastoreCatalog(url)
     locations = {name: topo.location(name) for name in (WORDS, WORD_COUNT, COUNT_OF_COUNTS)}
     words_app, counts_app = wordcount_apps
-    assert run_batch(spark, words_app, catalog, words_app.resolve_locations(locations), until_barrier=2) == [1, 2]
-    assert run_batch(spark, counts_app, catalog, counts_app.resolve_locations(locations), until_barrier=1) == [1]
+    assert run_batch(AppRun(spark, words_app, catalog, words_app.resolve_locations(locations)),
+                     until_barrier=2) == [1, 2]
+    assert run_batch(AppRun(spark, counts_app, catalog, counts_app.resolve_locations(locations)),
+                     until_barrier=1) == [1]
     b2 = store.barriers.barrier("wordcount", 2)
     time.sleep(max(0.0, 1.1 - (time.time() * 1000 - b2.created_at_ms) / 1000))  # past the 1 s target
 
@@ -58,7 +61,8 @@ def test_freshness_names_the_held_back_job_on_postgresql(
     rows = {line.split()[0]: line.split()[1:] for line in shown.splitlines()[2:]}
     assert rows[COUNT_OF_COUNTS][2:] == ["MISSED", "1", "wordcount_counts"] and rows[WORD_COUNT][2:] == ["ok", "2", "-"]
 
-    assert run_batch(spark, counts_app, catalog, counts_app.resolve_locations(locations), until_barrier=2) == [2]
+    assert run_batch(AppRun(spark, counts_app, catalog, counts_app.resolve_locations(locations)),
+                     until_barrier=2) == [2]
     report = store.freshness.freshness("wordcount")
     assert report.missed == [] and {t: (f.lag_s, f.committed_barrier) for t, f in report.tables.items()} == {
         WORD_COUNT: (0.0, 2), COUNT_OF_COUNTS: (0.0, 2)}

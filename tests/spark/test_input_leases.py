@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from airflow_provider_tsb.exceptions import ExpiredVersionError, UnknownJobError
 from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.spark.app_run import AppRun
 from airflow_provider_tsb.spark.input_leases import LeaseRequest
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 from airflow_provider_tsb.spark.model import Sink, TsbApp
@@ -52,8 +53,8 @@ def test_running_job_keeps_its_input_versions_under_expiry(spark, tmp_path) -> N
         return {lw.SUMMARY: out.select(F.lit(ctx.barrier).cast("long").alias("b"), "n", "lo", "hi")}
 
     app = TsbApp("sum_job", {lw.SNAP: locations[lw.SNAP]}, {lw.SUMMARY: Sink(mode="append")}, process)
-    done = run_batch(spark, app, MetastoreCatalog(url), {lw.SNAP: locations[lw.SNAP],
-                                                        lw.SUMMARY: locations[lw.SUMMARY]}, until_barrier=4)
+    done = run_batch(AppRun(spark, app, MetastoreCatalog(url), {lw.SNAP: locations[lw.SNAP],
+                                                        lw.SUMMARY: locations[lw.SUMMARY]}), until_barrier=4)
     assert done == [1, 2, 3, 4]
     # the run leased snap's versions of barriers 1..4 (0..3) from its start; each barrier done
     # narrows it to the epochs still to come, behind the next barrier (on the report queue,
@@ -83,7 +84,8 @@ def test_a_run_whose_range_holds_an_expired_version_leases_barrier_by_barrier(sp
 
     app = TsbApp("sum_job", {lw.SNAP: locations[lw.SNAP]}, {lw.SUMMARY: Sink(mode="append")}, process)
     with pytest.raises(ExpiredVersionError, match=rf"barrier 2 \(Delta version 1\) of table '{lw.SNAP}'"):
-        run_batch(spark, app, MetastoreCatalog(url), {lw.SNAP: locations[lw.SNAP], lw.SUMMARY: locations[lw.SUMMARY]})
+        run_batch(AppRun(spark, app, MetastoreCatalog(url),
+                         {lw.SNAP: locations[lw.SNAP], lw.SUMMARY: locations[lw.SUMMARY]}))
     assert store.job_runs.job_barrier_statuses("sum_job", [1, 2]) == {1: "succeeded", 2: "failed"}
     summary = DeltaTable(locations[lw.SUMMARY]).to_pyarrow_dataset().to_table(use_threads=False)
     assert summary.column("b").to_pylist() == [1] and summary.column("n").to_pylist() == [lw.ROWS]
@@ -152,7 +154,8 @@ def test_a_failed_barrier_records_failed_and_ends_its_lease(spark, tmp_path) -> 
 
     app = TsbApp("sum_job", {lw.SNAP: locations[lw.SNAP]}, {lw.SUMMARY: Sink(mode="append")}, process)
     with pytest.raises(RuntimeError, match="boom at barrier 2"):
-        run_batch(spark, app, MetastoreCatalog(url), {lw.SNAP: locations[lw.SNAP], lw.SUMMARY: locations[lw.SUMMARY]})
+        run_batch(AppRun(spark, app, MetastoreCatalog(url),
+                         {lw.SNAP: locations[lw.SNAP], lw.SUMMARY: locations[lw.SUMMARY]}))
     statuses = store.job_runs.job_barrier_statuses("sum_job", [1, 2])
     assert statuses == {1: "succeeded", 2: "failed"}
     assert store.leases.leased_ranges(lw.SNAP) == []

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.spark import BARRIER_COLUMN, BarrierContext, MicroBatchContext, Sink, TsbApp
+from airflow_provider_tsb.spark.app_run import AppRun
 from airflow_provider_tsb.spark.inputs import read_changes
 from airflow_provider_tsb.spark.outputs import BarrierColumnError
 from airflow_provider_tsb.spark.plans import BarrierPlan
@@ -78,7 +79,7 @@ def _keep_barrier(changes: DataFrame, ctx: MicroBatchContext) -> DataFrame:
 def _setup(tmp_path: Path, spark: object, calls: Calls) -> dict[str, str]:
     """The root with 4 barriers' commits, and the sink created by barrier 1 run alone."""
     locations = {SRC: _root(tmp_path, 4), SINK: str(tmp_path / "sink")}
-    run_barrier(spark, calls.app, _plans([1])[0], locations, None)
+    run_barrier(AppRun(spark, calls.app, None, locations), _plans([1])[0])
     return locations
 
 
@@ -95,7 +96,7 @@ def _root_ids_upto(barrier: int) -> list[int]:
 def test_one_call_builds_a_micro_batch_and_each_barrier_commits_its_own_rows(tmp_path: Path, spark: object) -> None:
     calls = Calls(_keep_barrier)
     locations = _setup(tmp_path, spark, calls)
-    done = run_barrier_group(spark, calls.app, _plans([2, 3, 4]), locations, None)
+    done = run_barrier_group(AppRun(spark, calls.app, None, locations), _plans([2, 3, 4]))
     assert done == [2, 3, 4]
     assert calls.micro_calls == [[2, 3, 4]] and calls.process_calls == [1]
     versions = [version_of_barrier(locations[SINK], b) for b in (1, 2, 3, 4)]
@@ -156,7 +157,7 @@ def test_a_micro_batch_without_its_barriers_is_refused_and_commits_nothing(
     calls = Calls(micro)
     locations = _setup(tmp_path, spark, calls)
     with pytest.raises(BarrierColumnError, match=message):
-        run_barrier_group(spark, calls.app, _plans([2, 3, 4]), locations, None)
+        run_barrier_group(AppRun(spark, calls.app, None, locations), _plans([2, 3, 4]))
     assert DeltaTable(locations[SINK]).version() == 0 and version_of_barrier(locations[SINK], 2) is None
     staged = [p for p in Path(locations[SINK], "tsb_staging").rglob("*.parquet")]
     assert staged and all(p.relative_to(locations[SINK]).parts[3] == "1" for p in staged)  # the group's: deleted
@@ -166,7 +167,7 @@ def test_a_micro_batch_without_its_barriers_is_refused_and_commits_nothing(
 def test_a_merge_sink_runs_process_per_barrier(tmp_path: Path, spark: object) -> None:
     calls = Calls(_keep_barrier, mode="merge")
     locations = _setup(tmp_path, spark, calls)
-    assert run_barrier_group(spark, calls.app, _plans([2, 3, 4]), locations, None) == [2, 3, 4]
+    assert run_barrier_group(AppRun(spark, calls.app, None, locations), _plans([2, 3, 4])) == [2, 3, 4]
     assert calls.micro_calls == [] and calls.process_calls == [1, 2, 3, 4]
     for b in (2, 3, 4):
         assert _sink_ids_at(locations[SINK], b) == _root_ids_upto(b), b

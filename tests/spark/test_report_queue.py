@@ -21,6 +21,7 @@ from sqlalchemy import event
 from airflow_provider_tsb.exceptions import FencedError
 from airflow_provider_tsb.metastore.records import BarrierState
 from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.spark.app_run import AppRun
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 from airflow_provider_tsb.spark.model import Sink, TsbApp
 from airflow_provider_tsb.spark.report_queue import ReportQueue
@@ -127,7 +128,7 @@ def test_a_failed_background_report_stops_the_run_before_the_next_commit(spark, 
     tables = {lw.SNAP: locations[lw.SNAP], lw.SUMMARY: locations[lw.SUMMARY]}
     catalog = _FailingOnce(url, barrier=1)
     with pytest.raises(RuntimeError, match="refused WRITTEN of .* at barrier 1") as caught:
-        run_batch(spark, app, catalog, tables)
+        run_batch(AppRun(spark, app, catalog, tables))
     assert "of barrier 1 (in the background" in "\n".join(caught.value.__notes__)
     assert catalog.reported_from == [True]  # made by the report thread, not the job's main thread
     # barrier 1 is committed in Delta, not WRITTEN; barrier 2 ran but was neither reported nor committed
@@ -137,7 +138,7 @@ def test_a_failed_background_report_stops_the_run_before_the_next_commit(spark, 
     assert store.job_runs.job_barrier_statuses("sum_job", [1, 2]) == {1: "running", 2: "failed"}
     assert store.leases.leased_ranges(lw.SNAP) == []  # barrier 1's ended with 2's start, 2's with its failure
 
-    done = run_batch(spark, app, MetastoreCatalog(url), tables)  # the rerun repairs barrier 1 from the log
+    done = run_batch(AppRun(spark, app, MetastoreCatalog(url), tables))  # the rerun repairs barrier 1 from the log
     assert done == [2, 3]
     states = [store.table_states.table_state(lw.SUMMARY, b) for b in (1, 2, 3)]
     assert [(s.state, s.version) for s in states] == [(BarrierState.WRITTEN, v) for v in (0, 1, 2)]
@@ -193,7 +194,7 @@ def test_a_batch_run_reports_each_barrier_in_about_one_transaction(spark, tmp_pa
     app = TsbApp("sum_job", {lw.SNAP: locations[lw.SNAP]}, {lw.SUMMARY: Sink(mode="append")}, process)
     catalog = MetastoreCatalog(url)
     commits = _count_commits(catalog)
-    assert run_batch(spark, app, catalog, {lw.SNAP: locations[lw.SNAP], lw.SUMMARY: locations[lw.SUMMARY]}) == \
+    assert run_batch(AppRun(spark, app, catalog, {lw.SNAP: locations[lw.SNAP], lw.SUMMARY: locations[lw.SUMMARY]})) == \
         [1, 2, 3, 4, 5, 6]
     states = [store.table_states.table_state(lw.SUMMARY, b) for b in range(1, 7)]
     assert [(s.state, s.version) for s in states] == [(BarrierState.WRITTEN, v) for v in range(6)]

@@ -106,6 +106,7 @@ def test_bounded_staleness_names_the_held_back_job_then_reads_fresh(
     from airflow_provider_tsb.sensors.barrier_committed import TsbBarrierCommittedSensor
     from airflow_provider_tsb.sensors.freshness import TsbFreshnessSensor
     from airflow_provider_tsb.spark.app import run_batch
+    from airflow_provider_tsb.spark.app_run import AppRun
     from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
     from airflow_provider_tsb.triggers.barrier_committed import TsbBarrierCommittedTrigger
     from tsb_examples.ingest import ingest_next_words
@@ -124,9 +125,11 @@ def test_bounded_staleness_names_the_held_back_job_then_reads_fresh(
     catalog = MetastoreCatalog(url)
     locations = {name: topo.location(name) for name in (WORDS, *Q)}
     words_app, counts_app = wordcount_apps
-    assert run_batch(spark, words_app, catalog, words_app.resolve_locations(locations), until_barrier=2) == [1, 2]
+    assert run_batch(AppRun(spark, words_app, catalog, words_app.resolve_locations(locations)),
+                     until_barrier=2) == [1, 2]
     # held back: wordcount_counts is not run for barrier 2
-    assert run_batch(spark, counts_app, catalog, counts_app.resolve_locations(locations), until_barrier=1) == [1]
+    assert run_batch(AppRun(spark, counts_app, catalog, counts_app.resolve_locations(locations)),
+                     until_barrier=1) == [1]
 
     assert store.resolution.resolve(Q).barrier == 1  # no bound: the hour-old barrier 1
     with pytest.raises(StaleReadError) as err:

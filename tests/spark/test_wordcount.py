@@ -17,6 +17,7 @@ from airflow_provider_tsb.delta import (
 from airflow_provider_tsb.delta.roots import append_words
 from airflow_provider_tsb.spark import BarrierContext, PlanFile, PlanFileCatalog, Sink, TsbApp, read_report
 from airflow_provider_tsb.spark.app import BarrierPlan, run_barrier, run_batch
+from airflow_provider_tsb.spark.app_run import AppRun, StreamOptions
 from airflow_provider_tsb.spark.inputs import read_snapshot
 from airflow_provider_tsb.spark.streaming import run_streaming
 from tsb_dev.dataplane import (
@@ -74,26 +75,12 @@ def test_streaming_matches_batch_and_picks_up_new_barriers(
 
     feeder = threading.Thread(target=more_barriers)
     feeder.start()
-    done = run_streaming(
-        spark,
-        words_app,
-        catalog,
-        words_app.resolve_locations(catalog.tables()),
-        max_barriers=4,
-        idle_timeout_s=60,
-        trigger_interval_s=0.3,
-    )
+    done = run_streaming(AppRun(spark, words_app, catalog, words_app.resolve_locations(catalog.tables())),
+                         StreamOptions(max_barriers=4, idle_timeout_s=60, trigger_interval_s=0.3))
     feeder.join()
     assert done == [1, 2, 3, 4]
-    done = run_streaming(
-        spark,
-        counts_app,
-        catalog,
-        counts_app.resolve_locations(catalog.tables()),
-        until_barrier=4,
-        idle_timeout_s=20,
-        trigger_interval_s=0.3,
-    )
+    done = run_streaming(AppRun(spark, counts_app, catalog, counts_app.resolve_locations(catalog.tables())),
+                         StreamOptions(until_barrier=4, idle_timeout_s=20, trigger_interval_s=0.3))
     assert done == [1, 2, 3, 4]
     assert snapshot_tables(spark, tables, range(1, 5)) == clean_wordcount
 
@@ -127,7 +114,7 @@ def test_alignment_reads_all_inputs_at_the_same_barrier(spark, wordcount_apps, t
     app = TsbApp("check_join", {WORDS: None, WORD_COUNT: None}, {"check.joined": Sink("append")}, process)
     catalog = PlanFileCatalog(plan)
     locations = app.resolve_locations(catalog.tables())
-    assert run_batch(spark, app, catalog, locations, until_barrier=2) == [1, 2]
+    assert run_batch(AppRun(spark, app, catalog, locations), until_barrier=2) == [1, 2]
     rows = read_snapshot(spark, out_loc, version_of_barrier(out_loc, 2)).collect()
     assert rows and all(r["n"] == r["cnt"] for r in rows)  # same barrier in both inputs
     assert {r["barrier"] for r in rows} == {1, 2}
@@ -143,13 +130,13 @@ def test_alignment_reads_all_inputs_at_the_same_barrier(spark, wordcount_apps, t
         previous_inputs=good.previous_inputs,
     )
     with pytest.raises(MisalignedInputError, match=r"input wordcount.word_count .*barrier 4.*barrier 3"):
-        run_barrier(spark, app, bad, locations, None)
+        run_barrier(AppRun(spark, app, None, locations), bad)
 
 
 def test_job_waits_for_upstream_barrier(spark, wordcount_apps, tmp_path: Path) -> None:
     plan, tables = make_wordcount_plan(tmp_path, 3)
     words_app, counts_app = wordcount_apps
     catalog = PlanFileCatalog(plan)
-    run_batch(spark, words_app, catalog, words_app.resolve_locations(catalog.tables()), until_barrier=2)
+    run_batch(AppRun(spark, words_app, catalog, words_app.resolve_locations(catalog.tables())), until_barrier=2)
     # counts can only process what word_count has WRITTEN
-    assert run_batch(spark, counts_app, catalog, counts_app.resolve_locations(catalog.tables())) == [1, 2]
+    assert run_batch(AppRun(spark, counts_app, catalog, counts_app.resolve_locations(catalog.tables()))) == [1, 2]

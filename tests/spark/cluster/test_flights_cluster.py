@@ -112,6 +112,7 @@ def local_tables(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> dict[s
     Spark (a plan-file catalog: no cluster, no metastore)."""
     from airflow_provider_tsb.delta.roots import mark_end_of_input
     from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, run_batch
+    from airflow_provider_tsb.spark.app_run import AppRun
     from tsb_dev.dataplane import load_app_module
     from tsb_examples.datasets import nycflights13 as nyc
 
@@ -128,7 +129,8 @@ def local_tables(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> dict[s
     catalog = PlanFileCatalog(plan.path)
     for job in fb.JOBS:
         app = load_app_module(f"flights/{job}.py").APP
-        assert run_batch(spark, app, catalog, app.resolve_locations(catalog.tables())) == list(range(1, DAYS + 2))
+        run = AppRun(spark, app, catalog, app.resolve_locations(catalog.tables()))
+        assert run_batch(run) == list(range(1, DAYS + 2))
     return {sink: {b: rows(tables[sink], b) for b in range(1, DAYS + 2)} for sink in fb.SINKS}
 
 
