@@ -24,6 +24,7 @@ def airflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow
         handle.wait_for_dag(FAILING_DAG_ID, timeout=120, fileloc_hint="flights_ui_jobs")
         run = handle.run_dag(FAILING_DAG_ID, expect="failed", timeout=240)
         handle.failed_run_id = run["dag_run_id"]  # type: ignore[attr-defined]
+        handle.metastore_url = url  # type: ignore[attr-defined]
         yield handle
     finally:
         handle.stop()
