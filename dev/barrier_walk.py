@@ -207,12 +207,12 @@ def trace_run_barrier(quiet: set[str], barrier: int = 2) -> tuple[Callable[..., 
     original = runner.run_barrier
     walks: list[tuple[str, Walk]] = []
 
-    def run_barrier(spark: Any, app: Any, plan: Any, *args: Any, **kwargs: Any) -> Any:
+    def run_barrier(run: Any, plan: Any, *args: Any, **kwargs: Any) -> Any:
         if plan.barrier != barrier:
-            return original(spark, app, plan, *args, **kwargs)
-        with traced(quiet, getattr(app.process, "__code__", None)) as walk:
-            result = original(spark, app, plan, *args, **kwargs)
-        walks.append((app.job_id, walk))
+            return original(run, plan, *args, **kwargs)
+        with traced(quiet, getattr(run.app.process, "__code__", None)) as walk:
+            result = original(run, plan, *args, **kwargs)
+        walks.append((run.job_id, walk))
         return result
 
     return run_barrier, walks

@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
@@ -37,11 +37,12 @@ class AppRun:
     app: TsbApp
     catalog: BarrierCatalog | None
     locations: Mapping[str, str]
+    #: the app's job id (an attribute, not a property: a barrier's walk through the runner makes no
+    #: call into this module, ``dev/barrier_walk.py``)
+    job_id: str = field(init=False, repr=False)
 
-    @property
-    def job_id(self) -> str:
-        """The app's job id."""
-        return self.app.job_id
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "job_id", self.app.job_id)
 
     def sources(self) -> dict[str, str]:
         """``{source: location}`` of the app's inputs."""
