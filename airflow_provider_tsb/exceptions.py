@@ -261,3 +261,8 @@ class InvalidLocationError(TsbError, ValueError):
     """A table location is relative or contains ``..`` (issue 25 item 5): every process (the
     scheduler, the Spark driver and executors, the api-server) must find the table at the same
     place whatever its working directory. Give an absolute path or a URI (``s3://...``)."""
+
+
+class DeltaWriteError(TsbError):
+    """Delta's own Spark writer returned, but the sink does not hold the barrier's commit
+    (:mod:`airflow_provider_tsb.spark.delta_writer`); nothing was reported WRITTEN."""

@@ -11,8 +11,10 @@ Every commit that writes barrier ``n`` of job ``j`` to a table carries:
   - ``tsb.attempt``: the attempt id (uuid hex) whose staged files the commit adds;
   - ``tsb.files`` / ``tsb.bytes``: the number of live data files and their total size in
     bytes at the commit's version (:mod:`airflow_provider_tsb.delta.integrity`, issue 25);
-  - Delta's own ``userMetadata`` (``DESCRIBE HISTORY``): ``{"tsb.barrier", "tsb.job",
-    "tsb.inputs"}`` as one JSON object;
+  - Delta's own ``userMetadata`` (``DESCRIBE HISTORY``): the tag (``tsb.barrier``, ``tsb.job``,
+    ``tsb.inputs``, and ``tsb.ts`` / ``tsb.attempt`` when set) as one JSON object. A commit by
+    Delta's own Spark writer (:mod:`airflow_provider_tsb.spark.delta_writer`) can carry no other
+    ``commitInfo`` keys, so :func:`parse_tag` reads the tag from there when the keys are absent;
 
 * an app transaction ``txn(appId=app_id(j, epoch), version=n)``.
 
@@ -94,15 +96,33 @@ class BarrierTag:
             meta[TS_KEY] = str(self.ts_ms)
         if self.attempt is not None:
             meta[ATTEMPT_KEY] = self.attempt
-        meta[USER_METADATA_KEY] = json.dumps({BARRIER_KEY: self.barrier, JOB_KEY: self.job_id,
-                                              INPUTS_KEY: dict(sorted(self.inputs.items()))}, separators=(",", ":"))
+        meta[USER_METADATA_KEY] = self.user_metadata()
         return meta
+
+    def user_metadata(self) -> str:
+        """The tag as Delta's ``userMetadata`` string (one JSON object, ``DESCRIBE HISTORY``)."""
+        tag: dict[str, Any] = {BARRIER_KEY: self.barrier, JOB_KEY: self.job_id,
+                               INPUTS_KEY: dict(sorted(self.inputs.items()))}
+        if self.ts_ms is not None:
+            tag[TS_KEY] = self.ts_ms
+        if self.attempt is not None:
+            tag[ATTEMPT_KEY] = self.attempt
+        return json.dumps(tag, separators=(",", ":"))
 
 
 def parse_tag(commit_info: Mapping[str, Any] | None) -> BarrierTag | None:
-    """Parse the tsb tag of a ``commitInfo`` dict; ``None`` if the commit is not a tsb commit."""
-    if not commit_info or BARRIER_KEY not in commit_info:
+    """Parse the tsb tag of a ``commitInfo`` dict; ``None`` if the commit is not a tsb commit.
+
+    The tag is read from the ``tsb.*`` keys, else from the JSON object in ``userMetadata`` (a
+    commit by Delta's own Spark writer, which takes no other keys); ``userMetadata`` that is not
+    a tsb tag (a user's text) is no tag.
+    """
+    if not commit_info:
         return None
+    if BARRIER_KEY not in commit_info:
+        commit_info = _user_metadata_tag(commit_info.get(USER_METADATA_KEY))
+        if commit_info is None:
+            return None
     raw_inputs = commit_info.get(INPUTS_KEY)
     inputs: dict[str, int] = {}
     if raw_inputs:
@@ -116,6 +136,19 @@ def parse_tag(commit_info: Mapping[str, Any] | None) -> BarrierTag | None:
         ts_ms=int(ts) if ts is not None else None,
         attempt=commit_info.get(ATTEMPT_KEY),
     )
+
+
+def _user_metadata_tag(raw: Any) -> dict[str, Any] | None:
+    """The tsb tag held in a ``userMetadata`` string, or ``None`` (absent, not JSON, not a tag)."""
+    if not isinstance(raw, str) or BARRIER_KEY not in raw:
+        return None
+    try:
+        decoded = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(decoded, dict) or not isinstance(decoded.get(BARRIER_KEY), int):
+        return None
+    return decoded
 
 
 def barrier_commit_properties(

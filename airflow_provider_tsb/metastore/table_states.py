@@ -103,7 +103,9 @@ class TableStateManager:
         """Mark barrier ``barrier`` WRITTEN in ``table`` at Delta ``version``. Idempotent.
 
         The live-file figures of ``version`` are recorded with it (issue 25 item 4): ``figures``,
-        else the commit's ``tsb.files`` / ``tsb.bytes`` (one log-file read); readers verify them.
+        else the commit's ``tsb.files`` / ``tsb.bytes`` (one log-file read), else (a commit by
+        Delta's own writer, which records none) the version's live files read from the log now;
+        readers verify them.
 
         Args:
             attempt: the attempt id committed at ``version`` (the Delta tag's ``tsb.attempt``):
@@ -134,6 +136,8 @@ class TableStateManager:
             if check_version_in_log(normalize_table_name(table), location, version, barrier) and figures is None:
                 from airflow_provider_tsb.delta import integrity, log  # deltalake: not at DAG parse time
                 figures = integrity.recorded_figures(log.commit_info(location, version))
+                if figures is None:  # Delta's own writer records no figures in its commit: read them now
+                    figures = integrity.live_figures(location, version)
             row = _written_row(s, table, table_id, barrier, version, ts, job_id, inputs, attempt)
             if figures is not None and row.file_count is None:
                 row.file_count, row.size_bytes = figures.files, figures.size_bytes

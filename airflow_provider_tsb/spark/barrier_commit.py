@@ -23,6 +23,10 @@ g. WRITTEN is reported with the new version; withdrawn attempt directories past 
    grace period are deleted. In a batch run both go behind the job's next barrier, which waits
    for them before its own step e (:mod:`~airflow_provider_tsb.spark.report_queue`).
 
+A sink with ``WriteOptions(writer="delta")`` replaces steps b-f with one idempotent write of
+Delta's own Spark connector (:mod:`~airflow_provider_tsb.spark.delta_writer`: the fencing check,
+then ``txnAppId`` / ``txnVersion`` and the tag in ``userMetadata``); steps a and g are the same.
+
 Staged files are deleted only when no READ_COMMITTED reader can hold them (docs/design.md
 "Staged files: withdrawal before deletion"): an attempt directory whose manifest was served is
 first *withdrawn* in the metastore (steps e and g) and deleted by a later write of the job once
@@ -49,6 +53,7 @@ from airflow_provider_tsb.delta.conventions import staging_dir
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.exceptions import FencedError
 from airflow_provider_tsb.spark.barrier_reports import Reports
+from airflow_provider_tsb.spark.delta_writer import write_with_delta
 from airflow_provider_tsb.spark.killpoints import crash_point
 from airflow_provider_tsb.spark.outputs import Staged, stage_output
 from airflow_provider_tsb.spark.outputs_staging import drop_unserved_attempt, remove_orphan_attempts
@@ -149,6 +154,8 @@ def write_barrier(
                                snapshot=options.mode == "merge" or options.compaction is not None)
     if log.holds_barrier:  # (a) exactly-once on replay
         return _replayed(target, log, reports)
+    if options.writer == "delta":
+        return _write_with_delta(spark, df, target, options, log, reports)
     attempt, rel_dir = _attempt(target, log, staged)
     files, outcome = _stage_and_commit(spark, df, target, options, log, reports, rel_dir, attempt, staged)
     crash_point("after_commit", target.job_id, target.barrier)
@@ -160,6 +167,29 @@ def write_barrier(
     return WriteResult(target.table, target.barrier, outcome.version, skipped=not outcome.committed,
                        files=len(files.files) if outcome.committed else 0, rows=rows if outcome.committed else 0,
                        orphans_removed=removed)
+
+
+def _write_with_delta(
+    spark: SparkSession, df: DataFrame | None, target: WriteTarget, options: WriteOptions, log: SinkLog,
+    reports: Reports,
+) -> WriteResult:
+    """Steps c-g with Delta's own writer (:mod:`~airflow_provider_tsb.spark.delta_writer`): the
+    fencing check, one idempotent Delta write, WRITTEN. Nothing is staged, so no orphan exists."""
+    if df is None:
+        raise ValueError(f"table {target.table}, barrier {target.barrier}: the delta writer needs the output df")
+    attempt = uuid.uuid4().hex
+    try:
+        commit = write_with_delta(spark, df, target, options, log, attempt, reports.fence)
+    except FencedError:
+        raise
+    except Exception as exc:
+        fenced = reports.fenced_now()
+        if fenced is None:
+            raise
+        raise fenced from exc
+    crash_point("after_commit", target.job_id, target.barrier)
+    reports.finish(commit.version, commit.attempt, log.location)
+    return WriteResult(target.table, target.barrier, commit.version, skipped=not commit.committed)
 
 
 def _winner(target: WriteTarget) -> str | None:

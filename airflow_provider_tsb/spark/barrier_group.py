@@ -78,7 +78,8 @@ class BarrierGroup:
         if app.process_micro_batch is None or not contiguous(self.plans):
             return False
         for sink, sink_log in logs.items():
-            if app.sinks[sink].options.mode != "append" or sink_log.table is None:
+            options = app.sinks[sink].options
+            if options.mode != "append" or options.writer != "staged" or sink_log.table is None:
                 return False
             if BARRIER_COLUMN in spark_schema(sink_log.table).fieldNames():
                 return False
@@ -119,6 +120,10 @@ class BarrierGroup:
         """Stage one sink's part of the group; ``per_barrier``: the outputs to keep when the
         sink cannot share a write (``None``: it must)."""
         first, app = self.plans[0], run.app
+        if app.sinks[sink].options.writer != "staged" and per_barrier is not None:
+            for b in barriers:  # Delta's own writer commits as it writes: one write per barrier
+                self._outputs.setdefault(b, {})[sink] = per_barrier[b]
+            return
         attempts = {b: uuid.uuid4().hex for b in barriers}
         rel_dirs = {b: f"{staging_dir(app.job_id, log.epoch.epoch, b)}/{attempts[b]}" for b in barriers}
         group_dir = f"{staging_dir(app.job_id, log.epoch.epoch, first.barrier)}/{uuid.uuid4().hex}"

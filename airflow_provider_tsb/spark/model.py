@@ -24,7 +24,7 @@ from airflow_provider_tsb.spark.catalog import BarrierPlan
 from airflow_provider_tsb.spark.inputs import Ranges, change_ranges, read_changes, read_snapshot
 from airflow_provider_tsb.spark.micro_batch import MicroBatchContext
 from airflow_provider_tsb.spark.outputs_compaction import APPEND_MIN_FILES, Compaction
-from airflow_provider_tsb.spark.write_options import SinkMode, WriteOptions
+from airflow_provider_tsb.spark.write_options import WRITER_VARIABLE, SinkMode, SinkWriter, WriteOptions
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,11 @@ class Sink:
             ``append`` sinks at 50 (``APPEND_MIN_FILES``: a streaming append sink gains a file
             per barrier), ``False`` never, ``True`` is ``Compaction()``, a ``Compaction`` its
             own thresholds (``overwrite`` sinks never need it). See :attr:`compaction_options`.
+        writer: ``staged`` (tsb stages the files and commits them with delta-rs, reporting
+            PROCESSED with their manifest first) or ``delta`` (Delta's own Spark writer with
+            its application transaction; PROCESSED is not separately visible, so READ_COMMITTED
+            reads such a sink at its WRITTEN barriers). ``None``: ``$TSB_SINK_WRITER``, else
+            ``staged``. See :mod:`airflow_provider_tsb.spark.delta_writer`.
 
     Raises:
         ValueError: ``merge`` without keys, ``delete_when`` without ``merge``, a column named
@@ -69,13 +74,16 @@ class Sink:
     partition_by: tuple[str, ...] = ()
     delete_when: str | None = None
     compaction: Compaction | bool | None = None
+    writer: SinkWriter | None = None
 
     @functools.cached_property
     def options(self) -> WriteOptions:
-        """How the sink's barriers are written (:class:`WriteOptions`; made once per sink)."""
+        """How the sink's barriers are written (:class:`WriteOptions`; made once per sink, in the
+        job's process: ``writer=None`` takes ``$TSB_SINK_WRITER``, else ``staged``)."""
         return WriteOptions(
             mode=self.mode, keys=self.keys, partition_by=self.partition_by, max_files=self.max_files,
             delete_when=self.delete_when, schema=self.schema, compaction=self.compaction_options,
+            writer=self.writer or os.environ.get(WRITER_VARIABLE) or "staged",  # type: ignore[arg-type]
         )
 
     @property

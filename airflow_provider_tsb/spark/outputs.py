@@ -301,11 +301,16 @@ def _write(
         return staged_files(log.location, rel_dir, options.partition_by)
 
 
-def _aligned(
+def aligned_output(
     spark: SparkSession, df: DataFrame, target: WriteTarget, options: WriteOptions, log: SinkLog,
 ) -> tuple[DataFrame, StructType]:
     """``df`` in the table's schema after the barrier (checked against the table's), and that
-    schema; a new table's is ``df``'s, nullable."""
+    schema; a new table's is ``df``'s, nullable.
+
+    Raises:
+        SchemaChangeError: ``df`` drops a column of the table, changes a type, adds a ``NOT NULL``
+            column, or ``partition_by`` differs from the table's.
+    """
     if log.table is None:
         return df, nullable_schema(df.schema)
     table_schema = spark_schema(log.table)
@@ -328,7 +333,7 @@ def _stage_upserts(
     their other rows written next to it (a second write, only when such files exist). Returns
     the table's schema after the barrier and the files the commit removes; the caller reads the
     footers of everything written."""
-    out, schema = _aligned(spark, df, target, options, log)
+    out, schema = aligned_output(spark, df, target, options, log)
     _write(out, target, options, log, rel_dir, list_files=False)
     staged = _staged_rows(spark, log.location, rel_dir, schema)
     summary = _check_staged_keys(staged, target, options, log, rel_dir)
@@ -386,7 +391,7 @@ def _shape_output(
         flagged = _flag_deletes(df, options.delete_when, target)
         check_unique_keys(flagged, options.keys, table=target.table, barrier=target.barrier)
         return flagged.where(~F.col(DELETE_FLAG)).drop(DELETE_FLAG), nullable_schema(df.schema), [], None
-    out, schema = _aligned(spark, df, target, options, log)
+    out, schema = aligned_output(spark, df, target, options, log)
     if not merge or log.table is None:
         return out, schema, [], None
     # read three times (key bounds, affected files, the write): computed once

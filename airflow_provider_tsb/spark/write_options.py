@@ -18,6 +18,10 @@ from airflow_provider_tsb.spark.outputs_compaction import Compaction
 
 SinkMode = Literal["append", "overwrite", "merge"]
 SINK_MODES: tuple[str, ...] = ("append", "overwrite", "merge")
+SinkWriter = Literal["staged", "delta"]
+SINK_WRITERS: tuple[str, ...] = ("staged", "delta")
+#: the environment variable naming the writer of every sink that declares none (``Sink.writer``)
+WRITER_VARIABLE = "TSB_SINK_WRITER"
 
 
 @dataclass(frozen=True)
@@ -37,11 +41,18 @@ class WriteOptions:
             their key.
         schema: the sink's declared Spark DDL (``Sink.schema``), for ``NOT NULL`` of new columns.
         compaction: rewrite the table's small files in the same commit
-            (:mod:`airflow_provider_tsb.spark.outputs_compaction`); ``None``: never.
+            (:mod:`airflow_provider_tsb.spark.outputs_compaction`); ``None``: never. With the
+            ``delta`` writer: Delta's auto compaction (an ``OPTIMIZE`` commit after the
+            barrier's, ``dataChange=false``) at ``compaction.min_files`` small files.
+        writer: who writes and commits the barrier: ``staged`` (the executors stage Parquet
+            files, PROCESSED is reported with their manifest, then one delta-rs commit) or
+            ``delta`` (Delta's own Spark writer: ``DataFrameWriter`` / ``MERGE INTO`` with the
+            application transaction ``txnAppId`` = the job, ``txnVersion`` = the barrier, and
+            the tag in ``userMetadata``; :mod:`airflow_provider_tsb.spark.delta_writer`).
 
     Raises:
-        ValueError: an unknown mode, ``merge`` without keys, ``delete_when`` without ``merge``,
-            ``max_files`` < 1.
+        ValueError: an unknown mode or writer, ``merge`` without keys, ``delete_when`` without
+            ``merge``, ``max_files`` < 1.
     """
 
     mode: SinkMode = "append"
@@ -51,6 +62,7 @@ class WriteOptions:
     delete_when: str | None = None
     schema: str | None = None
     compaction: Compaction | None = None
+    writer: SinkWriter = "staged"
 
     def __post_init__(self) -> None:
         for name in ("keys", "partition_by"):
@@ -64,6 +76,8 @@ class WriteOptions:
             raise ValueError(f"delete_when={self.delete_when!r} needs mode 'merge', not {self.mode!r}")
         if self.max_files is not None and self.max_files < 1:
             raise ValueError(f"max_files={self.max_files!r}: at least 1 file")
+        if self.writer not in SINK_WRITERS:
+            raise ValueError(f"unknown sink writer {self.writer!r}: use 'staged' or 'delta' (${WRITER_VARIABLE})")
 
     @property
     def commit_mode(self) -> Literal["append", "overwrite"]:
