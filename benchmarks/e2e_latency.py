@@ -19,6 +19,9 @@ checks the FLIP-276 invariants at REPEATABLE_READ on every barrier, and ends wit
 
     .venv/bin/python benchmarks/e2e_latency.py [--barriers 60] [--interval 2] [--engine connect|submit]
 
+``--writer delta`` runs every sink on Delta's own Spark writer (``TSB_SINK_WRITER`` of the
+jobs), ``--writer staged`` on the staged delta-rs commit.
+
 ``--engine connect`` (the default) runs each job as a Spark Connect client of one server:
 ``--remote sc://HOST:PORT``, or a local server this script starts (``tsb spark start``'s) and
 stops. ``--engine submit`` runs each job as its own ``spark-submit``.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 import tempfile
 import time
@@ -58,7 +62,11 @@ def main() -> int:
     parser.add_argument("--engine", choices=("connect", "submit"), default="connect",
                         help="Spark Connect clients of one server (default), or a spark-submit per job")
     parser.add_argument("--remote", help="connect: the server's URL (default: start a local one)")
+    parser.add_argument("--writer", choices=("staged", "delta"), default=None,
+                        help="the sinks' writer ($TSB_SINK_WRITER of the jobs; default: the sinks' own)")
     args = parser.parse_args()
+    if args.writer:
+        os.environ["TSB_SINK_WRITER"] = args.writer
     if args.barriers < 1 or args.barriers > 363:
         parser.error("--barriers must be 1..363 (one 2013 day each after the warm-up day)")
 
