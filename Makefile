@@ -7,6 +7,7 @@ UV := $(VENV)/bin/uv
 MODE ?= streaming
 ENGINE ?= connect
 DAYS ?=
+WRITER ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers of make test: one more than the cores. The suite waits on Airflow, Spark
 # and subprocesses for part of its time: on the 2-core development machine 3 workers kept the
@@ -23,7 +24,7 @@ unexport PYTHONDONTWRITEBYTECODE
 .PHONY: help venv install check-java demo demo-stop test test-unit lint docs bench clean
 
 help:
-	@echo "make demo       stream the flights topology on real data under a real Airflow (MODE=batch, DAYS=N, ENGINE=submit)"
+	@echo "make demo       stream the flights topology on real data under a real Airflow (MODE=batch, DAYS=N, ENGINE=submit, WRITER=delta)"
 	@echo "make demo-stop  stop the Airflow started by make demo"
 	@echo "make test       run the test suite (starts its own PostgreSQL and Airflow)"
 	@echo "make test-unit  run the fast tier: no JVM, no PostgreSQL, no Airflow process"
@@ -54,7 +55,7 @@ check-java:
 	  if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then echo "error: Java 17+ is required by Spark, found '$$(java -version 2>&1 | head -1)'" >&2; exit 2; fi
 
 demo: install check-java
-	$(PY) -m dev.demo --mode $(MODE) --engine $(ENGINE) $(if $(DAYS),--days $(DAYS))
+	$(if $(WRITER),TSB_SINK_WRITER=$(WRITER)) $(PY) -m dev.demo --mode $(MODE) --engine $(ENGINE) $(if $(DAYS),--days $(DAYS))
 
 demo-stop: install
 	$(PY) -m dev.demo stop

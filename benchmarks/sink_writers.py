@@ -7,10 +7,10 @@ Delta tables, the arms alternating barrier by barrier, the same work each:
 * ``staged`` (today's): :func:`airflow_provider_tsb.spark.barrier_commit.write_barrier` with no
   catalog: the sink's log read, the executors' Parquet write into an attempt directory, the
   footers read on the driver, one delta-rs commit with the epoch-scoped txn and the barrier tag;
-* ``delta`` (the baseline of what the issue asks for): ``df.write.format("delta")`` with
+* ``delta``: the same call with ``writer="delta"``
+  (:mod:`airflow_provider_tsb.spark.delta_writer`): ``df.write.format("delta")`` with
   ``txnAppId`` = the job, ``txnVersion`` = the barrier and the tag as ``userMetadata``, then the
-  table's version read with delta-rs (the WRITTEN report needs it). Delta's writer collects the
-  files' statistics itself.
+  table's log read for the version holding it. Delta's writer collects the files' statistics.
 
 Each arm's replay of its last barrier must add no version (exactly once). Last line
 ``barriers= rows= staged_ms= delta_ms= ratio= load=`` (medians per barrier, the first two of
@@ -29,12 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from deltalake import DeltaTable
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from airflow_provider_tsb.delta.conventions import USER_METADATA_KEY, BarrierTag  # noqa: E402
 from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions  # noqa: E402
 from airflow_provider_tsb.spark.session import get_spark  # noqa: E402
 from tsb_dev.dataplane import write_sink  # noqa: E402
@@ -50,12 +47,11 @@ def staged(spark: object, location: str, barrier: int, rows: int) -> int:
 
 
 def delta(spark: object, location: str, barrier: int, rows: int) -> int:
-    """Delta's idempotent write of one barrier; the version holding it."""
+    """tsb's write of one barrier with Delta's own writer (``writer="delta"``); the version holding it."""
     df = spark.range(rows).selectExpr("id", f"{barrier} AS barrier", "current_timestamp() AS at")  # type: ignore[attr-defined]
-    tag = BarrierTag(barrier=barrier, job_id="bench", inputs={"tsb.raw.in": barrier})
-    (df.coalesce(1).write.format("delta").mode("append").option("txnAppId", "bench")
-     .option("txnVersion", barrier).option("userMetadata", tag.to_metadata()[USER_METADATA_KEY]).save(location))
-    return int(DeltaTable(location).version())
+    result = write_sink(spark, df.coalesce(1), table="tsb.bench.delta", location=location, job_id="bench",
+                        barrier=barrier, inputs={"tsb.raw.in": barrier}, writer="delta")
+    return int(result.version)  # type: ignore[attr-defined]
 
 
 def main() -> None:
