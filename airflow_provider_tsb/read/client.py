@@ -33,38 +33,20 @@ from urllib.parse import quote
 import httpx
 
 from airflow_provider_tsb import exceptions as exc_module
-from airflow_provider_tsb.consistency import (
-    MAX_REQUEST_WAIT_S,
-    ConsistencyLevel,
-    ReadOptions,
+from airflow_provider_tsb.consistency import MAX_REQUEST_WAIT_S, ConsistencyLevel, ReadOptions
+from airflow_provider_tsb.exceptions import (
+    BadRequestError,
+    CycleError,
+    DoubleWriterError,
+    InconsistentReadError,
+    TsbApiError,
+    TsbAuthError,
+    TsbError,
+    TsbPermissionError,
     UnknownConsistencyLevelError,
+    UnknownTopologyError,
 )
-from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError, InconsistentReadError, TsbError
 from airflow_provider_tsb.names import parse_table_name
-
-
-class TsbApiError(TsbError):
-    """The REST API answered an error that is not a tsb error (or could not be reached).
-
-    Attributes:
-        status_code: HTTP status (``None`` when the server was not reached).
-        detail: the server's ``detail`` (message, or validation problems).
-    """
-
-    def __init__(self, message: str, status_code: int | None = None, detail: Any = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.detail = detail
-
-
-class TsbAuthError(TsbApiError):
-    """Airflow did not authenticate the request (401), or refused a login: a missing, expired or
-    wrong token, or a wrong user name or password."""
-
-
-class TsbPermissionError(TsbApiError, PermissionError):
-    """The authenticated user's role may not do this (403; Airflow's auth manager decides)."""
-
 
 #: where the plugin mounts the tsb REST API under Airflow's base URL
 API_PATH = "/tsb/api/v1"
@@ -128,14 +110,6 @@ def fetch_token(url: str, username: str, password: str, *, timeout: float = 30.0
     except (ValueError, KeyError, TypeError) as exc:
         raise TsbApiError(f"{endpoint} did not answer an Airflow token (is this Airflow 3?): "
                           f"{response.text[:200]}", response.status_code) from exc
-
-
-class BadRequestError(TsbError, ValueError):
-    """A request parameter was refused by the server (422)."""
-
-
-class UnknownTopologyError(TsbError, LookupError):
-    """The topology is not registered (404)."""
 
 
 _LOCAL = {
@@ -346,8 +320,10 @@ class TsbClient:
         while True:
             chunk = min(MAX_REQUEST_WAIT_S, max(0.0, deadline - time.monotonic()))
             body = {"tables": names, **dataclasses.replace(opts, wait_s=chunk).to_json()}
-            try:  # the server holds the request while it waits for a fresh barrier
-                return self._call("POST", "/versions", json=body, timeout=httpx.Timeout(chunk + self.timeout))
+            # the server holds the request while it waits for a fresh barrier; the timeout is a number,
+            # which httpx and the httpx2 of Starlette's TestClient (an ``http`` given) both take
+            try:
+                return self._call("POST", "/versions", json=body, timeout=chunk + self.timeout)
             except InconsistentReadError:
                 if time.monotonic() >= deadline:
                     raise
