@@ -8,7 +8,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from airflow_provider_tsb.exceptions import InvalidReadOptionError, OutOfRangeError, TsbError
+from airflow_provider_tsb.exceptions import (
+    InvalidReadOptionError,
+    OutOfRangeError,
+    UnknownConsistencyLevelError,
+)
 
 MAX_LEASE_SECONDS = 366 * 86400
 """The longest lease the Python API grants, in seconds (366 days; the REST API caps lower, at
@@ -70,10 +74,6 @@ class ConsistencyLevel(StrEnum):
     def slug(self) -> str:
         """``read-committed`` style spelling used by the CLI and the REST API."""
         return self.value.lower().replace("_", "-")
-
-
-class UnknownConsistencyLevelError(TsbError, ValueError):
-    """A consistency level name is not one of READ_UNCOMMITTED, READ_COMMITTED, REPEATABLE_READ."""
 
 
 @dataclass(frozen=True)

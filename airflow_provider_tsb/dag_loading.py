@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from airflow_provider_tsb.exceptions import DagFileTimeoutError
 from airflow_provider_tsb.topology import Topology, declared_topologies, forget_declared_topologies
 
 
@@ -52,10 +53,6 @@ def iter_dag_files(paths: list[str]) -> list[str]:
         else:
             files.append(str(path))
     return files
-
-
-class DagFileTimeoutError(Exception):
-    """A DAG file's top level ran longer than the import timeout."""
 
 
 def import_timeout_s() -> float:

@@ -7,6 +7,7 @@ user mistake never surfaces as a bare traceback from deep inside a library.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 #: an ANSI terminal escape (colour, cursor): delta-rs and pyspark errors may carry them
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -212,8 +213,7 @@ class DeltaLogError(TsbError):
     """A commit of the Delta log that the operation needs is missing or unreadable.
 
     Usually the log was cleaned up (``delta.logRetentionDuration``) past the versions a
-    barrier or an epoch of changes refers to. (Also importable from
-    :mod:`airflow_provider_tsb.delta.errors`, where it was defined before.)
+    barrier or an epoch of changes refers to.
     """
 
 
@@ -266,3 +266,159 @@ class InvalidLocationError(TsbError, ValueError):
 class DeltaWriteError(TsbError):
     """Delta's own Spark writer returned, but the sink does not hold the barrier's commit
     (:mod:`airflow_provider_tsb.spark.delta_writer`); nothing was reported WRITTEN."""
+
+
+class AccessDeniedError(TsbError):
+    """403: the user may not read or change this (the message names nothing the user can't see)."""
+
+
+class ForbiddenFileError(AccessDeniedError):
+    """403: a file URL whose signature is forged or expired, or whose path leaves the table."""
+
+
+class UnknownShareError(TsbError, LookupError):
+    """404: no such share, schema or table (or none the user may read)."""
+
+
+class SparkCommandError(TsbError):
+    """A ``tsb spark`` command could not do its work (exit code 2: configuration)."""
+
+    exit_code = 2
+
+
+class UnknownConsistencyLevelError(TsbError, ValueError):
+    """A consistency level name is not one of READ_UNCOMMITTED, READ_COMMITTED, REPEATABLE_READ."""
+
+
+class DagFileTimeoutError(TsbError, TimeoutError):
+    """A DAG file's top level ran longer than the import timeout."""
+
+
+class TableNotFoundError(TsbError, LookupError):
+    """No Delta table exists at a location that must hold one (e.g. a root table)."""
+
+
+class MisalignedInputError(BarrierNotReadyError):
+    """An input would be read at a version that does not belong to the barrier processed."""
+
+
+class BarrierNotInTableError(UnknownBarrierError):
+    """A barrier has no tagged version in a table (e.g. the target of a restore)."""
+
+
+class UnsupportedTableFeatureError(TsbError):
+    """A Delta table uses a reader feature a reader cannot read: delta-rs, the reader of pandas,
+    Arrow and the Delta Sharing server, does not read ``typeWidening`` or ``v2Checkpoint`` yet
+    (Spark's Delta reader reads every feature; the message names the table and the features)."""
+
+
+class RootTableError(TsbError):
+    """A root table does not exist or cannot be read at barrier generation."""
+
+
+class SparkJobFailedError(TsbError):
+    """A job's Spark Connect client exited with an error (the message names the job, the exit
+    code and the last lines the app printed)."""
+
+
+class CommitMissingError(TsbError):
+    """The app exited successfully but a sink has no Delta commit tagged with the barrier."""
+
+
+class RebuildRefusedError(TsbError):
+    """``tsb db rebuild`` was pointed at a metastore that already holds barriers of the topologies."""
+
+
+class BarrierHistoryError(TopologyError):
+    """The next barrier id is already used in the topology's Delta tables or barrier log: the
+    metastore lost barriers (restore it with ``tsb db rebuild``).
+
+    Attributes:
+        topology: the topology.
+        barrier: the id the metastore would have generated.
+        found: the newest barrier found in Delta.
+        where: the table name, or ``"barrier log"``.
+    """
+
+    def __init__(self, message: str, *, topology: str, barrier: int, found: int, where: str) -> None:
+        super().__init__(message)
+        self.topology = topology
+        self.barrier = barrier
+        self.found = found
+        self.where = where
+
+
+class MetastoreUnavailableError(MetastoreError):
+    """The metastore stayed unreachable for the whole retry budget (names the call, the
+    database and the seconds tried)."""
+
+
+class RevisionPendingError(TsbError):
+    """A revision of the tables is pending: finish it before running their jobs (or starting
+    another revision over them). The message names the revision, its tables and how to finish it."""
+
+
+class TsbApiError(TsbError):
+    """The REST API answered an error that is not a tsb error (or could not be reached).
+
+    Attributes:
+        status_code: HTTP status (``None`` when the server was not reached).
+        detail: the server's ``detail`` (message, or validation problems).
+    """
+
+    def __init__(self, message: str, status_code: int | None = None, detail: Any = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.detail = detail
+
+
+class TsbAuthError(TsbApiError):
+    """Airflow did not authenticate the request (401), or refused a login: a missing, expired or
+    wrong token, or a wrong user name or password."""
+
+
+class TsbPermissionError(TsbApiError, PermissionError):
+    """The authenticated user's role may not do this (403; Airflow's auth manager decides)."""
+
+
+class BadRequestError(TsbError, ValueError):
+    """A request parameter was refused by the server (422)."""
+
+
+class UnknownTopologyError(TsbError, LookupError):
+    """The topology is not registered (404)."""
+
+
+class ClassDataError(TsbError):
+    """The class-data archive could not be written (the message holds the end of the driver's output)."""
+
+
+class SparkServerError(TsbError):
+    """The local Spark Connect server cannot be started, reached or stopped (the message says
+    what is wrong and what to do)."""
+
+
+class DeltaJarsError(TsbError):
+    """Delta's jars are missing, cannot be fetched, or do not match pyspark's Spark line (the
+    message names the jar and the command that fetches it)."""
+
+
+class SparkInstallationError(TsbError):
+    """Java 17+ or ``spark-submit`` is missing (the message says what to install)."""
+
+
+class BarrierColumnError(TsbError, ValueError):
+    """A micro-batch's output (``TsbApp.process_micro_batch``) does not say which barrier each
+    row belongs to: it lacks :data:`BARRIER_COLUMN`, or holds a value (or null) that is not one
+    of the micro-batch's barriers. Nothing of the micro-batch is written or committed."""
+
+
+class DuplicateKeyError(TsbError, ValueError):
+    """A merge sink's output holds several rows for one key (raised before anything is reported
+    or committed; files already written for the check are deleted)."""
+
+
+class SchemaChangeError(TsbError, ValueError):
+    """A barrier's output changes its sink table's schema in a way Delta readers cannot follow
+    (a dropped column, a changed type, a new non-nullable column) or changes its partition
+    columns. Raised before any file is written or committed."""

@@ -47,7 +47,7 @@ def main() -> int:
     from airflow_provider_tsb.delta.barriers import latest_written_barrier, table_epoch
     from airflow_provider_tsb.delta.conventions import BarrierTag, barrier_commit_properties
     from airflow_provider_tsb.delta.roots import append_words
-    from airflow_provider_tsb.metastore.revisions import RevisionPendingError
+    from airflow_provider_tsb.exceptions import RevisionPendingError
     from airflow_provider_tsb.metastore.store import MetaStore
 
     rng = random.Random(args.seed)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_tsb.delta.errors import TableNotFoundError
-from airflow_provider_tsb.exceptions import DeltaLogError, MetastoreError, TsbError
+from airflow_provider_tsb.exceptions import DeltaLogError, MetastoreError, TableNotFoundError, TsbError
 
 pytestmark = pytest.mark.unit
 

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from airflow_provider_tsb.api.limits import config_value
-from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.exceptions import AccessDeniedError
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.metastore.store import MetaStore
@@ -39,10 +39,6 @@ EDIT: Method = "PUT"
 
 READ_DENIED = "Forbidden: reading this needs read access to every DAG of its topology (Airflow roles)"
 EDIT_DENIED = "Forbidden: this change needs edit access to every DAG of its topology (Airflow roles)"
-
-
-class AccessDeniedError(TsbError):
-    """403: the user may not read or change this (the message names nothing the user can't see)."""
 
 
 class TopologyAccess(ABC):

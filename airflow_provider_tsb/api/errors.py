@@ -24,9 +24,10 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
-from airflow_provider_tsb.api.access import AccessDeniedError
 from airflow_provider_tsb.api.limits import non_finite_number_error, short_text, validation_error_response
 from airflow_provider_tsb.exceptions import (
+    AccessDeniedError,
+    BadRequestError,
     BarrierNotReadyError,
     CycleError,
     DeltaLogError,
@@ -39,7 +40,6 @@ from airflow_provider_tsb.exceptions import (
     TopologyError,
     TsbError,
 )
-from airflow_provider_tsb.read.client import BadRequestError
 
 
 def status_for(exc: BaseException) -> int:

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from airflow_provider_tsb.api.access import EDIT, TopologyAccess
 from airflow_provider_tsb.api.schemas import JobOut, RegisterBody
-from airflow_provider_tsb.exceptions import TopologyError, UnknownJobError
+from airflow_provider_tsb.exceptions import BadRequestError, TopologyError, UnknownJobError
 from airflow_provider_tsb.metastore.locations import check_location, check_same_location
 from airflow_provider_tsb.metastore.store import JobInfo, MetaStore
 from airflow_provider_tsb.names import validate_job_id
-from airflow_provider_tsb.read.client import BadRequestError
 from airflow_provider_tsb.topology import Table
 
 

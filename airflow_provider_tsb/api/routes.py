@@ -74,11 +74,10 @@ from airflow_provider_tsb.api.schemas import (
     VersionsRequest,
 )
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
-from airflow_provider_tsb.exceptions import TsbError, UnknownJobError
+from airflow_provider_tsb.exceptions import BadRequestError, TsbError, UnknownJobError, UnknownTopologyError
 from airflow_provider_tsb.metastore.records import JobStatus
 from airflow_provider_tsb.metastore.store import MetaStore, now_ms
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
-from airflow_provider_tsb.read.client import BadRequestError, UnknownTopologyError
 
 __all__ = ["configured_store", "create_metaservice_app", "error_response", "get_access", "get_store",
            "install_exception_handlers",

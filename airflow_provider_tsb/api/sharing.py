@@ -48,18 +48,23 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
 from airflow_provider_tsb.api import sharing_model as sm
-from airflow_provider_tsb.api.access import EDIT, READ, AccessDeniedError, AllowAll, TopologyAccess
+from airflow_provider_tsb.api.access import EDIT, READ, AllowAll, TopologyAccess
 from airflow_provider_tsb.api.errors import status_for
 from airflow_provider_tsb.api.lease_budget import lease_holder
 from airflow_provider_tsb.api.limits import config_number, config_seconds, max_lease_seconds, short_text
 from airflow_provider_tsb.api.routes import get_access, get_store
 from airflow_provider_tsb.api.sharing_auth import check_principal, principal_of, require_share
 from airflow_provider_tsb.api.sharing_cache import DEFAULT_CHECK_SECONDS, SharingCache
-from airflow_provider_tsb.api.sharing_files import ForbiddenFileError, file_id, grant, sign
+from airflow_provider_tsb.api.sharing_files import file_id, grant, sign
 from airflow_provider_tsb.api.sharing_lines import change_lines, file_response, metadata_lines, query_lines
 from airflow_provider_tsb.api.sharing_presign import presigned_url
 from airflow_provider_tsb.api.sharing_threads import in_sharing_threads
-from airflow_provider_tsb.exceptions import DeltaLogIntegrityError, ExpiredVersionError, TsbError, UnknownBarrierError
+from airflow_provider_tsb.exceptions import (
+    DeltaLogIntegrityError,
+    ExpiredVersionError,
+    TsbError,
+    UnknownBarrierError,
+)
 from airflow_provider_tsb.metastore.records import now_ms
 from airflow_provider_tsb.metastore.store import MetaStore
 
@@ -399,4 +404,4 @@ def install_sharing(app: FastAPI, prefix: str = "", dependencies: list[Any] | No
     app.include_router(files_router, prefix=prefix)
 
 
-__all__ = ["AccessDeniedError", "ForbiddenFileError", "create_sharing_app", "install_sharing", "router"]
+__all__ = [ "create_sharing_app", "install_sharing", "router"]

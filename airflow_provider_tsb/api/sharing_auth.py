@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 from fastapi import HTTPException, Request, status
 from starlette.concurrency import run_in_threadpool
 
-from airflow_provider_tsb.api.access import READ, READ_DENIED, AccessDeniedError, Method, TopologyAccess
+from airflow_provider_tsb.api.access import READ, READ_DENIED, Method, TopologyAccess
 from airflow_provider_tsb.api.routes import get_store
-from airflow_provider_tsb.exceptions import RecipientTokenError, UnknownRecipientError
+from airflow_provider_tsb.exceptions import AccessDeniedError, RecipientTokenError, UnknownRecipientError
 from airflow_provider_tsb.metastore.recipients import Recipient
 
 if TYPE_CHECKING:
@@ -55,7 +55,8 @@ class RecipientAccess(TopologyAccess):
 
     def _share_topologies(self) -> frozenset[str]:
         if self._topologies is None:
-            from airflow_provider_tsb.api.sharing_model import UnknownShareError, resolve_share
+            from airflow_provider_tsb.api.sharing_model import resolve_share
+            from airflow_provider_tsb.exceptions import UnknownShareError
 
             try:
                 self._topologies = frozenset(resolve_share(self.store, self.recipient.share).topologies)
@@ -126,7 +127,7 @@ def check_principal(store: MetaStore, grant: FileGrant) -> None:
     Raises:
         ForbiddenFileError: names which (never whose).
     """
-    from airflow_provider_tsb.api.sharing_files import ForbiddenFileError
+    from airflow_provider_tsb.exceptions import ForbiddenFileError
 
     principal = grant.principal
     if principal is None:

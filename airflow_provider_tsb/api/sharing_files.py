@@ -31,14 +31,10 @@ from typing import Any
 from cachetools import TTLCache
 from cryptography.fernet import Fernet, InvalidToken
 
-from airflow_provider_tsb.api.access import AccessDeniedError
+from airflow_provider_tsb.exceptions import ForbiddenFileError
 from airflow_provider_tsb.metastore.records import BarrierState, TableVersion, now_ms
 
 _process_key = secrets.token_bytes(32)
-
-
-class ForbiddenFileError(AccessDeniedError):
-    """403: a file URL whose signature is forged or expired, or whose path leaves the table."""
 
 
 @dataclass(frozen=True)

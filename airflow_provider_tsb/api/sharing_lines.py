@@ -23,8 +23,7 @@ from fastapi.responses import FileResponse, Response
 
 from airflow_provider_tsb.api.sharing_files import DataFile, local_file, snapshot, snapshot_files, version_files
 from airflow_provider_tsb.api.sharing_model import BarrierSteps
-from airflow_provider_tsb.delta.errors import TableNotFoundError
-from airflow_provider_tsb.exceptions import InconsistentReadError
+from airflow_provider_tsb.exceptions import InconsistentReadError, TableNotFoundError
 from airflow_provider_tsb.metastore.records import TableVersion
 
 #: ``(table root, relative path) -> (url, file id)``

@@ -22,22 +22,17 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.consistency import ConsistencyLevel
-from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.exceptions import BadRequestError, UnknownShareError
 from airflow_provider_tsb.metastore import registry_reads
 from airflow_provider_tsb.metastore.domains import domain_name, members
 from airflow_provider_tsb.metastore.records import Resolution, TableInfo, now_ms
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.metastore.table_states import written_tables
-from airflow_provider_tsb.read.client import BadRequestError
 
 #: suffix of the READ_COMMITTED variant of a share
 RC_SUFFIX = "--read-committed"
 #: most barriers one ``changes`` request may span
 MAX_CHANGE_BARRIERS = 1000
-
-
-class UnknownShareError(TsbError, LookupError):
-    """404: no such share, schema or table (or none the user may read)."""
 
 
 @dataclass(frozen=True)

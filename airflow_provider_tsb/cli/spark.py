@@ -21,17 +21,12 @@ import dataclasses
 import json
 from typing import Any
 
-from airflow_provider_tsb.exceptions import TsbError
-
-
-class SparkCommandError(TsbError):
-    """A ``tsb spark`` command could not do its work (exit code 2: configuration)."""
-
-    exit_code = 2
+from airflow_provider_tsb.exceptions import SparkCommandError
 
 
 def _server(args: argparse.Namespace) -> Any:
-    from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions, SparkServerError
+    from airflow_provider_tsb.exceptions import SparkServerError
+    from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
 
     try:
         options = ConnectServerOptions(
@@ -61,7 +56,7 @@ def _conf(pairs: list[str]) -> dict[str, str]:
 
 
 def cmd_spark_start(args: argparse.Namespace) -> int:
-    from airflow_provider_tsb.spark.connect_server import SparkServerError
+    from airflow_provider_tsb.exceptions import SparkServerError
 
     server = _server(args)
     try:
@@ -108,8 +103,9 @@ def cmd_spark_status(args: argparse.Namespace) -> int:
 
 
 def cmd_spark_archive(args: argparse.Namespace) -> int:
-    from airflow_provider_tsb.spark.class_data import ClassDataArchive, ClassDataError
-    from airflow_provider_tsb.spark.connect_server import SparkServerError, check_java
+    from airflow_provider_tsb.exceptions import ClassDataError, SparkServerError
+    from airflow_provider_tsb.spark.class_data import ClassDataArchive
+    from airflow_provider_tsb.spark.connect_server import check_java
 
     try:
         check_java()
@@ -130,7 +126,8 @@ def cmd_spark_archive(args: argparse.Namespace) -> int:
 
 
 def cmd_spark_jars(args: argparse.Namespace) -> int:
-    from airflow_provider_tsb.spark.delta_jars import DeltaJarsError, delta_jars, fetch, jars_dir
+    from airflow_provider_tsb.exceptions import DeltaJarsError
+    from airflow_provider_tsb.spark.delta_jars import delta_jars, fetch, jars_dir
 
     try:
         jars = fetch() if args.fetch else delta_jars()

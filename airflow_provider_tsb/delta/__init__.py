@@ -18,24 +18,14 @@ from airflow_provider_tsb.delta.barriers import (
 )
 from airflow_provider_tsb.delta.commit import CommitOutcome, StagedFile, commit_barrier_files
 from airflow_provider_tsb.delta.conventions import BarrierTag, app_id, parse_tag
-from airflow_provider_tsb.delta.errors import (
-    BarrierNotInTableError,
-    DeltaLogError,
-    MisalignedInputError,
-    TableNotFoundError,
-)
 from airflow_provider_tsb.delta.restore import RestoreResult, finish_pending_restore, restore_to_barrier
 
 __all__ = [
-    "BarrierNotInTableError",
     "BarrierTag",
     "CommitOutcome",
-    "DeltaLogError",
-    "MisalignedInputError",
     "RestoreResult",
     "StagedFile",
     "TableEpoch",
-    "TableNotFoundError",
     "app_id",
     "barrier_of_version",
     "commit_barrier_files",

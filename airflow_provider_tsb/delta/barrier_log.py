@@ -49,7 +49,6 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from airflow_provider_tsb.delta.direct_append import append_file, supports_direct_append
-from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
 from airflow_provider_tsb.delta.log import (
     native_filesystem,
     normalize_location,
@@ -59,6 +58,7 @@ from airflow_provider_tsb.delta.log import (
 )
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none, newer_commit_possible, newest_version
 from airflow_provider_tsb.delta.storage import storage_options
+from airflow_provider_tsb.exceptions import DeltaLogError, TableNotFoundError
 from airflow_provider_tsb.lineage import default_warehouse
 
 log = logging.getLogger("airflow_provider_tsb.delta")

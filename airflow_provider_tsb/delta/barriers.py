@@ -26,10 +26,10 @@ from airflow_provider_tsb.delta.conventions import (
     app_id,
     parse_tag,
 )
-from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
 from airflow_provider_tsb.delta.log import commit_info, normalize_location, transaction_version
 from airflow_provider_tsb.delta.log_cleanup import log_start
 from airflow_provider_tsb.delta.snapshots import latest_table, latest_table_or_none, latest_version, newest_version
+from airflow_provider_tsb.exceptions import DeltaLogError, TableNotFoundError
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,13 @@ def parse_tag(commit_info: Mapping[str, Any] | None) -> BarrierTag | None:
     )
 
 
+def written_by_delta(commit_info: Mapping[str, Any] | None) -> bool:
+    """Whether the commit is a barrier commit by Delta's own Spark writer: its tag is in
+    ``userMetadata`` only (no ``tsb.*`` keys, so no ``tsb.files`` / ``tsb.digest`` either)."""
+    return bool(commit_info) and BARRIER_KEY not in commit_info and _user_metadata_tag(
+        commit_info.get(USER_METADATA_KEY)) is not None  # type: ignore[union-attr]
+
+
 def _user_metadata_tag(raw: Any) -> dict[str, Any] | None:
     """The tsb tag held in a ``userMetadata`` string, or ``None`` (absent, not JSON, not a tag)."""
     if not isinstance(raw, str) or BARRIER_KEY not in raw:

@@ -36,10 +36,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_provider_tsb.delta.errors import DeltaLogError
 from airflow_provider_tsb.delta.log import LOG_DIR, normalize_location
 from airflow_provider_tsb.delta.snapshots import newest_version
 from airflow_provider_tsb.delta.stats import footer_stats
+from airflow_provider_tsb.exceptions import DeltaLogError
 
 #: The highest writer protocol version whose blind appends need only the actions written here
 #: (Delta protocol "Writer Version Requirements": 2 adds ``appendOnly`` and column invariants,

@@ -342,8 +342,8 @@ def missing_file_error(
 def _commit_info(location: str, version: int, name: str) -> dict[str, Any] | None:
     """The ``commitInfo`` of ``version``; DeltaLogError naming the table for a commit file that is
     not JSON (e.g. truncated)."""
-    from airflow_provider_tsb.delta.errors import DeltaLogError
     from airflow_provider_tsb.delta.log import commit_info
+    from airflow_provider_tsb.exceptions import DeltaLogError
 
     try:
         return commit_info(location, version)

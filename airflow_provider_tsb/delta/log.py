@@ -20,8 +20,8 @@ from urllib.parse import unquote, urlparse
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
-from airflow_provider_tsb.delta.errors import DeltaLogError, TableNotFoundError
 from airflow_provider_tsb.delta.storage import is_remote, pyarrow_filesystem, storage_options
+from airflow_provider_tsb.exceptions import DeltaLogError, TableNotFoundError
 
 LOG_DIR = "_delta_log"
 

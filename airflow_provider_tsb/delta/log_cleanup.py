@@ -19,7 +19,7 @@ loses could still be read.
 A table whose ``delta.enableExpiredLogCleanup`` is ``false`` keeps its log (the Delta table
 property that turns metadata cleanup off). The lineage walks of
 :mod:`airflow_provider_tsb.delta.barriers` end at :func:`log_start`, where a cleaned-up log
-starts; a commit missing above it is still a :class:`~airflow_provider_tsb.delta.errors.DeltaLogError`.
+starts; a commit missing above it is still a :class:`~airflow_provider_tsb.exceptions.DeltaLogError`.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from airflow_provider_tsb.delta.conventions import (
     RESTORE_VERSION_KEY,
     TRUNCATE_KEY,
 )
-from airflow_provider_tsb.delta.errors import BarrierNotInTableError
 from airflow_provider_tsb.delta.log import commit_info, normalize_location, open_table
 from airflow_provider_tsb.delta.snapshots import latest_table
+from airflow_provider_tsb.exceptions import BarrierNotInTableError
 
 _METADATA_ONLY_OPERATIONS = frozenset({"RESTORE", "SET TBLPROPERTIES"})
 

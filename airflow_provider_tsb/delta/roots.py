@@ -25,10 +25,10 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from airflow_provider_tsb.delta.commit_fold import UNKNOWN, CommitFold
 from airflow_provider_tsb.delta.compaction import Compaction
-from airflow_provider_tsb.delta.errors import TableNotFoundError
 from airflow_provider_tsb.delta.log import commit_info, normalize_location, table_exists
 from airflow_provider_tsb.delta.snapshots import commit_fingerprint, newer_commit_possible, newest_version
 from airflow_provider_tsb.delta.storage import storage_options
+from airflow_provider_tsb.exceptions import TableNotFoundError
 
 #: commit metadata key marking the newest version of a root table as the end of its input
 END_OF_INPUT = "tsb.end_of_input"

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from airflow_provider_tsb.delta.errors import TableNotFoundError
 from airflow_provider_tsb.delta.log import LOG_DIR, normalize_location, open_table
+from airflow_provider_tsb.exceptions import TableNotFoundError
 
 #: Locations whose ``DeltaTable`` objects are kept (least recently used are dropped).
 MAX_LOCATIONS = 64

@@ -23,7 +23,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from airflow_provider_tsb.exceptions import TopologyError, TsbError
+from airflow_provider_tsb.exceptions import RootTableError, TopologyError
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.metastore.store import BarrierInfo, MetaStore
@@ -31,10 +31,6 @@ from airflow_provider_tsb.topology import Topology
 
 #: seconds an emitter's lease of its topology lasts without renewal (at least 3 intervals)
 EMITTER_LEASE_S = 30.0
-
-
-class RootTableError(TsbError):
-    """A root table does not exist or cannot be read at barrier generation."""
 
 
 def barrier_log_of(topology: Topology) -> str:
@@ -199,7 +195,7 @@ class TsbBarrierHook(BaseHook):
         Raises:
             RootTableError: a root table exists but cannot be read.
         """
-        from airflow_provider_tsb.delta.errors import TableNotFoundError
+        from airflow_provider_tsb.exceptions import TableNotFoundError
 
         try:
             return read_root_versions(self.topology)

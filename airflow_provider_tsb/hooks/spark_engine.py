@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.exceptions import SparkJobFailedError
 from airflow_provider_tsb.spark.installation import CONNECT_MARKERS
 
 #: connection types of Airflow's Spark provider
@@ -55,11 +55,6 @@ def connect_markers_hidden() -> Iterator[None]:
         yield
     finally:
         os.environ.update(saved)
-
-
-class SparkJobFailedError(TsbError):
-    """A job's Spark Connect client exited with an error (the message names the job, the exit
-    code and the last lines the app printed)."""
 
 
 @dataclass(frozen=True)

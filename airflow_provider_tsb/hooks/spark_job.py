@@ -35,7 +35,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.assets import barrier_event_extra, table_asset
-from airflow_provider_tsb.exceptions import BarrierNotReadyError, TsbError, UnknownJobError
+from airflow_provider_tsb.exceptions import BarrierNotReadyError, CommitMissingError, UnknownJobError
 from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 from airflow_provider_tsb.metastore.store import BarrierState, JobStatus, MetaStore, now_ms
 from airflow_provider_tsb.spark.plans import DEFAULT_MAX_BARRIERS_PER_TRIGGER
@@ -44,10 +44,6 @@ from airflow_provider_tsb.topology import Job, Table, Topology
 #: ``submit(application_args, env)``: runs the app with ``spark-submit`` and returns when it has
 #: exited successfully; raises otherwise (the operator passes its ``SparkSubmitOperator.execute``)
 Submit = Callable[[list[str], dict[str, str]], None]
-
-
-class CommitMissingError(TsbError):
-    """The app exited successfully but a sink has no Delta commit tagged with the barrier."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_tsb.delta.conventions import parse_tag
-from airflow_provider_tsb.delta.errors import DeltaLogError
 from airflow_provider_tsb.delta.integrity import (
     TableFigures,
     figures_of,
@@ -35,6 +34,7 @@ from airflow_provider_tsb.delta.integrity import (
     recorded_figures,
 )
 from airflow_provider_tsb.delta.log import commit_info, open_table
+from airflow_provider_tsb.exceptions import DeltaLogError
 from airflow_provider_tsb.metastore.records import BarrierState, TableState
 
 if TYPE_CHECKING:

@@ -28,14 +28,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_tsb.delta.barrier_log import barrier_log_location
-from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.exceptions import RebuildRefusedError
 from airflow_provider_tsb.metastore.rebuild import TopologyRebuild, restore_history, topologies_with_barriers
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
-
-
-class RebuildRefusedError(TsbError):
-    """``tsb db rebuild`` was pointed at a metastore that already holds barriers of the topologies."""
 
 
 def rebuild_metastore(

@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from airflow_provider_tsb.delta.restore import RestoreResult
-from airflow_provider_tsb.metastore.revisions import DONE, PlannedTable, RevisionPendingError, RevisionPlan
+from airflow_provider_tsb.exceptions import RevisionPendingError
+from airflow_provider_tsb.metastore.revisions import DONE, PlannedTable, RevisionPlan
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.topology import Topology
 
-__all__ = [
-    "RevisionPendingError", "RevisionResult", "checkpoint_location", "downstream_tables", "resume_revision",
+__all__ = [ "RevisionResult", "checkpoint_location", "downstream_tables", "resume_revision",
     "revise", "revision_tables", "rollback",
 ]
 
@@ -144,7 +144,7 @@ def plan_revision(
         RevisionPendingError: another revision over some of the tables is pending.
         TopologyError: ``barrier`` is not WRITTEN in a table of the plan.
     """
-    from airflow_provider_tsb.delta.errors import BarrierNotInTableError
+    from airflow_provider_tsb.exceptions import BarrierNotInTableError
 
     tables = revision_tables(topology, table)
     if not reprocess and barrier < 1:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from airflow_provider_tsb.exceptions import TopologyError, UnknownBarrierError
+from airflow_provider_tsb.exceptions import BarrierHistoryError, UnknownBarrierError
 from airflow_provider_tsb.metastore.domains import domain_name, members
 from airflow_provider_tsb.metastore.models import BarrierRow
 
@@ -35,25 +35,6 @@ if TYPE_CHECKING:
 REBUILD_HINT = "run `tsb db rebuild --dags PATH` to restore the metastore from the Delta logs and the barrier log"
 
 
-class BarrierHistoryError(TopologyError):
-    """The next barrier id is already used in the topology's Delta tables or barrier log: the
-    metastore lost barriers (restore it with ``tsb db rebuild``).
-
-    Attributes:
-        topology: the topology.
-        barrier: the id the metastore would have generated.
-        found: the newest barrier found in Delta.
-        where: the table name, or ``"barrier log"``.
-    """
-
-    def __init__(self, message: str, *, topology: str, barrier: int, found: int, where: str) -> None:
-        super().__init__(message)
-        self.topology = topology
-        self.barrier = barrier
-        self.found = found
-        self.where = where
-
-
 def check_tables(topology: str, barrier: int, tables: Sequence[tuple[str, str]]) -> None:
     """Refuse ``barrier`` when an intermediate table of ``topology`` is tagged with it or a later one.
 
@@ -65,8 +46,8 @@ def check_tables(topology: str, barrier: int, tables: Sequence[tuple[str, str]])
         BarrierHistoryError: names the table, its location, the barrier found and the fix.
     """
     from airflow_provider_tsb.delta.barriers import latest_written_barrier
-    from airflow_provider_tsb.delta.errors import DeltaLogError
     from airflow_provider_tsb.delta.log import normalize_location
+    from airflow_provider_tsb.exceptions import DeltaLogError
 
     for name, location in tables:
         try:
@@ -124,9 +105,9 @@ def check_version_in_log(table: str, location: str, version: int, barrier: int) 
         DeltaLogError: ``version`` is above the table's newest version (names the table, its
             location, the barrier and the newest version).
     """
-    from airflow_provider_tsb.delta.errors import DeltaLogError
     from airflow_provider_tsb.delta.log import normalize_location
     from airflow_provider_tsb.delta.snapshots import latest_table_or_none
+    from airflow_provider_tsb.exceptions import DeltaLogError
 
     snapshot = latest_table_or_none(location)
     if snapshot is not None and version > snapshot.version():

@@ -29,10 +29,9 @@ from sqlalchemy.orm import Session
 from airflow_provider_tsb.delta.barrier_log import BarrierLogEntry, read_barrier_log
 from airflow_provider_tsb.delta.barriers import iter_lineage
 from airflow_provider_tsb.delta.conventions import parse_tag
-from airflow_provider_tsb.delta.errors import DeltaLogError
 from airflow_provider_tsb.delta.log_cleanup import log_start
 from airflow_provider_tsb.delta.snapshots import latest_table_or_none
-from airflow_provider_tsb.exceptions import TopologyError
+from airflow_provider_tsb.exceptions import DeltaLogError, TopologyError
 from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,

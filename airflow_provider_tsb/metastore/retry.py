@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from airflow_provider_tsb.exceptions import MetastoreError, OutOfRangeError
+from airflow_provider_tsb.exceptions import MetastoreUnavailableError, OutOfRangeError
 
 log = logging.getLogger("airflow_provider_tsb.metastore")
 
@@ -57,11 +57,6 @@ TRANSIENT_MARKERS = (
     "unable to open database file",
     "canceling statement due to statement timeout",
 )
-
-
-class MetastoreUnavailableError(MetastoreError):
-    """The metastore stayed unreachable for the whole retry budget (names the call, the
-    database and the seconds tried)."""
 
 
 def retry_budget_s() -> float:

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from airflow_provider_tsb.exceptions import TopologyError, TsbError
+from airflow_provider_tsb.exceptions import RevisionPendingError, TopologyError
 from airflow_provider_tsb.metastore.base import MetastoreCore, table_id_of
 from airflow_provider_tsb.metastore.compat import call_namesake
 from airflow_provider_tsb.metastore.models import (
@@ -43,11 +43,6 @@ from airflow_provider_tsb.names import normalize_table_name
 #: status of a revision, and of each table of its plan
 PENDING = "pending"
 DONE = "done"
-
-
-class RevisionPendingError(TsbError):
-    """A revision of the tables is pending: finish it before running their jobs (or starting
-    another revision over them). The message names the revision, its tables and how to finish it."""
 
 
 class PlannedTable(NamedTuple):

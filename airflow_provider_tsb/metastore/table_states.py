@@ -135,8 +135,10 @@ class TableStateManager:
             _check_generated(s, table, topology, barrier)
             if check_version_in_log(normalize_table_name(table), location, version, barrier) and figures is None:
                 from airflow_provider_tsb.delta import integrity, log  # deltalake: not at DAG parse time
-                figures = integrity.recorded_figures(log.commit_info(location, version))
-                if figures is None:  # Delta's own writer records no figures in its commit: read them now
+                from airflow_provider_tsb.delta.conventions import written_by_delta
+                info = log.commit_info(location, version)
+                figures = integrity.recorded_figures(info)
+                if figures is None and written_by_delta(info):  # its commit can hold no figures: read them now
                     figures = integrity.live_figures(location, version)
             row = _written_row(s, table, table_id, barrier, version, ts, job_id, inputs, attempt)
             if figures is not None and row.file_count is None:

@@ -118,10 +118,10 @@ def _check_staged(tv: ResolvedVersion, paths: list[str]) -> None:
 
 
 def unreadable_by_delta_rs(tv: ResolvedVersion, table: Any) -> Exception:
-    """The :class:`~airflow_provider_tsb.delta.errors.UnsupportedTableFeatureError` for a table
+    """The :class:`~airflow_provider_tsb.exceptions.UnsupportedTableFeatureError` for a table
     whose reader features delta-rs cannot read yet (``typeWidening``, ``v2Checkpoint``, ...):
     names the table, the version and the features, and the Spark readers that read them."""
-    from airflow_provider_tsb.delta.errors import UnsupportedTableFeatureError
+    from airflow_provider_tsb.exceptions import UnsupportedTableFeatureError
 
     features = sorted(table.protocol().reader_features or [])
     return UnsupportedTableFeatureError(
@@ -206,7 +206,7 @@ def verify_served(tv: ResolvedVersion, table: Any = None) -> None:
 
 
 def _missing(tv: ResolvedVersion) -> Exception:
-    from airflow_provider_tsb.delta.errors import TableNotFoundError
+    from airflow_provider_tsb.exceptions import TableNotFoundError
 
     return TableNotFoundError(
         f"table {tv.table!r} has no Delta version to read at {tv.location!r} (state {tv.state}): "

@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.exceptions import ClassDataError
 from airflow_provider_tsb.spark.installation import driver_env, java_binary, spark_jars
 from airflow_provider_tsb.spark.installation import spark_submit as default_spark_submit
 
@@ -48,10 +48,6 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
 #: archives kept in the folder (the newest; older Java or Spark installations' go)
 KEEP_ARCHIVES = 3
-
-
-class ClassDataError(TsbError):
-    """The class-data archive could not be written (the message holds the end of the driver's output)."""
 
 
 def default_dir() -> Path:

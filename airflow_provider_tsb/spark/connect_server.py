@@ -24,18 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.exceptions import SparkInstallationError, SparkServerError
 from airflow_provider_tsb.spark.class_data import DRIVER_JAVA_OPTIONS
-from airflow_provider_tsb.spark.installation import (
-    CONNECT_MARKERS,
-    SparkInstallationError,
-    check_java,
-    driver_env,
-    spark_submit,
-)
+from airflow_provider_tsb.spark.installation import CONNECT_MARKERS, check_java, driver_env, spark_submit
 from airflow_provider_tsb.spark.process_group import ProcessGroup, start_ticks
 
-__all__ = ["CONNECT_MARKERS", "ConnectServer", "ConnectServerOptions", "ServerStatus", "SparkServerError",
+__all__ = ["CONNECT_MARKERS", "ConnectServer", "ConnectServerOptions", "ServerStatus",
            "check_java", "default_java_options", "server_conf", "spark_submit"]
 
 
@@ -92,11 +86,6 @@ GC_OPTION = re.compile(r"-XX:\+Use\w+GC\b")
 EXIT_ON_OOM = "-XX:+ExitOnOutOfMemoryError"
 #: a JVM memory size as ``spark.driver.memory`` takes it (Spark's ``JavaUtils.byteStringAs``)
 JVM_MEMORY = re.compile(r"[1-9][0-9]*([kmgtp]b?)?", re.IGNORECASE)
-
-
-class SparkServerError(TsbError):
-    """The local Spark Connect server cannot be started, reached or stopped (the message says
-    what is wrong and what to do)."""
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.exceptions import DeltaJarsError
 
 #: where the jars live, unless given: ``$TSB_JARS_DIR``
 JARS_ENV = "TSB_JARS_DIR"
@@ -59,11 +59,6 @@ DELTA_SQL_CONF: dict[str, str] = {
 #: hundreds of MB, for the SDK modules the pom names)
 PACKAGES_EXCLUDES = ("software.amazon.awssdk:bundle",)
 FETCH_HINT = "run `tsb spark jars --fetch` (or `make install`), which fetches them with Maven"
-
-
-class DeltaJarsError(TsbError):
-    """Delta's jars are missing, cannot be fetched, or do not match pyspark's Spark line (the
-    message names the jar and the command that fetches it)."""
 
 
 @dataclass(frozen=True)

@@ -46,13 +46,12 @@ from pyspark.sql.types import StructField
 from airflow_provider_tsb.delta.conventions import app_id
 from airflow_provider_tsb.delta.log import filesystem
 from airflow_provider_tsb.delta.sink_log import SinkLog
-from airflow_provider_tsb.exceptions import DeltaWriteError
+from airflow_provider_tsb.exceptions import DeltaWriteError, SchemaChangeError
 from airflow_provider_tsb.spark.frames import spark_schema
 from airflow_provider_tsb.spark.killpoints import crash_point, crash_point_during
 from airflow_provider_tsb.spark.outputs import aligned_output
 from airflow_provider_tsb.spark.outputs_compaction import plan_compaction
 from airflow_provider_tsb.spark.outputs_merge import check_unique_keys
-from airflow_provider_tsb.spark.outputs_schema import SchemaChangeError
 from airflow_provider_tsb.spark.outputs_staging import has_any_file
 from airflow_provider_tsb.spark.timing import phase
 from airflow_provider_tsb.spark.write_options import WriteOptions, WriteTarget

@@ -15,9 +15,9 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from airflow_provider_tsb.delta.errors import DeltaLogError
 from airflow_provider_tsb.delta.log import normalize_location, read_commit_actions
 from airflow_provider_tsb.delta.snapshots import Snapshot, snapshot_at
+from airflow_provider_tsb.exceptions import DeltaLogError
 from airflow_provider_tsb.spark.timing import phase
 
 #: Columns added by :func:`~airflow_provider_tsb.spark.inputs.read_changes`.

@@ -23,9 +23,9 @@ from collections.abc import Collection, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_provider_tsb.delta.errors import UnsupportedTableFeatureError
 from airflow_provider_tsb.delta.log import normalize_location
 from airflow_provider_tsb.delta.snapshots import snapshot_at
+from airflow_provider_tsb.exceptions import UnsupportedTableFeatureError
 from airflow_provider_tsb.spark import inputs_delta, inputs_files
 from airflow_provider_tsb.spark.epochs import (
     CHANGE_TYPE,

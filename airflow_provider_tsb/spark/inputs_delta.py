@@ -25,10 +25,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
-from airflow_provider_tsb.delta.errors import DeltaLogError
 from airflow_provider_tsb.delta.integrity import verify_version
 from airflow_provider_tsb.delta.log import normalize_location, read_commit_actions
 from airflow_provider_tsb.delta.snapshots import snapshot_at
+from airflow_provider_tsb.exceptions import DeltaLogError
 from airflow_provider_tsb.spark.epochs import (
     CHANGE_TYPE,
     COMMIT_VERSION,

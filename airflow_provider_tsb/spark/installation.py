@@ -15,7 +15,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from airflow_provider_tsb.exceptions import TsbError
+from airflow_provider_tsb.exceptions import SparkInstallationError
 
 #: what pyspark puts in a process's environment once it made a Spark Connect session
 #: (``SparkSession.builder.remote``): a child process inheriting them believes it is a client too
@@ -24,10 +24,6 @@ CONNECT_MARKERS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_RE
 #: pyspark 4.2 warns at every Spark Connect import that it "does not yet fully support pandas >=
 #: 3.0.0"; tsb's apps do not use its pandas API, and the line drowned the demo's and jobs' output
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
-
-
-class SparkInstallationError(TsbError):
-    """Java 17+ or ``spark-submit`` is missing (the message says what to install)."""
 
 
 def java_binary() -> str | None:

@@ -18,8 +18,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_provider_tsb.delta.errors import MisalignedInputError
 from airflow_provider_tsb.delta.sink_log import SinkLog
+from airflow_provider_tsb.exceptions import MisalignedInputError
 from airflow_provider_tsb.spark.catalog import BarrierPlan
 from airflow_provider_tsb.spark.inputs import Ranges, change_ranges, read_changes, read_snapshot
 from airflow_provider_tsb.spark.micro_batch import MicroBatchContext

@@ -38,12 +38,12 @@ from airflow_provider_tsb.delta.log import filesystem, normalize_location
 from airflow_provider_tsb.delta.sink_log import SinkLog
 from airflow_provider_tsb.delta.snapshots import Snapshot, snapshot_at
 from airflow_provider_tsb.delta.stats import staged_files
+from airflow_provider_tsb.exceptions import BarrierColumnError, DuplicateKeyError, SchemaChangeError
 from airflow_provider_tsb.spark.frames import BARRIER_COLUMN, spark_schema
 from airflow_provider_tsb.spark.killpoints import crash_point_during
 from airflow_provider_tsb.spark.outputs_compaction import Compaction, compacted_rows, plan_compaction, rearranged
 from airflow_provider_tsb.spark.outputs_merge import (
     DELETE_FLAG,
-    DuplicateKeyError,
     KeySummary,
     affected_files,
     check_unique_keys,
@@ -54,7 +54,6 @@ from airflow_provider_tsb.spark.outputs_merge import (
     summarize_staged_keys,
 )
 from airflow_provider_tsb.spark.outputs_schema import (
-    SchemaChangeError,
     align_to_table,
     check_partition_columns,
     evolve_schema,
@@ -71,7 +70,7 @@ from airflow_provider_tsb.spark.timing import phase
 from airflow_provider_tsb.spark.write_options import SinkMode, WriteOptions, WriteTarget
 
 __all__ = [
-    "BARRIER_COLUMN", "STAGING_DIR", "BarrierColumnError", "DuplicateKeyError", "SchemaChangeError", "SinkMode",
+    "BARRIER_COLUMN", "STAGING_DIR", "SinkMode",
     "Staged", "StagingCatalog", "collect_withdrawn", "merge_rows", "remove_orphan_attempts", "stage_output",
     "stage_outputs", "staging_dir", "staging_grace_s", "tag_outputs",
 ]
@@ -136,12 +135,6 @@ def stage_output(
         adds, gone = _compact(spark, log, rel_dir, schema, options, removed, files)
         files, removed = files + adds, removed + gone
     return Staged.of(files, schema, removed)
-
-
-class BarrierColumnError(ValueError):
-    """A micro-batch's output (``TsbApp.process_micro_batch``) does not say which barrier each
-    row belongs to: it lacks :data:`BARRIER_COLUMN`, or holds a value (or null) that is not one
-    of the micro-batch's barriers. Nothing of the micro-batch is written or committed."""
 
 
 def tag_outputs(frames: Mapping[int, DataFrame]) -> DataFrame:

@@ -57,17 +57,13 @@ from pyspark.sql.types import StructType
 from airflow_provider_tsb.delta.commit import RemovedFile
 from airflow_provider_tsb.delta.log import filesystem, join
 from airflow_provider_tsb.delta.snapshots import Snapshot
+from airflow_provider_tsb.exceptions import DuplicateKeyError
 from airflow_provider_tsb.spark.frames import partition_literal, read_files, spark_schema, with_columns_of
 
 DELETE_FLAG = "__tsb_delete"
 FILE_COLUMN = "__tsb_file"
 #: most rows of a merge output whose keys the driver checks itself (:func:`summarize_staged_keys`)
 DRIVER_KEY_ROWS = 1_000_000
-
-
-class DuplicateKeyError(ValueError):
-    """A merge sink's output holds several rows for one key (raised before anything is reported
-    or committed; files already written for the check are deleted)."""
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from airflow_provider_tsb.exceptions import SchemaChangeError
+
 _WIDENS_TO: dict[type[DataType], tuple[type[DataType], ...]] = {
     ByteType: (ShortType, IntegerType, LongType, DoubleType),
     ShortType: (IntegerType, LongType, DoubleType),
@@ -44,12 +46,6 @@ _WIDENS_TO: dict[type[DataType], tuple[type[DataType], ...]] = {
     LongType: (),
     FloatType: (DoubleType,),
 }
-
-
-class SchemaChangeError(ValueError):
-    """A barrier's output changes its sink table's schema in a way Delta readers cannot follow
-    (a dropped column, a changed type, a new non-nullable column) or changes its partition
-    columns. Raised before any file is written or committed."""
 
 
 def nullable_schema(schema: StructType) -> StructType:

@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql import DataFrame
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
-from airflow_provider_tsb.delta.errors import MisalignedInputError
 from airflow_provider_tsb.delta.log import shared_commit_reads
 from airflow_provider_tsb.delta.sink_log import SinkLog
+from airflow_provider_tsb.exceptions import MisalignedInputError
 from airflow_provider_tsb.metastore.records import JobStatus
 from airflow_provider_tsb.spark.app_run import AppRun
 from airflow_provider_tsb.spark.barrier_commit import StagedAttempt, WriteResult, write_barrier

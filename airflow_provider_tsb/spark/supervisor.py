@@ -22,7 +22,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from airflow_provider_tsb.spark.connect_server import ConnectServer, ServerStatus, SparkServerError
+from airflow_provider_tsb.exceptions import SparkServerError
+from airflow_provider_tsb.spark.connect_server import ConnectServer, ServerStatus
 
 log = logging.getLogger("airflow_provider_tsb.spark")
 

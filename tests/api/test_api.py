@@ -9,11 +9,11 @@ from deltalake import DeltaTable
 from fastapi.testclient import TestClient
 
 from airflow_provider_tsb.api.routes import create_metaservice_app
-from airflow_provider_tsb.consistency import UnknownConsistencyLevelError
 from airflow_provider_tsb.exceptions import (
     CycleError,
     DoubleWriterError,
     InconsistentReadError,
+    UnknownConsistencyLevelError,
     UnknownJobError,
     UnknownTableError,
 )

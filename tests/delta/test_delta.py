@@ -14,10 +14,8 @@ from deltalake import DeltaTable
 from deltalake import Schema as DeltaSchema
 
 from airflow_provider_tsb.delta import (
-    BarrierNotInTableError,
     BarrierTag,
     StagedFile,
-    TableNotFoundError,
     app_id,
     barrier_of_version,
     commit_barrier_files,
@@ -32,6 +30,7 @@ from airflow_provider_tsb.delta import (
 from airflow_provider_tsb.delta.conventions import RESTORE_BARRIER_KEY, RESTORE_NEXT_EPOCH_KEY
 from airflow_provider_tsb.delta.roots import append_words
 from airflow_provider_tsb.delta.stats import footer_stats
+from airflow_provider_tsb.exceptions import BarrierNotInTableError, TableNotFoundError
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 JOB = "job_a"

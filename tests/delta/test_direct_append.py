@@ -20,8 +20,7 @@ from airflow_provider_tsb.delta.barrier_log import (
     write_barrier,
 )
 from airflow_provider_tsb.delta.direct_append import append_file, supports_direct_append
-from airflow_provider_tsb.delta.errors import TableNotFoundError
-from airflow_provider_tsb.exceptions import DeltaLogError
+from airflow_provider_tsb.exceptions import DeltaLogError, TableNotFoundError
 
 
 def _entry(barrier: int, topology: str = "t") -> pa.Table:

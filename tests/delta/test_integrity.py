@@ -16,10 +16,9 @@ import sys
 
 import pytest
 
-from airflow_provider_tsb.delta.errors import DeltaLogError
 from airflow_provider_tsb.delta.integrity import DIGEST_KEY, FILES_KEY, figures_of, recorded_figures
 from airflow_provider_tsb.delta.log import commit_info, open_table
-from airflow_provider_tsb.exceptions import DeltaLogIntegrityError
+from airflow_provider_tsb.exceptions import DeltaLogError, DeltaLogIntegrityError
 from airflow_provider_tsb.maintenance.integrity import check_integrity
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.resolutions import to_arrow

@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake import Schema as DeltaSchema
 
-from airflow_provider_tsb.delta import TableNotFoundError, commit_barrier_files, is_barrier_committed
+from airflow_provider_tsb.delta import commit_barrier_files, is_barrier_committed
 from airflow_provider_tsb.delta.commit import StagedFile
 from airflow_provider_tsb.delta.conventions import BarrierTag
 from airflow_provider_tsb.delta.log import join
@@ -31,6 +31,7 @@ from airflow_provider_tsb.delta.snapshots import (
     snapshot_at,
 )
 from airflow_provider_tsb.delta.stats import footer_stats
+from airflow_provider_tsb.exceptions import TableNotFoundError
 
 SCHEMA = pa.schema([("k", pa.int64())])
 

@@ -14,10 +14,9 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import version_of_barrier, versions_of_barriers
-from airflow_provider_tsb.delta.errors import DeltaLogError
 from airflow_provider_tsb.delta.log import open_table
 from airflow_provider_tsb.delta.log_cleanup import cleanup_metadata, list_log, log_start
-from airflow_provider_tsb.exceptions import ExpiredVersionError
+from airflow_provider_tsb.exceptions import DeltaLogError, ExpiredVersionError
 from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.resolutions import to_arrow

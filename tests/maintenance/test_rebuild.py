@@ -181,8 +181,8 @@ def test_a_lost_metastore_is_rebuilt_from_delta_and_the_topologies_go_on(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from airflow_provider_tsb.cli import main
-    from airflow_provider_tsb.maintenance.rebuild import RebuildRefusedError, rebuild_from_dags
-    from airflow_provider_tsb.metastore.barrier_history import BarrierHistoryError
+    from airflow_provider_tsb.exceptions import BarrierHistoryError, RebuildRefusedError
+    from airflow_provider_tsb.maintenance.rebuild import rebuild_from_dags
     from airflow_provider_tsb.metastore.store import MetaStore
     from tests.conftest import _pg_database
 

@@ -25,7 +25,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import latest_written_barrier
 from airflow_provider_tsb.delta.roots import append_words
-from airflow_provider_tsb.metastore.revisions import RevisionPendingError
+from airflow_provider_tsb.exceptions import RevisionPendingError
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.spark.app import run_batch
 from airflow_provider_tsb.spark.app_run import AppRun

@@ -16,8 +16,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_tsb.delta.barriers import latest_written_barrier, table_epoch
 from airflow_provider_tsb.delta.conventions import BarrierTag, barrier_commit_properties
-from airflow_provider_tsb.delta.errors import BarrierNotInTableError
 from airflow_provider_tsb.delta.roots import append_words
+from airflow_provider_tsb.exceptions import BarrierNotInTableError, RevisionPendingError
 from airflow_provider_tsb.maintenance.revision import (
     checkpoint_location,
     plan_revision,
@@ -25,7 +25,6 @@ from airflow_provider_tsb.maintenance.revision import (
     revise,
     revision_tables,
 )
-from airflow_provider_tsb.metastore.revisions import RevisionPendingError
 from tests.support.orchestration import wordcount_topology
 
 WORDS, WC, CC = "tsb.raw.words", "tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"

@@ -177,7 +177,8 @@ def test_the_emitter_reads_the_other_topologys_root_under_the_domain_lock(store:
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from airflow_provider_tsb.hooks.barrier import RootTableError, TsbBarrierHook, read_root_versions
+    from airflow_provider_tsb.exceptions import RootTableError
+    from airflow_provider_tsb.hooks.barrier import TsbBarrierHook, read_root_versions
 
     wh = str(tmp_path / "wh")
     a, b = team_a(wh), team_b(wh)

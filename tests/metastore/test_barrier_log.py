@@ -20,10 +20,15 @@ from airflow_provider_tsb.delta.barrier_log import (
     write_barrier,
 )
 from airflow_provider_tsb.delta.conventions import BarrierTag, barrier_commit_properties
-from airflow_provider_tsb.delta.errors import DeltaLogError
-from airflow_provider_tsb.exceptions import InconsistentReadError, OutOfRangeError, TsbError, UnknownBarrierError
+from airflow_provider_tsb.exceptions import (
+    BarrierHistoryError,
+    DeltaLogError,
+    InconsistentReadError,
+    OutOfRangeError,
+    TsbError,
+    UnknownBarrierError,
+)
 from airflow_provider_tsb.maintenance.rebuild import rebuild_metastore
-from airflow_provider_tsb.metastore.barrier_history import BarrierHistoryError
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_tsb.exceptions import MetastoreUnavailableError
 from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
-from airflow_provider_tsb.metastore.retry import MetastoreUnavailableError
 from airflow_provider_tsb.metastore.store import MetaStore
 from tests.support.orchestration import wordcount_topology
 from tsb_dev.pg import PostgresServer, start_postgres

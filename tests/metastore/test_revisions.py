@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_tsb.exceptions import RevisionPendingError
 from airflow_provider_tsb.metastore.barriers import BarrierManager
 from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.registry import RegistryManager
-from airflow_provider_tsb.metastore.revisions import PlannedTable, RevisionManager, RevisionPendingError
+from airflow_provider_tsb.metastore.revisions import PlannedTable, RevisionManager
 from airflow_provider_tsb.metastore.table_states import TableStateManager
 from tests.metastore.conftest import CC, COUNTS, TOPOLOGY, WORDS
 

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from airflow_provider_tsb.assets import table_asset
-from airflow_provider_tsb.exceptions import BarrierNotReadyError
-from airflow_provider_tsb.hooks.barrier import RootTableError, TsbBarrierHook
+from airflow_provider_tsb.exceptions import BarrierNotReadyError, RootTableError
+from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
 from airflow_provider_tsb.operators.barrier import TsbBarrierOperator
 from airflow_provider_tsb.operators.spark_job import TsbSparkJobOperator
 from tests.support.orchestration import run_context, wordcount_topology

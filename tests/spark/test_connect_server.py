@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_tsb.exceptions import SparkServerError
 from airflow_provider_tsb.spark.connect_server import (
     ConnectServer,
     ConnectServerOptions,
-    SparkServerError,
     default_java_options,
     server_conf,
 )

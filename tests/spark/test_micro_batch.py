@@ -21,10 +21,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from airflow_provider_tsb.delta import version_of_barrier
+from airflow_provider_tsb.exceptions import BarrierColumnError
 from airflow_provider_tsb.spark import BARRIER_COLUMN, BarrierContext, MicroBatchContext, Sink, TsbApp
 from airflow_provider_tsb.spark.app_run import AppRun
 from airflow_provider_tsb.spark.inputs import read_changes
-from airflow_provider_tsb.spark.outputs import BarrierColumnError
 from airflow_provider_tsb.spark.plans import BarrierPlan
 from airflow_provider_tsb.spark.runner import run_barrier, run_barrier_group
 

@@ -235,7 +235,7 @@ def test_a_new_nullable_column_evolves_the_schema_and_as_of_keeps_the_old_one(
 
 
 def test_incompatible_changes_are_refused_before_any_commit(tmp_path: Path, spark: Any) -> None:
-    from airflow_provider_tsb.spark.outputs import SchemaChangeError
+    from airflow_provider_tsb.exceptions import SchemaChangeError
     from tsb_dev.dataplane import write_sink
 
     loc = str(tmp_path / "t")
@@ -269,7 +269,7 @@ def test_incompatible_changes_are_refused_before_any_commit(tmp_path: Path, spar
 
 def test_a_merge_output_with_two_rows_for_one_key_is_refused_before_any_write(tmp_path: Path, spark: Any) -> None:
     """Two rows of one key would both land in a merge sink's table: refused, naming the key."""
-    from airflow_provider_tsb.spark.outputs import DuplicateKeyError
+    from airflow_provider_tsb.exceptions import DuplicateKeyError
     from tsb_dev.dataplane import write_sink
 
     loc = str(tmp_path / "m")

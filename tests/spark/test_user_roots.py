@@ -224,7 +224,7 @@ def test_a_root_delta_rs_cannot_read_is_named_and_spark_reads_it(spark, tmp_path
     a column widened from SMALLINT to INT; ``v2Checkpoint``) still gets barriers, and its
     pandas read gave delta-rs's bare ``DeltaProtocolError``. It now names the table, the version
     and the features, and tsb's Spark reader reads the same resolution."""
-    from airflow_provider_tsb.delta.errors import UnsupportedTableFeatureError
+    from airflow_provider_tsb.exceptions import UnsupportedTableFeatureError
     from airflow_provider_tsb.hooks import metastore as hooks
     from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
     from airflow_provider_tsb.read.resolutions import to_pandas

@@ -9,12 +9,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from airflow_provider_tsb.delta import (
-    MisalignedInputError,
-    restore_to_barrier,
-    version_of_barrier,
-)
+from airflow_provider_tsb.delta import restore_to_barrier, version_of_barrier
 from airflow_provider_tsb.delta.roots import append_words
+from airflow_provider_tsb.exceptions import MisalignedInputError
 from airflow_provider_tsb.spark import BarrierContext, PlanFile, PlanFileCatalog, Sink, TsbApp, read_report
 from airflow_provider_tsb.spark.app import BarrierPlan, run_barrier, run_batch
 from airflow_provider_tsb.spark.app_run import AppRun, StreamOptions

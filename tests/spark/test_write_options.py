@@ -28,3 +28,12 @@ def test_the_tag_is_read_from_user_metadata_when_delta_wrote_the_commit() -> Non
     assert parse_tag(tag.to_metadata()) == tag
     for foreign in ("nightly load", '{"tsb.barrier": "7"}', "[1]", '{"other": 1}', None):
         assert parse_tag({"userMetadata": foreign}) is None, foreign
+
+
+def test_only_a_tag_in_user_metadata_alone_is_delta_s_writer() -> None:
+    from airflow_provider_tsb.delta.conventions import written_by_delta
+
+    tag = BarrierTag(barrier=3, job_id="j")
+    assert written_by_delta({"userMetadata": tag.user_metadata()})
+    assert not written_by_delta(tag.to_metadata())  # the staged writer's commit holds the keys too
+    assert not written_by_delta({"userMetadata": "a user's note"}) and not written_by_delta(None)
