@@ -145,8 +145,8 @@ def barrier_event_extra(
     from airflow_provider_tsb.metastore.records import CommitState
 
     name = normalize_table_name(table)
-    info = store.barriers.barrier(topology.name, barrier)
-    state = store.table_states.table_state(name, barrier)
+    info = store.barriers.get(topology.name, barrier)
+    state = store.table_states.get(name, barrier)
     written_ms = state.written_at_ms if state is not None else None
     intermediate = {n for n, t in topology.tables.items() if t.kind == "intermediate"}
     states = {s.table: s.state for s in store.table_states.states_at(topology.name, [barrier])}

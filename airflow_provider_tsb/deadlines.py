@@ -93,7 +93,7 @@ def freshness_misses(topology: str, tables: list[str], tsb_conn_id: str = "tsb_d
     """
     from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 
-    report = TsbMetastoreHook(tsb_conn_id).get_conn().freshness.freshness(topology)
+    report = TsbMetastoreHook(tsb_conn_id).get_conn().freshness.report(topology)
     names = [normalize_table_name(t) for t in tables]
     missed = [t for t in names if t in report.tables and report.tables[t].missed]
     if missed:

@@ -3,7 +3,7 @@
 A SQLite metastore, topology ``cost``: root table ``tsb.raw.words`` and ``--sinks`` intermediate
 tables (default 3), each a real Delta table with one tagged commit per barrier. Generates
 ``--barriers`` barriers (default 50) three ways and prints the median and p95 wall time of
-``store.barriers.create_barrier``:
+``store.barriers.create``:
 
 * ``plain``: without the barrier log, the tables not yet created (the checks find nothing);
 * ``checked``: the tables exist and are tagged (the tag check reads each table's newest commit);
@@ -52,7 +52,7 @@ def run(folder: Path, mode: str, barriers: int, sinks: int) -> list[float]:
     times = []
     for b in range(1, barriers + 1):
         start = time.perf_counter()
-        store.barriers.create_barrier("cost", {ROOT: b}, barrier_log=log)
+        store.barriers.create("cost", {ROOT: b}, barrier_log=log)
         times.append((time.perf_counter() - start) * 1000)
         if mode != "plain":  # the jobs commit the barrier before the next one is generated
             for i, name in enumerate(names):

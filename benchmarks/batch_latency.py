@@ -54,7 +54,7 @@ def run_engine(engine: str, barriers: int, root: Path) -> list[float]:
                 print(f"{engine:>8} {label:>10}: {seconds[-1]:6.1f} s", flush=True)
         finally:
             af.stop()
-        newest = store.barriers.latest_barrier("flights")
+        newest = store.barriers.latest("flights")
         assert newest is not None and newest.barrier == barriers + 1, newest
     return seconds
 

@@ -47,7 +47,7 @@ def make_metastore(folder: Path) -> str:
     topology.root_table(ROOT)
     topology.job("count", "count.py", sources=[ROOT], sinks=[SINK])
     store.registry.register_topology(topology)
-    store.barriers.create_barrier("bench", {ROOT: 0}, run_key="bench-1")  # barrier 1: root at version 0
+    store.barriers.create("bench", {ROOT: 0}, run_key="bench-1")  # barrier 1: root at version 0
     store.table_states.record_written(SINK, 1, 1, "count")
     store.dispose()
     return url

@@ -120,7 +120,7 @@ def committed(store: object, barrier: int) -> bool:
     from airflow_provider_tsb.exceptions import UnknownTableError
 
     try:
-        states = [store.table_states.table_state(t, barrier) for t in SINKS]  # type: ignore[attr-defined]
+        states = [store.table_states.get(t, barrier) for t in SINKS]  # type: ignore[attr-defined]
     except UnknownTableError:
         return False
     return all(s is not None and s.state == "WRITTEN" for s in states)

@@ -177,7 +177,7 @@ class FlightsBench:
 
     def in_flight(self) -> int:
         """Barriers generated but not yet WRITTEN in every sink (not COMMIT)."""
-        last = self.store.barriers.latest_barrier(self.topology.name)
+        last = self.store.barriers.latest(self.topology.name)
         if last is None:
             return 0
         heads = [self.store.table_states.newest_written(s) for s in self.sinks]
@@ -228,8 +228,8 @@ class FlightsBench:
         tables = sorted({t for job in jobs.values() for t in (*job.sources, *job.sinks)})
         sinks = [s for job in jobs.values() for s in job.sinks]
         for b in barriers:
-            info = self.store.barriers.barrier(self.topology.name, b)
-            states = {t: self.store.table_states.table_state(t, b) for t in tables}
+            info = self.store.barriers.get(self.topology.name, b)
+            states = {t: self.store.table_states.get(t, b) for t in tables}
             if not all(s is not None and s.written_at_ms for s in states.values()):
                 continue
             out["e2e"].append((max(states[s].written_at_ms for s in sinks) - info.created_at_ms) / 1000)

@@ -100,7 +100,7 @@ def plain_job(bench: FlightsBench, job_id: str, barriers: tuple[int, int] | None
     from ``barriers[0]`` to ``barriers[1]`` when given)."""
     epochs = bench.root / "epochs.json"
     if not epochs.exists():
-        infos = [b for b in bench.store.barriers.barriers(bench.topology.name, limit=100_000,
+        infos = [b for b in bench.store.barriers.list(bench.topology.name, limit=100_000,
                                                           ascending=True) if not b.final]
         epochs.write_text(json.dumps({"barriers": [{"barrier": b.barrier, "ts": b.ts_ms, "roots": b.root_versions}
                                                    for b in infos]}))

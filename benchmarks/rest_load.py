@@ -81,7 +81,7 @@ class Generator:
 
     def barrier(self, k: int) -> None:
         self.started = k
-        self.store.barriers.create_barrier(TOPOLOGY, {ROOT: k}, run_key=f"r{k}")
+        self.store.barriers.create(TOPOLOGY, {ROOT: k}, run_key=f"r{k}")
         for i, table in enumerate(self.tables, start=1):
             job = f"job{i}"
             self.store.table_states.record_processed(table, k, job, manifest_of(table, k))

@@ -205,8 +205,8 @@ def e2e_delays(bench: FlightsBench, barriers: list[int]) -> list[float]:
     """Seconds from each barrier's generation to WRITTEN in every sink."""
     out = []
     for b in barriers:
-        created = bench.store.barriers.barrier(bench.topology.name, b).created_at_ms
-        states = [bench.store.table_states.table_state(s, b) for s in bench.sinks]
+        created = bench.store.barriers.get(bench.topology.name, b).created_at_ms
+        states = [bench.store.table_states.get(s, b) for s in bench.sinks]
         if all(s is not None and s.written_at_ms for s in states):
             out.append((max(s.written_at_ms for s in states) - created) / 1000)
     return out

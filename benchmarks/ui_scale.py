@@ -40,7 +40,7 @@ def build(folder: Path, tables: int, barriers: int) -> tuple[MetaStore, float]:
     ids = {t.name: t.id for t in store.registry.tables("big")}
     roots = {n: 0 for n in ids if ".raw." in n}
     base = now_ms() - barriers * 60_000
-    first = store.barriers.create_barrier("big", roots, ts_ms=base)
+    first = store.barriers.create("big", roots, ts_ms=base)
     with store.engine.begin() as conn:
         conn.exec_driver_sql(
             "INSERT INTO tsb_barrier (topology, barrier_id, ts_ms, ts_kind, created_at_ms, run_key) "

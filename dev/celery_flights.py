@@ -94,7 +94,7 @@ def main() -> int:
         seconds = time.monotonic() - started
         from tsb_examples.demo import check_barrier
 
-        barriers = [b.barrier for b in store.barriers.barriers("flights")]
+        barriers = [b.barrier for b in store.barriers.list("flights")]
         ok = all(check_barrier(store, max(barriers))[1].values())
         worker_log = (root / "celery-worker.log").read_text(errors="replace")
         executed = worker_log.count("Executing workload")

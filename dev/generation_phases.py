@@ -3,7 +3,7 @@ step of the generation timed.
 
 Runs ``benchmarks/barrier_rate.py`` with the arguments given (its own figures are printed as
 usual) after wrapping, in this process, the steps of
-:meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create_barrier` (the module's
+:meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create` (the module's
 private functions, the tag check, the barrier log's read and append, the domain lock), the
 hook's Delta reads (root versions, watermark, figures) and every SQL statement (by verb) with
 timers. At exit it prints, per step, the median and mean over the generations after the first

@@ -3,7 +3,7 @@
 Fills a throwaway PostgreSQL with ``--topologies`` topologies, ``--barriers`` barriers,
 ``--tables`` tables (a third of them roots, each read by its topology) and ``--written`` WRITTEN
 rows per table, then prints ``EXPLAIN ANALYZE`` of the queries
-:meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create_barrier` runs for one
+:meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create` runs for one
 topology: the domain's rows locked, the run key and the previous barrier, the domain's tables
 with the previous barrier's root versions. Each should stay an index look-up, flat in the
 number of barriers::

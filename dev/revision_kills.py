@@ -68,10 +68,10 @@ def main() -> int:
 
     def advance_to(n: int) -> None:
         """The jobs: commit every barrier after each table's head up to n (one row per barrier)."""
-        latest = store.barriers.latest_barrier
+        latest = store.barriers.latest
         while (latest("wordcount") or None) is None or latest("wordcount").barrier < n:
             b = (latest("wordcount").barrier if latest("wordcount") else 0) + 1
-            store.barriers.create_barrier("wordcount", {WORDS: append_words(topology.location("raw.words"), [f"w{b}"])})
+            store.barriers.create("wordcount", {WORDS: append_words(topology.location("raw.words"), [f"w{b}"])})
         for table, job in JOBS.items():
             location = topology.location(table)
             head = latest_written_barrier(location) if Path(location).exists() else None
@@ -94,7 +94,7 @@ def main() -> int:
         victim = rng.choice([WC, CC])
         killed = tsb("rollback", "wordcount.word_count", "--to-barrier", str(target), kill=victim)
         counts["killed"] += killed.returncode == -9
-        plan = store.revisions.pending_revision("wordcount")
+        plan = store.revisions.pending("wordcount")
         ok = plan is not None and plan.barrier == target
         counts["pending_after_kill"] += ok
         res = store.resolution.resolve([WC, CC])
@@ -104,7 +104,7 @@ def main() -> int:
         refused = 0
         for job in JOBS.values():
             try:
-                store.revisions.check_no_pending_revision(job)
+                store.revisions.check_none_pending(job)
             except RevisionPendingError:
                 refused += 1
         counts["jobs_refused_while_pending"] += refused == len(JOBS)

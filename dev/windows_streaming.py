@@ -67,7 +67,7 @@ def build(root: Path, days: int) -> tuple[str, Any]:
             append_rows(flights, pa.concat_tables([_retimed(prev, late, 4, 999.0), _retimed(prev, open_, 3, 60.0)]))
         nyc.ingest_day(flights, weather, day)
         versions = read_root_versions(topology)
-        store.barriers.create_barrier(topology.name, versions, ts_ms=hook.watermark(versions), ts_kind="event")
+        store.barriers.create(topology.name, versions, ts_ms=hook.watermark(versions), ts_kind="event")
     return url, topology
 
 

@@ -103,11 +103,6 @@ def test_a_barrier_id_is_called_barrier() -> None:
 
 # ---------------------------------------------------------------- the metastore's managers (issue 22)
 REPO = PACKAGE.parent
-#: where the repository's Python lives (what the flat-method check reads)
-SOURCES = ("airflow_provider_tsb", "dags", "spark_apps", "tsb_examples", "tests", "benchmarks", "dev")
-#: receivers that hold a MetaStore in this repository: ``store``, ``self.store``, ``sqlite_store``,
-#: ``dep.store``, ``hook.get_conn()``, ``MetaStore(url)``
-STORE_RECEIVER = re.compile(r"(^|[.\]])_?\w*store$|get_conn\(\)$|^MetaStore\(.*\)$", re.S)
 
 
 def _metastore_classes() -> list[type]:
@@ -142,67 +137,28 @@ def test_no_manager_inherits_another() -> None:
     assert wrong == []
 
 
-def flat_calls(source: str, filename: str = "<source>") -> list[str]:
-    """Calls of the deprecated flat MetaStore methods in ``source`` (the receiver is a MetaStore
-    by this repository's naming, :data:`STORE_RECEIVER`): ``store.resolve(...)``, and a manager
-    called like the flat method it shares its name with (``store.barriers(...)``)."""
-    from airflow_provider_tsb.metastore.compat import FLAT_METHODS, MANAGER_METHODS
-
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source, filename)):
-        if isinstance(node, ast.Attribute) and node.attr in FLAT_METHODS and node.attr not in MANAGER_METHODS:
-            target = node
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr in MANAGER_METHODS):
-            target = node.func
-        else:
-            continue
-        receiver = ast.unparse(target.value)  # get_source_segment re-splits the source per call
-        if STORE_RECEIVER.search(receiver):
-            found.append((node.lineno, f"{filename}:{node.lineno}: {receiver}.{target.attr}"))
-    return [text for _, text in sorted(found)]
-
-
-def test_the_flat_method_check_finds_flat_calls() -> None:
-    source = "store.resolve(q)\nself.store.barriers('t')\nstore.barriers.barriers('t')\nclient.resolve(q)\n"
-    assert flat_calls(source) == ["<source>:1: store.resolve", "<source>:2: self.store.barriers"]
-
-
-def test_nothing_calls_a_deprecated_flat_method() -> None:
-    """Every caller uses ``store.<manager>.<method>``: by the sources, and at run time the suite
-    turns :class:`FlatMethodDeprecationWarning` into an error (pyproject.toml)."""
-    found = []
-    for folder in SOURCES:
-        for path in sorted((REPO / folder).rglob("*.py")):
-            if path.name != "compat.py":
-                found += flat_calls(path.read_text(), str(path.relative_to(REPO)))
-    assert found == []
-
-
-def test_a_flat_call_fails_the_suite(tmp_path: Path) -> None:
-    from airflow_provider_tsb.metastore.compat import FlatMethodDeprecationWarning
-    from airflow_provider_tsb.metastore.store import MetaStore
-
-    store = MetaStore(f"sqlite:///{tmp_path / 'm.db'}")
-    store.migrate()
-    flat = "topologies"  # by name: the source check above must not see this deliberate call
-    with pytest.raises(FlatMethodDeprecationWarning, match=r"store\.registry\.topologies"):
-        getattr(store, flat)()
-
-
 def test_metastore_records_do_not_reach_into_reading(graph: grimp.ImportGraph) -> None:
-    """Reading lives in ``read/`` (issue 22 item 2): the metastore imports it only from the
-    records' deprecated ``to_arrow`` / ``to_pandas`` / ``to_spark`` (lazily; removed next release)."""
+    """Reading lives in ``read/``: the metastore's records are plain data and import nothing of it."""
     edges = sorted(
         f"{m} -> {i}"
         for m in graph.find_descendants("airflow_provider_tsb.metastore")
         for i in graph.find_modules_directly_imported_by(m)
         if i.startswith("airflow_provider_tsb.read")
     )
-    assert edges == [
-        "airflow_provider_tsb.metastore.records -> airflow_provider_tsb.read.resolutions",
-        "airflow_provider_tsb.metastore.records -> airflow_provider_tsb.read.version_reads",
-    ]
+    assert edges == []
+
+
+def test_no_deprecation_layer() -> None:
+    """A package never released keeps no shims: no ``compat`` module, no ``__getattr__`` that
+    forwards old names on the metastore, no manager called like a method."""
+    from airflow_provider_tsb.metastore.store import MetaStore
+
+    assert not (PACKAGE / "metastore" / "compat.py").exists()
+    assert "__getattr__" not in vars(MetaStore)
+    managers = [c for c in _metastore_classes() if c.__name__.endswith(("Manager", "Resolver"))]
+    assert [c.__name__ for c in managers if "__call__" in vars(c)] == []
+    texts = [p.read_text() for p in PACKAGE.rglob("*.py")]
+    assert not [t for t in texts if "DeprecationWarning" in t]
 
 
 # ---------------------------------------------------------------- functions and private names (issue 22 item 6)

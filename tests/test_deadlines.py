@@ -47,10 +47,10 @@ def test_callback_reads_the_metastore_and_names_only_real_misses(tmp_path, monke
     store = MetaStore(url)
     store.migrate()
     store.registry.register_topology(_topology(freshness=1))
-    created = store.barriers.create_barrier("fresh", {"tsb.raw.events": 0}).created_at_ms
+    created = store.barriers.create("fresh", {"tsb.raw.events": 0}).created_at_ms
     store.table_states.record_written("fresh.clean", 1, 0, "clean")
     time.sleep(1.5)  # the 1 s target passes for the tables that have not committed barrier 1
-    assert store.freshness.freshness("fresh", now=created + 5_000).missed == ["tsb.fresh.daily", "tsb.fresh.hourly"]
+    assert store.freshness.report("fresh", now=created + 5_000).missed == ["tsb.fresh.daily", "tsb.fresh.hourly"]
     found = freshness_misses("fresh", ["fresh.clean", "fresh.daily"])
     assert found["missed"] == ["tsb.fresh.daily"]
     assert found["message"].startswith("freshness target missed in topology 'fresh': tsb.fresh.daily: lag ")

@@ -51,7 +51,7 @@ def test_the_site_builds_strict_with_the_api_reference(site: Path) -> None:
     spark = (site / "reference" / "spark" / "index.html").read_text()
     airflow = (site / "reference" / "airflow" / "index.html").read_text()
     # the metastore's managers and the apps' classes, rendered from their docstrings
-    for name in ("resolution.ResolutionManager.resolve", "barriers.BarrierManager.create_barrier",
+    for name in ("resolution.ResolutionManager.resolve", "barriers.BarrierManager.create",
                  "registry.RegistryManager.register_topology", "store.MetaStore.migrate"):
         assert f'id="airflow_provider_tsb.metastore.{name}"' in metastore, name
     for name in ("TsbApp", "Sink", "BarrierContext"):

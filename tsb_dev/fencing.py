@@ -69,7 +69,7 @@ def visible_orphans(dep: Deployment, barrier: int) -> list[str]:
     import pyarrow.compute as pc
 
     problems = []
-    state = dep.store.table_states.table_state(WORD_COUNT, barrier)
+    state = dep.store.table_states.get(WORD_COUNT, barrier)
     if state is None or state.state != "WRITTEN" or state.manifest:
         shown = (state.state, state.manifest) if state is not None else None
         problems.append(f"barrier {barrier}: word_count (state, manifest) is {shown}")

@@ -49,7 +49,7 @@ def wordcount_deployment(root: Path, url: str, barriers: int, lines: int = 20) -
     store.registry.register_topology(topo)
     for n in range(barriers):
         ingest_next_words(topo.location("raw.words"), f"t/{n}", lines=lines)
-        store.barriers.create_barrier(topo.name, read_root_versions(topo), run_key=f"t/{n}")
+        store.barriers.create(topo.name, read_root_versions(topo), run_key=f"t/{n}")
     return Deployment(url, store, topo, root)
 
 

@@ -74,7 +74,7 @@ def write_barrier(store: MetaStore, loc: dict[str, str], ts_ms: int | None = Non
     """One barrier end to end (the writer's step, barrier timestamp ``ts_ms``); returns its id."""
     write_deltalake(loc[EVENTS], pa.table({"e": pa.array([random.random() for _ in range(5)])}), mode="append",
                     configuration=LOG_CONFIGURATION)
-    barrier = store.barriers.create_barrier(TOPOLOGY, {EVENTS: DeltaTable(loc[EVENTS]).version()}, ts_ms=ts_ms).barrier
+    barrier = store.barriers.create(TOPOLOGY, {EVENTS: DeltaTable(loc[EVENTS]).version()}, ts_ms=ts_ms).barrier
     rows = pa.table({"b": pa.array([barrier] * ROWS, pa.int64()), "k": pa.array(range(ROWS), pa.int64())})
     write_deltalake(loc[SNAP], rows, mode="overwrite", commit_properties=_tags(barrier, "snap_job"),
                     configuration=LOG_CONFIGURATION)
@@ -92,9 +92,9 @@ def check_snap(table: pa.Table, barrier: int) -> bool:
 def unsafe_expire(store: MetaStore, table: str, keep_barriers: int, pause: Any = None) -> dict[str, Any]:
     """Snapshot expiry as it was before issue 12 (hooks/maintenance.py at 80313a0): read the
     live leases, then vacuum; nothing marked, no retry. ``pause()`` runs in between."""
-    store.leases.expire_leases()
+    store.leases.expire()
     info = store.registry.table(table)
-    history = [s for s in store.table_states.table_history(info.name, limit=keep_barriers * 4) if s.state == "WRITTEN"]
+    history = [s for s in store.table_states.history(info.name, limit=keep_barriers * 4) if s.state == "WRITTEN"]
     keep = {s.version for s in history[:keep_barriers] if s.version is not None}
     keep |= store.leases.leased_versions(info.name)
     dt = DeltaTable(info.location)
@@ -157,7 +157,7 @@ def role_reader(cfg: dict[str, Any]) -> dict[str, Any]:
            "expired_reads": 0}
     with_lease = cfg.get("lease", True)
     while not _stopped(cfg, deadline):
-        newest = store.barriers.latest_barrier(TOPOLOGY)
+        newest = store.barriers.latest(TOPOLOGY)
         if newest is None:
             time.sleep(0.02)
             continue
@@ -177,7 +177,7 @@ def role_reader(cfg: dict[str, Any]) -> dict[str, Any]:
         version = res.tables[SNAP].version
         if with_lease:
             out["leases"] += 1
-            expiry = store.expiry.table_expiry(SNAP)
+            expiry = store.expiry.get(SNAP)
             if expiry is not None and version is not None and expiry.is_expired(version):
                 out["stale_versions"] += 1
         time.sleep(rng.uniform(0, cfg.get("hold", 0.05)))
@@ -192,7 +192,7 @@ def role_reader(cfg: dict[str, Any]) -> dict[str, Any]:
             out["raw_errors"] += 1
             out["lost" if with_lease else "expired_reads"] += 1
         if res.lease_id:
-            store.leases.release_lease(res.lease_id)
+            store.leases.release(res.lease_id)
         time.sleep(cfg.get("pace", 0.02))
     return out
 
@@ -326,7 +326,7 @@ def forced_order(url: str, locations: dict[str, str], workdir: str, *, unsafe: b
             out["read_ok"] = check_snap(to_arrow(res)[SNAP], barrier)
         except (ExpiredVersionError, OSError):
             out["lost"] = 1
-        store.leases.release_lease(res.lease_id)
+        store.leases.release(res.lease_id)
     return out
 
 

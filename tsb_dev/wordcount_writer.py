@@ -55,7 +55,7 @@ class WordcountWriter:
         batch = [f"w{self._rng.randrange(200)}" for _ in range(WORDS_PER_BARRIER)]
         _write(loc[WORDS], pa.table({"word": batch}), "append", None, None)
         root_version = DeltaTable(loc[WORDS]).version()  # not k - 1 once the root was compacted
-        self.store.barriers.create_barrier(TOPOLOGY, {WORDS: root_version}, run_key=f"r{k}")
+        self.store.barriers.create(TOPOLOGY, {WORDS: root_version}, run_key=f"r{k}")
         self._seen.update(batch)
         _write(loc[WC], pa.table({"word": list(self._seen), "cnt": list(self._seen.values())}), "overwrite", k,
                "wc_job")

@@ -43,12 +43,12 @@ def report_barrier(store: Any, barrier: int, ingest: dict[str, Any], console: An
     from deltalake import DeltaTable
     from rich.table import Table
 
-    info = store.barriers.barrier("flights", barrier)
+    info = store.barriers.get("flights", barrier)
     res = store.resolution.resolve(TABLES, as_of=barrier)
     read = {t: DeltaTable(tv.location, version=tv.version) for t, tv in res.tables.items()}
     counts = {t: sum(a["num_records"] for a in _adds(dt_)) for t, dt_ in read.items()}
     _, checks = check_barrier(store, barrier)
-    states = {t: store.table_states.table_state(t, barrier) for t in TABLES}
+    states = {t: store.table_states.get(t, barrier) for t in TABLES}
     day = dt.datetime.fromtimestamp(info.ts_ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M")
     days = ", ".join(ingest.get("days", []))
     table = Table(title=f"barrier {barrier}  (event-time watermark {day} UTC; days {days})")
@@ -68,8 +68,8 @@ def report_barrier(store: Any, barrier: int, ingest: dict[str, Any], console: An
     jobs = []
     for job in JOBS:
         info_job = store.registry.job(job)
-        sink = store.table_states.table_state(info_job.sinks[0], barrier)
-        inputs = [store.table_states.table_state(s, barrier) for s in info_job.sources]
+        sink = store.table_states.get(info_job.sinks[0], barrier)
+        inputs = [store.table_states.get(s, barrier) for s in info_job.sources]
         own = sink.written_at_ms - max(i.written_at_ms for i in inputs) if sink and all(inputs) else None
         jobs.append(f"{job} {_fmt_s(own)}")
     console.print("per-job delay (sink WRITTEN - inputs WRITTEN): " + ", ".join(jobs))
@@ -119,7 +119,7 @@ def _percentile(values: list[float], q: float) -> float:
 def run_streaming_demo(af: Any, store: Any, console: Any, days: int, pace_s: float, interval_s: float) -> int:
     """One ``flights_streaming`` run; prints a line per barrier as it reaches COMMIT."""
     af.wait_for_dag(STREAMING_DAG, timeout=300)
-    start_barrier = (store.barriers.latest_barrier("flights") or _NoBarrier).barrier
+    start_barrier = (store.barriers.latest("flights") or _NoBarrier).barrier
     run = af.trigger_dag(STREAMING_DAG, conf={"days": days, "pace_s": pace_s, "interval_s": interval_s})
     console.print(
         f"streaming {days} day(s) of 2013 flights, one every {pace_s:g} s, barriers every {interval_s:g} s "
@@ -140,13 +140,13 @@ def _follow_streaming_run(af: Any, store: Any, console: Any, run_id: str, start_
     printed, delays, ok, state = start_barrier, [], True, "running"
     started, finished_at, polled = time.monotonic(), None, 0.0
     while True:
-        newest = store.barriers.latest_barrier("flights")
+        newest = store.barriers.latest("flights")
         while newest is not None and printed < newest.barrier:
             b = printed + 1
-            states = [store.table_states.table_state(t, b) for t in TABLES[2:]]
+            states = [store.table_states.get(t, b) for t in TABLES[2:]]
             if not all(st is not None and st.state == "WRITTEN" for st in states):
                 break  # not COMMIT yet
-            info = store.barriers.barrier("flights", b)
+            info = store.barriers.get("flights", b)
             delay_s = (max(st.written_at_ms for st in states) - info.created_at_ms) / 1000  # type: ignore[union-attr]
             flights, checks = check_barrier(store, b)
             good = all(checks.values())
@@ -254,7 +254,7 @@ def run_batch_demo(af: Any, store: Any, console: Any, days: int) -> int:
             if not ingest.get("days"):
                 console.print("all of 2013 is ingested; nothing left to process")
                 break
-            barrier = store.barriers.latest_barrier("flights").barrier
+            barrier = store.barriers.latest("flights").barrier
             ok = report_barrier(store, barrier, ingest, console) and ok
     console.print(f"{days} barrier(s) in {time.monotonic() - start:.0f} s")
     return 0 if ok else 1

@@ -183,7 +183,7 @@ def wait_for_commit(store: Any, topology: str, tables: Sequence[str], *, timeout
     since = int(time.time() * 1000)
     deadline = time.monotonic() + timeout_s
     while True:
-        latest = store.barriers.latest_barrier(topology)
+        latest = store.barriers.latest(topology)
         if latest is not None and latest.created_at_ms >= since:
             heads = {t: store.table_states.newest_written(t) for t in tables}
             if all(h is not None and h.barrier >= latest.barrier for h in heads.values()):

@@ -56,7 +56,7 @@ def _check_new_table(
             f"the REST API does not create root tables ({name!r}): declare it with "
             "Topology.root_table() in the DAG file; the barrier task registers it"
         )
-    if store.barriers.latest_barrier(topology) is not None:
+    if store.barriers.latest(topology) is not None:
         raise TopologyError(
             f"topology {topology!r} has barriers already; a new root table {name!r} would make its "
             "barrier generation fail (every root table's version is recorded at each barrier)"

@@ -317,7 +317,7 @@ def get_topologies(store: StoreDep, access: AccessDep) -> list[TopologySummary]:
     DAGs that run them and their newest barrier."""
     out = []
     for name in access.visible(store.registry.topologies()):
-        newest = store.barriers.latest_barrier(name)
+        newest = store.barriers.latest(name)
         out.append(TopologySummary(
             name=name, dags=sorted(access.dags_of(name)), newest_barrier=newest.barrier if newest else None,
             newest_barrier_ts_ms=newest.ts_ms if newest else None,
@@ -340,9 +340,9 @@ def get_topology(
     tables = store.registry.tables(topology)
     io = store.registry.job_io(topology)
     jobs = {j.id: j for j in store.registry.jobs(topology)}
-    newest = store.barriers.latest_barrier(topology)
+    newest = store.barriers.latest(topology)
     written = store.table_states.newest_written_by_table(topology)
-    fresh = store.freshness.freshness(topology).tables
+    fresh = store.freshness.report(topology).tables
     nodes: list[TopologyNode] = []
     edges: list[TopologyEdge] = []
     out_tables: dict[str, TopologyTable] = {}
@@ -388,7 +388,7 @@ def get_barriers(
 ) -> BarrierPage:
     """Barriers of a topology, newest first, ``limit`` per page; ``before`` pages backwards."""
     name = _pick_topology(store, access, topology)
-    items = store.barriers.barriers(name, limit=limit, before=before)
+    items = store.barriers.list(name, limit=limit, before=before)
     return BarrierPage(
         topology=name,
         items=[
@@ -414,7 +414,7 @@ def get_table_barriers(
         name = _table_name(catalog, database, table)
         _require_tables(store, access, READ, [name])
         info = store.registry.table(name)
-        history = store.table_states.table_history(name, limit=limit, before=before)
+        history = store.table_states.history(name, limit=limit, before=before)
     consistent: dict[str, LevelVersion] = {}
     for level in ConsistencyLevel:
         try:
@@ -451,7 +451,7 @@ def get_delays(
     input WRITTEN) and the bottleneck job. Cost is bounded by ``limit`` x tables, independent
     of the barrier history length."""
     name = _pick_topology(store, access, topology)
-    items, next_before = store.delays.delays(name, limit=limit, before=before)
+    items, next_before = store.delays.list(name, limit=limit, before=before)
     return json_answer(DelaysOut(
         topology=name, barriers=[BarrierDelay.model_validate(d, from_attributes=True) for d in items],
         next_before=next_before,
@@ -464,7 +464,7 @@ def get_freshness(store: StoreDep, access: AccessDep, topology: TopologyQuery = 
     target, whether it misses it and the upstream job furthest behind; every job's own lag
     (:mod:`airflow_provider_tsb.metastore.freshness`). Needs read access to the topology's DAGs."""
     name = _pick_topology(store, access, topology)
-    report = store.freshness.freshness(name)
+    report = store.freshness.report(name)
     return FreshnessOut.model_validate(
         {**report.__dict__, "missed": report.missed,
          "tables": {k: v.__dict__ for k, v in report.tables.items()},

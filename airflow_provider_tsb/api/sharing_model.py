@@ -202,7 +202,7 @@ def barrier_at(store: MetaStore, share: Share, ts_ms: int, newest: int) -> int:
     before = newest + 1
     first_ts = None
     while True:
-        page = store.barriers.barriers(topology, limit=500, before=before)
+        page = store.barriers.list(topology, limit=500, before=before)
         for b in page:
             if b.ts_ms <= ts_ms:
                 return b.barrier
@@ -222,7 +222,7 @@ def barrier_from(store: MetaStore, share: Share, ts_ms: int, newest: int) -> int
     """
     after = None
     while True:
-        page = store.barriers.barriers(share.topologies[0], limit=500, after=after, ascending=True)
+        page = store.barriers.list(share.topologies[0], limit=500, after=after, ascending=True)
         for b in page:
             if b.barrier > newest:
                 break
@@ -309,7 +309,7 @@ def barrier_versions(store: MetaStore, table: SharedTable, first: int, last: int
         resolved = store.resolution.resolve([table.full_name], as_of=k).tables[table.full_name]
         verify_served(resolved)  # as a query verifies what it serves
         versions[k] = resolved.version
-    ts = {k: store.barriers.barrier(table.info.topology, k).ts_ms for k in range(first, last + 1)}
+    ts = {k: store.barriers.get(table.info.topology, k).ts_ms for k in range(first, last + 1)}
     pinned = sorted({v for v in versions.values() if v is not None})
     expires = now_ms() + int(seconds * 1000)
     if pinned and lease:

@@ -26,7 +26,7 @@ def cmd_freshness(args: argparse.Namespace) -> int:
     store = store_of(args)
     if args.topology not in store.registry.topologies():
         raise TsbError(f"topology {args.topology!r} is not registered; known: {store.registry.topologies()}")
-    report = store.freshness.freshness(args.topology)
+    report = store.freshness.report(args.topology)
     if args.format == "json":
         print(json.dumps({**dataclasses.asdict(report), "missed": report.missed}, indent=2, sort_keys=True))
         return 1 if report.missed else 0

@@ -97,7 +97,7 @@ def cmd_root_append(args: argparse.Namespace) -> int:
 
 def _topology_ts_kind(store: Any, topology: str) -> str:
     """The barrier time kind of ``topology``: its newest barrier's, ``system`` before the first."""
-    last = store.barriers.latest_barrier(topology)
+    last = store.barriers.latest(topology)
     return str(last.ts_kind) if last is not None else "system"
 
 

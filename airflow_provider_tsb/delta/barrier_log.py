@@ -27,7 +27,7 @@ a local log's rows are appended by tsb's own blind-append commits
 (:func:`~airflow_provider_tsb.delta.direct_append.append_file`; delta-rs creates the log,
 replaces a leftover row, compacts it, and writes every commit to an object store). Barrier generation
 writes the row under the topology lock *before* the metastore transaction that makes the
-barrier visible commits (:meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create_barrier`):
+barrier visible commits (:meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create`):
 a crash in between leaves a log row for a barrier no job ever saw, and the next generation
 replaces that row (a predicate overwrite of ``barrier = n``: still one row per barrier). Every
 :data:`COMPACT_EVERY` barriers the log's one-row files are compacted into one, checkpointed and

@@ -62,7 +62,7 @@ def read_root_versions(topology: Topology) -> dict[str, int]:
 
 
 def domain_root_reader(topology: Topology) -> Callable[[str, str], int]:
-    """The ``read_root_version`` of :meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create_barrier`
+    """The ``read_root_version`` of :meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create`
     for ``topology``: the current Delta version of another root table of its barrier domain, at
     its registered location (issue 13 item 1: a barrier records every root version of the
     domain; :mod:`~airflow_provider_tsb.metastore.domains`).
@@ -174,7 +174,7 @@ class TsbBarrierHook(BaseHook):
                 raise RootTableError(
                     f"topology {self.topology.name!r}: no event-time watermark yet (root tables are empty)"
                 )
-        info = store.barriers.create_barrier(
+        info = store.barriers.create(
             self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key,
             barrier_log=barrier_log_of(self.topology), root_figures=root_figures(self.topology, versions),
             read_root_version=domain_root_reader(self.topology),
@@ -240,7 +240,7 @@ class TsbBarrierHook(BaseHook):
                 return None
         # one metastore transaction: the domain's other root versions are read under its lock, the
         # live-file figures go in with the root versions, the barrier log commit is its last step
-        return store.barriers.create_barrier(
+        return store.barriers.create(
             self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key, final=final,
             barrier_log=barrier_log_of(self.topology), root_figures=root_figures(self.topology, versions),
             read_root_version=domain_root_reader(self.topology), raise_late_watermark=True,
@@ -358,7 +358,7 @@ class TsbBarrierHook(BaseHook):
     ) -> BarrierInfo | None:
         """The barrier generated at ``versions`` if a root table moved since the latest barrier
         and there is room in flight (:meth:`has_room`), else ``None``."""
-        last = store.barriers.latest_barrier(self.topology.name)
+        last = store.barriers.latest(self.topology.name)
         unchanged = last is not None and versions == last.root_versions
         if versions is None or unchanged or not self.has_room(store, last, max_in_flight):
             return None

@@ -118,7 +118,7 @@ class TsbMetastoreHook(BaseHook):
             UnknownTableError: a table is not registered.
         """
         store = self.get_conn()
-        states = [store.table_states.table_state(table, barrier) for table in tables]
+        states = [store.table_states.get(table, barrier) for table in tables]
         return not states or CommitState.of(s.state if s is not None else None for s in states) is CommitState.COMMIT
 
     def lag_report(self, tables: list[str], barrier: int) -> str:
@@ -138,7 +138,7 @@ class TsbMetastoreHook(BaseHook):
                 continue
             missing = reached + 1
             try:
-                since = store.barriers.barrier(info.topology, missing).created_at_ms
+                since = store.barriers.get(info.topology, missing).created_at_ms
                 lag_s = max(0.0, (now_ms() - since) / 1000)
                 lag = f"lagging {lag_s:.1f} s"
             except TsbError:
@@ -255,7 +255,7 @@ def committed_barrier_payload(
     """
     topology = store.registry.table(tables[0]).topology
     try:
-        info = store.barriers.barrier(topology, barrier)
+        info = store.barriers.get(topology, barrier)
         ts_ms, ts_kind, created = info.ts_ms, str(info.ts_kind), info.created_at_ms
     except TsbError:  # a barrier of another topology of the barrier domain
         ts_ms, ts_kind, created = None, None, None

@@ -187,7 +187,7 @@ class TsbSparkJobHook(BaseHook):
         vector: dict[str, int] = {}
         problems = []
         for source in self.job.sources:
-            state = store.table_states.table_state(source, barrier)
+            state = store.table_states.get(source, barrier)
             if state is not None and state.state == BarrierState.WRITTEN and state.version is not None:
                 vector[source] = state.version
                 continue
@@ -280,7 +280,7 @@ class TsbSparkJobHook(BaseHook):
 
             configure(self.storage_options())  # this process reads the sinks' logs (reconcile)
         store.registry.register_job(self.topology.name, self.job, self.job_tables(), warehouse=self.topology.warehouse)
-        store.revisions.check_no_pending_revision(self.job_id)
+        store.revisions.check_none_pending(self.job_id)
         self.lineage = {"inputs": {}, "outputs": {}}
         vector = self.check_inputs(store, barrier) if barrier is not None else None
         self.lineage["inputs"] = dict(vector or {})

@@ -373,7 +373,7 @@ def run_check(
             for n in range(count):
                 ingest(topo, f"check/{topo.name}/{n}")
                 checker.sample_all()
-                barrier = store.barriers.create_barrier(topo.name, read_root_versions(topo),
+                barrier = store.barriers.create(topo.name, read_root_versions(topo),
                                                         run_key=f"check/{topo.name}/{n}")
                 for j, job in enumerate(topo.jobs_in_order()):
                     if kill:

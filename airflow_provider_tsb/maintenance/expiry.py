@@ -136,7 +136,7 @@ def expire_snapshots(
 
     policy = _checked_policy(keep_barriers, max_retries)
     if not dry_run:
-        store.leases.expire_leases()
+        store.leases.expire()
     info = store.registry.table(table)
     location = normalize_location(info.location)
     if not table_exists(location):

@@ -97,7 +97,7 @@ def _written(store: MetaStore, table: str) -> list[TableState]:
     out: list[TableState] = []
     before: int | None = None
     while True:
-        page = store.table_states.table_history(table, limit=PAGE, before=before)
+        page = store.table_states.history(table, limit=PAGE, before=before)
         out += [s for s in page if s.state == BarrierState.WRITTEN and s.version is not None]
         if len(page) < PAGE:
             return out
@@ -150,7 +150,7 @@ def check_integrity(store: MetaStore, topology: str) -> IntegrityReport:
         raise ValueError(f"topology {topology!r} has no registered tables; register it first (tsb topology sync)")
     report = IntegrityReport(topology, findings=[])
     for info in tables:
-        expiry = store.expiry.table_expiry(info.name)
+        expiry = store.expiry.get(info.name)
         seen: set[int] = set()
         present: set[str] = set()
         for state in _written(store, info.name):

@@ -8,7 +8,7 @@ A revision of intermediate table T to barrier k:
    in its Delta log. The plan -- tables, k, the Delta version of k in each, the writer job and
    its streaming checkpoint -- is recorded in the metastore, and in the same transaction the
    states above k of those tables are forgotten
-   (:meth:`~airflow_provider_tsb.metastore.revisions.RevisionManager.plan_revision`). From then
+   (:meth:`~airflow_provider_tsb.metastore.revisions.RevisionManager.plan`). From then
    on READ_COMMITTED and REPEATABLE_READ answer k or older for them (k's versions stay readable
    by time travel), and their jobs are refused until the revision is done.
 2. **Steps**, one table at a time, each idempotent: Delta ``RESTORE`` to k and an epoch bump
@@ -149,7 +149,7 @@ def plan_revision(
     tables = revision_tables(topology, table)
     if not reprocess and barrier < 1:
         raise ValueError(f"barrier must be >= 1, got {barrier}; to rebuild from the start use reprocess")
-    pending = store.revisions.pending_revision(topology.name, table)
+    pending = store.revisions.pending(topology.name, table)
     if pending is not None and (pending.table, pending.barrier, pending.reprocess) == (
         normalize_table_name(table), 0 if reprocess else barrier, reprocess
     ):
@@ -170,7 +170,7 @@ def plan_revision(
                 )
         writer = topology.writer_of(name)
         planned.append(PlannedTable(name, target, writer, checkpoint_location(topology, writer)))
-    return store.revisions.plan_revision(topology.name, table, barrier, planned, reprocess=reprocess)
+    return store.revisions.plan(topology.name, table, barrier, planned, reprocess=reprocess)
 
 
 def run_revision(store: MetaStore, topology: Topology, plan: RevisionPlan) -> RevisionResult:
@@ -198,14 +198,14 @@ def run_revision(store: MetaStore, topology: Topology, plan: RevisionPlan) -> Re
             if step.checkpoint and os.path.exists(step.checkpoint):
                 shutil.rmtree(step.checkpoint)
                 checkpoints.append(step.checkpoint)
-            store.revisions.mark_revision_table(plan.id, step.table, result.latest_version)
+            store.revisions.mark_table(plan.id, step.table, result.latest_version)
             log.info("%s: %s at barrier %s (%s)", plan.describe(), step.table, plan.barrier, result)
         # finish: every head holds the barrier (a commit a job slipped in is undone again)
         for step in plan.tables:
             restored[step.table] = step_of(locations[step.table]).target_version
-        done = store.revisions.finish_revision(plan.id)
+        done = store.revisions.finish(plan.id)
     except Exception as exc:
-        store.revisions.fail_revision(plan.id, f"{type(exc).__name__}: {exc}")
+        store.revisions.fail(plan.id, f"{type(exc).__name__}: {exc}")
         raise
     log.info("%s", done.describe())
     return RevisionResult(plan.id, plan.barrier, restored, checkpoints, resumed)
@@ -236,7 +236,7 @@ def resume_revision(store: MetaStore, topology: Topology, table: str | None = No
     Raises:
         RevisionPendingError: there is no pending revision to finish (the message says so).
     """
-    plan = store.revisions.pending_revision(topology.name, table)
+    plan = store.revisions.pending(topology.name, table)
     if plan is None:
         over = f" over {normalize_table_name(table)}" if table else ""
         raise RevisionPendingError(f"no pending revision of topology {topology.name!r}{over} to resume")

@@ -2,7 +2,7 @@
 
 Barrier logs: given a topology's barrier log location
 (:func:`~airflow_provider_tsb.delta.barrier_log.barrier_log_location`; the hooks pass it),
-:meth:`BarrierManager.create_barrier` commits the barrier's row there under the topology lock,
+:meth:`BarrierManager.create` commits the barrier's row there under the topology lock,
 before the metastore transaction that makes the barrier visible commits, so a barrier a job can
 see is always in the log. The location is recorded, and the barrier is also logged in the logs
 recorded by the other topologies of the domain (with the root versions each reads).
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import and_, bindparam, func, insert, null, or_, select, union_all, update
 from sqlalchemy.orm import Session
@@ -27,7 +26,6 @@ from airflow_provider_tsb.exceptions import (
 )
 from airflow_provider_tsb.metastore.barrier_history import check_tables, log_barrier
 from airflow_provider_tsb.metastore.base import MIN_INT, MetastoreCore, checked_int
-from airflow_provider_tsb.metastore.compat import call_namesake
 from airflow_provider_tsb.metastore.domains import LockedDomain, lock_domain
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
@@ -139,11 +137,7 @@ class BarrierManager:
     def __init__(self, core: MetastoreCore) -> None:
         self._core = core
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Deprecated: the flat ``store.barriers(...)`` of before the managers (:mod:`.compat`)."""
-        return call_namesake(self, "barriers", args, kwargs)
-
-    def create_barrier(
+    def create(
         self, topology: str, root_versions: Mapping[str, int], *, ts_ms: int | None = None,
         ts_kind: TsKind | str = TsKind.SYSTEM, run_key: str | None = None, final: bool = False,
         barrier_log: str | None = None, root_figures: Mapping[str, tuple[int, int]] | None = None,
@@ -160,7 +154,7 @@ class BarrierManager:
         Args:
             topology: topology name (registered).
             root_versions: {root table: Delta version} read just before the call: every root
-                table of the barrier domain (``store.domains.barrier_domain``), or the topology's
+                table of the barrier domain (``store.domains.get``), or the topology's
                 own with ``read_root_version``.
             ts_ms: barrier timestamp, epoch ms; system time when omitted.
             ts_kind: ``system`` or ``event`` (``ts_ms`` is then the event-time watermark).
@@ -204,7 +198,7 @@ class BarrierManager:
             own = {n: versions[n] for n in sorted(tables.read_by.get(topology, ()))}
             return BarrierInfo(topology, barrier, ts, ts_kind, created_at, run_key, own, final=bool(final))
 
-    def barrier(self, topology: str, barrier: int) -> BarrierInfo:
+    def get(self, topology: str, barrier: int) -> BarrierInfo:
         """Barrier ``barrier`` of ``topology`` with its root versions.
 
         Raises:
@@ -220,7 +214,7 @@ class BarrierManager:
                 )
             return barrier_info(s, row)
 
-    def latest_barrier(self, topology: str) -> BarrierInfo | None:
+    def latest(self, topology: str) -> BarrierInfo | None:
         """The newest barrier of ``topology`` (``None`` before the first)."""
         with self._core.transaction() as s:
             row = s.scalar(
@@ -229,7 +223,7 @@ class BarrierManager:
             )
             return barrier_info(s, row) if row is not None else None
 
-    def latest_final_barrier(self, topology: str, since_ms: int | None = None) -> BarrierInfo | None:
+    def latest_final(self, topology: str, since_ms: int | None = None) -> BarrierInfo | None:
         """The newest final barrier (FLIP-147 end of input) of ``topology`` generated at or after
         ``since_ms`` (epoch ms; any time if ``None``), or ``None``."""
         with self._core.transaction() as s:
@@ -251,7 +245,7 @@ class BarrierManager:
             )
             return barrier_info(s, row) if row is not None else None
 
-    def barriers(
+    def list(
         self, topology: str, *, limit: int = 100, before: int | None = None, after: int | None = None,
         ascending: bool = False,
     ) -> list[BarrierInfo]:

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import bindparam, select
 
 from airflow_provider_tsb.metastore.base import MetastoreCore
-from airflow_provider_tsb.metastore.compat import call_namesake
 from airflow_provider_tsb.metastore.models import BarrierRow, TableBarrierRow, TableRow
 from airflow_provider_tsb.metastore.records import BarrierDelays, BarrierState, JobDelay, TableDelay
 from airflow_provider_tsb.metastore.registry_reads import job_io
@@ -70,11 +68,7 @@ class DelayManager:
     def __init__(self, core: MetastoreCore) -> None:
         self._core = core
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Deprecated: the flat ``store.delays(...)`` of before the managers (:mod:`.compat`)."""
-        return call_namesake(self, "delays", args, kwargs)
-
-    def delays(
+    def list(
         self, topology: str, *, limit: int = 20, before: int | None = None
     ) -> tuple[list[BarrierDelays], int | None]:
         """Delays of the newest ``limit`` barriers of ``topology`` (below ``before`` if given).

@@ -219,7 +219,7 @@ class DomainManager:
     def __init__(self, core: MetastoreCore) -> None:
         self._core = core
 
-    def barrier_domain(self, topology: str) -> BarrierDomain:
+    def get(self, topology: str) -> BarrierDomain:
         """The barrier domain of ``topology``: its name, topologies and root tables.
 
         Raises:

@@ -148,7 +148,7 @@ class ExpiryManager:
         self._core = core
 
     # ------------------------------------------------------------------ reads
-    def table_expiry(self, table: str) -> TableExpiry | None:
+    def get(self, table: str) -> TableExpiry | None:
         """The expiry marks of ``table`` (``None``: never expired).
 
         Raises:

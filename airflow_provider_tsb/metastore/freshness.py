@@ -36,7 +36,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.metastore.base import MetastoreCore
-from airflow_provider_tsb.metastore.compat import call_namesake
 from airflow_provider_tsb.metastore.models import BarrierRow, JobRow, TableBarrierRow, TableRow
 from airflow_provider_tsb.metastore.records import BarrierState, now_ms
 from airflow_provider_tsb.metastore.registry import RegistryManager
@@ -131,11 +130,7 @@ class FreshnessManager:
         self._core = core
         self._registry = registry
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Deprecated: the flat ``store.freshness(...)`` of before the managers (:mod:`.compat`)."""
-        return call_namesake(self, "freshness", args, kwargs)
-
-    def freshness(self, topology: str, *, now: int | None = None) -> FreshnessReport:
+    def report(self, topology: str, *, now: int | None = None) -> FreshnessReport:
         """The :class:`FreshnessReport` of ``topology`` at ``now`` (epoch ms, default: the clock).
 
         An unregistered topology has no tables: an empty report (callers that must refuse

@@ -56,7 +56,7 @@ def lease_versions(
     """Lease ``{table id: Delta version or (from, to)}`` in the caller's write transaction ``s``.
 
     Locks the tables' rows in share mode and refuses an expired version under that lock (see
-    module doc); ``None`` versions are skipped. Used by :meth:`LeaseManager.create_lease` and by
+    module doc); ``None`` versions are skipped. Used by :meth:`LeaseManager.create` and by
     resolution, which leases what it answers in the same transaction. Two inserts (the lease
     and its versions, SQLAlchemy Core: no unit of work).
 
@@ -134,7 +134,7 @@ def narrow_lease(s: Session, lease_id: str, ranges: Mapping[int, VersionRange]) 
 
 def end_lease(s: Session, lease_id: str) -> bool:
     """End lease ``lease_id`` in the caller's write transaction ``s``; True if it existed (a
-    lapsed lease may already have been removed by :meth:`LeaseManager.expire_leases`)."""
+    lapsed lease may already have been removed by :meth:`LeaseManager.expire`)."""
     s.execute(delete(LeaseVersionRow).where(LeaseVersionRow.lease_id == lease_id))
     return bool(s.execute(delete(LeaseRow).where(LeaseRow.id == lease_id)).rowcount)
 
@@ -145,7 +145,7 @@ class LeaseManager:
     def __init__(self, core: MetastoreCore) -> None:
         self._core = core
 
-    def create_lease(
+    def create(
         self, versions: Mapping[str, Pinned], seconds: float, holder: str | None = None
     ) -> tuple[str, int]:
         """Pin ``{table: Delta version or (from, to) range}`` for ``seconds``.
@@ -163,7 +163,7 @@ class LeaseManager:
             ids = {table_id_of(s, name): v for name, v in versions.items()}
             return lease_versions(s, ids, seconds, holder)
 
-    def renew_lease(self, lease_id: str, seconds: float) -> int | None:
+    def renew(self, lease_id: str, seconds: float) -> int | None:
         """Extend a live lease to end ``seconds`` from now; returns the new expiry (epoch ms).
 
         Returns ``None`` when the lease is gone or has lapsed: a lapsed lease is not revived,
@@ -179,7 +179,7 @@ class LeaseManager:
             ).rowcount
             return expires if done else None
 
-    def narrow_lease(self, lease_id: str, versions: Mapping[str, Pinned]) -> bool:
+    def narrow(self, lease_id: str, versions: Mapping[str, Pinned]) -> bool:
         """Narrow a lease to ``{table: Delta version or (from, to)}`` (:func:`narrow_lease`).
 
         Returns:
@@ -193,12 +193,12 @@ class LeaseManager:
             ids = {table_id_of(s, name): _range(v) for name, v in versions.items()}
             return narrow_lease(s, lease_id, ids)
 
-    def release_lease(self, lease_id: str) -> bool:
+    def release(self, lease_id: str) -> bool:
         """End a lease early. Returns True if it existed."""
         with self._core.transaction(write=True) as s:
             return end_lease(s, lease_id)
 
-    def expire_leases(self, now: int | None = None) -> int:
+    def expire(self, now: int | None = None) -> int:
         """Delete leases whose expiry has passed. Returns how many were removed."""
         cutoff = now if now is not None else now_ms()
         with self._core.transaction(write=True) as s:

@@ -12,12 +12,8 @@ The enums are :class:`~enum.StrEnum`: the metastore stores their values and they
 to the plain strings read back. All times are epoch milliseconds (UTC); versions are Delta
 table versions; barrier ids are integers strictly increasing per topology.
 
-Size: over 500 lines because every record the managers share is defined here, next to the
-vocabulary it uses; the records are plain frozen dataclasses with no logic to read through.
-
 Records are plain data: reading the tables a :class:`Resolution` names is the read layer's
 (:mod:`airflow_provider_tsb.read.resolutions`, :mod:`airflow_provider_tsb.read.version_reads`).
-The ``to_spark`` / ``to_arrow`` / ``to_pandas`` methods of before stay one release, deprecated.
 """
 
 from __future__ import annotations
@@ -29,13 +25,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_provider_tsb.consistency import ConsistencyLevel
-from airflow_provider_tsb.metastore.compat import warn_record_read
 
 if TYPE_CHECKING:
-    import pandas as pd
-    import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
-
     from airflow_provider_tsb.lineage import Job, Table
 
 
@@ -173,21 +164,7 @@ class TableVersion:
     file_count: int | None = None
     size_bytes: int | None = None
 
-    def to_spark(self, spark: SparkSession) -> DataFrame:
-        """Deprecated: use :func:`airflow_provider_tsb.read.version_reads.read_table_spark`
-        (``read_table_spark(spark, version)``); removed in the next release."""
-        from airflow_provider_tsb.read.version_reads import read_table_spark
 
-        warn_record_read("TableVersion.to_spark", "read.version_reads.read_table_spark(spark, version)")
-        return read_table_spark(spark, self)
-
-    def to_arrow(self) -> pa.Table:
-        """Deprecated: use :func:`airflow_provider_tsb.read.version_reads.read_table_arrow`
-        (``read_table_arrow(version)``); removed in the next release."""
-        from airflow_provider_tsb.read.version_reads import read_table_arrow
-
-        warn_record_read("TableVersion.to_arrow", "read.version_reads.read_table_arrow(version)")
-        return read_table_arrow(self)
 
 
 @dataclass(frozen=True)
@@ -213,29 +190,8 @@ class Resolution:
         """{table: Delta version}."""
         return {name: tv.version for name, tv in self.tables.items()}
 
-    def to_spark(self, spark: SparkSession) -> dict[str, DataFrame]:
-        """Deprecated: use :func:`airflow_provider_tsb.read.resolutions.to_spark`
-        (``to_spark(resolution, spark)``); removed in the next release."""
-        from airflow_provider_tsb.read.resolutions import to_spark
 
-        warn_record_read("Resolution.to_spark", "read.resolutions.to_spark(resolution, spark)")
-        return to_spark(self, spark)
 
-    def to_arrow(self) -> dict[str, pa.Table]:
-        """Deprecated: use :func:`airflow_provider_tsb.read.resolutions.to_arrow`
-        (``to_arrow(resolution)``); removed in the next release."""
-        from airflow_provider_tsb.read.resolutions import to_arrow
-
-        warn_record_read("Resolution.to_arrow", "read.resolutions.to_arrow(resolution)")
-        return to_arrow(self)
-
-    def to_pandas(self) -> dict[str, pd.DataFrame]:
-        """Deprecated: use :func:`airflow_provider_tsb.read.resolutions.to_pandas`
-        (``to_pandas(resolution)``); removed in the next release."""
-        from airflow_provider_tsb.read.resolutions import to_pandas
-
-        warn_record_read("Resolution.to_pandas", "read.resolutions.to_pandas(resolution)")
-        return to_pandas(self)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the shape of the REST API's ``POST /versions`` answer).

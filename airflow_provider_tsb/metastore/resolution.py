@@ -496,5 +496,5 @@ class ResolutionManager:
         lease_id = expires = None
         pinned = {name: v for name, v in versions.items() if v is not None}
         if opts.lease_seconds is not None and pinned:
-            lease_id, expires = self._leases.create_lease(pinned, opts.lease_seconds, opts.lease_holder)
+            lease_id, expires = self._leases.create(pinned, opts.lease_seconds, opts.lease_holder)
         return Resolution(opts.level, None, result, lease_id, expires, None)

@@ -44,7 +44,7 @@ class RetryingManager:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._manager, name)
-        if (name.startswith("_") and name != "__call__") or not callable(attr):
+        if name.startswith("_") or not callable(attr):
             return attr
         what = f"call store.{self._label}.{name}"
 
@@ -56,10 +56,6 @@ class RetryingManager:
                                    budget_s=self._budget_s)
 
         return call
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """The deprecated manager call (``store.barriers(...)``, :mod:`.compat`), retried alike."""
-        return self.__getattr__("__call__")(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"RetryingManager({self._manager!r}, budget_s={self._budget_s})"

@@ -1,7 +1,7 @@
 """Revision plans: a rollback recorded before any table is touched (docs/design.md "Revision").
 
 A revision rolls tables of a topology back to barrier k (or, for a full reprocess, empties them
-so every barrier is processed again). :meth:`RevisionManager.plan_revision` records the plan --
+so every barrier is processed again). :meth:`RevisionManager.plan` records the plan --
 the tables, upstream first, the Delta version tagged with k in each, the job writing each and
 its streaming checkpoint -- and, in the same transaction, forgets every state above k of those
 tables. From that commit on:
@@ -10,7 +10,7 @@ tables. From that commit on:
   (the Delta versions of k stay readable by time travel while the tables are restored), so a
   read never mixes restored and not yet restored tables;
 * a job writing a table of the plan is refused when it asks for barriers to process
-  (:meth:`RevisionManager.check_no_pending_revision`, :class:`RevisionPendingError`); barrier
+  (:meth:`RevisionManager.check_none_pending`, :class:`RevisionPendingError`); barrier
   generation goes on (root tables are never rolled back);
 * each table's step is marked when its Delta restore (and checkpoint reset) is done, and the
   plan is ``done`` when every table is. A plan left ``pending`` by a crash or an error is
@@ -22,14 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import RevisionPendingError, TopologyError
 from airflow_provider_tsb.metastore.base import MetastoreCore, table_id_of
-from airflow_provider_tsb.metastore.compat import call_namesake
 from airflow_provider_tsb.metastore.models import (
     RevisionRow,
     RevisionTableRow,
@@ -122,11 +121,7 @@ class RevisionManager:
     def __init__(self, core: MetastoreCore) -> None:
         self._core = core
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Deprecated: the flat ``store.revisions(...)`` of before the managers (:mod:`.compat`)."""
-        return call_namesake(self, "revisions", args, kwargs)
-
-    def plan_revision(
+    def plan(
         self,
         topology: str,
         table: str,
@@ -187,7 +182,7 @@ class RevisionManager:
             )
         return None
 
-    def revision(self, revision_id: int) -> RevisionPlan:
+    def get(self, revision_id: int) -> RevisionPlan:
         """The revision ``revision_id``.
 
         Raises:
@@ -199,14 +194,14 @@ class RevisionManager:
                 raise TopologyError(f"no revision {revision_id} in the tsb metastore")
             return self._plan(s, row)
 
-    def revisions(self, topology: str, *, limit: int = 20) -> list[RevisionPlan]:
+    def list(self, topology: str, *, limit: int = 20) -> list[RevisionPlan]:
         """The newest ``limit`` revisions of ``topology``, newest first."""
         with self._core.transaction() as s:
             rows = s.scalars(select(RevisionRow).where(RevisionRow.topology == topology)
                              .order_by(RevisionRow.id.desc()).limit(limit))
             return [self._plan(s, row) for row in rows]
 
-    def pending_revision(self, topology: str, table: str | None = None) -> RevisionPlan | None:
+    def pending(self, topology: str, table: str | None = None) -> RevisionPlan | None:
         """The pending revision of ``topology`` (over ``table`` when given), or ``None``."""
         with self._core.transaction() as s:
             for plan in self._pending(s, topology):
@@ -214,7 +209,7 @@ class RevisionManager:
                     return plan
             return None
 
-    def check_no_pending_revision(self, job_id: str) -> None:
+    def check_none_pending(self, job_id: str) -> None:
         """Refuse to run ``job_id`` while a revision over a table it writes is pending.
 
         One query on the (small) revision tables.
@@ -235,7 +230,7 @@ class RevisionManager:
             f"first (rerun the rollback task, or `tsb rollback {plan.table} --resume`), then run the job"
         )
 
-    def mark_revision_table(self, revision_id: int, table: str, restored_version: int) -> None:
+    def mark_table(self, revision_id: int, table: str, restored_version: int) -> None:
         """Mark ``table``'s step of the revision done at Delta ``restored_version``."""
         with self._core.transaction(write=True) as s:
             table_id = table_id_of(s, table)
@@ -243,12 +238,12 @@ class RevisionManager:
                       .where(RevisionTableRow.revision_id == revision_id, RevisionTableRow.table_id == table_id)
                       .values(status=DONE, restored_version=restored_version))
 
-    def fail_revision(self, revision_id: int, error: str) -> None:
+    def fail(self, revision_id: int, error: str) -> None:
         """Keep the revision pending with the error of the run that stopped (at most 2,000 characters)."""
         with self._core.transaction(write=True) as s:
             s.execute(update(RevisionRow).where(RevisionRow.id == revision_id).values(error=error[:2000]))
 
-    def finish_revision(self, revision_id: int) -> RevisionPlan:
+    def finish(self, revision_id: int) -> RevisionPlan:
         """Mark the revision done; forget again the states above its barrier that a job recorded
         meanwhile (the Delta tables are the truth and hold the barrier).
 

@@ -28,8 +28,7 @@ no manager inherits another):
 * ``store.recipients`` (:mod:`.recipients`): Delta Sharing recipients, bearer tokens scoped to
   one share.
 
-The flat methods of before (``store.resolve(...)``, ``store.create_barrier(...)``, ...) still
-work for one release and warn (:mod:`.compat`). Records and enums are in :mod:`.records`. All
+Records and enums are in :mod:`.records`. All
 times are epoch milliseconds (UTC); versions are Delta table versions; barrier ids are integers
 strictly increasing per topology.
 """
@@ -37,13 +36,11 @@ strictly increasing per topology.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from sqlalchemy import Engine
 
 from airflow_provider_tsb.metastore.barriers import BarrierManager
 from airflow_provider_tsb.metastore.base import MetastoreCore
-from airflow_provider_tsb.metastore.compat import FLAT_METHODS, warn_flat
 from airflow_provider_tsb.metastore.delays import DelayManager
 from airflow_provider_tsb.metastore.domains import DomainManager
 from airflow_provider_tsb.metastore.emitters import EmitterManager
@@ -124,7 +121,7 @@ class MetaStore:
         store = MetaStore("sqlite:////tmp/tsb.db")
         store.migrate()
         store.registry.register_topology(topology)
-        barrier = store.barriers.create_barrier("flights", {"tsb.raw.flights": 3})
+        barrier = store.barriers.create("flights", {"tsb.raw.flights": 3})
         store.resolution.resolve(["tsb.flights.daily_delays"], "read-committed").versions
     """
 
@@ -177,22 +174,3 @@ class MetaStore:
     def dispose(self) -> None:
         """Close pooled connections."""
         self.engine.dispose()
-
-    # ------------------------------------------------------------------ deprecated flat methods
-    def __getattr__(self, name: str) -> Any:
-        """Deprecated flat methods (``store.resolve`` ...): warn, then the manager's method.
-
-        :data:`~.compat.FLAT_METHODS` maps each name to its manager (``store.resolve`` ->
-        ``store.resolution.resolve``). Removed in the next release.
-
-        Raises:
-            AttributeError: ``name`` is neither an attribute nor a deprecated flat method.
-        """
-        owner = self.__dict__.get(FLAT_METHODS.get(name, ""))  # not before __init__ built the managers
-        if owner is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        warn_flat(name)
-        return getattr(owner, name)
-
-    def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(FLAT_METHODS))

@@ -166,7 +166,7 @@ class TableStateManager:
                 s.delete(row)
             return len(rows)
 
-    def rollback_table(self, table: str, to_barrier: int) -> int:
+    def rollback(self, table: str, to_barrier: int) -> int:
         """Forget every state of ``table`` above ``to_barrier`` (after a Delta restore).
 
         Returns:
@@ -234,7 +234,7 @@ class TableStateManager:
                 )
             ).rowcount or 0
 
-    def table_state(self, table: str, barrier: int) -> TableState | None:
+    def get(self, table: str, barrier: int) -> TableState | None:
         """State of ``barrier`` in ``table``, or ``None`` if neither PROCESSED nor WRITTEN."""
         with self._core.transaction() as s:
             table_id = table_id_of(s, table)
@@ -243,7 +243,7 @@ class TableStateManager:
 
     def version_at(self, table: str, barrier: int) -> int | None:
         """Delta version of ``table`` WRITTEN at ``barrier`` (``None`` if not WRITTEN). One seek."""
-        state = self.table_state(table, barrier)
+        state = self.get(table, barrier)
         return state.version if state is not None and state.state == BarrierState.WRITTEN else None
 
     def newest_written(self, table: str) -> TableState | None:
@@ -257,7 +257,7 @@ class TableStateManager:
             )
             return table_state_of(normalize_table_name(table), row) if row is not None else None
 
-    def table_history(
+    def history(
         self, table: str, *, limit: int = 100, before: int | None = None
     ) -> list[TableState]:
         """Barrier states of ``table``, newest first, at most ``limit`` (paged by ``before``)."""

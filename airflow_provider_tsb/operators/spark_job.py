@@ -226,7 +226,7 @@ class TsbSparkJobOperator(SparkSubmitOperator):
         ``airflow tasks test <dag> <job>``, which runs this task alone; the run then processes the
         barriers pending for the job, and there may be none.
         """
-        newest = store.barriers.latest_barrier(self.topology.name)
+        newest = store.barriers.latest(self.topology.name)
         pending = (
             f"the newest barrier of topology {self.topology.name!r} is {newest.barrier}, already processed or "
             "not WRITTEN in every source of the job yet" if newest is not None

@@ -1,6 +1,6 @@
 """Alert on freshness targets (Snowflake ``TARGET_LAG``): :class:`TsbFreshnessSensor`.
 
-Each poke reads :meth:`store.freshness.freshness <airflow_provider_tsb.metastore.freshness.FreshnessManager.freshness>`
+Each poke reads :meth:`store.freshness.report <airflow_provider_tsb.metastore.freshness.FreshnessManager.report>`
 of a topology: the lag of every non-root table behind the newest generated barrier (seconds),
 its target and the bottleneck job (see :mod:`airflow_provider_tsb.metastore.freshness`).
 
@@ -77,7 +77,7 @@ class TsbFreshnessSensor(BaseSensorOperator):
         return names
 
     def poke(self, context: Any) -> bool:
-        report = TsbMetastoreHook(self.tsb_conn_id).get_conn().freshness.freshness(self.topology)
+        report = TsbMetastoreHook(self.tsb_conn_id).get_conn().freshness.report(self.topology)
         self._report = report
         watched = self._watched(report)
         missed = [t for t in watched if report.tables[t].missed]

@@ -202,11 +202,11 @@ class MetastoreCatalog:
         """
         topology = self._topology_of(job_id)
         self._retry(f"check for revisions of job {job_id}",
-                    lambda: self.store.revisions.check_no_pending_revision(job_id))
+                    lambda: self.store.revisions.check_none_pending(job_id))
         names = {name: normalize_table_name(name) for name in sources}
         page = min(limit, PLAN_PAGE) if limit is not None else PLAN_PAGE
         barriers = self._retry(f"read the barriers of topology {topology}",
-                               lambda: self.store.barriers.barriers(topology, after=after, limit=page, ascending=True))
+                               lambda: self.store.barriers.list(topology, after=after, limit=page, ascending=True))
         wanted = [b.barrier for b in barriers] + ([after] if after is not None else [])
         entries = self._retry(f"read the WRITTEN versions of {sorted(names.values())}",
                               lambda: self.store.table_states.written_entries(list(names.values()), wanted))
@@ -271,7 +271,7 @@ class MetastoreCatalog:
         """See :meth:`BarrierCatalog.final_barrier`."""
         topology = self._topology_of(job_id)
         info = self._retry(f"read the final barrier of topology {topology}",
-                           lambda: self.store.barriers.latest_final_barrier(topology, since_ms))
+                           lambda: self.store.barriers.latest_final(topology, since_ms))
         return info.barrier if info is not None else None
 
     def record_job_barrier(
@@ -280,7 +280,7 @@ class MetastoreCatalog:
         take_lease: LeaseRequest | None = None,
     ) -> str | None:
         """Job timing for the delay view, the job's heartbeat and current barrier and, at the
-        barrier's start, its input lease ``take_lease`` (``store.leases.create_lease``'s rules)
+        barrier's start, its input lease ``take_lease`` (``store.leases.create``'s rules)
         or, at its end, the release of ``release_lease``: one metastore transaction (a
         barrier's start and end cost one round trip each). Returns the id of the lease taken.
 
@@ -306,22 +306,22 @@ class MetastoreCatalog:
 
     def create_lease(self, ranges: Mapping[str, tuple[int, int]], seconds: float, holder: str) -> str:
         """Lease ``{table: (from_version, to_version)}`` for ``seconds``; returns the lease id
-        (``store.leases.create_lease``; the expiry time is not needed by a job)."""
+        (``store.leases.create``; the expiry time is not needed by a job)."""
         lease_id, _expires = self._retry(f"lease the inputs of {holder}",
-                                         lambda: self.store.leases.create_lease(ranges, seconds, holder=holder))
+                                         lambda: self.store.leases.create(ranges, seconds, holder=holder))
         return lease_id
 
     def renew_lease(self, lease_id: str, seconds: float) -> Any:
-        """See ``store.leases.renew_lease`` (``None`` when the lease lapsed)."""
-        return self._retry(f"renew lease {lease_id}", lambda: self.store.leases.renew_lease(lease_id, seconds))
+        """See ``store.leases.renew`` (``None`` when the lease lapsed)."""
+        return self._retry(f"renew lease {lease_id}", lambda: self.store.leases.renew(lease_id, seconds))
 
     def narrow_lease(self, lease_id: str, ranges: Mapping[str, tuple[int, int]]) -> bool:
-        """See ``store.leases.narrow_lease`` (``False`` when the lease is gone)."""
-        return self._retry(f"narrow lease {lease_id}", lambda: self.store.leases.narrow_lease(lease_id, ranges))
+        """See ``store.leases.narrow`` (``False`` when the lease is gone)."""
+        return self._retry(f"narrow lease {lease_id}", lambda: self.store.leases.narrow(lease_id, ranges))
 
     def release_lease(self, lease_id: str) -> None:
-        """See ``store.leases.release_lease``."""
-        self._retry(f"release lease {lease_id}", lambda: self.store.leases.release_lease(lease_id))
+        """See ``store.leases.release``."""
+        self._retry(f"release lease {lease_id}", lambda: self.store.leases.release(lease_id))
 
 
 def _factory(spec: Mapping[str, str]) -> MetastoreCatalog:

@@ -127,7 +127,7 @@ def test_monotonic_reads_through_the_api(http: TestClient, store: MetaStore, tmp
     r = http.post(f"{PREFIX}/versions", json={"tables": q, "min_barrier": 3})
     assert r.status_code == 409 and "older than the last seen barrier 3" in r.json()["detail"]
     # price_job fails and rolls back barrier 2: the newest consistent barrier goes back to 1
-    store.table_states.rollback_table(PRICE, 1)
+    store.table_states.rollback(PRICE, 1)
     with pytest.raises(InconsistentReadError, match="older than the last seen barrier 2"):
         client.versions(q)
     # a fresh (non-monotonic) reader gets barrier 1; the monotonic one recovers with the job
@@ -190,7 +190,7 @@ def test_topology_barriers_delays_views(http: TestClient, store: MetaStore, tmp_
     assert http.get(f"{PREFIX}/tables/tsb/shop/nope/barriers").status_code == 404
 
     # delays: set WRITTEN times relative to barrier 3's generation
-    b3 = store.barriers.create_barrier("shop", {ORDERS: 1})
+    b3 = store.barriers.create("shop", {ORDERS: 1})
     t0 = b3.created_at_ms
     for table in (PRICE, AMOUNT, TOTAL):  # the versions recorded below exist in the Delta logs
         DeltaTable(store.registry.table(table).location).alter.set_table_properties({"delta.appendOnly": "false"})

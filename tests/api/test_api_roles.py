@@ -80,7 +80,7 @@ def populate(url: str, warehouse: Path) -> None:
         store.registry.register_topology(topology(name, warehouse))
         root, sink = f"tsb.raw_{name}.events", f"tsb.{name}.out"
         write(store.registry.table(root).location, SCHEMA, [(1,), (2,)], "append", None, None)
-        store.barriers.create_barrier(name, {root: 0}, run_key="r1")
+        store.barriers.create(name, {root: 0}, run_key="r1")
         write(store.registry.table(sink).location, SCHEMA, [(2,)], "overwrite", 1, f"{name}_job")
         store.table_states.record_written(sink, 1, 0, f"{name}_job")
     for user in (*USERS, "anonymous"):
@@ -317,7 +317,7 @@ def test_no_root_table_through_the_api(dep: Deployment) -> None:
                  {"root": True, "location": str(dep.warehouse / "extra")})
     assert r.status_code == 409 and "does not create root tables" in r.json()["detail"]
     assert dep.store.registry.table("tsb.raw_sales.extra", required=False) is None
-    assert dep.store.barriers.create_barrier("sales", {"tsb.raw_sales.events": 0}, run_key="after").barrier == 2
+    assert dep.store.barriers.create("sales", {"tsb.raw_sales.events": 0}, run_key="after").barrier == 2
 
 
 @pytest.mark.parametrize("location", ["/etc", "/etc/tsb_evil", "{wh}/../../etc", "relative/x", "file:///etc"])
@@ -610,7 +610,7 @@ def test_freshness_on_the_running_server(dep: Deployment) -> None:
 
     sink = "tsb.sales.out"
     dep.store.registry.register_table("sales", Table(sink, "intermediate", freshness_s=0.5))
-    newest = dep.store.barriers.create_barrier("sales", {"tsb.raw_sales.events": 0}, run_key="freshness").barrier
+    newest = dep.store.barriers.create("sales", {"tsb.raw_sales.events": 0}, run_key="freshness").barrier
     committed = dep.store.table_states.newest_written(sink).barrier
     time.sleep(0.6)
     client = TsbClient(str(dep.af.client.base_url) + API, token=dep.tokens["alice"])

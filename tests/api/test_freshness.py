@@ -60,10 +60,10 @@ def test_freshness_lags_bottleneck_and_surfaces(
     store.registry.register_topology(declare(str(tmp_path)))
     assert {t.name: t.freshness_s for t in store.registry.tables("shop")} == {ORDERS: None, PRICE: 30.0, AMOUNT: 30.0,
                                                                      TOTAL: 0.05}
-    b2 = store.barriers.barrier("shop", 2)
+    b2 = store.barriers.get("shop", 2)
 
     # exact figures at an instant 7 s after barrier 2 was generated
-    report = store.freshness.freshness("shop", now=b2.created_at_ms + 7000)
+    report = store.freshness.report("shop", now=b2.created_at_ms + 7000)
     assert report.newest_barrier == 2 and report.newest_barrier_age_s == 7.0
     got = {t: (f.lag_s, f.missed, f.committed_barrier, f.processed_barrier, f.bottleneck)
            for t, f in report.tables.items()}
@@ -73,7 +73,7 @@ def test_freshness_lags_bottleneck_and_surfaces(
         "price_job": (2, 2, 0.0), "amount_job": (1, 2, 7.0), "total_job": (1, 1, 0.0)}
     assert report.missed == [TOTAL]
     # the lag grows with wall time until the next COMMIT: at 31 s amount misses its 30 s too
-    assert store.freshness.freshness("shop", now=b2.created_at_ms + 31_000).missed == [AMOUNT, TOTAL]
+    assert store.freshness.report("shop", now=b2.created_at_ms + 31_000).missed == [AMOUNT, TOTAL]
 
     # REST API, TsbClient, the lineage fields of GET /topology
     time.sleep(0.06)
@@ -119,7 +119,7 @@ def test_freshness_lags_bottleneck_and_surfaces(
         DeltaTable(store.registry.table(table).location).alter.set_table_properties({"delta.appendOnly": "false"})
     store.table_states.record_written(AMOUNT, 2, 1, "amount_job")
     store.table_states.record_written(TOTAL, 2, 1, "total_job")
-    report = store.freshness.freshness("shop")
+    report = store.freshness.report("shop")
     assert report.missed == [] and {t: f.lag_s for t, f in report.tables.items()} == {PRICE: 0, AMOUNT: 0, TOTAL: 0}
     assert all(f.bottleneck is None for f in report.tables.values())
     assert client.freshness()["missed"] == []

@@ -120,7 +120,7 @@ def test_every_barrier_equals_the_tsb_readers(server: Server) -> None:
 
 
 def test_timestamp_maps_to_the_newest_barrier_at_or_before_it(server: Server) -> None:
-    ts = {k: server.store.barriers.barrier(TOPOLOGY, k).ts_ms for k in (1, 2, 3)}
+    ts = {k: server.store.barriers.get(TOPOLOGY, k).ts_ms for k in (1, 2, 3)}
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts[2] / 1000)) + f".{ts[2] % 1000:03d}Z"
     expected = max(k for k in ts if ts[k] <= ts[2])  # 2, unless barrier 3 has the same millisecond
     frame = delta_sharing.load_as_pandas(server.table(WORDS), timestamp=stamp)
@@ -303,7 +303,7 @@ def test_a_barrier_domain_is_one_share(server: Server, tmp_path: Path) -> None:
     topo.root_table("wc.words")
     topo.job("wl_job", "wl.py", sources=["wc.words"], sinks=["wl.lengths"])
     store.registry.register_topology(topo)
-    barrier = store.barriers.create_barrier("wordlen", {WORDS: 3}, run_key="r5").barrier
+    barrier = store.barriers.create("wordlen", {WORDS: 3}, run_key="r5").barrier
     assert barrier == 5
     words = [w for b in BATCHES for w in b]
     loc = {t: store.registry.table(t).location for t in (WC, CC, lengths)}
@@ -372,7 +372,7 @@ def test_a_table_on_s3_is_read_through_presigned_urls(server: Server, tmp_path: 
         server.store.registry.register_topology(topo)
         location = server.store.registry.table("tsb.rem.events").location
         write_deltalake(location, pa.table({"id": [1, 2, 3]}), storage_options=options)
-        server.store.barriers.create_barrier("remote", {"tsb.rem.events": 0}, run_key="s3")
+        server.store.barriers.create("remote", {"tsb.rem.events": 0}, run_key="s3")
         r = httpx.post(f"{server.url}/shares/remote/schemas/rem/tables/events/query", json={"version": 1}, timeout=60)
         url = json.loads(r.text.splitlines()[2])["file"]["url"]
         assert url.startswith(f"{s3.endpoint}/tsb-share/wh/") and "X-Amz-Signature=" in url, url

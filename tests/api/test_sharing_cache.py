@@ -73,7 +73,7 @@ def test_a_kept_share_costs_one_read_and_follows_registrations_and_first_writes(
     other.job("wl_job", "wl.py", sources=["wc.words"], sinks=["wl.lengths"])
     store.registry.register_topology(other)
     lengths = store.registry.table("tsb.wl.lengths").location
-    barrier = store.barriers.create_barrier("wordlen", {WORDS: 0}, run_key="wl1").barrier
+    barrier = store.barriers.create("wordlen", {WORDS: 0}, run_key="wl1").barrier
     write(lengths, pa.schema([("n", pa.int64())]), [(3,)], "overwrite", barrier, "wl_job")
     store.table_states.record_written("tsb.wl.lengths", barrier, 0, "wl_job")
     share, tables = cache.share_and_tables(TOPOLOGY)

@@ -42,7 +42,7 @@ def _cli_check(url: str) -> subprocess.CompletedProcess[str]:
 def test_every_barrier_commit_records_its_live_files(store: MetaStore, tmp_path) -> None:
     loc = ig.build(store, str(tmp_path / "wh"))
     for barrier, files in ((1, 1), (2, 2), (3, 3)):
-        state = store.table_states.table_state(ig.SINK, barrier)
+        state = store.table_states.get(ig.SINK, barrier)
         assert state is not None and state.file_count == files
         found = figures_of(open_table(loc[ig.SINK], state.version))
         assert found.as_tuple() == (files, state.size_bytes) and state.size_bytes > 0
@@ -71,7 +71,7 @@ def test_an_edited_log_is_refused_at_read_and_reported(kind: str, store: MetaSto
     message = str(err.value)
     assert f"table '{ig.SINK}', barrier {barrier}, Delta version {version}" in message
     assert "tsb check --integrity" in message and "Restore the table's _delta_log" in message
-    expected = store.table_states.table_state(ig.SINK, barrier)
+    expected = store.table_states.get(ig.SINK, barrier)
     assert err.value.expected == (expected.file_count, expected.size_bytes) and err.value.found != err.value.expected
     if kind == "drop_remove":  # what the probe saw served: file A live again, keys 0-9 twice
         assert err.value.found[0] == expected.file_count + 1
@@ -199,7 +199,7 @@ def test_root_versions_named_by_barriers_are_recorded_and_verified(store: MetaSt
     for barrier in (1, 2):
         append_rows(location, pa.table({"e": list(range(barrier * 10))}))
         assert TsbBarrierHook(topo).generate(f"run/{barrier}").barrier == barrier
-        state = store.table_states.table_state("tsb.rig.events", barrier)
+        state = store.table_states.get("tsb.rig.events", barrier)
         assert state is not None and state.file_count == barrier and state.size_bytes > 0
     assert to_arrow(store.resolution.resolve(["tsb.rig.events"], as_of=2))["tsb.rig.events"].num_rows == 30
     path = ig.commit_file(location, 1)
@@ -220,7 +220,7 @@ def test_a_commit_on_a_tampered_version_does_not_take_its_files_as_truth(store: 
     live file of the base stays a mismatch in the new version too, and its read is refused."""
     loc = ig.build(store, str(tmp_path / "wh"))
     ig.tamper(loc[ig.SINK], "drop_remove")  # version 1 (barrier 2): file A live again
-    store.barriers.create_barrier(ig.TOPOLOGY, {ig.EVENTS: 0})
+    store.barriers.create(ig.TOPOLOGY, {ig.EVENTS: 0})
     version = ig.commit_next(store, loc[ig.SINK], 4, "d", range(20, 25))
     recorded = commit_info(loc[ig.SINK], version) or {}
     counted = figures_of(open_table(loc[ig.SINK], version))

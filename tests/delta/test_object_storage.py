@@ -86,7 +86,7 @@ def test_a_barrier_round_trip_on_s3(s3: dict[str, str], tmp_path: Path) -> None:
     expected = {}
     for barrier, words in ((1, ["to", "be", "or"]), (2, ["not", "to", "be"])):
         assert append_to_root(root, pa.table({"word": words}), run_key=f"d{barrier}").appended
-        info = store.barriers.create_barrier(topo.name, read_root_versions(topo))
+        info = store.barriers.create(topo.name, read_root_versions(topo))
         assert info.barrier == barrier and info.root_versions == {"tsb.raw.words": barrier - 1}
         seen = [w for b in range(1, barrier + 1) for w in ((["to", "be", "or"], ["not", "to", "be"])[b - 1])]
         counts = pa.table({"word": sorted(set(seen)), "cnt": [seen.count(w) for w in sorted(set(seen))]})
@@ -152,7 +152,7 @@ def test_expiry_cleans_up_a_log_on_s3(s3: dict[str, str], tmp_path: Path) -> Non
     schema = DeltaSchema.from_arrow(pa.schema([("word", pa.string()), ("cnt", pa.int64())]))
     for barrier in range(1, 7):
         append_to_root(root, pa.table({"word": [f"w{barrier}"]}), run_key=f"d{barrier}")
-        assert store.barriers.create_barrier(topo.name, {"tsb.raw.words": barrier - 1}).barrier == barrier
+        assert store.barriers.create(topo.name, {"tsb.raw.words": barrier - 1}).barrier == barrier
         rows = pa.table({"word": [f"w{barrier}"], "cnt": pa.array([barrier], pa.int64())})
         staged = stage_file(sink, f"tsb_staging/counts/0/{barrier}/a/part-0.parquet", rows)
         tag = BarrierTag(barrier, "counts", {"tsb.raw.words": barrier - 1})

@@ -119,9 +119,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def _commit(store: MetaStore, barrier_tables: dict[str, int], barrier: int | None = None) -> int:
     """Generate a barrier (or take ``barrier``) and record it WRITTEN in the given tables."""
     if barrier is None:
-        newest = store.barriers.latest_barrier("wordcount")
+        newest = store.barriers.latest("wordcount")
         root_version = newest.barrier if newest else 0
-        barrier = store.barriers.create_barrier("wordcount", {"tsb.raw.words": root_version}).barrier
+        barrier = store.barriers.create("wordcount", {"tsb.raw.words": root_version}).barrier
     for table, version in barrier_tables.items():
         job = "wordcount_words" if table == WORDS else "wordcount_counts"
         store.table_states.record_written(table, barrier, version, job)
@@ -240,7 +240,7 @@ def test_freshness_target_as_a_deadline_alert_names_the_lagging_table(deployment
     topology.root_table("raw.events")
     topology.job("count_events", "count.py", sources=["raw.events"], sinks=["fresh.counts"])
     store.registry.register_topology(topology)
-    store.barriers.create_barrier("fresh", {"tsb.raw.events": 0})  # never committed in fresh.counts
+    store.barriers.create("fresh", {"tsb.raw.events": 0})  # never committed in fresh.counts
     af.wait_for_dag("tsb_freshness_deadline", timeout=120)
     run = af.run_dag("tsb_freshness_deadline", timeout=180)
     run_id = quote(run["dag_run_id"], safe="")

@@ -61,12 +61,12 @@ def test_flights_topology_under_real_scheduler(deployment) -> None:
         af.run_dag("flights_topology", expect="success", timeout=600)
 
     # barriers 1..3, each WRITTEN in every table, each version tagged with its barrier in the Delta log
-    assert [b.barrier for b in store.barriers.barriers("flights")] == [3, 2, 1]
+    assert [b.barrier for b in store.barriers.list("flights")] == [3, 2, 1]
     for barrier in range(1, BARRIERS + 1):
-        info = store.barriers.barrier("flights", barrier)
+        info = store.barriers.get("flights", barrier)
         assert info.ts_kind == "event"
         for table in TABLES[2:]:
-            state = store.table_states.table_state(table, barrier)
+            state = store.table_states.get(table, barrier)
             assert state is not None and state.state == "WRITTEN", (table, barrier, state)
             assert barrier_of_version(store.registry.table(table).location, state.version) == barrier
         # event-time barrier: the watermark is the newest time_hour ingested (min over the root tables)
@@ -157,7 +157,7 @@ def test_a_pandas_user_reads_one_cut_over_delta_sharing(deployment, tmp_path) ->
     from tsb_dev.venvs import cached_venv
 
     af, store, _root = deployment
-    committed = [b.barrier for b in store.barriers.barriers("flights")]
+    committed = [b.barrier for b in store.barriers.list("flights")]
     assert len(committed) >= BARRIERS, "run after test_flights_topology_under_real_scheduler"
     profile = tmp_path / "flights.share"
     made = subprocess.run([sys.executable, "-m", "airflow_provider_tsb", "share", "profile", "flights",
@@ -190,7 +190,7 @@ def test_ui_views_on_the_real_flights_run(deployment) -> None:
     from tsb_dev.browser import chromium, login, new_page, screenshot
 
     af, store, root = deployment
-    barriers = [b.barrier for b in store.barriers.barriers("flights")]
+    barriers = [b.barrier for b in store.barriers.list("flights")]
     assert len(barriers) >= BARRIERS, "run after test_flights_topology_under_real_scheduler"
     jobs = ["enrich_flights", "carrier_daily_delay", "carrier_ranking"]
     out = REPO / "test-output" / "screenshots" / "e2e"
@@ -232,7 +232,7 @@ def test_rollback_operator_then_more_barriers_under_real_scheduler(deployment) -
     run processes barrier 4 and the undone barriers 2 and 3 again, which then equal, row for row,
     what the run without the rollback had committed (the undone versions, read by time travel)."""
     af, store, root = deployment
-    newest = store.barriers.latest_barrier("flights").barrier
+    newest = store.barriers.latest("flights").barrier
     assert newest >= BARRIERS, "run after test_flights_topology_under_real_scheduler"
     daily, ranking = TABLES[3], TABLES[4]
 
@@ -247,7 +247,7 @@ def test_rollback_operator_then_more_barriers_under_real_scheduler(deployment) -
     xcom = af.api("GET", f"/dags/flights_revision/dagRuns/{run['dag_run_id']}/taskInstances/rollback/xcomEntries/"
                   "return_value")["value"]
     assert xcom["barrier"] == 1 and sorted(xcom["tables"]) == sorted([daily, ranking]), xcom
-    revision = store.revisions.revisions("flights")[0]
+    revision = store.revisions.list("flights")[0]
     assert revision.id == xcom["revision"] and revision.status == "done"
     assert store.resolution.resolve(TABLES).barrier == 1
     newest_written = store.table_states.newest_written
@@ -255,7 +255,7 @@ def test_rollback_operator_then_more_barriers_under_real_scheduler(deployment) -
     assert newest_written(daily).barrier == 1 and newest_written(ranking).barrier == 1
 
     af.run_dag("flights_topology", expect="success", timeout=600)
-    last = store.barriers.latest_barrier("flights").barrier
+    last = store.barriers.latest("flights").barrier
     assert last == newest + 1
     for (table, barrier), expected in before.items():
         assert rows(table, store.table_states.version_at(table, barrier)) == expected, (table, barrier)

@@ -67,7 +67,7 @@ def _rows(location: str, version: int) -> list[tuple]:
 def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming_run) -> None:
     af, store, root, run = streaming_run
     assert run["state"] == "success"
-    barriers = store.barriers.barriers("flights", limit=1000, ascending=True)
+    barriers = store.barriers.list("flights", limit=1000, ascending=True)
     ids = [b.barrier for b in barriers]
     assert ids == list(range(1, len(ids) + 1)) and len(ids) >= 3
     assert barriers[-1].final and not any(b.final for b in barriers[:-1])
@@ -81,7 +81,7 @@ def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming
     # every barrier WRITTEN in every table, at a version tagged with it
     for b in ids:
         for table in SINKS:
-            state = store.table_states.table_state(table, b)
+            state = store.table_states.get(table, b)
             assert state is not None and state.state == "WRITTEN", (table, b, state)
             assert barrier_of_version(store.registry.table(table).location, state.version) == b
     ingest = af.api("GET", f"/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}/taskInstances/ingest_arriving_days/"
@@ -94,7 +94,7 @@ def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming
 
 def test_invariants_at_every_barrier_and_pipelining(streaming_run) -> None:
     af, store, root, run = streaming_run
-    ids = [b.barrier for b in store.barriers.barriers("flights", limit=1000, ascending=True)]
+    ids = [b.barrier for b in store.barriers.list("flights", limit=1000, ascending=True)]
     flights_seen = []
     for b in ids:
         res = store.resolution.resolve(ROOTS + SINKS, as_of=b)
@@ -124,7 +124,7 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
     from tsb_dev.dataplane import load_app_module
 
     af, store, root, run = streaming_run
-    barriers = store.barriers.barriers("flights", limit=1000, ascending=True)
+    barriers = store.barriers.list("flights", limit=1000, ascending=True)
     short = {t: t.removeprefix("tsb.") for t in ROOTS + SINKS}  # the apps' table names
     tables = {t: store.registry.table(t).location for t in ROOTS}
     tables.update({t: str(tmp_path / t) for t in SINKS})
@@ -160,7 +160,7 @@ def test_ui_views_on_the_streaming_run(streaming_run) -> None:
     from tsb_dev.browser import chromium, login, new_page, screenshot
 
     af, store, root, run = streaming_run
-    ids = [b.barrier for b in store.barriers.barriers("flights", limit=1000)]
+    ids = [b.barrier for b in store.barriers.list("flights", limit=1000)]
     out = REPO / "test-output" / "screenshots" / "streaming"
     with chromium() as browser:
         page = new_page(browser)
@@ -241,8 +241,8 @@ def test_a_streaming_job_that_fails_for_good_stops_the_emitter_naming_it(streami
         assert "job 'wordcount_counts' (task wordcount.wordcount_counts failed)" in log, log[-3000:]
         assert store.registry.job("wordcount_counts").status == "failed"
         # the barrier the dead job held back was never COMMIT
-        assert store.table_states.table_state("wordcount.count_of_counts", 1) is None or \
-            store.table_states.table_state("wordcount.count_of_counts", 1).state != "WRITTEN"
+        assert store.table_states.get("wordcount.count_of_counts", 1) is None or \
+            store.table_states.get("wordcount.count_of_counts", 1).state != "WRITTEN"
     finally:  # what make demo does: fail the run, its streaming tasks stop
         af.api("PATCH", f"/dags/wordcount_failing_stream/dagRuns/{run['dag_run_id']}", json={"state": "failed"})
 
@@ -335,7 +335,7 @@ def test_a_cleared_failed_stretch_resumes_and_ends_at_its_final_barrier(streamin
     run_id = af.trigger_dag("resume_stretch")["dag_run_id"]
     job = "resume.resume_words"
     _wait_state(af, "resume_stretch", run_id, job, "failed", 300)
-    final = store.barriers.latest_final_barrier("resume")
+    final = store.barriers.latest_final("resume")
     assert final is not None and final.barrier > 2, final  # the stretch ended before the job failed
     assert "broken at barrier 2" in af.task_log("resume_stretch", run_id, job)
     af.wait_for_dag_run("resume_stretch", run_id, timeout=120)  # the run fails (stretch_done)

@@ -79,7 +79,7 @@ def _check_streaming_run(store: MetaStore) -> None:
     """The streaming run ended at a final barrier holding both files (day5's 500 C cleaned out)."""
     q = ["tsb.iot.clean_readings", "tsb.iot.sensor_stats"]
     res = store.resolution.resolve(q, ReadOptions())
-    latest = store.barriers.latest_barrier("readings")
+    latest = store.barriers.latest("readings")
     assert latest is not None and latest.final and res.barrier == latest.barrier > 3, (latest, res.barrier)
     tables = to_arrow(res)
     stats = dict(zip(*tables["tsb.iot.sensor_stats"].select(["sensor", "readings"]).to_pydict().values(),

@@ -88,5 +88,5 @@ def test_a_second_emitter_waits_as_a_standby_and_takes_over(tsb_env) -> None:
     text = "\n".join(lines.lines)
     assert "standby: topology 'wordcount' has a running barrier emitter, emitter dag_a/run_1" in text, text
     assert "took over barrier generation for topology 'wordcount'" in text, text
-    barriers = [b.barrier for b in tsb_env.store.barriers.barriers("wordcount", limit=1000, ascending=True)]
+    barriers = [b.barrier for b in tsb_env.store.barriers.list("wordcount", limit=1000, ascending=True)]
     assert barriers == sorted(results["dag_a/run_1"] + results["dag_b/run_1"])

@@ -54,7 +54,7 @@ def test_lease_taken_before_expiry_keeps_its_files(store: MetaStore, tmp_path) -
     assert result["newly_expired"] > 0 and result["removed_files"] > 0
     assert lw.check_snap(to_arrow(res)[lw.SNAP], 2)  # leased: still readable after vacuum
     assert store.expiry.expired_barriers(lw.SNAP) == [1, 3, 4]
-    store.leases.release_lease(res.lease_id)
+    store.leases.release(res.lease_id)
     expire_snapshots(store, lw.SNAP, 1)
     assert store.expiry.expired_barriers(lw.SNAP) == [1, 2, 3, 4]  # released: expired now, for good
     assert locations
@@ -73,9 +73,9 @@ def test_expired_barrier_is_marked_and_refused(store: MetaStore, tmp_path) -> No
     with pytest.raises(ExpiredVersionError, match="keep_barriers=2"):
         store.resolution.resolve([lw.SNAP], as_of=2, lease_seconds=30)
     with pytest.raises(ExpiredVersionError, match=r"barrier 1 \(Delta version 0\)"):
-        store.leases.create_lease({lw.SNAP: 0}, 30)
+        store.leases.create({lw.SNAP: 0}, 30)
     with pytest.raises(ExpiredVersionError):
-        store.leases.create_lease({lw.SNAP: (0, 4)}, 30)  # a job's input range that reaches an expired version
+        store.leases.create({lw.SNAP: (0, 4)}, 30)  # a job's input range that reaches an expired version
     # through the REST API: 410 Gone naming the barrier and the retention
     answer = TestClient(create_metaservice_app(store, prefix="/tsb/api/v1")).post(
         "/tsb/api/v1/versions", json={"tables": [lw.SNAP], "as_of": 1})

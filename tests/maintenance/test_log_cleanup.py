@@ -57,7 +57,7 @@ def test_expiry_cleans_the_log_below_the_oldest_kept_versions_checkpoint(store: 
     with pytest.raises(DeltaLogError, match="version 4"):
         open_table(snap, 4)
 
-    store.leases.release_lease(leased.lease_id)
+    store.leases.release(leased.lease_id)
     result = expire_snapshots(store, lw.SNAP, 3)  # kept: versions 32-34: checkpoint 29
     assert result["log_start"] == 29 and _commit_versions(snap) == list(range(29, 35)), result
     assert sorted(list_log(snap).checkpoints) == [29]

@@ -123,11 +123,11 @@ def answers(store: Any, topology: Any) -> dict[str, Any]:
     """Everything a reader can ask of ``topology``'s barriers (READ_UNCOMMITTED aside)."""
     tables = sorted(topology.tables)
     sinks = sorted(t for t in tables if topology.tables[t].kind != "root")
-    barriers = store.barriers.barriers(topology.name, limit=1000, ascending=True)
+    barriers = store.barriers.list(topology.name, limit=1000, ascending=True)
     out: dict[str, Any] = {
         "barriers": [(b.barrier, b.ts_ms, b.ts_kind, b.created_at_ms, b.run_key, b.root_versions, b.final)
                      for b in barriers],
-        "history": {t: [(h.barrier, h.state, h.version, h.job_id) for h in store.table_states.table_history(t,
+        "history": {t: [(h.barrier, h.state, h.version, h.job_id) for h in store.table_states.history(t,
                                                                                                             limit=1000)]
                     for t in tables},
     }
@@ -222,7 +222,7 @@ def test_a_lost_metastore_is_rebuilt_from_delta_and_the_topologies_go_on(
         _generate(wordcount, "tsb_pg", "w4")
     assert "'tsb.wordcount.count_of_counts'" in str(refused.value) and "barrier 3" in str(refused.value)
     assert "would generate barrier 1" in str(refused.value) and "tsb db rebuild --dags" in str(refused.value)
-    assert pg.barriers.latest_barrier("wordcount") is None
+    assert pg.barriers.latest("wordcount") is None
 
     # tsb db rebuild (PostgreSQL, the command line) and the Python API (SQLite), from the same Delta logs
     env = {**os.environ, "TSB_METASTORE_URL": pg_url}

@@ -94,7 +94,7 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     store.registry.register_topology(topo)
     for b in range(1, 5):
         version = append_words(topo.location("raw.words"), words_for(b))
-        assert store.barriers.create_barrier("wordcount", {WORDS: version}).barrier == b
+        assert store.barriers.create("wordcount", {WORDS: version}).barrier == b
     catalog = MetastoreCatalog(url)
     locations = {name: topo.location(name) for name in (WORDS, WC, CC)}
 
@@ -116,7 +116,7 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     killed = tsb("rollback", "wordcount.word_count", "--to-barrier", "1", "--dags", str(dag_file.parent),
                  "--url", url, env={"TSB_KILL_AT": f"revision:{CC}"})
     assert killed.returncode == -9, killed.stderr
-    plan = store.revisions.pending_revision("wordcount")
+    plan = store.revisions.pending("wordcount")
     assert plan is not None and plan.barrier == 1 and [t.table for t in plan.tables] == [WC, CC]
     assert [t.status for t in plan.tables] == ["done", "pending"]
     assert latest_written_barrier(locations[WC])[0] == 1  # restored
@@ -138,8 +138,8 @@ def test_killed_rollback_is_pending_consistent_and_resumes_to_batch_equal_tables
     assert result["resumed"] is True and result["barrier"] == 1 and sorted(result["tables"]) == [CC, WC]
     assert result["checkpoints"] == ([str(checkpoint)] if engine.kind == "submit" else [])
     assert not checkpoint.exists()
-    assert store.revisions.pending_revision("wordcount") is None
-    assert store.revisions.revision(plan.id).status == "done"
+    assert store.revisions.pending("wordcount") is None
+    assert store.revisions.get(plan.id).status == "done"
     assert [latest_written_barrier(locations[t])[0] for t in (WC, CC)] == [1, 1]
     assert assert_invariants(store) == 1
 

@@ -36,7 +36,7 @@ def three_barriers(store, tmp_path: Path):
     topo = wordcount_topology(str(tmp_path / "warehouse"))
     store.registry.register_topology(topo)
     for b in (1, 2, 3):
-        store.barriers.create_barrier("wordcount", {WORDS: append_words(topo.location("raw.words"), [f"w{b}"])})
+        store.barriers.create("wordcount", {WORDS: append_words(topo.location("raw.words"), [f"w{b}"])})
         for table, job in JOBS.items():
             location = topo.location(table)
             write_deltalake(location, pa.table({"b": [b]}), mode="append",
@@ -62,8 +62,8 @@ def test_plan_first_then_resume_after_a_crash(store, tmp_path: Path) -> None:
     assert [latest_written_barrier(topo.location(t))[0] for t in (WC, CC)] == [3, 3]
     for job in JOBS.values():
         with pytest.raises(RevisionPendingError, match=f"job '{job}' cannot run: revision {plan.id} "):
-            store.revisions.check_no_pending_revision(job)
-    store.revisions.check_no_pending_revision("some_other_job")
+            store.revisions.check_none_pending(job)
+    store.revisions.check_none_pending("some_other_job")
     # a retry of the same revision gets the same plan; another revision over these tables is refused
     assert plan_revision(store, topo, "wordcount.word_count", 1).id == plan.id
     with pytest.raises(RevisionPendingError, match="is pending over some of the same tables"):
@@ -74,14 +74,14 @@ def test_plan_first_then_resume_after_a_crash(store, tmp_path: Path) -> None:
     assert result.tables == {WC: plan.tables[0].target_version, CC: plan.tables[1].target_version}
     assert sorted(result.checkpoints) == sorted(checkpoint_location(topo, j) for j in JOBS.values())
     assert not any(Path(c).exists() for c in result.checkpoints)
-    done = store.revisions.revision(plan.id)
+    done = store.revisions.get(plan.id)
     assert done.status == "done" and done.finished_at_ms and {t.status for t in done.tables} == {"done"}
     for table in (WC, CC):
         location = topo.location(table)
         assert latest_written_barrier(location)[0] == 1
         assert DeltaTable(location).to_pyarrow_table().column("b").to_pylist() == [1]
         assert table_epoch(location).epoch == 1
-    store.revisions.check_no_pending_revision("wordcount_words")
+    store.revisions.check_none_pending("wordcount_words")
     with pytest.raises(RevisionPendingError, match="no pending revision of topology 'wordcount'"):
         resume_revision(store, topo)
     # running it again is harmless: nothing above barrier 1 to forget, the tables already hold it
@@ -95,7 +95,7 @@ def test_reprocess_and_refusals(store, tmp_path: Path) -> None:
         revise(store, topo, "raw.words", 1)
     with pytest.raises(BarrierNotInTableError, match="table tsb.wordcount.word_count .* holds no version of it"):
         revise(store, topo, "wordcount.word_count", 7)
-    assert store.revisions.pending_revision("wordcount") is None and store.resolution.resolve([WC, CC]).barrier == 3
+    assert store.revisions.pending("wordcount") is None and store.resolution.resolve([WC, CC]).barrier == 3
 
     result = revise(store, topo, "wordcount.count_of_counts", 0, reprocess=True)
     assert list(result.tables) == [CC] and result.barrier == 0
@@ -103,7 +103,7 @@ def test_reprocess_and_refusals(store, tmp_path: Path) -> None:
     assert DeltaTable(topo.location(CC)).to_pyarrow_table().num_rows == 0
     assert latest_written_barrier(topo.location(CC)) is None
     assert latest_written_barrier(topo.location(WC))[0] == 3
-    assert store.revisions.revisions("wordcount")[0].reprocess is True
+    assert store.revisions.list("wordcount")[0].reprocess is True
 
 
 def test_error_at_a_downstream_table_is_recorded_and_the_retry_finishes(store, tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_error_at_a_downstream_table_is_recorded_and_the_retry_finishes(store, t
     location.rename(location.with_name("moved"))
     with pytest.raises(Exception, match="count_of_counts"):
         revise(store, topo, "wordcount.word_count", 2)
-    pending = store.revisions.pending_revision("wordcount")
+    pending = store.revisions.pending("wordcount")
     assert pending is not None and pending.id == plan.id
     assert [t.status for t in pending.tables] == ["done", "pending"]
     assert pending.error and "count_of_counts" in pending.error
@@ -125,7 +125,7 @@ def test_error_at_a_downstream_table_is_recorded_and_the_retry_finishes(store, t
     location.with_name("moved").rename(location)
     result = revise(store, topo, "wordcount.word_count", 2)
     assert result.revision == plan.id and result.resumed is True
-    done = store.revisions.revision(plan.id)
+    done = store.revisions.get(plan.id)
     assert done.status == "done" and done.error is None
     assert [latest_written_barrier(topo.location(t))[0] for t in (WC, CC)] == [2, 2]
 

@@ -43,28 +43,28 @@ def team_b(wh: str, **kwargs: object) -> Topology:
 def test_shared_root_table_gives_one_barrier_sequence_and_cross_topology_reads(store: MetaStore, tmp_path) -> None:
     wh = str(tmp_path / "wh")
     store.registry.register_topology(team_a(wh))
-    first = store.barriers.create_barrier("team_a", {WORDS: 0})
-    assert first.barrier == 1 and store.domains.barrier_domain("team_a").topologies == ("team_a",)
+    first = store.barriers.create("team_a", {WORDS: 0})
+    assert first.barrier == 1 and store.domains.get("team_a").topologies == ("team_a",)
 
     store.registry.register_topology(team_b(wh))  # shares tsb.raw.words: joins team_a's domain
-    domain = store.domains.barrier_domain("team_b")
+    domain = store.domains.get("team_b")
     assert (domain.name, domain.topologies) == ("team_a", ("team_a", "team_b"))
     assert sorted(domain.root_tables) == [CLICKS, WORDS]
-    assert store.domains.barrier_domain("team_a") == domain
+    assert store.domains.get("team_a") == domain
     assert [t.name for t in store.registry.tables("team_b")] == [LEN, CLICKS, WORDS]  # its own and the shared root
 
     with pytest.raises(UnknownTableError, match=r"barrier domain 'team_a'.*lacks.*tsb\.raw\.clicks"):
-        store.barriers.create_barrier("team_a", {WORDS: 1})  # the domain's roots include team_b's clicks
-    b2 = store.barriers.create_barrier("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1")
-    b3 = store.barriers.create_barrier("team_a", {WORDS: 2, CLICKS: 0}, run_key="a/1")
+        store.barriers.create("team_a", {WORDS: 1})  # the domain's roots include team_b's clicks
+    b2 = store.barriers.create("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1")
+    b3 = store.barriers.create("team_a", {WORDS: 2, CLICKS: 0}, run_key="a/1")
     assert (b2.barrier, b3.barrier) == (2, 3)  # one sequence across the domain
     for barrier, words in ((2, 1), (3, 2)):
-        a, b = store.barriers.barrier("team_a", barrier), store.barriers.barrier("team_b", barrier)
+        a, b = store.barriers.get("team_a", barrier), store.barriers.get("team_b", barrier)
         assert a.ts_ms == b.ts_ms and a.root_versions[WORDS] == b.root_versions[WORDS] == words
         assert b.root_versions[CLICKS] == 0 and set(a.root_versions) == {WORDS}  # a topology sees its roots
-    assert [b.barrier for b in store.barriers.barriers("team_b", ascending=True)] == [2, 3]  # joined at 2
-    assert store.barriers.create_barrier("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1").barrier == 2  # idempotent
-    assert store.barriers.create_barrier("team_b", {WORDS: 2, CLICKS: 0},
+    assert [b.barrier for b in store.barriers.list("team_b", ascending=True)] == [2, 3]  # joined at 2
+    assert store.barriers.create("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1").barrier == 2  # idempotent
+    assert store.barriers.create("team_b", {WORDS: 2, CLICKS: 0},
                                          run_key="a/1").barrier == 4  # keys per topology
 
     for barrier in (2, 3):
@@ -89,8 +89,8 @@ def test_reads_across_domains_are_refused_and_histories_do_not_merge(store: Meta
     other.job("o", "o.py", sources=[CLICKS], sinks=[OTHER])
     store.registry.register_topology(team_a(wh))
     store.registry.register_topology(other)
-    store.barriers.create_barrier("team_a", {WORDS: 0})
-    store.barriers.create_barrier("other", {CLICKS: 0})
+    store.barriers.create("team_a", {WORDS: 0})
+    store.barriers.create("other", {CLICKS: 0})
     store.table_states.record_written(WC, 1, 0, "a_count")
     store.table_states.record_written(OTHER, 1, 0, "o")
     with pytest.raises(TopologyError, match=r"different barrier domains \{'other': 'other', 'team_a': 'team_a'\}"):
@@ -98,17 +98,17 @@ def test_reads_across_domains_are_refused_and_histories_do_not_merge(store: Meta
     # team_b shares words with team_a and clicks with other: both domains have barriers
     with pytest.raises(BarrierDomainError, match=r"'team_b'.*'tsb\.raw\.clicks'.*both domains already have barriers"):
         store.registry.register_topology(team_b(wh))
-    assert store.domains.barrier_domain("team_a").topologies == ("team_a", "team_b")
-    assert store.domains.barrier_domain("other").topologies == ("other",)
+    assert store.domains.get("team_a").topologies == ("team_a", "team_b")
+    assert store.domains.get("other").topologies == ("other",)
 
 
 def test_declared_barrier_domain(store: MetaStore, tmp_path) -> None:
     wh = str(tmp_path / "wh")
     store.registry.register_topology(team_b(wh, barrier_domain="words"))
-    assert store.domains.barrier_domain("team_b").name == "words"
+    assert store.domains.get("team_b").name == "words"
     store.registry.register_topology(team_a(wh))  # derived: joins the declared domain through tsb.raw.words
-    assert store.domains.barrier_domain("team_a").name == "words"
-    store.barriers.create_barrier("team_a", {WORDS: 0, CLICKS: 0})
+    assert store.domains.get("team_a").name == "words"
+    store.barriers.create("team_a", {WORDS: 0, CLICKS: 0})
     late = Topology("team_c", warehouse=wh, barrier_domain="elsewhere")
     late.root_table(CLICKS)
     late.job("c", "c.py", sources=[CLICKS], sinks=[OTHER])
@@ -144,10 +144,10 @@ def test_every_topology_of_a_domain_logs_every_barrier_and_rebuilds_from_its_log
     store = MetaStore(metastore_url)
     store.migrate()
     store.registry.register_topology(a)
-    store.barriers.create_barrier("team_a", {WORDS: 0}, barrier_log=log_a)
+    store.barriers.create("team_a", {WORDS: 0}, barrier_log=log_a)
     store.registry.register_topology(b)
-    store.barriers.create_barrier("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1", barrier_log=log_b)
-    info = store.barriers.create_barrier("team_a", {WORDS: 2, CLICKS: 1}, run_key="a/1", barrier_log=log_a)
+    store.barriers.create("team_b", {WORDS: 1, CLICKS: 0}, run_key="b/1", barrier_log=log_b)
+    info = store.barriers.create("team_a", {WORDS: 2, CLICKS: 1}, run_key="a/1", barrier_log=log_a)
     assert info.root_versions == {WORDS: 2}  # the roots team_a reads
     logged_a, logged_b = read_barrier_log(log_a), read_barrier_log(log_b)
     assert [(e.barrier, e.run_key, e.root_versions) for e in logged_a] == [
@@ -159,11 +159,11 @@ def test_every_topology_of_a_domain_logs_every_barrier_and_rebuilds_from_its_log
     fresh = MetaStore(f"sqlite:///{tmp_path / 'rebuilt.db'}")
     reports = rebuild_metastore(fresh, [a, b])
     assert [(r.topology, r.barriers) for r in reports] == [("team_a", (1, 2, 3)), ("team_b", (2, 3))]
-    assert fresh.domains.barrier_domain("team_b").topologies == ("team_a", "team_b")
+    assert fresh.domains.get("team_b").topologies == ("team_a", "team_b")
     for barrier in (2, 3):
-        assert fresh.barriers.barrier("team_b", barrier).root_versions == {
+        assert fresh.barriers.get("team_b", barrier).root_versions == {
             WORDS: barrier - 1, CLICKS: barrier - 2}
-    assert fresh.barriers.create_barrier("team_b", {WORDS: 3, CLICKS: 1}, barrier_log=log_b).barrier == 4
+    assert fresh.barriers.create("team_b", {WORDS: 3, CLICKS: 1}, barrier_log=log_b).barrier == 4
     assert [e.barrier for e in read_barrier_log(log_a)] == [1, 2, 3, 4]  # team_a's log recorded by the rebuild
     fresh.dispose()
 
@@ -190,12 +190,12 @@ def test_the_emitter_reads_the_other_topologys_root_under_the_domain_lock(store:
     store.registry.register_topology(b)
     first = TsbBarrierHook(a).generate_at(store, read_root_versions(a), "a/1")
     assert first is not None and first.barrier == 1
-    assert store.barriers.barrier("team_b", 1).root_versions == {WORDS: 1, CLICKS: 2}
-    assert store.table_states.table_state(WORDS, 1).file_count == 2  # team_a's own root: figures recorded
+    assert store.barriers.get("team_b", 1).root_versions == {WORDS: 1, CLICKS: 2}
+    assert store.table_states.get(WORDS, 1).file_count == 2  # team_a's own root: figures recorded
     shutil.rmtree(b.location(CLICKS))
     with pytest.raises(RootTableError, match=rf"root table '{CLICKS}' at '{b.location(CLICKS)}'.*team_a"):
         TsbBarrierHook(a).generate_at(store, read_root_versions(a), "a/2")
-    assert store.barriers.latest_barrier("team_a").barrier == 1
+    assert store.barriers.latest("team_a").barrier == 1
 
 
 def test_a_moved_barrier_log_is_recorded_for_the_domain(store: MetaStore, tmp_path) -> None:
@@ -207,12 +207,12 @@ def test_a_moved_barrier_log_is_recorded_for_the_domain(store: MetaStore, tmp_pa
     wh = str(tmp_path / "wh")
     old_a, new_a, log_b = str(tmp_path / "a_old"), str(tmp_path / "a_new"), str(tmp_path / "b")
     store.registry.register_topology(team_a(wh))
-    store.barriers.create_barrier("team_a", {WORDS: 0}, barrier_log=old_a)
-    store.barriers.create_barrier("team_a", {WORDS: 1}, barrier_log=old_a)  # a domain of one, not its first
+    store.barriers.create("team_a", {WORDS: 0}, barrier_log=old_a)
+    store.barriers.create("team_a", {WORDS: 1}, barrier_log=old_a)  # a domain of one, not its first
     store.registry.register_topology(team_b(wh))
-    store.barriers.create_barrier("team_b", {WORDS: 2, CLICKS: 0}, barrier_log=log_b)
-    store.barriers.create_barrier("team_a", {WORDS: 3, CLICKS: 0}, barrier_log=new_a)  # team_a's warehouse moved
-    store.barriers.create_barrier("team_b", {WORDS: 4, CLICKS: 0}, barrier_log=log_b)
+    store.barriers.create("team_b", {WORDS: 2, CLICKS: 0}, barrier_log=log_b)
+    store.barriers.create("team_a", {WORDS: 3, CLICKS: 0}, barrier_log=new_a)  # team_a's warehouse moved
+    store.barriers.create("team_b", {WORDS: 4, CLICKS: 0}, barrier_log=log_b)
     assert [e.barrier for e in read_barrier_log(old_a)] == [1, 2, 3]
     assert [e.barrier for e in read_barrier_log(new_a)] == [4, 5]
     assert [e.barrier for e in read_barrier_log(log_b)] == [3, 4, 5]
@@ -237,12 +237,12 @@ def test_a_generation_waiting_for_a_domain_merge_generates_in_the_merged_domain(
     team_c.job("c_views", "c.py", sources=[views], sinks=[OTHER])
     store.registry.register_topology(team_a(wh))
     store.registry.register_topology(team_c)
-    assert store.barriers.create_barrier("team_a", {WORDS: 0}).barrier == 1
+    assert store.barriers.create("team_a", {WORDS: 0}).barrier == 1
     generated: list[object] = []
 
     def generate() -> None:
         try:
-            generated.append(store.barriers.create_barrier(
+            generated.append(store.barriers.create(
                 "team_a", {WORDS: 1}, run_key="during-merge", read_root_version=lambda name, _location: 7))
         except Exception as exc:  # reported by the assertion below
             generated.append(exc)
@@ -257,7 +257,7 @@ def test_a_generation_waiting_for_a_domain_merge_generates_in_the_merged_domain(
     assert len(generated) == 1 and not isinstance(generated[0], Exception), generated
     info = generated[0]
     assert info.barrier == 2  # type: ignore[attr-defined]
-    in_c = store.barriers.barrier("team_c", 2)  # generated in the topology that joined meanwhile
+    in_c = store.barriers.get("team_c", 2)  # generated in the topology that joined meanwhile
     assert in_c.root_versions == {views: 7}
-    assert store.barriers.barrier("team_a", 2).root_versions == {WORDS: 1}
-    assert store.domains.barrier_domain("team_c").topologies == ("team_a", "team_c")
+    assert store.barriers.get("team_a", 2).root_versions == {WORDS: 1}
+    assert store.domains.get("team_c").topologies == ("team_a", "team_c")

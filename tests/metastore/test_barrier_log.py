@@ -53,17 +53,17 @@ def test_every_barrier_is_logged_and_a_crash_leftover_is_replaced(store: MetaSto
     store.registry.register_topology(topo)
     log = barrier_log_location(topo.warehouse, "wc")
     assert log == str(tmp_path / "wh" / "_tsb" / "wc" / "barrier_log")
-    first = store.barriers.create_barrier("wc", {WORDS: 3}, run_key="r1", barrier_log=log)
+    first = store.barriers.create("wc", {WORDS: 3}, run_key="r1", barrier_log=log)
     # a generation that committed its log row and crashed before its metastore commit
     write_barrier(log, BarrierLogEntry("wc", 2, 1, "system", False, 1, "lost", {WORDS: 4}))
-    second = store.barriers.create_barrier("wc", {WORDS: 5}, ts_ms=first.ts_ms + 10, final=True, barrier_log=log)
+    second = store.barriers.create("wc", {WORDS: 5}, ts_ms=first.ts_ms + 10, final=True, barrier_log=log)
     assert second.barrier == 2
     entries = read_barrier_log(log)
     assert [(e.barrier, e.root_versions, e.run_key, e.final) for e in entries] == [
         (1, {WORDS: 3}, "r1", False), (2, {WORDS: 5}, None, True)]
     assert (entries[0].ts_ms, entries[1].ts_ms) == (first.ts_ms, second.ts_ms)
     # a retried run key returns its barrier and logs nothing more
-    assert store.barriers.create_barrier("wc", {WORDS: 9}, run_key="r1", barrier_log=log).barrier == 1
+    assert store.barriers.create("wc", {WORDS: 9}, run_key="r1", barrier_log=log).barrier == 1
     assert len(read_barrier_log(log)) == 2
 
 
@@ -71,8 +71,8 @@ def test_a_failed_log_commit_generates_no_barrier(store: MetaStore, tmp_path) ->
     store.registry.register_topology(wordcount(tmp_path))
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(DeltaLogError, match="cannot write barrier 1 of topology 'wc' to its barrier log"):
-        store.barriers.create_barrier("wc", {WORDS: 0}, barrier_log=str(tmp_path / "file" / "log"))
-    assert store.barriers.latest_barrier("wc") is None
+        store.barriers.create("wc", {WORDS: 0}, barrier_log=str(tmp_path / "file" / "log"))
+    assert store.barriers.latest("wc") is None
 
 
 def test_generation_refuses_ids_already_in_delta(store: MetaStore, tmp_path) -> None:
@@ -83,13 +83,13 @@ def test_generation_refuses_ids_already_in_delta(store: MetaStore, tmp_path) -> 
     commit(topo.location(WC), 2)
     commit(topo.location(WC))  # an untagged commit (e.g. OPTIMIZE) at the head
     with pytest.raises(BarrierHistoryError) as err:
-        store.barriers.create_barrier("wc", {WORDS: 0})
+        store.barriers.create("wc", {WORDS: 0})
     assert str(err.value) == (
         f"topology 'wc': the metastore would generate barrier 1, but table '{WC}' at '{topo.location(WC)}' is "
         "already tagged with barrier 2 (Delta version 1): the metastore lost barriers, and a new barrier with an "
         "old id would be skipped as committed; run `tsb db rebuild --dags PATH` to restore the metastore from "
         "the Delta logs and the barrier log")
-    assert store.barriers.latest_barrier("wc") is None
+    assert store.barriers.latest("wc") is None
 
 
 def test_generation_refuses_ids_the_barrier_log_holds(store: MetaStore, tmp_path) -> None:
@@ -99,10 +99,10 @@ def test_generation_refuses_ids_the_barrier_log_holds(store: MetaStore, tmp_path
     write_barrier(log, BarrierLogEntry("wc", 1, 1, "system", False, 1, None, {WORDS: 0}))
     with pytest.raises(BarrierHistoryError, match="the barrier log at .* already holds barrier 1: the metastore "
                        "lost barriers; run `tsb db rebuild"):
-        store.barriers.create_barrier("wc", {WORDS: 0}, barrier_log=log)
+        store.barriers.create("wc", {WORDS: 0}, barrier_log=log)
     # rebuild restores it, then generation goes on after it
     rebuild_metastore(store, [topo])
-    assert store.barriers.create_barrier("wc", {WORDS: 1}, barrier_log=log).barrier == 2
+    assert store.barriers.create("wc", {WORDS: 1}, barrier_log=log).barrier == 2
 
 
 def test_rebuild_derives_barriers_missing_from_the_log_from_the_tags(store: MetaStore, tmp_path) -> None:
@@ -113,7 +113,7 @@ def test_rebuild_derives_barriers_missing_from_the_log_from_the_tags(store: Meta
             barrier_commit_properties(BarrierTag(b, "count_words", {"raw.words": b + 4}, ts_ms=1000 * b), 0)))
     (report,) = rebuild_metastore(store, [topo])
     assert (report.barriers, report.from_tags, report.written, report.warnings) == ((1, 2), (1, 2), {WC: 2}, ())
-    assert [(b.barrier, b.ts_ms, b.root_versions) for b in store.barriers.barriers("wc", ascending=True)] == [
+    assert [(b.barrier, b.ts_ms, b.root_versions) for b in store.barriers.list("wc", ascending=True)] == [
         (1, 1000, {WORDS: 5}), (2, 2000, {WORDS: 6})]
     assert store.resolution.resolve([WORDS, WC], "repeatable-read").versions == {WORDS: 6, WC: 1}
 
@@ -121,7 +121,7 @@ def test_rebuild_derives_barriers_missing_from_the_log_from_the_tags(store: Meta
 def test_written_at_a_version_not_in_the_log_is_refused(store: MetaStore, tmp_path) -> None:
     topo = wordcount(tmp_path)
     store.registry.register_topology(topo)
-    store.barriers.create_barrier("wc", {WORDS: 0})
+    store.barriers.create("wc", {WORDS: 0})
     commit(topo.location(WC), 1)
     with pytest.raises(DeltaLogError, match=rf"table '{WC}', barrier 1: Delta version 7 does not exist in the "
                        r"table's log at .* \(newest version: 0\)"):
@@ -133,7 +133,7 @@ def test_written_at_a_version_not_in_the_log_is_refused(store: MetaStore, tmp_pa
 @pytest.mark.slow  # three `tsb versions` processes
 def test_as_of_a_barrier_never_generated_says_no_such_barrier(store: MetaStore, tmp_path) -> None:
     store.registry.register_topology(wordcount(tmp_path))
-    store.barriers.create_barrier("wc", {WORDS: 0})
+    store.barriers.create("wc", {WORDS: 0})
     store.table_states.record_written(WC, 1, 0, "count_words")
     with pytest.raises(UnknownBarrierError, match=r"no such barrier: barrier 50 was never generated in topology "
                        r"'wc' \(newest barrier: 1\)"):
@@ -150,18 +150,18 @@ def test_as_of_a_barrier_never_generated_says_no_such_barrier(store: MetaStore, 
 def test_numbers_the_metastore_cannot_hold_get_a_clear_error(store: MetaStore, tmp_path) -> None:
     """Before: raw OverflowError (SQLite) / DataError (PostgreSQL) / ValueError from deep inside a library."""
     store.registry.register_topology(wordcount(tmp_path))
-    store.barriers.create_barrier("wc", {WORDS: 0})
+    store.barriers.create("wc", {WORDS: 0})
     big = 2**64
     calls = {
-        "barrier": lambda: store.barriers.barrier("wc", big),
-        "barriers": lambda: store.barriers.barriers("wc", before=big),
+        "barrier": lambda: store.barriers.get("wc", big),
+        "barriers": lambda: store.barriers.list("wc", before=big),
         "version_at": lambda: store.table_states.version_at(WC, big),
-        "table_history": lambda: store.table_states.table_history(WC, before=big),
+        "table_history": lambda: store.table_states.history(WC, before=big),
         "record_processed": lambda: store.table_states.record_processed(WC, big, "count_words", {"files": []}),
         "record_written": lambda: store.table_states.record_written(WC, 1, big, "count_words"),
         "resolve": lambda: store.resolution.resolve([WC], as_of=big),
         "heartbeat": lambda: store.job_runs.heartbeat("count_words", barrier=big),
-        "rollback_table": lambda: store.table_states.rollback_table(WC, big),
+        "rollback_table": lambda: store.table_states.rollback(WC, big),
     }
     raised = {}
     for name, call in calls.items():  # an answer or a tsb error; never OverflowError / DataError
@@ -177,10 +177,10 @@ def test_numbers_the_metastore_cannot_hold_get_a_clear_error(store: MetaStore, t
     for ts, text in ((float("nan"), "nan"), (big, str(big)), (-(2**63) - 1, str(-(2**63) - 1))):
         with pytest.raises(OutOfRangeError, match=rf"ts_ms \(the barrier timestamp, epoch ms\) must be an integer "
                            rf"from -9223372036854775808 to 9223372036854775807, got {text}"):
-            store.barriers.create_barrier("wc", {WORDS: 1}, ts_ms=ts)
+            store.barriers.create("wc", {WORDS: 1}, ts_ms=ts)
     with pytest.raises(OutOfRangeError, match=f"the Delta version of root table '{WORDS}' must be an integer"):
-        store.barriers.create_barrier("wc", {WORDS: big})
-    assert store.barriers.latest_barrier("wc").barrier == 1
+        store.barriers.create("wc", {WORDS: big})
+    assert store.barriers.latest("wc").barrier == 1
 
 
 def test_a_table_whose_tagged_commits_were_cleaned_from_its_log_does_not_block_generation(
@@ -199,7 +199,7 @@ def test_a_table_whose_tagged_commits_were_cleaned_from_its_log_does_not_block_g
     DeltaTable(location).create_checkpoint()
     for version in (0, 1):  # log cleanup after the checkpoint (Delta "Log Retention")
         os.remove(os.path.join(location, "_delta_log", f"{version:020d}.json"))
-    assert store.barriers.create_barrier("wc", {WORDS: 0}).barrier == 1
+    assert store.barriers.create("wc", {WORDS: 0}).barrier == 1
 
 
 def test_the_logged_barrier_is_the_newest_commits_txn_and_delta_rs_agrees(tmp_path) -> None:
@@ -429,8 +429,8 @@ def test_a_generation_is_one_metastore_transaction_with_its_log_commit_last(stor
     # their previous root versions, the barrier, its root versions (SQLite adds BEGIN IMMEDIATE)
     assert [v for v in statements if v != "BEGIN"] == ["SELECT"] * 4 + ["INSERT"] * 2, statements
     assert [e.barrier for e in read_barrier_log(barrier_log_location(topo.warehouse, "wc"))] == [1, 2]
-    assert store.table_states.table_state(WORDS, 2).version == 1
-    assert store.table_states.table_state(WORDS, 2).file_count == 2  # recorded with the version
+    assert store.table_states.get(WORDS, 2).version == 1
+    assert store.table_states.get(WORDS, 2).file_count == 2  # recorded with the version
 
 
 def test_a_generation_does_not_wait_for_snapshot_expirys_lock_on_a_root(store: MetaStore, tmp_path) -> None:
@@ -450,8 +450,8 @@ def test_a_generation_does_not_wait_for_snapshot_expirys_lock_on_a_root(store: M
     with store.core.transaction(write=True) as s:
         _lock_table(s, WORDS, dry_run=False)  # expiry's lock, held while its transaction runs
         worker = threading.Thread(target=lambda: generated.append(
-            store.barriers.create_barrier("wc", {WORDS: 0}, run_key="beside-expiry").barrier))
+            store.barriers.create("wc", {WORDS: 0}, run_key="beside-expiry").barrier))
         worker.start()
         worker.join(timeout=20)
         assert generated == [1], "the barrier generation waited for snapshot expiry's lock on the root table"
-    assert store.table_states.table_state(WORDS, 1).version == 0
+    assert store.table_states.get(WORDS, 1).version == 0

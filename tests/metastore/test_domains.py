@@ -16,15 +16,15 @@ from tests.metastore.conftest import TOPOLOGY, WORDS
 
 def test_a_shared_root_table_joins_one_domain(core: MetastoreCore, registry: RegistryManager, tmp_path: Path) -> None:
     domains = DomainManager(core)
-    alone = domains.barrier_domain(TOPOLOGY)
+    alone = domains.get(TOPOLOGY)
     assert (alone.name, alone.topologies, list(alone.root_tables)) == (TOPOLOGY, (TOPOLOGY,), [WORDS])
     location = registry.table(WORDS).location
     registry.create_topology("other")
     registry.register_table("other", Table(WORDS, "root", location))
     registry.register_job("other", Job("lengths", "apps/lengths.py", (WORDS,), ("tsb.other.lengths",)),
                           warehouse=str(tmp_path / "warehouse"))
-    shared = domains.barrier_domain("other")
+    shared = domains.get("other")
     assert shared.topologies == ("other", TOPOLOGY) and shared.root_tables == {WORDS: location}
-    assert domains.barrier_domain(TOPOLOGY) == shared
+    assert domains.get(TOPOLOGY) == shared
     with pytest.raises(TopologyError, match="not registered"):
-        domains.barrier_domain("nobody")
+        domains.get("nobody")

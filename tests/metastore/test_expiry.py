@@ -18,20 +18,20 @@ from tests.metastore.conftest import COUNTS, TOPOLOGY, WORDS
 def test_marks_keep_the_newest_barriers_and_the_leases(core: MetastoreCore, registry: RegistryManager) -> None:
     barriers, states, leases = BarrierManager(core), TableStateManager(core), LeaseManager(core)
     for barrier in range(1, 6):  # barrier b is WRITTEN in counts at Delta version b - 1
-        barriers.create_barrier(TOPOLOGY, {WORDS: barrier})
+        barriers.create(TOPOLOGY, {WORDS: barrier})
         states.record_written(COUNTS, barrier, barrier - 1, "count_words")
-    lease, _ = leases.create_lease({COUNTS: 1}, 600)
+    lease, _ = leases.create({COUNTS: 1}, 600)
     expiry = ExpiryManager(core)
     dry = expiry.mark_expired(COUNTS, 2, latest_version=4, consumers=False, dry_run=True)
-    assert expiry.table_expiry(COUNTS) is None and dry.keep_versions == (1, 3, 4)
+    assert expiry.get(COUNTS) is None and dry.keep_versions == (1, 3, 4)
     plan = expiry.mark_expired(COUNTS, 2, latest_version=4, consumers=False)
     assert (plan.expiry.horizon, plan.keep_versions, plan.kept_barriers) == (4, (1, 3, 4), (5, 4))
     assert plan.newly_expired_barriers == (1, 3)
-    assert expiry.table_expiry(COUNTS).kept == ((1, 1), (3, 3))
+    assert expiry.get(COUNTS).kept == ((1, 1), (3, 3))
     assert expiry.expired_barriers(COUNTS) == [1, 3]
     with pytest.raises(ExpiredVersionError, match="barrier 3"):
-        leases.create_lease({COUNTS: 2}, 60)  # refused under the lock the marks were written under
-    leases.release_lease(lease)
+        leases.create({COUNTS: 2}, 60)  # refused under the lock the marks were written under
+    leases.release(lease)
 
 
 def test_the_newest_barriers_keep_every_version_of_their_epochs(core: MetastoreCore, registry: RegistryManager) -> None:
@@ -41,7 +41,7 @@ def test_the_newest_barriers_keep_every_version_of_their_epochs(core: MetastoreC
     epochs are kept and vacuum leaves their files; older barriers' versions expire as before."""
     barriers = BarrierManager(core)
     for barrier in range(1, 6):  # barrier b at root version 3b: two commits of its epoch are no barrier's
-        barriers.create_barrier(TOPOLOGY, {WORDS: 3 * barrier})
+        barriers.create(TOPOLOGY, {WORDS: 3 * barrier})
     plan = ExpiryManager(core).mark_expired(WORDS, 2, latest_version=17, consumers=False)
     assert plan.kept_barriers == (5, 4)
     assert plan.expiry.kept == ((10, 15),)  # the epochs of barriers 4 and 5: (9, 15]

@@ -36,32 +36,32 @@ def test_a_newer_attempt_fences_the_older_one(store: MetaStore, tmp_path) -> Non
     assert f"job '{JOB}', barrier 1" in text and f"fencing token {zombie}" in text
     assert f"attempt {retry} of the job started after it" in text and "PROCESSED" in text
     assert (caught.value.job_id, caught.value.barrier, caught.value.winner) == (JOB, 1, retry)
-    assert store.table_states.table_state(WC, 1) is None  # nothing of the zombie is served
+    assert store.table_states.get(WC, 1) is None  # nothing of the zombie is served
     with pytest.raises(FencedError, match="may not commit"):
         store.job_runs.check_fencing_token(JOB, zombie, 1)
     with pytest.raises(FencedError, match="WRITTEN"):
         store.table_states.record_written(WC, 1, 0, JOB, fencing_token=zombie)
     store.job_runs.check_fencing_token(JOB, retry, 1)
     store.table_states.record_processed(WC, 1, JOB, _manifest("r"), fencing_token=retry)
-    assert store.table_states.table_state(WC, 1).manifest == _manifest("r")
+    assert store.table_states.get(WC, 1).manifest == _manifest("r")
     with pytest.raises(UnknownJobError):
         store.job_runs.begin_attempt("no_such_job")
 
 
 def test_a_replaced_manifest_is_withdrawn_and_kept_for_the_grace_period(store: MetaStore, tmp_path) -> None:
     _setup(store, tmp_path)
-    store.barriers.create_barrier("wordcount", {WORDS: 0})
+    store.barriers.create("wordcount", {WORDS: 0})
     dead, new = f"tsb_staging/{JOB}/0/1/dead", f"tsb_staging/{JOB}/0/1/new"
     store.table_states.record_processed(WC, 1, JOB, _manifest("dead"))
     assert store.table_states.held_staging(WC, 1, grace_s=600) == {dead}
-    lease, _ = store.leases.create_lease({WC: 0}, 60)  # a reader's lease, taken before the withdrawal
+    lease, _ = store.leases.create({WC: 0}, 60)  # a reader's lease, taken before the withdrawal
     store.table_states.record_processed(WC, 1, JOB, _manifest("new"))  # the rerun's PROCESSED withdraws the dead one
     assert store.table_states.held_staging(WC, 1, grace_s=600) == {dead, new}
     assert store.table_states.due_withdrawn_staging(WC, grace_s=600) == []
     # the lease keeps it past the grace period
     assert store.table_states.due_withdrawn_staging(WC, grace_s=0) == []
     assert store.table_states.held_staging(WC, 1, grace_s=0) == {dead, new}
-    store.leases.release_lease(lease)
+    store.leases.release(lease)
     assert store.table_states.due_withdrawn_staging(WC, grace_s=0) == [(dead, 1)]
     store.table_states.record_written(WC, 1, 0, JOB, attempt="new")  # WRITTEN: the committed attempt is not withdrawn
     assert store.table_states.due_withdrawn_staging(WC, grace_s=0) == [(dead, 1)]

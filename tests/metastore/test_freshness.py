@@ -11,7 +11,7 @@ from tests.metastore.test_delays import two_barriers
 
 def test_freshness_lag_and_bottleneck(core: MetastoreCore, registry: RegistryManager) -> None:
     created = two_barriers(core)
-    report = FreshnessManager(core, registry).freshness(TOPOLOGY, now=created[1] + 5_000)
+    report = FreshnessManager(core, registry).report(TOPOLOGY, now=created[1] + 5_000)
     assert report.newest_barrier == 2
     assert report.tables[COUNTS].lag_s == 0.0 and report.tables[COUNTS].committed_barrier == 2
     cc = report.tables[CC]

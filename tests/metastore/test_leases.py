@@ -14,27 +14,27 @@ from tests.metastore.conftest import COUNTS, WORDS
 
 def test_create_renew_release_and_expire(core: MetastoreCore, registry: RegistryManager) -> None:
     leases = LeaseManager(core)
-    one, expires = leases.create_lease({WORDS: 3, COUNTS: (1, 2)}, 60, holder="reader")
+    one, expires = leases.create({WORDS: 3, COUNTS: (1, 2)}, 60, holder="reader")
     assert expires > now_ms()
-    other, _ = leases.create_lease({WORDS: (5, 6)}, 60)
+    other, _ = leases.create({WORDS: (5, 6)}, 60)
     assert leases.leased_ranges(WORDS) == [(3, 3), (5, 6)]
     assert leases.leased_versions(COUNTS) == {1, 2}
-    assert leases.renew_lease(one, 120) is not None
-    assert leases.release_lease(one) is True and leases.release_lease(one) is False
-    assert leases.renew_lease(one, 120) is None  # gone: never revived
+    assert leases.renew(one, 120) is not None
+    assert leases.release(one) is True and leases.release(one) is False
+    assert leases.renew(one, 120) is None  # gone: never revived
     assert leases.leased_versions(WORDS) == {5, 6}
-    assert leases.expire_leases(now=now_ms() + 3_600_000) == 1
-    assert leases.leased_versions(WORDS) == set() and leases.renew_lease(other, 60) is None
+    assert leases.expire(now=now_ms() + 3_600_000) == 1
+    assert leases.leased_versions(WORDS) == set() and leases.renew(other, 60) is None
 
 
 def test_invalid_leases_are_refused(core: MetastoreCore, registry: RegistryManager) -> None:
     leases = LeaseManager(core)
     with pytest.raises(ValueError):
-        leases.create_lease({WORDS: (4, 2)}, 60)
+        leases.create({WORDS: (4, 2)}, 60)
     with pytest.raises(ValueError):
-        leases.create_lease({WORDS: 1}, 0)
+        leases.create({WORDS: 1}, 0)
     with pytest.raises(UnknownTableError):
-        leases.create_lease({"tsb.wc.nothing": 1}, 60)
+        leases.create({"tsb.wc.nothing": 1}, 60)
 
 
 def test_a_lease_narrows_but_never_widens(core: MetastoreCore, registry: RegistryManager) -> None:
@@ -42,19 +42,19 @@ def test_a_lease_narrows_but_never_widens(core: MetastoreCore, registry: Registr
     pinned is taken, a table left out is no longer pinned, a wider range or a table the lease
     does not pin is refused and changes nothing (widening would skip the expiry check)."""
     leases = LeaseManager(core)
-    run, _ = leases.create_lease({WORDS: (0, 9), COUNTS: (2, 5)}, 60, holder="job j barriers 1..10")
-    assert leases.narrow_lease(run, {WORDS: (4, 9), COUNTS: 5}) is True
+    run, _ = leases.create({WORDS: (0, 9), COUNTS: (2, 5)}, 60, holder="job j barriers 1..10")
+    assert leases.narrow(run, {WORDS: (4, 9), COUNTS: 5}) is True
     assert leases.leased_ranges(WORDS) == [(4, 9)] and leases.leased_ranges(COUNTS) == [(5, 5)]
     for wider in ({WORDS: (3, 9)}, {WORDS: (4, 10)}, {WORDS: (5, 9), COUNTS: (4, 5)}):
         with pytest.raises(ValueError, match=f"lease {run}: cannot narrow .* a lease never widens"):
-            leases.narrow_lease(run, wider)
+            leases.narrow(run, wider)
     assert leases.leased_ranges(WORDS) == [(4, 9)] and leases.leased_ranges(COUNTS) == [(5, 5)]
-    assert leases.narrow_lease(run, {WORDS: (9, 9)}) is True  # COUNTS is no longer read
+    assert leases.narrow(run, {WORDS: (9, 9)}) is True  # COUNTS is no longer read
     assert leases.leased_ranges(WORDS) == [(9, 9)] and leases.leased_ranges(COUNTS) == []
     with pytest.raises(ValueError, match="pins nothing of it"):
-        leases.narrow_lease(run, {WORDS: 9, COUNTS: 5})
-    assert leases.release_lease(run) is True
-    assert leases.narrow_lease(run, {WORDS: 9}) is False  # gone
+        leases.narrow(run, {WORDS: 9, COUNTS: 5})
+    assert leases.release(run) is True
+    assert leases.narrow(run, {WORDS: 9}) is False  # gone
 
 
 def test_a_lease_under_the_callers_locks_pins_locked_tables_only(

@@ -109,25 +109,25 @@ def test_reregister_same_job_is_noop_and_unregister(store: MetaStore, tmp_path) 
 
 def test_barriers_are_increasing_and_idempotent(store: MetaStore, tmp_path) -> None:
     store.registry.register_topology(wordcount(tmp_path))
-    b1 = store.barriers.create_barrier("wordcount", {WORDS: 0}, run_key="run-1")
-    b1_again = store.barriers.create_barrier("wordcount", {WORDS: 5}, run_key="run-1")
-    b2 = store.barriers.create_barrier("wordcount", {WORDS: 3}, run_key="run-2")
+    b1 = store.barriers.create("wordcount", {WORDS: 0}, run_key="run-1")
+    b1_again = store.barriers.create("wordcount", {WORDS: 5}, run_key="run-1")
+    b2 = store.barriers.create("wordcount", {WORDS: 3}, run_key="run-2")
     assert (b1.barrier, b2.barrier) == (1, 2)
     assert b1_again.barrier == 1 and b1_again.created is False and b1_again.root_versions == {WORDS: 0}
     assert store.table_states.version_at(WORDS, 2) == 3
-    assert [b.barrier for b in store.barriers.barriers("wordcount")] == [2, 1]
+    assert [b.barrier for b in store.barriers.list("wordcount")] == [2, 1]
     with pytest.raises(UnknownTableError, match="lacks the Delta version of root table"):
-        store.barriers.create_barrier("wordcount", {})
+        store.barriers.create("wordcount", {})
     with pytest.raises(TopologyError, match="below version 3 recorded at barrier 2"):
-        store.barriers.create_barrier("wordcount", {WORDS: 1})
+        store.barriers.create("wordcount", {WORDS: 1})
     with pytest.raises(TopologyError, match="not registered"):
-        store.barriers.create_barrier("nope", {})
+        store.barriers.create("nope", {})
 
 
 def test_written_only_for_generated_barriers_and_real_versions(store: MetaStore, tmp_path) -> None:
     """A WRITTEN state for a barrier never generated would be served at REPEATABLE_READ."""
     store.registry.register_topology(wordcount(tmp_path))
-    store.barriers.create_barrier("wordcount", {WORDS: 0})
+    store.barriers.create("wordcount", {WORDS: 0})
     for bad in (0, -1, 1_000_000):
         with pytest.raises(UnknownBarrierError, match=f"barrier {bad} was never generated for topology 'wordcount'"):
             store.table_states.record_written(WC, bad, 0, "count_words")
@@ -151,7 +151,7 @@ def test_system_time_barrier_timestamps_rise_with_ids(store: MetaStore, tmp_path
     def generate() -> None:
         try:
             for _ in range(15):
-                store.barriers.create_barrier("wordcount", {WORDS: 0})
+                store.barriers.create("wordcount", {WORDS: 0})
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -161,7 +161,7 @@ def test_system_time_barrier_timestamps_rise_with_ids(store: MetaStore, tmp_path
     for t in threads:
         t.join()
     assert not errors, errors
-    barriers = store.barriers.barriers("wordcount", limit=100, ascending=True)
+    barriers = store.barriers.list("wordcount", limit=100, ascending=True)
     assert [b.barrier for b in barriers] == list(range(1, 61))
     stamps = [b.ts_ms for b in barriers]
     assert stamps == sorted(stamps), [(b.barrier, b.ts_ms) for b in barriers]
@@ -170,7 +170,7 @@ def test_system_time_barrier_timestamps_rise_with_ids(store: MetaStore, tmp_path
 def test_resolution_levels(store: MetaStore, tmp_path) -> None:
     store.registry.register_topology(wordcount(tmp_path))
     for v in range(3):
-        store.barriers.create_barrier("wordcount", {WORDS: v})
+        store.barriers.create("wordcount", {WORDS: v})
     with pytest.raises(InconsistentReadError, match="have no WRITTEN barrier yet"):
         store.resolution.resolve([WORDS, WC])
     # word_count: barriers 1, 2 WRITTEN, 3 PROCESSED; count_of_counts: barrier 1 WRITTEN
@@ -212,32 +212,32 @@ def test_resolution_levels(store: MetaStore, tmp_path) -> None:
 def test_resolution_with_gap_falls_back(store: MetaStore, tmp_path) -> None:
     store.registry.register_topology(wordcount(tmp_path))
     for v in range(4):
-        store.barriers.create_barrier("wordcount", {WORDS: v})
+        store.barriers.create("wordcount", {WORDS: v})
     for b in (1, 2, 4):
         store.table_states.record_written(WC, b, b, "count_words")
     for b in (1, 3, 4):
         store.table_states.record_written(CC, b, b, "count_counts")
     assert store.resolution.resolve([WC, CC]).barrier == 4
-    store.table_states.rollback_table(CC, 3)
+    store.table_states.rollback(CC, 3)
     assert store.resolution.resolve([WC, CC]).barrier == 1
 
 
 def test_leases(store: MetaStore, tmp_path) -> None:
     store.registry.register_topology(wordcount(tmp_path))
-    store.barriers.create_barrier("wordcount", {WORDS: 7})
+    store.barriers.create("wordcount", {WORDS: 7})
     store.table_states.record_written(WC, 1, 4, "count_words")
     res = store.resolution.resolve([WORDS, WC], lease_seconds=60, lease_holder="test")
     assert res.lease_id and res.lease_expires_at_ms
     assert store.leases.leased_versions(WC) == {4}
     assert store.leases.leased_versions(WORDS) == {7}
-    assert store.leases.expire_leases(now=res.lease_expires_at_ms - 1) == 0
-    assert store.leases.expire_leases(now=res.lease_expires_at_ms + 1) == 1
+    assert store.leases.expire(now=res.lease_expires_at_ms - 1) == 0
+    assert store.leases.expire(now=res.lease_expires_at_ms + 1) == 1
     assert store.leases.leased_versions(WC) == set()
-    lease, _ = store.leases.create_lease({WC: 4}, 10)
-    assert store.leases.release_lease(lease) and store.leases.leased_versions(WC) == set()
+    lease, _ = store.leases.create({WC: 4}, 10)
+    assert store.leases.release(lease) and store.leases.leased_versions(WC) == set()
     for seconds in (1e300, float("inf"), float("nan"), 0):  # 1e300 overflowed BIGINT before
         with pytest.raises(OutOfRangeError, match="lease_seconds must be a number of seconds"):
-            store.leases.create_lease({WC: 4}, seconds)
+            store.leases.create({WC: 4}, seconds)
     assert store.leases.leased_versions(WC) == set()
 
 
@@ -268,7 +268,7 @@ def test_migration_0010_adds_the_figures_of_written_barriers(metastore_url: str)
     assert store.migrate() == head_revision() == "0012"
     columns = {c["name"] for c in sa.inspect(store.engine).get_columns("tsb_table_barrier")}
     assert {"file_count", "size_bytes"} <= columns
-    state = store.table_states.table_state("c.d.t", 1)
+    state = store.table_states.get("c.d.t", 1)
     assert state is not None and (state.version, state.file_count, state.size_bytes) == (4, None, None)
     from alembic import command
 

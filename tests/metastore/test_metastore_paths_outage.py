@@ -75,7 +75,7 @@ def test_barrier_generation_rides_out_an_outage_within_its_budget(deployment, se
     store, topology, _url = deployment
     monkeypatch.setenv("TSB_METASTORE_RETRY_SECONDS", "60")
     hook = TsbBarrierHook(topology)
-    hook.get_conn().barriers.latest_barrier(topology.name)  # a pooled connection, as a running emitter has
+    hook.get_conn().barriers.latest(topology.name)  # a pooled connection, as a running emitter has
     result: dict[str, object] = {}
 
     def generate() -> None:
@@ -91,7 +91,7 @@ def test_barrier_generation_rides_out_an_outage_within_its_budget(deployment, se
         assert worker.is_alive(), f"generation gave up during a {kind} outage: {result}"
     worker.join(60)
     assert not worker.is_alive() and result == {"barrier": 1}, result
-    assert [b.barrier for b in store.barriers.barriers(topology.name)] == [1]
+    assert [b.barrier for b in store.barriers.list(topology.name)] == [1]
 
 
 @pytest.mark.parametrize("kind", ["stopped", "frozen"])

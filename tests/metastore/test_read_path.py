@@ -35,7 +35,7 @@ def chain(store: MetaStore, tmp_path: Any) -> None:
 def random_history(store: MetaStore, rng: random.Random, barriers: int) -> None:
     """Each table at each barrier: WRITTEN, PROCESSED, or nothing (skipped or not reached)."""
     for k in range(1, barriers + 1):
-        store.barriers.create_barrier("rp", {"tsb.rp.src": k})
+        store.barriers.create("rp", {"tsb.rp.src": k})
         for i, table in enumerate(TABLES, start=1):
             state = rng.choice(["WRITTEN", "WRITTEN", "WRITTEN", "PROCESSED", None])
             if state == "WRITTEN":
@@ -78,7 +78,7 @@ def test_one_statement_candidate_agrees_with_the_steps(store: MetaStore, tmp_pat
 def test_a_read_without_a_lease_is_two_statements(store: MetaStore, tmp_path: Any) -> None:
     chain(store, tmp_path)
     for k in (1, 2):
-        store.barriers.create_barrier("rp", {"tsb.rp.src": k})
+        store.barriers.create("rp", {"tsb.rp.src": k})
         for i, table in enumerate(TABLES, start=1):
             store.table_states.record_written(table, k, k, f"j{i}")
     statements: list[str] = []

@@ -114,7 +114,7 @@ def test_register_table_validates_like_the_rest_api(registry: RegistryManager, t
     for topology, table, error, message in cases:
         with pytest.raises(error, match=message):
             registry.register_table(topology, table)
-    BarrierManager(registry._core).create_barrier(TOPOLOGY, {WORDS: 0})  # the topology is live now
+    BarrierManager(registry._core).create(TOPOLOGY, {WORDS: 0})  # the topology is live now
     with pytest.raises(TopologyError, match=r"root table 'tsb.wc.late' would join topology .* with no Delta table"):
         registry.register_table(TOPOLOGY, Table("tsb.wc.late", "root", fresh))
     assert [registry.table(n, required=False) for n in ("tsb.wc.web", "tsb.wc.bogus", "tsb.wc.lost", "tsb.wc.late")] \

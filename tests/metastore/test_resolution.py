@@ -26,7 +26,7 @@ def states(core: MetastoreCore, registry: RegistryManager) -> TableStateManager:
     """Barriers 1-3; counts WRITTEN at 1, 2 and PROCESSED at 3; cc WRITTEN at 1 only."""
     barriers, states = BarrierManager(core), TableStateManager(core)
     for barrier in (1, 2, 3):
-        barriers.create_barrier(TOPOLOGY, {WORDS: barrier}, ts_ms=1_000 * barrier)
+        barriers.create(TOPOLOGY, {WORDS: barrier}, ts_ms=1_000 * barrier)
     states.record_written(COUNTS, 1, 0, "count_words")
     states.record_written(COUNTS, 2, 1, "count_words")
     states.record_processed(COUNTS, 3, "count_words", STAGED)

@@ -18,20 +18,20 @@ STAGED = {"mode": "append", "files": ["_tsb_staging/b1-a1/part-0.parquet"]}
 def states(core: MetastoreCore, registry: RegistryManager) -> TableStateManager:
     barriers = BarrierManager(core)
     for version in (1, 2, 3):
-        barriers.create_barrier(TOPOLOGY, {WORDS: version})
+        barriers.create(TOPOLOGY, {WORDS: version})
     return TableStateManager(core)
 
 
 def test_processed_then_written(states: TableStateManager) -> None:
     states.record_processed(COUNTS, 1, "count_words", STAGED, {WORDS: 1})
-    processed = states.table_state(COUNTS, 1)
+    processed = states.get(COUNTS, 1)
     assert (processed.state, processed.version, processed.manifest) == ("PROCESSED", None, STAGED)
     assert states.version_at(COUNTS, 1) is None
     states.record_written(COUNTS, 1, 0, "count_words", attempt="b1-a1")
     states.record_written(COUNTS, 1, 0, "count_words")  # idempotent
     states.record_written(COUNTS, 2, 1, "count_words")
     assert states.version_at(COUNTS, 1) == 0 and states.newest_written(COUNTS).barrier == 2
-    assert [s.barrier for s in states.table_history(COUNTS)] == [2, 1]
+    assert [s.barrier for s in states.history(COUNTS)] == [2, 1]
     assert states.written_versions([COUNTS, WORDS], [1, 2]) == {
         (COUNTS, 1): 0, (COUNTS, 2): 1, (WORDS, 1): 1, (WORDS, 2): 2,
     }
@@ -49,7 +49,7 @@ def test_processed_then_written(states: TableStateManager) -> None:
 def test_withdrawn_staging_is_held_then_due_then_forgotten(states: TableStateManager) -> None:
     states.record_processed(COUNTS, 3, "count_words", STAGED)
     assert states.held_staging(COUNTS, 3, grace_s=3600) == {"_tsb_staging/b1-a1"}
-    assert states.clear_processed(COUNTS, 3) == 1 and states.table_state(COUNTS, 3) is None
+    assert states.clear_processed(COUNTS, 3) == 1 and states.get(COUNTS, 3) is None
     assert states.held_staging(COUNTS, 3, grace_s=3600) == {"_tsb_staging/b1-a1"}  # withdrawn, in its grace
     assert states.due_withdrawn_staging(COUNTS, grace_s=3600) == []
     assert states.due_withdrawn_staging(COUNTS, grace_s=0) == [("_tsb_staging/b1-a1", 3)]
@@ -83,5 +83,5 @@ def test_written_tables_are_those_with_a_written_barrier(states: TableStateManag
 def test_rollback_forgets_the_states_above(states: TableStateManager) -> None:
     for barrier in (1, 2, 3):
         states.record_written(COUNTS, barrier, barrier - 1, "count_words")
-    assert states.rollback_table(COUNTS, 1) == 2
-    assert [s.barrier for s in states.table_history(COUNTS)] == [1]
+    assert states.rollback(COUNTS, 1) == 2
+    assert [s.barrier for s in states.history(COUNTS)] == [1]

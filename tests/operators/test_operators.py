@@ -26,9 +26,9 @@ def test_barrier_generation_is_idempotent_per_run(tsb_env) -> None:
     ingest_next_words(topo.location("raw.words"), run_key="r2", lines=20)
     second = op.execute(run_context("run-2"))
     assert (first, retry, second) == (1, 1, 2)
-    assert [b.barrier for b in tsb_env.store.barriers.barriers("wordcount")] == [2, 1]
-    assert tsb_env.store.barriers.barrier("wordcount", 1).root_versions == {"tsb.raw.words": 0}
-    assert tsb_env.store.barriers.barrier("wordcount", 2).root_versions == {"tsb.raw.words": 1}
+    assert [b.barrier for b in tsb_env.store.barriers.list("wordcount")] == [2, 1]
+    assert tsb_env.store.barriers.get("wordcount", 1).root_versions == {"tsb.raw.words": 0}
+    assert tsb_env.store.barriers.get("wordcount", 2).root_versions == {"tsb.raw.words": 1}
 
 
 def test_barrier_generation_names_missing_root_table(tsb_env) -> None:
@@ -37,7 +37,7 @@ def test_barrier_generation_names_missing_root_table(tsb_env) -> None:
     with pytest.raises(RootTableError) as err:
         op.execute(run_context("run-1"))
     assert "'tsb.raw.words'" in str(err.value) and topo.location("raw.words") in str(err.value)
-    assert tsb_env.store.barriers.latest_barrier("wordcount") is None
+    assert tsb_env.store.barriers.latest("wordcount") is None
 
 
 def test_job_refuses_input_not_written_at_barrier(tsb_env) -> None:
@@ -167,9 +167,9 @@ def test_emitter_generates_a_final_barrier_at_end_of_input(tsb_env) -> None:
     began = time.monotonic()
     assert emitter.execute(run_context("run-1")) == [1]  # the input had ended: one final barrier
     assert time.monotonic() - began < 30
-    info = tsb_env.store.barriers.barrier("wordcount", 1)
+    info = tsb_env.store.barriers.get("wordcount", 1)
     assert info.final and info.root_versions == {"tsb.raw.words": 2}
-    assert tsb_env.store.barriers.latest_final_barrier("wordcount").barrier == 1
+    assert tsb_env.store.barriers.latest_final("wordcount").barrier == 1
     # a retry of the same run gets its final barrier back, nothing new
     assert emitter.execute(run_context("run-1")) == [1]
     # new data reopens the input; the next stretch emits barriers and, on its duration, a final one
@@ -177,7 +177,7 @@ def test_emitter_generates_a_final_barrier_at_end_of_input(tsb_env) -> None:
     assert not input_ended(words)
     short = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=1.5)
     assert short.execute(run_context("run-2")) == [2, 3]
-    assert [tsb_env.store.barriers.barrier("wordcount", b).final for b in (2, 3)] == [False, True]
+    assert [tsb_env.store.barriers.get("wordcount", b).final for b in (2, 3)] == [False, True]
 
 
 def test_final_barrier_includes_an_end_marker_committed_while_the_emitter_reads(tsb_env) -> None:
@@ -205,7 +205,7 @@ def test_final_barrier_includes_an_end_marker_committed_while_the_emitter_reads(
     emitter = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=60)
     emitter._hook = MarkerLandsMidway(topo)
     emitted = emitter.execute(run_context("run-1"))
-    final = tsb_env.store.barriers.barrier("wordcount", emitted[-1])
+    final = tsb_env.store.barriers.get("wordcount", emitted[-1])
     assert final.final
     assert final.root_versions == {"tsb.raw.words": DeltaTable(words).version()}, (emitted, final.root_versions)
 
@@ -245,9 +245,9 @@ def test_emitter_ignores_the_end_of_input_mark_an_earlier_run_left(tsb_env) -> N
         emitted = emitter.execute(context)
     finally:
         feeder.join()
-    final = tsb_env.store.barriers.barrier("wordcount", emitted[-1])
+    final = tsb_env.store.barriers.get("wordcount", emitted[-1])
     assert final.final and len(emitted) >= 2, emitted  # the new data's barrier, then the final one
-    assert not tsb_env.store.barriers.barrier("wordcount", emitted[0]).final
+    assert not tsb_env.store.barriers.get("wordcount", emitted[0]).final
     assert final.root_versions == {"tsb.raw.words": DeltaTable(words).version()}
 
 
@@ -263,7 +263,7 @@ def test_emitter_waits_for_root_tables_and_checks_its_interval(tsb_env) -> None:
         templated.execute(run_context("run-1"))
     waiting = TsbBarrierEmitterOperator(task_id="e", topology=topo, interval_s=0.1, duration_s=0.4)
     assert waiting.execute(run_context("run-1")) == []  # no root table yet: nothing to generate
-    assert tsb_env.store.barriers.latest_barrier("wordcount") is None
+    assert tsb_env.store.barriers.latest("wordcount") is None
 
 
 def test_emitter_generates_once_a_missing_root_table_is_created(tsb_env) -> None:
@@ -282,7 +282,7 @@ def test_emitter_generates_once_a_missing_root_table_is_created(tsb_env) -> None
     finally:
         feeder.join()
     assert emitted == [1]
-    assert tsb_env.store.barriers.barrier("wordcount", 1).root_versions == {"tsb.raw.words": 0}
+    assert tsb_env.store.barriers.get("wordcount", 1).root_versions == {"tsb.raw.words": 0}
 
 
 def test_emitter_stops_on_a_root_table_it_cannot_read(tsb_env) -> None:
@@ -301,7 +301,7 @@ def test_emitter_stops_on_a_root_table_it_cannot_read(tsb_env) -> None:
     with pytest.raises(RootTableError, match="root table 'tsb.raw.words' at .*cannot be read") as err:
         emitter.execute(run_context("run-1"))
     assert words in str(err.value)
-    assert tsb_env.store.barriers.latest_barrier("wordcount") is None
+    assert tsb_env.store.barriers.latest("wordcount") is None
 
 
 def test_emitter_backpressure_keeps_at_most_max_in_flight_uncommitted(tsb_env) -> None:

@@ -116,7 +116,7 @@ def test_streaming_jobs_through_the_operator_on_the_metastore_catalog(streaming_
     results, emitted = _run_all(topo, store, _context("run-1", start))
 
     # the emitter generated barriers while data arrived, the last one final (end of input)
-    barriers = store.barriers.barriers("wordcount", limit=1000, ascending=True)
+    barriers = store.barriers.list("wordcount", limit=1000, ascending=True)
     assert [b.barrier for b in barriers] == emitted and len(emitted) >= 2
     assert barriers[-1].final and not any(b.final for b in barriers[:-1])
     assert input_ended(topo.location("raw.words"))
@@ -178,7 +178,7 @@ def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_
     job = topo.jobs["wordcount_words"]
     store.registry.register_job(topo.name, job, {n: topo.tables[n] for n in (*job.sources, *job.sinks)})
     ingest_next_words(topo.location("raw.words"), run_key="w0", lines=5)
-    first = store.barriers.create_barrier(topo.name, read_root_versions(topo)).barrier
+    first = store.barriers.create(topo.name, read_root_versions(topo)).barrier
     reader = TsbStreamReader({
         "catalog": json.dumps({"kind": "metastore", "url": streaming_store.url, "report": ""}),
         "job_id": "wordcount_words",
@@ -190,7 +190,7 @@ def test_source_long_poll_picks_up_a_barrier_generated_while_it_waits(streaming_
     def generate_later() -> None:
         time.sleep(1.0)
         ingest_next_words(topo.location("raw.words"), run_key="w1", lines=5)
-        store.barriers.create_barrier(topo.name, read_root_versions(topo))
+        store.barriers.create(topo.name, read_root_versions(topo))
 
     later = threading.Thread(target=generate_later)
     began = time.monotonic()

@@ -33,10 +33,10 @@ def deploy(store: MetaStore, tmp_path) -> None:
     topo.job("count_words", "a.py", sources=[WORDS], sinks=[WC])
     topo.job("count_counts", "b.py", sources=[WC], sinks=[CC])
     store.registry.register_topology(topo)
-    store.barriers.create_barrier("wordcount", {WORDS: 0}, ts_ms=now_ms() - HOUR_MS)
+    store.barriers.create("wordcount", {WORDS: 0}, ts_ms=now_ms() - HOUR_MS)
     store.table_states.record_written(WC, 1, 0, "count_words")
     store.table_states.record_written(CC, 1, 0, "count_counts")
-    store.barriers.create_barrier("wordcount", {WORDS: 1})
+    store.barriers.create("wordcount", {WORDS: 1})
     store.table_states.record_written(WC, 2, 1, "count_words")
 
 
@@ -75,7 +75,7 @@ def test_stale_read_waits_for_the_lagging_job(store: MetaStore, tmp_path) -> Non
     assert res.barrier == 2 and res.tables[CC].version == 1
     assert 0.5 <= waited < 10
     # wait_s runs out: the error after waiting
-    store.barriers.create_barrier("wordcount", {WORDS: 2}, ts_ms=now_ms() + 1)
+    store.barriers.create("wordcount", {WORDS: 2}, ts_ms=now_ms() + 1)
     store.table_states.record_written(WC, 3, 2, "count_words")
     with pytest.raises(StaleReadError):
         store.resolution.resolve([WC, CC], max_staleness_s=0, wait_s=0.3)
@@ -95,7 +95,7 @@ def test_generation_behind_and_event_time_barriers(store: MetaStore, tmp_path) -
     events.root_table("tsb.raw.events")
     events.job("count_events", "c.py", sources=["tsb.raw.events"], sinks=["tsb.mart.event_count"])
     store.registry.register_topology(events)
-    store.barriers.create_barrier("events", {"tsb.raw.events": 2}, ts_ms=1_000, ts_kind="event")
+    store.barriers.create("events", {"tsb.raw.events": 2}, ts_ms=1_000, ts_kind="event")
     store.table_states.record_written("tsb.mart.event_count", 1, 0, "count_events")
     assert store.resolution.resolve(["tsb.mart.event_count"], max_staleness_s=60).barrier == 1
 

@@ -145,10 +145,10 @@ def test_read_committed_append_manifest_arrow(sqlite_store: MetaStore, tmp_path)
     topo.job("j", "j.py", sources=["a.b.src"], sinks=["a.b.log"])
     sqlite_store.registry.register_topology(topo)
     loc = sqlite_store.registry.table("a.b.log").location
-    sqlite_store.barriers.create_barrier("app", {"a.b.src": 0})
+    sqlite_store.barriers.create("app", {"a.b.src": 0})
     write(loc, AMOUNT_SCHEMA, [("u1", "i1", 1)], "append", 1, "j")
     sqlite_store.table_states.record_written("a.b.log", 1, 0, "j")
-    sqlite_store.barriers.create_barrier("app", {"a.b.src": 0})
+    sqlite_store.barriers.create("app", {"a.b.src": 0})
     rel = "tsb_staging/j/0/2/a/part-0.parquet"
     os.makedirs(os.path.join(loc, os.path.dirname(rel)))
     pq.write_table(pa.Table.from_pylist([{"user": "u2", "item": "i2", "total_amount": 2}], schema=AMOUNT_SCHEMA),
@@ -188,12 +188,12 @@ def test_spark_empty_table_and_append_manifest(spark, sqlite_store: MetaStore, t
     topo.job("j", "j.py", sources=["a.b.src"], sinks=["a.b.log"])
     sqlite_store.registry.register_topology(topo)
     loc = sqlite_store.registry.table("a.b.log").location
-    sqlite_store.barriers.create_barrier("app", {"a.b.src": 0})
+    sqlite_store.barriers.create("app", {"a.b.src": 0})
     write(loc, AMOUNT_SCHEMA, [], "append", 1, "j")  # an empty first barrier
     sqlite_store.table_states.record_written("a.b.log", 1, 0, "j")
     empty = read_tables(spark, ["a.b.log"], store=sqlite_store)["a.b.log"]
     assert empty.count() == 0 and empty.schema.names == ["user", "item", "total_amount"]
-    sqlite_store.barriers.create_barrier("app", {"a.b.src": 0})
+    sqlite_store.barriers.create("app", {"a.b.src": 0})
     rel = "tsb_staging/j/0/2/a/part-0.parquet"
     os.makedirs(os.path.join(loc, os.path.dirname(rel)))
     pq.write_table(pa.Table.from_pylist([{"user": "u2", "item": "i2", "total_amount": 2}], schema=AMOUNT_SCHEMA),

@@ -145,7 +145,7 @@ def test_an_app_run_by_hand_sets_its_status_when_it_ends(
 
 def test_an_app_that_fails_records_failed_with_its_error(registered: tuple[MetaStore, list[str]]) -> None:
     store, argv = registered
-    store.barriers.create_barrier("penguins", {ROOT: 0})  # pending for clean; the root table does not exist
+    store.barriers.create("penguins", {ROOT: 0})  # pending for clean; the root table does not exist
     with pytest.raises(Exception) as err:
         run_app(app(), argv, spark=object())
     job = store.registry.job("clean")

@@ -76,12 +76,12 @@ def test_two_teams_on_one_root_table_read_together_with_an_invariant_across_both
         ingest_next_words(team_a.location("raw.words"), run_key=f"ingest/{n}", lines=15)
         generated.append(TsbBarrierHook(team).generate(f"{team.name}/{n}").barrier)
     assert generated == [1, 2, 3]  # one barrier sequence across the two DAGs
-    domain = store.domains.barrier_domain("word_lengths")
+    domain = store.domains.get("word_lengths")
     assert (domain.name, domain.topologies, list(domain.root_tables)) == (
         "wordcount", ("word_lengths", "wordcount"), [WORDS])
-    assert [b.barrier for b in store.barriers.barriers("word_lengths", ascending=True)] == [2, 3]
+    assert [b.barrier for b in store.barriers.list("word_lengths", ascending=True)] == [2, 3]
     for b in (2, 3):
-        assert store.barriers.barrier("wordcount", b).root_versions == store.barriers.barrier("word_lengths",
+        assert store.barriers.get("wordcount", b).root_versions == store.barriers.get("word_lengths",
                                                                                               b).root_versions
 
     assert _run(team_a, "wordcount_words", 3) == [1, 2, 3]

@@ -109,7 +109,7 @@ def test_a_lagging_streaming_job_takes_ready_barriers_in_one_micro_batch(
     assert enriched["barriers"] == retried and daily["barriers"] == [1, 2, 3, 4, 5, 6]
 
     # every barrier its own version, tagged with it, and the invariants at each (FLIP-276)
-    barriers = store.barriers.barriers(topology.name, limit=100, ascending=True)
+    barriers = store.barriers.list(topology.name, limit=100, ascending=True)
     enriched_at, daily_at = _commits(topology.location(ENRICHED)), _commits(topology.location(DAILY))
     assert sorted(enriched_at) == sorted(daily_at) == list(range(1, DAYS + 1))
     assert len({c["version"] for c in enriched_at.values()}) == DAYS

@@ -158,8 +158,10 @@ def test_sigkill_at_every_point_then_rerun_is_exactly_once_with_the_delta_writer
         killed = _run_job(plan, f"{point}:wordcount_words:{barrier}", spark_remote)
         assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-3000:])
         assert barrier not in {w["barrier"] for w in read_report(plan + ".report")["written"]}, point
-        if point == "while_writing":  # killed as Delta's first files appeared: no commit
-            assert not list(Path(location).glob("_delta_log/*.json")), point
+        if point == "while_writing":  # killed as Delta's first files appeared: the Connect server may
+            # still finish the write the dead client started (then the rerun finds it committed)
+            committed = barrier_commits(location) if list(Path(location).glob("_delta_log/*.json")) else []
+            assert [b for _, b in committed] in ([], [1]), point
         else:  # Delta committed; WRITTEN was not reported
             assert [b for _, b in barrier_commits(location)] == list(range(1, barrier + 1)), point
     done = _run_job(plan, None, spark_remote)
@@ -182,7 +184,7 @@ def test_a_fenced_attempt_writes_nothing_with_the_delta_writer(spark, tmp_path: 
     from airflow_provider_tsb.delta.roots import append_words
 
     append_words(topology.location(WORDS), words_for(1))
-    store.barriers.create_barrier(topology.name, read_root_versions(topology))
+    store.barriers.create(topology.name, read_root_versions(topology))
     zombie = MetastoreCatalog(metastore_url)
     zombie.begin_attempt("wordcount_counts")
     MetastoreCatalog(metastore_url).begin_attempt("wordcount_counts")  # the retry: a newer attempt
@@ -211,7 +213,7 @@ def test_the_metastore_path_with_the_delta_writer(spark, tmp_path: Path, monkeyp
     for b in range(1, 4):
         words += words_for(b)
         append_words(topology.location(WORDS), words_for(b))
-        store.barriers.create_barrier(topology.name, read_root_versions(topology))
+        store.barriers.create(topology.name, read_root_versions(topology))
     from tsb_dev.dataplane import load_app_module
 
     for job in ("wordcount_words", "wordcount_counts"):
@@ -228,7 +230,7 @@ def test_the_metastore_path_with_the_delta_writer(spark, tmp_path: Path, monkeyp
         counts, coc = cut[names[0]], cut[names[1]]
         assert counts["cnt"].sum() == len(words) and coc["cnt2"].sum() == len(counts), level
         assert Counter(dict(zip(counts["word"], counts["cnt"], strict=True))) == Counter(words), level
-    state = store.table_states.table_state(names[0], 3)
+    state = store.table_states.get(names[0], 3)
     assert state is not None and state.file_count, state  # the figures, read from the log at WRITTEN
 
     # an edit of the log that drops the merge's remove actions serves old rows twice: refused

@@ -44,10 +44,10 @@ def test_freshness_names_the_held_back_job_on_postgresql(
                      until_barrier=2) == [1, 2]
     assert run_batch(AppRun(spark, counts_app, catalog, counts_app.resolve_locations(locations)),
                      until_barrier=1) == [1]
-    b2 = store.barriers.barrier("wordcount", 2)
+    b2 = store.barriers.get("wordcount", 2)
     time.sleep(max(0.0, 1.1 - (time.time() * 1000 - b2.created_at_ms) / 1000))  # past the 1 s target
 
-    report = store.freshness.freshness("wordcount")
+    report = store.freshness.report("wordcount")
     lag = (report.measured_at_ms - b2.created_at_ms) / 1000
     assert {t: (f.target_s, f.lag_s, f.missed, f.committed_barrier, f.bottleneck) for t, f in report.tables.items()} \
         == {WORD_COUNT: (1.0, 0.0, False, 2, None), COUNT_OF_COUNTS: (1.0, lag, True, 1, "wordcount_counts")}
@@ -63,7 +63,7 @@ def test_freshness_names_the_held_back_job_on_postgresql(
 
     assert run_batch(AppRun(spark, counts_app, catalog, counts_app.resolve_locations(locations)),
                      until_barrier=2) == [2]
-    report = store.freshness.freshness("wordcount")
+    report = store.freshness.report("wordcount")
     assert report.missed == [] and {t: (f.lag_s, f.committed_barrier) for t, f in report.tables.items()} == {
         WORD_COUNT: (0.0, 2), COUNT_OF_COUNTS: (0.0, 2)}
     assert all(f.lag_s == 0 for f in report.jobs.values())

@@ -74,7 +74,7 @@ def test_a_run_whose_range_holds_an_expired_version_leases_barrier_by_barrier(sp
     committed, barrier 2 (versions 0..1) fails with the expiry error naming the table and the
     barrier, and no lease of the job is left."""
     url, store, locations = _lease_world(tmp_path, barriers=4)
-    reader, _ = store.leases.create_lease({lw.SNAP: 0}, 600.0, holder="a reader")
+    reader, _ = store.leases.create({lw.SNAP: 0}, 600.0, holder="a reader")
     assert expire_snapshots(store, lw.SNAP, 1, consumers=False)["expired_barriers"] == [2, 3]  # versions 1, 2
 
     def process(ctx):  # noqa: ANN001, ANN202 - the app's process function
@@ -90,7 +90,7 @@ def test_a_run_whose_range_holds_an_expired_version_leases_barrier_by_barrier(sp
     summary = DeltaTable(locations[lw.SUMMARY]).to_pyarrow_dataset().to_table(use_threads=False)
     assert summary.column("b").to_pylist() == [1] and summary.column("n").to_pylist() == [lw.ROWS]
     assert store.leases.leased_ranges(lw.SNAP) == [(0, 0)]  # the reader's only
-    store.leases.release_lease(reader)
+    store.leases.release(reader)
     store.dispose()
 
 

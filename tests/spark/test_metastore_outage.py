@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.postgres]
 
 
 def _written(store, table: str, barrier: int) -> bool:
-    state = store.table_states.table_state(table, barrier)
+    state = store.table_states.get(table, barrier)
     return state is not None and state.state == "WRITTEN"
 
 
@@ -51,7 +51,7 @@ def test_a_streaming_job_survives_a_20_s_metastore_outage(spark_remote: str, tmp
             assert job.poll() is None, "the job died during the outage:\n" + log.read_text()[-3000:]
             for n in (2, 3):
                 ingest_next_words(dep.location("raw.words"), f"t/{n}", lines=10)
-                dep.store.barriers.create_barrier(dep.topology.name, read_root_versions(dep.topology), run_key=f"t/{n}")
+                dep.store.barriers.create(dep.topology.name, read_root_versions(dep.topology), run_key=f"t/{n}")
             assert job.wait(timeout=300) == 0, log.read_text()[-3000:]
         finally:
             if job.poll() is None:

@@ -133,14 +133,14 @@ def test_a_failed_background_report_stops_the_run_before_the_next_commit(spark, 
     assert catalog.reported_from == [True]  # made by the report thread, not the job's main thread
     # barrier 1 is committed in Delta, not WRITTEN; barrier 2 ran but was neither reported nor committed
     assert DeltaTable(locations[lw.SUMMARY]).version() == 0
-    assert store.table_states.table_state(lw.SUMMARY, 1).state == BarrierState.PROCESSED
-    assert store.table_states.table_state(lw.SUMMARY, 2) is None
+    assert store.table_states.get(lw.SUMMARY, 1).state == BarrierState.PROCESSED
+    assert store.table_states.get(lw.SUMMARY, 2) is None
     assert store.job_runs.job_barrier_statuses("sum_job", [1, 2]) == {1: "running", 2: "failed"}
     assert store.leases.leased_ranges(lw.SNAP) == []  # barrier 1's ended with 2's start, 2's with its failure
 
     done = run_batch(AppRun(spark, app, MetastoreCatalog(url), tables))  # the rerun repairs barrier 1 from the log
     assert done == [2, 3]
-    states = [store.table_states.table_state(lw.SUMMARY, b) for b in (1, 2, 3)]
+    states = [store.table_states.get(lw.SUMMARY, b) for b in (1, 2, 3)]
     assert [(s.state, s.version) for s in states] == [(BarrierState.WRITTEN, v) for v in (0, 1, 2)]
     rows = DeltaTable(locations[lw.SUMMARY]).to_pyarrow_table().column("b").to_pylist()
     assert sorted(rows) == [1, 2, 3]  # exactly once
@@ -196,7 +196,7 @@ def test_a_batch_run_reports_each_barrier_in_about_one_transaction(spark, tmp_pa
     commits = _count_commits(catalog)
     assert run_batch(AppRun(spark, app, catalog, {lw.SNAP: locations[lw.SNAP], lw.SUMMARY: locations[lw.SUMMARY]})) == \
         [1, 2, 3, 4, 5, 6]
-    states = [store.table_states.table_state(lw.SUMMARY, b) for b in range(1, 7)]
+    states = [store.table_states.get(lw.SUMMARY, b) for b in range(1, 7)]
     assert [(s.state, s.version) for s in states] == [(BarrierState.WRITTEN, v) for v in range(6)]
     assert store.job_runs.job_barrier_statuses("sum_job", list(range(1, 7))) == {b: "succeeded" for b in range(1, 7)}
     # per barrier: PROCESSED, then one transaction for WRITTEN, succeeded, the lease's narrowing and

@@ -37,7 +37,7 @@ JOB, SINK = "wordcount_words", "wordcount.word_count"
 
 
 def _written(store: object, barrier: int) -> bool:
-    state = store.table_states.table_state(SINK, barrier)  # type: ignore[attr-defined]
+    state = store.table_states.get(SINK, barrier)  # type: ignore[attr-defined]
     return state is not None and state.state == "WRITTEN"
 
 
@@ -60,7 +60,7 @@ def _wait(what: str, ok: object, timeout: float, *logs: Path) -> None:
 def _barrier(dep: object, n: int) -> None:
     topology = dep.topology  # type: ignore[attr-defined]
     ingest_next_words(topology.location("raw.words"), f"t/{n}", lines=10)
-    dep.store.barriers.create_barrier(topology.name, read_root_versions(topology), run_key=f"t/{n}")  # type: ignore[attr-defined]
+    dep.store.barriers.create(topology.name, read_root_versions(topology), run_key=f"t/{n}")  # type: ignore[attr-defined]
 
 
 def test_a_killed_server_ends_its_job_in_seconds_and_the_retry_commits_every_barrier_once(tmp_path: Path) -> None:

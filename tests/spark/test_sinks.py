@@ -83,7 +83,7 @@ def deploy(root: Path, url: str) -> Deployment:
             fields.append(("note", pa.string()))
         data = pa.Table.from_pylist(feed(b), schema=pa.schema(fields))
         write_deltalake(topo.location(CDC), data, mode="append", schema_mode="merge" if b == EVOLVED else None)
-        store.barriers.create_barrier(topo.name, read_root_versions(topo), run_key=f"sinks/{b}")
+        store.barriers.create(topo.name, read_root_versions(topo), run_key=f"sinks/{b}")
     return Deployment(url, store, topo, root)
 
 

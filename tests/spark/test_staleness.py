@@ -67,8 +67,8 @@ def check_freshness_missed(store: Any, client: Any, url: str, capsys: pytest.Cap
     from airflow_provider_tsb.cli import main
     from airflow_provider_tsb.sensors.freshness import TsbFreshnessSensor
 
-    b2 = store.barriers.barrier("wordcount", 2)
-    report = store.freshness.freshness("wordcount")
+    b2 = store.barriers.get("wordcount", 2)
+    report = store.freshness.report("wordcount")
     lag = (report.measured_at_ms - b2.created_at_ms) / 1000
     assert lag > 1  # two Spark runs since barrier 2 was generated
     got = {t: (f.lag_s, f.missed, f.committed_barrier, f.bottleneck) for t, f in report.tables.items()}
@@ -119,9 +119,9 @@ def test_bounded_staleness_names_the_held_back_job_then_reads_fresh(
         topo.table(sink, freshness=1)
     store.registry.register_topology(topo)
     ingest_next_words(topo.location("raw.words"), "t/0", lines=20)
-    store.barriers.create_barrier(topo.name, read_root_versions(topo), run_key="t/0", ts_ms=now_ms() - HOUR_MS)
+    store.barriers.create(topo.name, read_root_versions(topo), run_key="t/0", ts_ms=now_ms() - HOUR_MS)
     ingest_next_words(topo.location("raw.words"), "t/1", lines=20)
-    store.barriers.create_barrier(topo.name, read_root_versions(topo), run_key="t/1")
+    store.barriers.create(topo.name, read_root_versions(topo), run_key="t/1")
     catalog = MetastoreCatalog(url)
     locations = {name: topo.location(name) for name in (WORDS, *Q)}
     words_app, counts_app = wordcount_apps
@@ -177,7 +177,7 @@ def test_bounded_staleness_names_the_held_back_job_then_reads_fresh(
     capsys.readouterr()  # the sensor's log lines
     assert main(["versions", "--url", url, "--max-staleness", str(BOUND_S), *Q]) == 0
     assert json.loads(capsys.readouterr().out)["barrier"] == 2
-    report = store.freshness.freshness("wordcount")
+    report = store.freshness.report("wordcount")
     assert report.missed == [] and {t: (f.lag_s, f.committed_barrier, f.bottleneck) for t, f in report.tables.items()} \
         == {WORD_COUNT: (0.0, 2, None), COUNT_OF_COUNTS: (0.0, 2, None)}
     assert client.freshness("wordcount")["missed"] == []

@@ -112,7 +112,7 @@ def test_a_root_written_by_delta_spark_flows_through_wordcount(spark, tmp_path: 
     expected: dict[int, tuple[Counter, Counter]] = {}
     for step in _epochs(root):
         step()
-        barrier = store.barriers.create_barrier(topology.name, read_root_versions(topology)).barrier
+        barrier = store.barriers.create(topology.name, read_root_versions(topology)).barrier
         expected[barrier] = root.expected()
     assert sorted(expected) == list(range(1, 11))
     detail = spark.sql(f"DESCRIBE DETAIL {root.t}").collect()[0]
@@ -183,7 +183,7 @@ def test_flights_roots_written_by_delta_spark_flow_through_the_topology(spark, t
             spark.sql(f"ALTER TABLE delta.`{dep.weather}` DROP COLUMN station_note")
             for location in (dep.flights, dep.weather):
                 spark.sql(f"OPTIMIZE delta.`{location}`")
-        barrier = store.barriers.create_barrier(topology.name, read_root_versions(topology)).barrier
+        barrier = store.barriers.create(topology.name, read_root_versions(topology)).barrier
         epochs[barrier] = (new, weather_rows.copy())
     assert sorted(epochs) == [1, 2, 3, 4]
 

@@ -156,7 +156,7 @@ def _hourly_windows(
 
     def barrier(rows: list[pa.Table]) -> None:
         versions = read_root_versions(topology)
-        info = store.barriers.create_barrier(topology.name, versions, ts_ms=hook.watermark(versions),
+        info = store.barriers.create(topology.name, versions, ts_ms=hook.watermark(versions),
                                              ts_kind=TsKind.EVENT)
         arrivals[info.barrier] = pa.concat_tables(rows)
         marks[info.barrier] = info.ts_ms
@@ -199,7 +199,7 @@ def _hourly_windows(
         assert run_app(app, argv, spark=spark) == 0
         # a system-time barrier in an event-time topology is refused, naming both kinds
         with pytest.raises(TopologyError, match="has event-time barriers .*a system-time barrier is refused"):
-            store.barriers.create_barrier(topology.name, read_root_versions(topology), ts_kind=TsKind.SYSTEM)
+            store.barriers.create(topology.name, read_root_versions(topology), ts_kind=TsKind.SYSTEM)
     else:  # the operator's spark-submit command line
         proc = run_job(Deployment(metastore_url, store, topology, tmp_path), "origin_hourly_delay", 3)
         assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])

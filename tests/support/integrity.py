@@ -67,7 +67,7 @@ def build(store: MetaStore, warehouse: str) -> dict[str, str]:
     loc = {t.name: t.location for t in store.registry.tables(TOPOLOGY)}
     write_deltalake(loc[EVENTS], pa.table({"e": [1]}), mode="append")
     for _ in range(3):
-        store.barriers.create_barrier(TOPOLOGY, {EVENTS: 0})
+        store.barriers.create(TOPOLOGY, {EVENTS: 0})
     a = _stage(loc[SINK], 1, "a", range(0, 10), 1)
     _commit(store, loc[SINK], 1, [a])
     _commit(store, loc[SINK], 2, [_stage(loc[SINK], 2, "a2", range(0, 10), 2),

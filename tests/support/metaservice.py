@@ -80,7 +80,7 @@ def build_shop(store: MetaStore, root: str) -> Shop:
     # barrier 1
     orders = [("user1", "item1", 100, 20.0), ("user2", "item1", 10, 5.0)]
     write(loc[ORDERS], ORDERS_SCHEMA, orders, "append", None, None)
-    store.barriers.create_barrier("shop", {ORDERS: 0})
+    store.barriers.create("shop", {ORDERS: 0})
     write(loc[PRICE], PRICE_SCHEMA, [("user1", "item1", 2000.0), ("user2", "item1", 50.0)], "overwrite", 1, "price_job")
     store.table_states.record_written(PRICE, 1, 0, "price_job")
     write(loc[AMOUNT], AMOUNT_SCHEMA, [("user1", "item1", 100), ("user2", "item1", 10)], "overwrite", 1, "amount_job")
@@ -91,7 +91,7 @@ def build_shop(store: MetaStore, root: str) -> Shop:
 
     # barrier 2
     write(loc[ORDERS], ORDERS_SCHEMA, [("user1", "item1", 25, 20.0)], "append", None, None)
-    store.barriers.create_barrier("shop", {ORDERS: 1})
+    store.barriers.create("shop", {ORDERS: 1})
     write(loc[PRICE], PRICE_SCHEMA, [("user1", "item1", 2500.0), ("user2", "item1", 50.0)], "overwrite", 2, "price_job")
     store.table_states.record_written(PRICE, 2, 1, "price_job")
     rel = "tsb_staging/amount_job/0/2/attempt1/part-00000.parquet"

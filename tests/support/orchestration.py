@@ -116,7 +116,7 @@ def flights_barrier(dep: SimpleNamespace, day: Any, *, final: bool = False, comp
         mark_end_of_input(dep.flights)
         mark_end_of_input(dep.weather)
     versions = read_root_versions(dep.topology)
-    return dep.store.barriers.create_barrier(dep.topology.name, versions, ts_ms=dep.hook.watermark(versions),
+    return dep.store.barriers.create(dep.topology.name, versions, ts_ms=dep.hook.watermark(versions),
                                              ts_kind=TsKind.EVENT, final=final).barrier
 
 

@@ -33,7 +33,7 @@ def build_wordcount(store: MetaStore, warehouse: Path, barriers: int = 4, commit
     seen: list[str] = []
     for k, batch in enumerate(BATCHES[:barriers], start=1):
         write(loc[WORDS], WORD, [(w,) for w in batch], "append", None, None)
-        store.barriers.create_barrier(TOPOLOGY, {WORDS: k - 1}, run_key=f"r{k}")
+        store.barriers.create(TOPOLOGY, {WORDS: k - 1}, run_key=f"r{k}")
         seen.extend(batch)
         counts = Counter(seen)
         write(loc[WC], COUNT, sorted(counts.items()), "overwrite", k, "wc_job")

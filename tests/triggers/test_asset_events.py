@@ -21,7 +21,7 @@ WORDS, COUNTS = "tsb.wordcount.word_count", "tsb.wordcount.count_of_counts"
 
 def _barrier(store: Any, ts_ms: int, written: dict[str, int], root_version: int) -> int:
     """Generate a barrier of ``wordcount`` and record it WRITTEN in ``written`` ({table: version})."""
-    b = store.barriers.create_barrier("wordcount", {"tsb.raw.words": root_version}, ts_ms=ts_ms).barrier
+    b = store.barriers.create("wordcount", {"tsb.raw.words": root_version}, ts_ms=ts_ms).barrier
     for table, version in written.items():
         job = "wordcount_words" if table == WORDS else "wordcount_counts"
         store.table_states.record_written(table, b, version, job)

@@ -72,7 +72,7 @@ def populate(url: str, warehouse: Path) -> MetaStore:
         topo.job(job_id, f"{job_id}.py", sources=sources, sinks=[sink])
     store.registry.register_topology(topo)
     for n in range(1, N_BARRIERS + 1):
-        barrier = store.barriers.create_barrier("flights", {ROOTS[0]: n, ROOTS[1]: n}, ts_kind="event",
+        barrier = store.barriers.create("flights", {ROOTS[0]: n, ROOTS[1]: n}, ts_kind="event",
                                                 run_key=f"run-{n}")
         t = barrier.created_at_ms
         # per-job processing delays (ms); the bottleneck moves between jobs
@@ -112,7 +112,7 @@ def populate_births(store: MetaStore, warehouse: Path, barriers: int = 3) -> Non
         topo.job(job_id, f"{job_id}.py", sources=sources, sinks=sinks)
     store.registry.register_topology(topo)
     for n in range(1, barriers + 1):
-        store.barriers.create_barrier("us_births", {"tsb.raw.births": n, "tsb.raw.states": n}, run_key=f"births-{n}")
+        store.barriers.create("us_births", {"tsb.raw.births": n, "tsb.raw.states": n}, run_key=f"births-{n}")
         for job_id, (_, sinks) in BIRTHS_JOBS.items():
             for sink in sinks:
                 store.table_states.record_written(sink, n, n, job_id)
