@@ -21,7 +21,7 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 # 2.0 s -> 0.8 s with the cache). Install compiles the dependencies; targets may write the cache.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help venv install check-java demo demo-stop test test-unit lint docs bench clean
+.PHONY: help venv install check-java demo demo-stop test test-unit lint docs dist bench clean
 
 help:
 	@echo "make demo       stream the flights topology on real data under a real Airflow (MODE=batch, DAYS=N, ENGINE=submit, WRITER=delta)"
@@ -29,6 +29,7 @@ help:
 	@echo "make test       run the test suite (starts its own PostgreSQL and Airflow)"
 	@echo "make test-unit  run the fast tier: no JVM, no PostgreSQL, no Airflow process"
 	@echo "make docs       build the docs site into site/ (mkdocs --strict)"
+	@echo "make dist       build the sdist and wheel into dist/ and check them (twine check)"
 	@echo "make lint       ruff, and every documented parameter in its signature (pydoclint)"
 	@echo "make bench      run the benchmarks"
 
@@ -73,6 +74,12 @@ lint: install
 	$(VENV)/bin/ruff check airflow_provider_tsb tsb_examples tsb_dev dags spark_apps tests benchmarks dev
 	$(PY) dev/doc_params.py airflow_provider_tsb
 
+dist: install
+	$(UV) pip install -p $(PY) -q build twine
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+
 bench: install check-java
 	$(PY) benchmarks/e2e_latency.py
 	$(PY) benchmarks/full_year.py
@@ -83,4 +90,4 @@ bench: install check-java
 	$(PY) benchmarks/submit_start.py
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache test-output site
+	rm -rf $(VENV) .demo .pytest_cache test-output site dist build

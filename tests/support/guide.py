@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
+#: the guide's first line of output: where the provider it runs is installed
+WHO = "the guide runs the provider of"
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```$", re.S | re.M)
 
 
@@ -30,12 +32,18 @@ def follow_guide(folder: Path, *, until: str | None = None) -> subprocess.Comple
     up to (not including) the first command block containing ``until``.
 
     The environment is this one minus any ``TSB_*`` / ``AIRFLOW_CONN_*`` setting (the guide sets
-    its own), with this interpreter's ``bin`` first on ``PATH`` and ``AIRFLOW_HOME`` in ``folder``.
+    its own), with the ``bin`` of the virtualenv ``$TSB_GUIDE_VENV`` (a wheel installed outside
+    the checkout, as a user installs it; ``.ci/run`` makes one) or else of this interpreter first
+    on ``PATH``, nothing of the checkout on ``PYTHONPATH``, and ``AIRFLOW_HOME`` in ``folder``.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TSB_", "AIRFLOW_CONN_"))}
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    venv = os.environ.get("TSB_GUIDE_VENV")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TSB_", "AIRFLOW_CONN_", "PYSPARK_")) and k != "PYTHONPATH"}
+    bin_dir = os.path.join(venv, "bin") if venv else os.path.dirname(sys.executable)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
     env["AIRFLOW_HOME"] = str(folder / "airflow")
-    script = ["set -euo pipefail"]
+    who = f'python -c "import airflow_provider_tsb; print({WHO!r}, airflow_provider_tsb.__file__)"'
+    script = ["set -euo pipefail", who]
     for kind, target, body in guide_steps():
         if kind == "file":
             path = folder / target
