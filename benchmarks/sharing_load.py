@@ -77,8 +77,8 @@ def serve(url: str, port: int) -> None:
     import uvicorn
 
     from airflow_provider_tsb.api.heap import FreezeHeapMiddleware
-    from airflow_provider_tsb.api.sharing import create_sharing_app
-    from airflow_provider_tsb.api.sharing_cache import DEFAULT_CHECK_SECONDS
+    from airflow_provider_tsb.api.sharing.cache import DEFAULT_CHECK_SECONDS
+    from airflow_provider_tsb.api.sharing.routes import create_sharing_app
     from airflow_provider_tsb.metastore.store import MetaStore
 
     app = create_sharing_app(MetaStore(url), seconds=300, check_seconds=DEFAULT_CHECK_SECONDS)

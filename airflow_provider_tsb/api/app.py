@@ -18,7 +18,7 @@ The Airflow security module imports the ORM, so it is imported lazily, inside th
 the plugin module is also imported by every task process (plugins provide macros/listeners there),
 and those processes must not pay for (or touch) the API server's machinery.
 
-The Delta Sharing server (:mod:`airflow_provider_tsb.api.sharing`) is mounted at ``/tsb/sharing``
+The Delta Sharing server (:mod:`airflow_provider_tsb.api.sharing.routes`) is mounted at ``/tsb/sharing``
 with the same authentication and roles, and also takes the tokens of Delta Sharing recipients
 (:func:`sharing_user`: one share, read-only; no other route accepts them). Its
 ``/files/{token}`` route takes no bearer token (the client fetches file URLs without one: the
@@ -162,13 +162,13 @@ async def sharing_user(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)],
 ) -> object:
     """Authentication of the Delta Sharing routes: a recipient's token (one share, read-only:
-    :func:`~airflow_provider_tsb.api.sharing_auth.authenticate_recipient`), else the Airflow user
+    :func:`~airflow_provider_tsb.api.sharing.auth.authenticate_recipient`), else the Airflow user
     exactly as :func:`get_current_user`. No other route accepts a recipient token."""
     from airflow_provider_tsb.metastore.recipients import is_recipient_token
 
     bearer = credentials.credentials if credentials and credentials.scheme.lower() == "bearer" else None
     if bearer is not None and is_recipient_token(bearer):
-        from airflow_provider_tsb.api.sharing_auth import authenticate_recipient
+        from airflow_provider_tsb.api.sharing.auth import authenticate_recipient
 
         return await authenticate_recipient(request, bearer)
     return await get_current_user(request, credentials)
@@ -366,7 +366,7 @@ def airflow_access(request: Request, store: MetaStore) -> TopologyAccess:
 
     recipient = getattr(request.state, "tsb_recipient", None)
     if recipient is not None:  # a sharing route, authenticated by a recipient's token (sharing_user)
-        from airflow_provider_tsb.api.sharing_auth import RecipientAccess
+        from airflow_provider_tsb.api.sharing.auth import RecipientAccess
 
         return RecipientAccess(recipient, store)
     user = getattr(request.state, "tsb_user", None)
@@ -399,9 +399,9 @@ def create_app() -> FastAPI:
     from airflow_provider_tsb.api.recipients import router as recipients_router
 
     app.include_router(recipients_router, prefix=API_PREFIX, dependencies=[Depends(get_current_user)])
-    # The Delta Sharing server at /tsb/sharing (api/sharing.py): the same auth and roles; its
+    # The Delta Sharing server at /tsb/sharing (api/sharing/routes.py): the same auth and roles; its
     # file route is authenticated by the URL's signature instead.
-    from airflow_provider_tsb.api.sharing import install_sharing
+    from airflow_provider_tsb.api.sharing.routes import install_sharing
 
     install_sharing(app, dependencies=[Depends(sharing_user)])
     install_exception_handlers(app)

@@ -175,7 +175,7 @@ class BodySizeLimitMiddleware:
                     declared = 0
                 if declared > self.max_bytes:
                     response = JSONResponse(
-                        # errorCode/message: the Delta Sharing error shape (api/sharing.py)
+                        # errorCode/message: the Delta Sharing error shape (api/sharing/routes.py)
                         {"detail": detail, "error": "RequestTooLarge", "errorCode": "RESOURCE_LIMIT_EXCEEDED",
                          "message": detail},
                         status_code=413,

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from airflow_provider_tsb.api.access import EDIT, TopologyAccess
 from airflow_provider_tsb.api.errors import TsbRoute
 from airflow_provider_tsb.api.routes import get_access, get_store
-from airflow_provider_tsb.api.sharing_model import resolve_share
+from airflow_provider_tsb.api.sharing.model import resolve_share
 from airflow_provider_tsb.exceptions import AccessDeniedError, UnknownShareError
 from airflow_provider_tsb.metastore.recipients import DEFAULT_RECIPIENT_SECONDS, MAX_RECIPIENT_SECONDS, Recipient
 from airflow_provider_tsb.metastore.store import MetaStore

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 SHARING_PATH = "/tsb/sharing"
-RC_SUFFIX = "--read-committed"  # airflow_provider_tsb.api.sharing_model.RC_SUFFIX (no FastAPI import here)
+RC_SUFFIX = "--read-committed"  # airflow_provider_tsb.api.sharing.model.RC_SUFFIX (no FastAPI import here)
 #: seconds in a day: ``--expires-in 7d`` style suffixes
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -8,7 +8,7 @@ Sharing PROTOCOL.md "Profile File Format": ``bearerToken``, ``expirationTime``).
 * opens one share, read-only, on the sharing routes only: it is no Airflow JWT, so Airflow's
   API and the tsb REST API refuse it;
 * expires (``expires_at_ms``) and can be revoked (``revoked_at_ms``); both end it at once, and
-  so do the file URLs issued to it (:mod:`airflow_provider_tsb.api.sharing_files`).
+  so do the file URLs issued to it (:mod:`airflow_provider_tsb.api.sharing.files`).
 
 Times are epoch milliseconds (UTC).
 """

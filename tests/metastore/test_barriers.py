@@ -83,7 +83,7 @@ def test_barrier_timestamps_span_the_signed_64_bit_range(core: MetastoreCore, re
     """Event time before 1970 is a normal historical replay: a negative watermark is a barrier
     timestamp like any other (both ends of BIGINT included); only values beyond it are refused,
     naming the field, before anything is written. The sharing protocol's timestamps map to it."""
-    from airflow_provider_tsb.api.sharing_model import parse_timestamp
+    from airflow_provider_tsb.api.sharing.model import parse_timestamp
     from airflow_provider_tsb.exceptions import OutOfRangeError
 
     barriers = BarrierManager(core)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import uvicorn
 
-from airflow_provider_tsb.api.sharing import create_sharing_app
-from airflow_provider_tsb.api.sharing_cache import DEFAULT_CHECK_SECONDS
+from airflow_provider_tsb.api.sharing.cache import DEFAULT_CHECK_SECONDS
+from airflow_provider_tsb.api.sharing.routes import create_sharing_app
 from airflow_provider_tsb.metastore.store import MetaStore
 from tsb_dev.sharing_race import race, write_profile
 from tsb_dev.wordcount_writer import WORDS, WordcountWriter, cut_errors

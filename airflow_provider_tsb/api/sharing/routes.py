@@ -2,7 +2,7 @@
 
 Mounted at ``/tsb/sharing`` in the api-server (the profile ``endpoint``), it implements the REST
 APIs of the Delta Sharing protocol (github.com/delta-io/delta-sharing, PROTOCOL.md) in the
-``parquet`` response format, with the mapping of :mod:`airflow_provider_tsb.api.sharing_model`:
+``parquet`` response format, with the mapping of :mod:`airflow_provider_tsb.api.sharing.model`:
 
 * ``GET /shares``, ``GET /shares/{share}`` ("List Shares", "Get Share"): topologies and
   barrier domains the user may read;
@@ -12,8 +12,8 @@ APIs of the Delta Sharing protocol (github.com/delta-io/delta-sharing, PROTOCOL.
 * ``GET .../tables/{table}/metadata`` ("Query Table Metadata"): NDJSON protocol + metaData;
 * ``POST .../tables/{table}/query`` ("Read Data from a Table"): body ``version`` (AS OF that
   barrier) or ``timestamp`` (the newest barrier at or before it); NDJSON protocol, metaData and
-  one ``file`` line per Parquet file with a signed URL (:mod:`.sharing_files`; on S3 a presigned
-  URL of the store, :mod:`.sharing_presign`); the versions
+  one ``file`` line per Parquet file with a signed URL (:mod:`.files`; on S3 a presigned
+  URL of the store, :mod:`.presign`); the versions
   served are leased for as long as the URLs live (for a reader with the lease right:
   :func:`may_lease`), so snapshot expiry keeps the files;
   ``startingVersion`` answers as ``changes``;
@@ -25,9 +25,9 @@ APIs of the Delta Sharing protocol (github.com/delta-io/delta-sharing, PROTOCOL.
   expired, or its recipient was revoked).
 
 Auth: a Delta Sharing recipient's token (:mod:`airflow_provider_tsb.metastore.recipients`:
-one share, read-only, expiring, revocable; :class:`~.sharing_auth.RecipientAccess`), or an
+one share, read-only, expiring, revocable; :class:`~.auth.RecipientAccess`), or an
 Airflow user's JWT with the tsb REST API's roles: the routes depend on
-:func:`~.routes.get_access`, which in the api-server asks the auth manager for read access to
+:func:`~airflow_provider_tsb.api.routes.get_access`, which in the api-server asks the auth manager for read access to
 every DAG of the share's topologies. Errors are the protocol's
 ``{"errorCode", "message"}``: 400 ``INVALID_PARAMETER_VALUE`` (bad or expired version, bad
 body), 403 ``PERMISSION_DENIED``, 404 ``RESOURCE_DOES_NOT_EXIST``, 413, 429 (the user's leases
@@ -47,18 +47,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
-from airflow_provider_tsb.api import sharing_model as sm
 from airflow_provider_tsb.api.access import EDIT, READ, AllowAll, TopologyAccess
 from airflow_provider_tsb.api.errors import status_for
 from airflow_provider_tsb.api.lease_budget import lease_holder
 from airflow_provider_tsb.api.limits import config_number, config_seconds, max_lease_seconds, short_text
 from airflow_provider_tsb.api.routes import get_access, get_store
-from airflow_provider_tsb.api.sharing_auth import check_principal, principal_of, require_share
-from airflow_provider_tsb.api.sharing_cache import DEFAULT_CHECK_SECONDS, SharingCache
-from airflow_provider_tsb.api.sharing_files import file_id, grant, sign
-from airflow_provider_tsb.api.sharing_lines import change_lines, file_response, metadata_lines, query_lines
-from airflow_provider_tsb.api.sharing_presign import presigned_url
-from airflow_provider_tsb.api.sharing_threads import in_sharing_threads
+from airflow_provider_tsb.api.sharing import model as sm
+from airflow_provider_tsb.api.sharing.auth import check_principal, principal_of, require_share
+from airflow_provider_tsb.api.sharing.cache import DEFAULT_CHECK_SECONDS, SharingCache
+from airflow_provider_tsb.api.sharing.files import file_id, grant, sign
+from airflow_provider_tsb.api.sharing.lines import change_lines, file_response, metadata_lines, query_lines
+from airflow_provider_tsb.api.sharing.presign import presigned_url
+from airflow_provider_tsb.api.sharing.threads import in_sharing_threads
 from airflow_provider_tsb.exceptions import (
     DeltaLogIntegrityError,
     ExpiredVersionError,
@@ -83,7 +83,7 @@ async def url_seconds(request: Request) -> int:
     """Dependency: lifetime of file URLs and query leases, seconds (``[tsb] sharing_url_seconds``,
     default 300; at most ``[tsb] max_lease_seconds``, the longest lease a reader may take; the
     app's ``state.tsb_url_seconds`` when set, :func:`create_sharing_app`). A coroutine: it reads
-    Airflow's parsed configuration, which does not block (see :func:`~.routes.get_store`)."""
+    Airflow's parsed configuration, which does not block (see :func:`~airflow_provider_tsb.api.routes.get_store`)."""
     fixed: int | None = getattr(request.app.state, "tsb_url_seconds", None)
     if fixed is not None:
         return fixed
@@ -101,7 +101,7 @@ def sharing_error(status: int, message: str) -> JSONResponse:
 class SharingRoute(APIRoute):
     """Answers every error of a sharing route in the protocol's shape (never a bare 500 for a
     client error): tsb errors by :func:`status_for`, expired and unknown barriers 400. A plain
-    function endpoint runs in the sharing worker threads (:func:`~.sharing_threads.in_sharing_threads`)."""
+    function endpoint runs in the sharing worker threads (:func:`~.threads.in_sharing_threads`)."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         if not inspect.iscoroutinefunction(endpoint):
@@ -138,7 +138,7 @@ AccessDep = Annotated[TopologyAccess, Depends(get_access)]
 def sharing_cache(request: Request, store: MetaStore) -> SharingCache:
     """The app's :class:`SharingCache` of ``store`` (made at the first request, and again when
     the app's store is replaced), checking the registry once per ``[tsb] sharing_check_seconds``
-    (default :data:`~.sharing_cache.DEFAULT_CHECK_SECONDS`; the app's
+    (default :data:`~.cache.DEFAULT_CHECK_SECONDS`; the app's
     ``state.tsb_sharing_check_seconds`` when set, :func:`create_sharing_app`).
 
     Raises:
@@ -367,7 +367,7 @@ def _changes(request: Request, store: MetaStore, access: TopologyAccess, share: 
 @files_router.api_route("/files/{token}", methods=["GET", "HEAD"], name="sharing_file")
 def sharing_file(token: str, request: Request, store: StoreDep) -> Response:
     """The Parquet file behind a file URL (no bearer token: the URL's encrypted grant is the
-    credential, :mod:`.sharing_files`).
+    credential, :mod:`.files`).
 
     Errors: 403 forged, expired, issued to a recipient since revoked or expired (or to an Airflow
     token since logged out), or a path outside its table; 404 the file is gone."""

@@ -1,4 +1,4 @@
-"""The worker threads of Delta Sharing requests (``api/sharing_threads.py``): a sharing route's
+"""The worker threads of Delta Sharing requests (``api/sharing/threads.py``): a sharing route's
 plain-function endpoint runs on ``[tsb] sharing_threads`` threads, never more at once."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from airflow_provider_tsb.api.sharing import router
-from airflow_provider_tsb.api.sharing_threads import in_sharing_threads, sharing_executor
+from airflow_provider_tsb.api.sharing.routes import router
+from airflow_provider_tsb.api.sharing.threads import in_sharing_threads, sharing_executor
 from tests.support.event_loops import run_coroutine
 
 

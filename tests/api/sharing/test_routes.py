@@ -27,8 +27,8 @@ import uvicorn
 from requests.exceptions import HTTPError
 
 from airflow_provider_tsb.api.access import AllowAll, Method
-from airflow_provider_tsb.api.sharing import create_sharing_app, url_seconds
-from airflow_provider_tsb.api.sharing_files import sign, verify
+from airflow_provider_tsb.api.sharing.files import sign, verify
+from airflow_provider_tsb.api.sharing.routes import create_sharing_app, url_seconds
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.readers import read_tables_pandas
 from airflow_provider_tsb.topology import Topology
@@ -331,7 +331,7 @@ def test_s3_presigned_urls_match_the_aws_example() -> None:
     """AWS's own example ("Authenticating Requests: Using Query Parameters", Signature V4)."""
     from datetime import UTC, datetime
 
-    from airflow_provider_tsb.api.sharing_presign import presign_s3
+    from airflow_provider_tsb.api.sharing.presign import presign_s3
 
     url = presign_s3("examplebucket", "test.txt", 86400, {
         "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",

@@ -1,4 +1,4 @@
-"""What the Delta Sharing server keeps per process (``api/sharing_cache.py``), on SQLite and
+"""What the Delta Sharing server keeps per process (``api/sharing/cache.py``), on SQLite and
 PostgreSQL with real Delta tables.
 
 Each test fails without the mechanism it names: a kept share that missed a registration or a
@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from sqlalchemy import event
 
-from airflow_provider_tsb.api import sharing_model as sm
-from airflow_provider_tsb.api.sharing_cache import REUSE_FRACTION, SharingCache
+from airflow_provider_tsb.api.sharing import model as sm
+from airflow_provider_tsb.api.sharing.cache import REUSE_FRACTION, SharingCache
 from airflow_provider_tsb.exceptions import UnknownBarrierError
 from airflow_provider_tsb.metastore.records import now_ms
 from airflow_provider_tsb.metastore.store import MetaStore

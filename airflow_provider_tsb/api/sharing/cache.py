@@ -24,7 +24,7 @@ a query's CPU (docs/benchmarks.md "Delta Sharing"), so :class:`SharingCache` kee
 
 Not kept: READ_COMMITTED answers (a PROCESSED barrier's staged files can be replaced), the
 share's newest version, authorization (:mod:`.access`, which has its own cache), and the
-Delta log's files and verification (:mod:`.sharing_files`).
+Delta log's files and verification (:mod:`.files`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from cachetools import LRUCache
 
-from airflow_provider_tsb.api import sharing_model as sm
+from airflow_provider_tsb.api.sharing import model as sm
 from airflow_provider_tsb.consistency import ConsistencyLevel
 from airflow_provider_tsb.metastore.records import Resolution, now_ms
 from airflow_provider_tsb.metastore.registry_reads import registry_version

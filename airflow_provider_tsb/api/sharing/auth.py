@@ -1,6 +1,6 @@
 """Who a Delta Sharing request is: a recipient's token, or an Airflow user's JWT.
 
-The sharing routes of the api-server (:mod:`airflow_provider_tsb.api.sharing`) authenticate
+The sharing routes of the api-server (:mod:`airflow_provider_tsb.api.sharing.routes`) authenticate
 with :func:`airflow_provider_tsb.api.app.sharing_user`:
 
 * a bearer token starting with :data:`~airflow_provider_tsb.metastore.recipients.TOKEN_PREFIX`
@@ -30,7 +30,7 @@ from airflow_provider_tsb.exceptions import AccessDeniedError, RecipientTokenErr
 from airflow_provider_tsb.metastore.recipients import Recipient
 
 if TYPE_CHECKING:
-    from airflow_provider_tsb.api.sharing_files import FileGrant
+    from airflow_provider_tsb.api.sharing.files import FileGrant
     from airflow_provider_tsb.metastore.store import MetaStore
 
 RECIPIENT = "recipient:"
@@ -55,7 +55,7 @@ class RecipientAccess(TopologyAccess):
 
     def _share_topologies(self) -> frozenset[str]:
         if self._topologies is None:
-            from airflow_provider_tsb.api.sharing_model import resolve_share
+            from airflow_provider_tsb.api.sharing.model import resolve_share
             from airflow_provider_tsb.exceptions import UnknownShareError
 
             try:

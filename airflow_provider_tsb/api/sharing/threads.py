@@ -4,7 +4,7 @@ FastAPI runs a plain-function endpoint in a worker thread of Starlette's pool (4
 process, shared with Airflow's own routes). A sharing request is CPU work with short metastore
 round trips between, so 20 concurrent requests on 40 threads take turns at the interpreter
 lock and the slowest waits several times the median: with 20 clients without pause, p50 34 ms
-and p99 156 ms (:mod:`.sharing_cache` keeping the shares and leases). Queued for a few threads
+and p99 156 ms (:mod:`.cache` keeping the shares and leases). Queued for a few threads
 of their own, the requests are answered in arrival order: p50 27 ms, p99 39 ms, and 20 % more
 answers a second (docs/benchmarks.md "Delta Sharing"). The routes of :mod:`.sharing` run
 their plain-function endpoints here (:func:`in_sharing_threads`); coroutines stay on the event

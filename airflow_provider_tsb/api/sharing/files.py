@@ -82,7 +82,7 @@ class FileGrant:
         expires_ms: epoch ms after which the URL is refused.
         principal: who the URL was issued to: ``recipient:<id>``, ``jwt:<jti>`` (an Airflow user's
             token), or ``None`` (a standalone app without authentication); the file route refuses
-            the URL once that principal is revoked (:func:`~.sharing_auth.check_principal`).
+            the URL once that principal is revoked (:func:`~.auth.check_principal`).
     """
 
     root: str

@@ -11,7 +11,7 @@ The mapping (docs/sharing.md), free of HTTP:
   reads each table AS OF barrier ``N``: every table read at one version is one consistent cut.
 
 Errors are :class:`~airflow_provider_tsb.exceptions.TsbError` subclasses; the routes turn them
-into the protocol's ``{"errorCode", "message"}`` answers (:mod:`airflow_provider_tsb.api.sharing`).
+into the protocol's ``{"errorCode", "message"}`` answers (:mod:`airflow_provider_tsb.api.sharing.routes`).
 """
 
 from __future__ import annotations

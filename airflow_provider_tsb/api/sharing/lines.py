@@ -21,8 +21,8 @@ from typing import Any
 
 from fastapi.responses import FileResponse, Response
 
-from airflow_provider_tsb.api.sharing_files import DataFile, local_file, snapshot, snapshot_files, version_files
-from airflow_provider_tsb.api.sharing_model import BarrierSteps
+from airflow_provider_tsb.api.sharing.files import DataFile, local_file, snapshot, snapshot_files, version_files
+from airflow_provider_tsb.api.sharing.model import BarrierSteps
 from airflow_provider_tsb.exceptions import InconsistentReadError, TableNotFoundError
 from airflow_provider_tsb.metastore.records import TableVersion
 
