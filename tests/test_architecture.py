@@ -345,3 +345,35 @@ def test_every_error_lives_in_exceptions_and_is_a_tsb_error() -> None:
               if issubclass(c, BaseException) and c.__module__ == exceptions.__name__]
     assert len(errors) > 50
     assert [c.__name__ for c in errors if not issubclass(c, exceptions.TsbError)] == []
+
+
+CACHE_TYPES = ("TTLCache", "LRUCache", "CommitFold", "OrderedDict")
+
+
+def test_every_cache_has_the_one_owner() -> None:
+    """Module-level caches (``TTLCache``, ``CommitFold``, ``OrderedDict``, ``@cache``d functions)
+    register with :data:`airflow_provider_tsb.caches.CACHES`, whose ``clear()`` empties them all."""
+    import importlib
+    import pkgutil
+
+    import airflow_provider_tsb
+    from airflow_provider_tsb.caches import CACHES
+
+    loose = []
+    for path in PACKAGE.rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        text = path.read_text()
+        for node in ast.parse(text).body:
+            value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+            if isinstance(value, ast.Call) and ast.unparse(value.func) in CACHE_TYPES and "CACHES.on_clear" not in text:
+                loose.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+            if isinstance(node, ast.FunctionDef) and any(ast.unparse(d).split("(")[0] in ("cache", "lru_cache")
+                                                         for d in node.decorator_list):
+                if f"{node.name}.cache_clear" not in text:
+                    loose.append(f"{path.relative_to(PACKAGE)}:{node.name}")
+    assert loose == [], "caches that do not register with CACHES"
+    for info in pkgutil.walk_packages(airflow_provider_tsb.__path__, "airflow_provider_tsb."):
+        if "migrations" not in info.name and not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+    assert len(CACHES.names()) >= 16 and CACHES.clear() == CACHES.names()

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from cachetools import TTLCache
 
 from airflow_provider_tsb.api.access import Method, TopologyAccess, default_location_roots
+from airflow_provider_tsb.caches import CACHES
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,14 @@ class LinkCache:
 
 _MISSING = object()
 _link_cache: LinkCache | None = None
+
+
+def _forget_links() -> None:
+    global _link_cache
+    _link_cache = None
+
+
+CACHES.on_clear("api.access_links", _forget_links)
 
 
 def link_cache() -> LinkCache:

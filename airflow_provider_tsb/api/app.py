@@ -47,6 +47,8 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.responses import Response
 
+from airflow_provider_tsb.caches import CACHES
+
 if TYPE_CHECKING:
     from airflow_provider_tsb.api.access import TopologyAccess
     from airflow_provider_tsb.metastore.store import MetaStore
@@ -122,6 +124,14 @@ class TokenCache:
 
 
 _token_cache: TokenCache | None = None
+
+
+def _forget_tokens() -> None:
+    global _token_cache
+    _token_cache = None
+
+
+CACHES.on_clear("api.tokens", _forget_tokens)
 
 
 def token_cache() -> TokenCache:

@@ -28,6 +28,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from airflow_provider_tsb.caches import CACHES
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -45,7 +47,7 @@ MAX_DETAIL = 2000
 
 
 #: ``[tsb]`` settings read so far in this process: {key: (its environment variables, value)}
-_read: dict[str, tuple[tuple[str | None, ...], str | None]] = {}
+_read: dict[str, tuple[tuple[str | None, ...], str | None]] = CACHES.add("api.settings", {})
 
 
 def config_value(key: str) -> str | None:

@@ -73,6 +73,7 @@ from airflow_provider_tsb.api.schemas import (
     VersionsOut,
     VersionsRequest,
 )
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import BadRequestError, TsbError, UnknownJobError, UnknownTopologyError
 from airflow_provider_tsb.metastore.records import JobStatus
@@ -87,28 +88,26 @@ __all__ = ["configured_store", "create_metaservice_app", "error_response", "get_
 #: seconds the api-server keeps the metastore it resolved (``$TSB_METASTORE_URL`` or the
 #: ``tsb_default`` connection, which may be a query of Airflow's database or a secrets backend)
 STORE_LOOKUP_SECONDS = 30.0
-_resolved: tuple[float, MetaStore] | None = None
-
-
 #: seconds a request's metastore call is retried before its 503 (not the jobs' 90 s: threads)
 REQUEST_RETRY_S = 10.0
-_request_stores: dict[str, MetaStore] = {}  # engine URL -> the requests' store on that engine
+#: the requests' store per engine URL, and under ``""`` the one resolved last: (when, store)
+_stores: dict[str, Any] = CACHES.add("api.stores", {})
 
 
 def configured_store() -> MetaStore:
     """The metastore of the Airflow deployment: ``TsbMetastoreHook().get_conn()``'s engine, with
     calls retried for :data:`REQUEST_RETRY_S`; resolved again after :data:`STORE_LOOKUP_SECONDS`
     (one engine and pool per URL and process)."""
-    global _resolved
-    if _resolved is not None and time.monotonic() - _resolved[0] < STORE_LOOKUP_SECONDS:
-        return _resolved[1]
+    resolved = _stores.get("")
+    if resolved is not None and time.monotonic() - resolved[0] < STORE_LOOKUP_SECONDS:
+        return resolved[1]
     from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 
     engine = TsbMetastoreHook().get_conn().engine
-    store = _request_stores.get(key := engine.url.render_as_string(hide_password=False))
+    store = _stores.get(key := engine.url.render_as_string(hide_password=False))
     if store is None or store.engine is not engine:
-        store = _request_stores[key] = MetaStore(engine, retry_s=REQUEST_RETRY_S)
-    _resolved = (time.monotonic(), store)
+        store = _stores[key] = MetaStore(engine, retry_s=REQUEST_RETRY_S)
+    _stores[""] = (time.monotonic(), store)
     return store
 
 
@@ -124,8 +123,9 @@ async def get_store(request: Request) -> MetaStore:
     store: MetaStore | None = getattr(request.app.state, "tsb_store", None)
     if store is not None:
         return store
-    if _resolved is not None and time.monotonic() - _resolved[0] < STORE_LOOKUP_SECONDS:
-        return _resolved[1]
+    resolved = _stores.get("")
+    if resolved is not None and time.monotonic() - resolved[0] < STORE_LOOKUP_SECONDS:
+        return resolved[1]
     return await run_in_threadpool(configured_store)
 
 

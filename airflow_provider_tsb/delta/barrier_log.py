@@ -48,6 +48,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.delta.direct_append import append_file, supports_direct_append
 from airflow_provider_tsb.delta.log import (
     native_filesystem,
@@ -95,7 +96,7 @@ LOG_PROPERTIES = {"delta.logRetentionDuration": "interval 10 seconds", "delta.ch
 
 #: The barrier logs this process writes, each kept loaded and moved forward incrementally, so
 #: a generation does not load the log from its last checkpoint again (``_writer_table``).
-_writers: dict[str, DeltaTable] = {}
+_writers: dict[str, DeltaTable] = CACHES.add("delta.barrier_log.writers", {})
 _writers_lock = threading.Lock()
 #: Commits :func:`logged_barrier` reads back from the newest for the newest ``txn`` before it asks
 #: the snapshot: a compaction's commit carries none, and the generation after a maintenance paid a
@@ -103,7 +104,7 @@ _writers_lock = threading.Lock()
 #: ``dev/generation_tail.py``).
 TXN_LOOK_BACK = 8
 #: Per barrier log this process writes: whether it appends with its own commit files (``_appends_directly``).
-_direct: dict[str, bool] = {}
+_direct: dict[str, bool] = CACHES.add("delta.barrier_log.direct", {})
 #: Commit attempts of the log's compaction before it takes :data:`_writers_lock` (delta-rs's
 #: ``max_commit_retries``; its default, 15, was lost to a writer appending in a tight loop on a
 #: loaded machine: each attempt lands only if no generation commits between delta-rs's listing

@@ -36,6 +36,7 @@ from urllib.parse import unquote
 
 from deltalake import DeltaTable
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.delta.commit_fold import UNKNOWN, CommitFold
 from airflow_provider_tsb.exceptions import DeltaLogIntegrityError
 
@@ -354,10 +355,12 @@ def _commit_info(location: str, version: int, name: str) -> dict[str, Any] | Non
         ) from exc
 
 
-def forget_verified() -> None:
-    """Empty the process cache of verified versions (tests and benchmarks)."""
+def _forget_verified() -> None:
     with _LOCK:
         _VERIFIED.clear()
+
+
+CACHES.on_clear("delta.integrity.verified", _forget_verified)
 
 
 __all__ = [
@@ -370,7 +373,6 @@ __all__ = [
     "file_digest",
     "figures_metadata",
     "figures_of",
-    "forget_verified",
     "integrity_error",
     "live_figures",
     "live_paths",
@@ -381,4 +383,5 @@ __all__ = [
 ]
 
 
-_LIVE_FILES: CommitFold[LiveFiles] = CommitFold(_live_files_step, _live_files_from_snapshot)
+_LIVE_FILES: CommitFold[LiveFiles] = CACHES.add(
+    "delta.integrity.live_files", CommitFold(_live_files_step, _live_files_from_snapshot))

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.delta.commit_fold import UNKNOWN, CommitFold
 from airflow_provider_tsb.delta.compaction import Compaction
 from airflow_provider_tsb.delta.log import commit_info, normalize_location, table_exists
@@ -38,7 +39,7 @@ COMPACTION = "tsb.compaction"
 MAX_STEP = 100
 #: root tables (and columns) whose last watermark is kept, and root tables whose writer table is kept
 MAX_WATERMARKS = 256
-_writers: dict[str, tuple[DeltaTable, tuple[int, int] | None]] = {}
+_writers: dict[str, tuple[DeltaTable, tuple[int, int] | None]] = CACHES.add("delta.roots.writers", {})
 _writers_lock = threading.Lock()
 
 
@@ -227,8 +228,8 @@ def _watermark_from_snapshot(loc: str, version: int, column: str) -> int | None:
     return _snapshot_watermark(loc, version, column)  # looked up at call time (tests count the reads)
 
 
-_WATERMARKS: CommitFold[int | None] = CommitFold(_watermark_step, _watermark_from_snapshot, max_step=MAX_STEP,
-                                                 max_tables=MAX_WATERMARKS)
+_WATERMARKS: CommitFold[int | None] = CACHES.add("delta.roots.watermarks", CommitFold(
+    _watermark_step, _watermark_from_snapshot, max_step=MAX_STEP, max_tables=MAX_WATERMARKS))
 
 
 def _stats_max(stats: str | None, column: str) -> int | None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.delta.log import LOG_DIR, normalize_location, open_table
 from airflow_provider_tsb.exceptions import TableNotFoundError
 
@@ -277,3 +278,6 @@ def clear(location: str | None = None) -> None:
             _snapshots.clear()
         else:
             _forget(normalize_location(location))
+
+
+CACHES.on_clear("delta.snapshots", clear)

@@ -21,6 +21,7 @@ from urllib.parse import quote_plus
 
 from airflow.providers.common.compat.sdk import BaseHook
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.exceptions import TsbError
 from airflow_provider_tsb.metastore.engine import METASTORE_URL_ENV, default_sqlite_url
 from airflow_provider_tsb.metastore.locations import configured_location_roots
@@ -28,7 +29,7 @@ from airflow_provider_tsb.metastore.store import CommitState, MetaStore, now_ms
 from airflow_provider_tsb.names import normalize_table_name
 from airflow_provider_tsb.ui.links import history_path, iso_utc
 
-_ENGINES: dict[str, MetaStore] = {}
+_ENGINES: dict[str, MetaStore] = CACHES.add("hooks.metastores", {})
 
 
 class TsbMetastoreHook(BaseHook):

@@ -5,8 +5,8 @@ session of the read's one transaction (so a step's SQL is visible and the whole 
 transaction, one round trip per step):
 
 1. :func:`registered`: the tables of Q as registered (one query), in one barrier domain;
-2. :func:`~.expiry.expiries`: the expiry marks (with a lease read after step 1 locked the rows;
-   without, in step 1's query: :func:`registered_with_expiries`);
+2. :func:`~.expiry.expiries`: the expiry marks (in step 1's query, :func:`registered_with_expiries`,
+   unless a leased read locked the rows in step 1);
 3. the barrier: :func:`pinned_barrier` for AS OF, else :func:`candidate_barrier` (one index seek
    per table and state) and :func:`confirm` (one primary-key lookup per table; a fallback scan
    only when a table skipped barriers);
@@ -15,9 +15,8 @@ transaction, one round trip per step):
    WRITTEN version plus the staged manifest), never an expired one;
 6. :func:`with_lease`: pin the answer (:func:`~.leases.lease_versions`) in the same transaction.
 
-READ_UNCOMMITTED reads each table's latest version from its Delta log instead
-(:meth:`ResolutionManager.latest_versions`). Bounded staleness wraps a resolver
-(:class:`~.staleness.StalenessResolver`).
+READ_UNCOMMITTED reads each table's latest version from its Delta log
+(:meth:`ResolutionManager.latest_versions`); :class:`~.staleness.StalenessResolver` bounds staleness.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from typing import Any, Protocol
 from sqlalchemy import Row, Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import (
     InconsistentReadError,
@@ -185,10 +185,8 @@ def newest_barriers(s: Session, ids: Sequence[int], states: Sequence[str]) -> di
 
 def rows_at(s: Session, ids: Sequence[int], barrier: int) -> dict[int, TableBarrierRow]:
     """``{table id: state row}`` of the tables that have ``barrier`` (one primary-key lookup each)."""
-    rows = s.scalars(
-        select(TableBarrierRow).where(TableBarrierRow.barrier_id == barrier, TableBarrierRow.table_id.in_(list(ids)))
-    ).all()
-    return {row.table_id: row for row in rows}
+    at = select(TableBarrierRow).where(TableBarrierRow.barrier_id == barrier, TableBarrierRow.table_id.in_(list(ids)))
+    return {row.table_id: row for row in s.scalars(at).all()}
 
 
 @lru_cache(maxsize=256)
@@ -209,6 +207,7 @@ def consistent_rows_statement(tables: int, states: tuple[str, ...], dialect: str
     return select(TableBarrierRow).where(
         TableBarrierRow.table_id.in_(bindparam("ids", expanding=True)), TableBarrierRow.barrier_id == candidate
     )
+CACHES.on_clear("metastore.statements", consistent_rows_statement.cache_clear)
 
 
 def newest_consistent_rows(

@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.exceptions import MetastoreError
 from airflow_provider_tsb.metastore.base import table_id_of
 from airflow_provider_tsb.metastore.job_runs import record_heartbeat, record_job_timing
@@ -36,7 +37,7 @@ from airflow_provider_tsb.spark.timing import phase
 
 T = TypeVar("T")
 
-_STORES: dict[str, MetaStore] = {}
+_STORES: dict[str, MetaStore] = CACHES.add("spark.metastores", {})
 #: at most this many barriers are planned per call (a batch run loops until none is left)
 PLAN_PAGE = 500
 

@@ -35,6 +35,8 @@ from importlib import resources
 from string import Template
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_tsb.caches import CACHES
+
 if TYPE_CHECKING:
     from airflow_provider_tsb.api.access import TopologyAccess
     from airflow_provider_tsb.metastore.store import MetaStore
@@ -48,6 +50,9 @@ _SEPARATORS = ("_", "-", ".")
 def _asset(kind: str, name: str) -> str:
     return resources.files(__package__).joinpath(kind, name).read_text(encoding="utf-8")
 
+
+
+CACHES.on_clear("ui.assets", _asset.cache_clear)
 
 def topology_for_dag(dag_id: str, topologies: Sequence[str]) -> str | None:
     """The topology shown for DAG ``dag_id`` (see module docstring), or None."""

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.delta import integrity, snapshots
 from airflow_provider_tsb.delta.commit_fold import CommitFold
 from airflow_provider_tsb.delta.integrity import figures_of, live_figures
@@ -28,7 +29,7 @@ def snapshot_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     real = snapshots.snapshot_at
     monkeypatch.setattr(snapshots, "snapshot_at", lambda loc, version, *a, **k: reads.append(version) or real(
         loc, version, *a, **k))
-    integrity._LIVE_FILES.clear()
+    CACHES.clear("delta.integrity.live_files")
     return reads
 
 

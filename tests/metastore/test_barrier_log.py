@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.delta.barrier_log import (
     BarrierLogEntry,
     barrier_log_location,
@@ -295,7 +296,7 @@ def test_the_logs_commit_files_are_cleaned_up_behind_its_checkpoints(tmp_path, m
     monkeypatch.setattr(barrier_log, "LOG_PROPERTIES", {})
     write_barrier(old, BarrierLogEntry("wc", 1, 1, "system", False, 1, "r1", {WORDS: 1}))
     monkeypatch.setattr(barrier_log, "LOG_PROPERTIES", fast)
-    barrier_log._writers.clear()  # a new process
+    CACHES.clear("delta.barrier_log")  # a new process
     for b in range(2, 31):
         write_barrier(old, BarrierLogEntry("wc", b, b, "system", False, b, f"r{b}", {WORDS: b}))
         assert barrier_log.wait_maintenance(old, timeout=60)

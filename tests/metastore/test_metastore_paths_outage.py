@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.exceptions import MetastoreUnavailableError
 from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
 from airflow_provider_tsb.metastore.store import MetaStore
@@ -52,12 +53,11 @@ def server() -> Iterator[PostgresServer]:
 def deployment(server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The wordcount topology registered in a fresh database, words ingested; the hooks' and
     the CLI's metastore is that database (``$TSB_METASTORE_URL``)."""
-    from airflow_provider_tsb.hooks import metastore as hooks
 
     url = server.create_database(f"paths_{os.getpid()}_{time.monotonic_ns()}")
     monkeypatch.setenv("TSB_METASTORE_URL", url)
     monkeypatch.setenv("TSB_METASTORE_CALL_SECONDS", str(CALL_S))
-    monkeypatch.setattr(hooks, "_ENGINES", {})  # a store built under this test's budget
+    CACHES.clear("hooks.metastores")  # a store built under this test's budget
     store = MetaStore(url)
     store.migrate()
     topology = wordcount_topology(str(tmp_path / "warehouse"))
@@ -106,8 +106,7 @@ def test_every_path_fails_clearly_within_its_budget(deployment, server, kind, mo
     budget = 3
     monkeypatch.setenv("TSB_METASTORE_RETRY_SECONDS", str(budget))
     monkeypatch.setattr(routes, "REQUEST_RETRY_S", budget)
-    monkeypatch.setattr(routes, "_resolved", None)
-    monkeypatch.setattr(routes, "_request_stores", {})
+    CACHES.clear("api.stores")
     hook = TsbBarrierHook(topology)
     http = TestClient(create_metaservice_app(routes.configured_store(), prefix="/tsb/api/v1"))
     assert http.get("/tsb/api/v1/topologies").status_code == 200

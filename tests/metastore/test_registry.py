@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError, UnknownJobError, UnknownTableError
 from airflow_provider_tsb.lineage import Job
 from airflow_provider_tsb.metastore.registry import RegistryManager
@@ -140,7 +141,7 @@ def test_register_table_keeps_to_the_configured_allowed_roots(tmp_path, monkeypa
     warehouse = tmp_path / "warehouse"
     monkeypatch.setenv("TSB_METASTORE_URL", f"sqlite:///{tmp_path / 'tsb.db'}")
     monkeypatch.setenv("AIRFLOW__TSB__ALLOWED_LOCATION_ROOTS", f"{warehouse}, s3://lake/tables")
-    monkeypatch.setattr(hooks, "_ENGINES", {})
+    CACHES.clear("hooks.metastores")
     store = hooks.TsbMetastoreHook().get_conn()
     store.migrate()
     store.registry.register_topology(wordcount_topology(str(warehouse)))
@@ -152,6 +153,6 @@ def test_register_table_keeps_to_the_configured_allowed_roots(tmp_path, monkeypa
     assert store.registry.table("tsb.wc.x", required=False) is None  # nothing written
     assert store.registry.register_table("wordcount", Table("tsb.wc.x", "root", "s3://lake/tables/x")).kind == "root"
     monkeypatch.delenv("AIRFLOW__TSB__ALLOWED_LOCATION_ROOTS")
-    monkeypatch.setattr(hooks, "_ENGINES", {})
+    CACHES.clear("hooks.metastores")
     anywhere = hooks.TsbMetastoreHook().get_conn().registry
     assert anywhere.register_table("wordcount", Table("tsb.wc.y", "root", str(tmp_path / "lake" / "y"))).kind == "root"

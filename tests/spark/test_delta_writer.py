@@ -239,8 +239,8 @@ def test_the_metastore_path_with_the_delta_writer(spark, tmp_path: Path, monkeyp
     kept = [line for line in newest.read_text().splitlines() if '"remove"' not in line]
     assert len(kept) < len(newest.read_text().splitlines())
     newest.write_text("\n".join(kept) + "\n")
-    from airflow_provider_tsb.delta.integrity import forget_verified
+    from airflow_provider_tsb.caches import CACHES
 
-    forget_verified()
+    CACHES.clear("delta.integrity.verified")
     with pytest.raises(DeltaLogIntegrityError, match="wordcount.word_count"):
         read_tables_pandas(names, "repeatable-read", store=store)

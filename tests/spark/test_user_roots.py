@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.hooks.barrier import read_root_versions
 from airflow_provider_tsb.hooks.metastore import committed_head
@@ -225,14 +226,13 @@ def test_a_root_delta_rs_cannot_read_is_named_and_spark_reads_it(spark, tmp_path
     pandas read gave delta-rs's bare ``DeltaProtocolError``. It now names the table, the version
     and the features, and tsb's Spark reader reads the same resolution."""
     from airflow_provider_tsb.exceptions import UnsupportedTableFeatureError
-    from airflow_provider_tsb.hooks import metastore as hooks
     from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
     from airflow_provider_tsb.read.resolutions import to_pandas
     from airflow_provider_tsb.read.version_reads import read_table_spark
 
     url = f"sqlite:///{tmp_path / 'tsb.db'}"
     monkeypatch.setenv("TSB_METASTORE_URL", url)  # the emitter's hook finds the metastore there
-    monkeypatch.setattr(hooks, "_ENGINES", {})
+    CACHES.clear("hooks.metastores")
     store = MetaStore(url)
     store.migrate()
     topology = wordcount_topology(str(tmp_path / "warehouse"))

@@ -25,10 +25,10 @@ import pyarrow.parquet as pq
 from deltalake import Schema as DeltaSchema
 from deltalake import write_deltalake
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.delta import snapshots
 from airflow_provider_tsb.delta.commit import RemovedFile, StagedFile, commit_barrier_files
 from airflow_provider_tsb.delta.conventions import BarrierTag
-from airflow_provider_tsb.delta.integrity import forget_verified
 from airflow_provider_tsb.delta.stats import footer_stats
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
@@ -170,4 +170,4 @@ def fresh_process() -> None:
     """Forget what this process cached of Delta logs (snapshots, verified versions), as a new
     reader process would start."""
     snapshots.clear()
-    forget_verified()
+    CACHES.clear("delta.integrity.verified")

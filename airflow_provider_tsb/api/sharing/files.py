@@ -31,6 +31,7 @@ from typing import Any
 from cachetools import TTLCache
 from cryptography.fernet import Fernet, InvalidToken
 
+from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.exceptions import ForbiddenFileError
 from airflow_provider_tsb.metastore.records import BarrierState, TableVersion, now_ms
 
@@ -172,7 +173,8 @@ class Snapshot:
 SNAPSHOT_CACHE_SECONDS = 60.0
 #: snapshots kept per process
 SNAPSHOT_CACHE_SIZE = 256
-_snapshots: TTLCache[tuple[str, int], Snapshot] = TTLCache(SNAPSHOT_CACHE_SIZE, SNAPSHOT_CACHE_SECONDS)
+_snapshots: TTLCache[tuple[str, int], Snapshot] = CACHES.add(
+    "api.sharing.snapshots", TTLCache(SNAPSHOT_CACHE_SIZE, SNAPSHOT_CACHE_SECONDS))
 _snapshots_lock = threading.Lock()
 
 
