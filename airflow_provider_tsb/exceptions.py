@@ -219,8 +219,8 @@ class DeltaLogError(TsbError):
 
 class DeltaLogIntegrityError(DeltaLogError):
     """The Delta log of a table does not give, at a version a barrier names, the live files the
-    barrier's commit recorded (issue 25 item 4): a commit file was edited, lost an ``add`` or a
-    ``remove`` action, or was replaced by a copy of another commit.
+    barrier's commit recorded: a commit file was edited, lost an ``add`` or a ``remove`` action,
+    or was replaced by a copy of another commit.
 
     Every barrier commit records the number of live data files and their total size in bytes at
     its version (commit metadata ``tsb.files`` / ``tsb.bytes`` and the metastore's WRITTEN row);
@@ -249,7 +249,7 @@ class DeltaLogIntegrityError(DeltaLogError):
 
 
 class TableLocationConflictError(TopologyError):
-    """A registered table is registered again with another location (issue 25 item 5).
+    """A registered table is registered again with another location.
 
     The metastore keeps one location per table: the message names the table, the registered
     location and the one asked for. Move the table's data and its registration together, or fix
@@ -258,9 +258,9 @@ class TableLocationConflictError(TopologyError):
 
 
 class InvalidLocationError(TsbError, ValueError):
-    """A table location is relative or contains ``..`` (issue 25 item 5): every process (the
-    scheduler, the Spark driver and executors, the api-server) must find the table at the same
-    place whatever its working directory. Give an absolute path or a URI (``s3://...``)."""
+    """A table location is relative or contains ``..``: every process (the scheduler, the Spark
+    driver and executors, the api-server) must find the table at the same place whatever its
+    working directory. Give an absolute path or a URI (``s3://...``)."""
 
 
 class DeltaWriteError(TsbError):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from airflow_provider_tsb.exceptions import CycleError, DoubleWriterError, TopologyError
 from airflow_provider_tsb.names import parse_table_name
 
-if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
+if TYPE_CHECKING:  # networkx is slow to import: only the functions that build graphs load it
     import networkx as nx
 
 TableKind = Literal["root", "intermediate", "external"]

@@ -46,7 +46,7 @@ from airflow_provider_tsb.lineage import (
 )
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
 
-if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
+if TYPE_CHECKING:  # networkx is slow to import: only the functions that build graphs load it
     import networkx as nx
 
 __all__ = [
@@ -85,8 +85,8 @@ class Topology:
                 (default :func:`default_warehouse`).
             freshness: default freshness target (timedelta or seconds) of every sink table
                 that does not declare its own (README "Freshness targets").
-            barrier_domain: the barrier domain to join (issue 13 item 1, FLIP-276 "Data
-                Consistency Management"): topologies of one domain share barrier ids, so the
+            barrier_domain: the barrier domain to join (FLIP-276 "Data Consistency
+                Management"): topologies of one domain share barrier ids, so the
                 same barrier id means the same root versions and their tables can be read
                 together. ``None``: the topology's own domain, which it leaves for the domain of
                 any topology it shares a root table with (derived at registration).
@@ -376,8 +376,8 @@ def _check_sources(
 
 
 def _shared_root_error(name: str, topo: Topology, owner: Topology) -> TopologyError | None:
-    """Two topologies may declare one root table (a shared root: issue 13 item 1) at one location
-    and in one barrier domain; anything else is an error naming both topologies."""
+    """Two topologies may declare one root table (a shared root) at one location and in one
+    barrier domain; anything else is an error naming both topologies."""
     here, there = topo.location(name), owner.location(name)
     if here != there:
         return TopologyError(

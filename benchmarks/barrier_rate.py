@@ -297,7 +297,7 @@ def metastore_url(args: argparse.Namespace, root: Path) -> tuple[str, object | N
     """The metastore URL and the PostgreSQL server to stop (``None`` for SQLite)."""
     if args.sqlite:
         return f"sqlite:///{root / 'tsb.db'}", None
-    from tsb_dev.pg import start_postgres
+    from dev.pg import start_postgres
 
     server = start_postgres()
     return server.create_database("barrier_rate"), server

@@ -37,8 +37,8 @@ DAG_ID = "flights_topology"
 
 def run_engine(engine: str, barriers: int, root: Path) -> list[float]:
     """Seconds of each DAG run (warm-up run first) of ``engine`` in a deployment under ``root``."""
-    from tsb_dev.airflow_harness import start_airflow
-    from tsb_dev.e2e import examples_deployment
+    from dev.airflow_harness import start_airflow
+    from dev.e2e import examples_deployment
 
     seconds: list[float] = []
     with engine_server(engine, None, root) as remote:

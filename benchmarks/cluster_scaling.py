@@ -1,6 +1,6 @@
 """The full-year catch-up of the flights topology on a Spark standalone cluster, 1 and 2 workers.
 
-For each arm: a standalone cluster started from pyspark's jars (``tsb_dev/spark_cluster.py``:
+For each arm: a standalone cluster started from pyspark's jars (``dev/spark_cluster.py``:
 a master and N workers of 1 core and 2 GB each, executors running the bare Python with only
 pyarrow/pandas/numpy), a flights topology with one barrier per 2013 day plus a final one
 (``benchmarks/full_year.py``'s preparation), and the batch catch-up: one ``spark-submit`` per job
@@ -36,7 +36,7 @@ TIMEOUT_S = 3 * 3600
 
 
 def run_arm(base: Path, workers: int, days: list[dt.date], bare_python: str) -> dict[str, float]:
-    from tsb_dev.spark_cluster import start_cluster
+    from dev.spark_cluster import start_cluster
     from tsb_examples.spark_conf import cluster_spark_conf
 
     cluster = start_cluster(base / "cluster", workers=workers, cores=1, memory="2g")
@@ -81,7 +81,7 @@ def main() -> int:
     args = parser.parse_args()
     if not 1 <= args.days <= 365:
         parser.error("--days must be 1..365")
-    from tsb_dev.spark_cluster import bare_python
+    from dev.spark_cluster import bare_python
     from tsb_examples.datasets import nycflights13 as nyc
 
     days = nyc.days(dt.date(2013, 1, 1), args.days)

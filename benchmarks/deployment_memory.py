@@ -4,7 +4,7 @@ A new user's deployment (issue 56) is PostgreSQL for Airflow and the metastore, 
 components with the LocalExecutor's workers, the Spark Connect server, and one client process per
 streaming job. This starts exactly that on this machine:
 
-* PostgreSQL (``tsb_dev.pg``), with a database for Airflow and one for the tsb metastore;
+* PostgreSQL (``dev.pg``), with a database for Airflow and one for the tsb metastore;
 * a Spark Connect server (``tsb spark start``'s :class:`ConnectServer`, Delta's jars);
 * Airflow (api-server, scheduler, dag-processor, triggerer) serving the repository's ``dags/``
   with ``AIRFLOW__CORE__PARALLELISM=--parallelism`` (the executor's worker pool);
@@ -39,10 +39,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions  # noqa: E402
-from tsb_dev.airflow_harness import start_airflow  # noqa: E402
-from tsb_dev.e2e import examples_deployment  # noqa: E402
-from tsb_dev.local_airflow import free_port  # noqa: E402
-from tsb_dev.pg import start_postgres  # noqa: E402
+from dev.airflow_harness import start_airflow  # noqa: E402
+from dev.e2e import examples_deployment  # noqa: E402
+from dev.local_airflow import free_port  # noqa: E402
+from dev.pg import start_postgres  # noqa: E402
 
 DAG_ID = "flights_streaming"
 SINKS = ["tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay", "tsb.flights.carrier_ranking"]

@@ -4,7 +4,7 @@ Each race starts ``wordcount_words`` twice for the same barrier as two real ``sp
 processes (the operator's command line, metastore catalog), the second 0-1.5 s after the
 first, like an Airflow zombie and its retry; then counts Delta commits of the barrier, what a
 reader could see of the loser, and the processes that failed with the fencing error (see
-``tsb_dev/fencing.py``). The last line is exactly::
+``dev/fencing.py``). The last line is exactly::
 
     races=N commits_per_barrier_max=1 orphans_visible=0 fenced_errors=M other_failures=0
 
@@ -25,11 +25,11 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tsb_dev.fencing import run_races
+    from dev.fencing import run_races
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--races", type=int, default=20)
-    p.add_argument("--postgres", action="store_true", help="metastore on a throwaway PostgreSQL (tsb_dev/pg.py)")
+    p.add_argument("--postgres", action="store_true", help="metastore on a throwaway PostgreSQL (dev/pg.py)")
     p.add_argument("--workdir", help="folder for the tables and logs (default: a temporary folder)")
     args = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     server = None
     if args.postgres:
-        from tsb_dev.pg import start_postgres
+        from dev.pg import start_postgres
 
         server = start_postgres()
         url = server.create_database("tsb_fencing")

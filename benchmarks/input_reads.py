@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 from airflow_provider_tsb.spark import inputs_delta, inputs_files  # noqa: E402
 from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions  # noqa: E402
 from airflow_provider_tsb.spark.session import get_spark  # noqa: E402
-from tsb_dev.local_airflow import free_port  # noqa: E402
+from dev.local_airflow import free_port  # noqa: E402
 
 
 def timed(fn: object) -> tuple[float, int]:

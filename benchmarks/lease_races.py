@@ -1,7 +1,7 @@
 """Leases against snapshot expiry, many times, with real processes (issue 12 item 2).
 
 Each round (``--rounds``, default 10) starts on a fresh metastore and warehouse and runs, in
-separate processes (``tsb_dev/lease_world.py``), until the writer has committed
+separate processes (``dev/lease_world.py``), until the writer has committed
 ``--barriers`` barriers (default 25; half of them for the consumer race):
 
 * race: a writer committing barriers to a Delta table overwritten at every barrier, an expiry
@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 
 from airflow_provider_tsb.delta.log_cleanup import list_log  # noqa: E402
 from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402
-from tsb_dev import lease_world as lw  # noqa: E402
+from dev import lease_world as lw  # noqa: E402
 
 KEYS = ("leases", "lost", "expiry_cycles", "failed", "retries", "stale_versions", "refused", "reads", "wrong",
         "raw_errors", "expired_reads", "barriers", "consumed", "consumer_lost", "forced_lost")
@@ -79,7 +79,7 @@ def main() -> None:
     args = parser.parse_args()
     server = None
     if args.postgres:
-        from tsb_dev.pg import start_postgres
+        from dev.pg import start_postgres
 
         server = start_postgres()
         names = iter(range(10**6))

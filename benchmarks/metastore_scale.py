@@ -14,7 +14,7 @@ afterwards, then ``ANALYZE``. Tables lag behind the newest barrier by 0-2 barrie
 after a table's newest WRITTEN one is PROCESSED, so resolution does real work.
 
 PostgreSQL: ``$TSB_BENCH_PG_URL`` (a server URL whose database part is replaced) or a throwaway
-cluster started with ``tsb_dev/pg.py``. The last line is exactly
+cluster started with ``dev/pg.py``. The last line is exactly
 ``p99_ms=<REST p99 at the large size> growth=<REST p99 large / REST p99 small> direct_p99_ms=<in-process
 p99 at the large size> load=<1-minute load average at the start and the end>``.
 
@@ -207,7 +207,7 @@ def main() -> int:
     if os.environ.get("TSB_BENCH_PG_URL"):
         server = os.environ["TSB_BENCH_PG_URL"]
     else:
-        from tsb_dev.pg import start_postgres
+        from dev.pg import start_postgres
 
         started_here = server = start_postgres()
     try:

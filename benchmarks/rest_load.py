@@ -1,8 +1,8 @@
 """The MetaService REST API under many readers while barriers are generated (issue 25 item 3).
 
-The real Airflow 3 api-server with the tsb plugin (:func:`tsb_dev.local_airflow.start_airflow`,
+The real Airflow 3 api-server with the tsb plugin (:func:`dev.local_airflow.start_airflow`,
 only the ``api-server`` component; Airflow's metadata DB on SQLite, SimpleAuthManager, the admin
-JWT from ``POST /auth/token``), the tsb metastore on a throwaway PostgreSQL (:mod:`tsb_dev.pg`,
+JWT from ``POST /auth/token``), the tsb metastore on a throwaway PostgreSQL (:mod:`dev.pg`,
 ``TSB_METASTORE_URL``). A chain topology (a root table and ``--tables`` jobs, one sink each) has
 ``--preload`` barriers; a generator thread in this process keeps generating barriers (each table
 PROCESSED, then WRITTEN, in chain order) every ``--interval`` seconds during the run.
@@ -389,7 +389,7 @@ def load_phases(args: argparse.Namespace, base_url: str, token: str, gen: Genera
 
 
 def run(args: argparse.Namespace, url: str, tmp: Path, postmaster: int) -> int:
-    from tsb_dev.local_airflow import start_airflow
+    from dev.local_airflow import start_airflow
 
     gen = build(url, tmp / "wh", args.tables, args.preload, args.interval)
     env = {"TSB_METASTORE_URL": url, "AIRFLOW__API__WORKERS": str(args.workers)}
@@ -448,7 +448,7 @@ def main() -> int:
                         help="wrk: send only requests of this kind (the CPU per request of one kind)")
     parser.add_argument("--profile", metavar="FILE", help="py-spy the api-server during the load (collapsed stacks)")
     args = parser.parse_args()
-    from tsb_dev.pg import start_postgres
+    from dev.pg import start_postgres
 
     pg = start_postgres()
     try:

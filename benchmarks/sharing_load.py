@@ -9,7 +9,7 @@ and the file list of one table at one barrier, signed URLs and the lease include
 without a ``file`` line is an error. The baseline is ``GET /shares`` by the same clients: the
 HTTP server and routing without the work measured. Airflow's authentication is not in the path
 (the routes' access policy allows all), unless ``--api-server``: then the routes are served by
-the real Airflow 3 api-server with the tsb plugin (:func:`tsb_dev.local_airflow.start_airflow`,
+the real Airflow 3 api-server with the tsb plugin (:func:`dev.local_airflow.start_airflow`,
 SimpleAuthManager, the admin's JWT as the bearer token: Airflow's authentication, the tsb
 roles check and Airflow's middlewares in the path).
 
@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from wrk_clients import run_wrk  # noqa: E402
 
-from tsb_dev.wordcount_writer import TOPOLOGY, WordcountWriter  # noqa: E402
+from dev.wordcount_writer import TOPOLOGY, WordcountWriter  # noqa: E402
 
 QUERY = f"/shares/{TOPOLOGY}/schemas/wc/tables/word_count/query"
 
@@ -195,7 +195,7 @@ def metastore_url(sqlite: bool, tmp: str) -> Iterator[str]:
     if sqlite:
         yield f"sqlite:///{tmp}/tsb.db"
         return
-    from tsb_dev.pg import start_postgres
+    from dev.pg import start_postgres
 
     pg = start_postgres()
     try:
@@ -232,7 +232,7 @@ def airflow_api_server(url: str, workers: int) -> Iterator[tuple[str, str]]:
     """The real Airflow api-server (``workers`` processes, ``[api] workers``) with the tsb plugin
     on metastore ``url``: ``(base URL, admin JWT)``. The caller's ``AIRFLOW__TSB__*`` variables
     (``[tsb]`` settings, e.g. ``AIRFLOW__TSB__SHARING_THREADS``) reach the api-server."""
-    from tsb_dev.local_airflow import start_airflow
+    from dev.local_airflow import start_airflow
 
     env = {"TSB_METASTORE_URL": url, "AIRFLOW__API__WORKERS": str(workers),
            **{k: v for k, v in os.environ.items() if k.startswith("AIRFLOW__TSB__")}}

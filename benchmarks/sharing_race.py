@@ -1,13 +1,13 @@
 """Pinned multi-table Delta Sharing reads racing barrier commits (issue 24 goal: 0 mixed cuts in
 at least 1,000 reads).
 
-The word count topology (:class:`tsb_dev.wordcount_writer.WordcountWriter`) with ``--preload``
+The word count topology (:class:`dev.wordcount_writer.WordcountWriter`) with ``--preload``
 barriers, its metastore on a throwaway PostgreSQL (``--sqlite``: SQLite), served by the sharing
 routes in a process of their own (``--api-server``: the real Airflow api-server, the admin's
 JWT in the profile). While a writer thread commits a barrier every ``--interval`` seconds,
 ``--readers`` threads make ``--reads`` pinned reads with the official ``delta-sharing`` client:
 the share's version of ``count_of_counts``, then the three tables at that version
-(:func:`tsb_dev.sharing_race.race`). A read breaking the FLIP-276 invariants is a mixed cut.
+(:func:`dev.sharing_race.race`). A read breaking the FLIP-276 invariants is a mixed cut.
 Last line::
 
     reads=<n> mixed=<n> errors=<n> barriers=<committed during the race> versions=<distinct read> seconds=<s> load=<l>
@@ -29,8 +29,8 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 from sharing_load import airflow_api_server, metastore_url, standalone_server  # noqa: E402
 
-from tsb_dev.sharing_race import race, write_profile  # noqa: E402
-from tsb_dev.wordcount_writer import WordcountWriter  # noqa: E402
+from dev.sharing_race import race, write_profile  # noqa: E402
+from dev.wordcount_writer import WordcountWriter  # noqa: E402
 
 
 def main() -> int:

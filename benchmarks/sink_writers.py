@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 
 from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions  # noqa: E402
 from airflow_provider_tsb.spark.session import get_spark  # noqa: E402
-from tsb_dev.dataplane import write_sink  # noqa: E402
-from tsb_dev.local_airflow import free_port  # noqa: E402
+from dev.dataplane import write_sink  # noqa: E402
+from dev.local_airflow import free_port  # noqa: E402
 
 
 def staged(spark: object, location: str, barrier: int, rows: int) -> int:

@@ -48,7 +48,7 @@ def timed_run(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float
 
 def main() -> int:
     from airflow_provider_tsb.spark.class_data import ClassDataArchive
-    from tsb_dev.job_processes import SPARK_SUBMIT, job_command, job_env, wordcount_deployment
+    from dev.job_processes import SPARK_SUBMIT, job_command, job_env, wordcount_deployment
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per arm (alternating)")

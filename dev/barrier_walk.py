@@ -267,7 +267,7 @@ def walk_wordcount(spark: Any, barrier: int = 2, *, plan_file: bool = False, qui
     ``[(job id, the walk of its barrier)]`` (module doc; ``quiet``: comma-separated modules)."""
     from airflow_provider_tsb.spark import runner
     from airflow_provider_tsb.spark.app_run import AppRun
-    from tsb_dev.dataplane import load_app_module
+    from dev.dataplane import load_app_module
 
     apps = [load_app_module(f"wordcount/{name}.py").APP for name in ("wordcount_words", "wordcount_counts")]
     traced_run, walks = trace_run_barrier({m for m in quiet.split(",") if m}, barrier)
@@ -287,12 +287,12 @@ def _catalog(root: Path, barriers: int, *, plan_file: bool) -> Any:
     (SQLite) with the topology registered, as a job started by the operator reads it."""
     if plan_file:
         from airflow_provider_tsb.spark.catalog import PlanFileCatalog
-        from tsb_dev.dataplane import make_wordcount_plan
+        from dev.dataplane import make_wordcount_plan
 
         plan, _tables = make_wordcount_plan(root, barriers)
         return PlanFileCatalog(plan, plan + ".report.json")
     from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
-    from tsb_dev.job_processes import wordcount_deployment
+    from dev.job_processes import wordcount_deployment
 
     url = f"sqlite:///{root}/tsb.db"
     wordcount_deployment(root, url, barriers)

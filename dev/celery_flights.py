@@ -3,7 +3,7 @@
 Nothing of the provider assumes the scheduler, the workers and the Spark driver share a
 machine; this run shows the tasks going through a Celery queue (Redis broker) to a separate
 ``airflow celery worker`` process, with the Airflow metadata database and the tsb metastore on
-PostgreSQL (a throwaway server from ``tsb_dev/pg.py``), the metastore reached only
+PostgreSQL (a throwaway server from ``dev/pg.py``), the metastore reached only
 through the ``tsb_default`` connection. It runs ``flights_topology`` (batch, one barrier per
 DAG run) for ``--runs`` days and checks the FLIP-276 invariants at REPEATABLE_READ.
 
@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 
 def start_redis(root: Path) -> tuple[subprocess.Popen, int]:
-    from tsb_dev.spark_cluster import free_port
+    from dev.spark_cluster import free_port
 
     binary = shutil.which("redis-server")
     if binary is None:
@@ -54,9 +54,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=2, help="flights_topology DAG runs (one barrier, one day each)")
     args = parser.parse_args()
-    from tsb_dev.e2e import examples_deployment
-    from tsb_dev.local_airflow import start_airflow
-    from tsb_dev.pg import start_postgres
+    from dev.e2e import examples_deployment
+    from dev.local_airflow import start_airflow
+    from dev.pg import start_postgres
 
     root = Path(tempfile.mkdtemp(prefix="tsb-celery-"))
     pg = start_postgres()

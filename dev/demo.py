@@ -7,7 +7,7 @@ Run from the repository root (``make demo`` / ``make demo-stop`` do)::
 
 It sets up ``AIRFLOW_HOME`` under ``.demo/`` in the repository, migrates Airflow's database and
 the tsb metastore, starts Airflow (scheduler, dag-processor, triggerer, api-server) in the
-background with the development launcher (``tsb_dev/local_airflow.py``, throwaway users
+background with the development launcher (``dev/local_airflow.py``, throwaway users
 ``admin``/``admin`` and ``viewer``/``viewer``), and runs the flights topology through the real
 scheduler with :mod:`tsb_examples.demo`:
 
@@ -146,7 +146,7 @@ def _spark_connection(remote: str | None) -> str:
 def start_spark(console: Any) -> str:
     """Start (or reuse) the demo's Spark Connect server in ``.demo/spark``; its ``sc://`` URL."""
     from airflow_provider_tsb.spark.connect_server import DEFAULT_PORT, ConnectServer, ConnectServerOptions
-    from tsb_dev.local_airflow import free_port, port_is_free
+    from dev.local_airflow import free_port, port_is_free
 
     server = ConnectServer(_spark_home())
     status = server.status()
@@ -224,7 +224,7 @@ def _environment(home: Path, remote: str | None = None) -> dict[str, str]:
 
 
 def _connect_or_start(home: Path, console: Any, remote: str | None) -> Any:
-    from tsb_dev.local_airflow import AirflowHandle, start_airflow
+    from dev.local_airflow import AirflowHandle, start_airflow
 
     env = _environment(home, remote)
     state_path = _state_file()
@@ -247,7 +247,7 @@ def _connect_or_start(home: Path, console: Any, remote: str | None) -> Any:
         _stop_stragglers(home)
     console.print("starting Airflow (scheduler, dag-processor, triggerer, api-server) ...")
     port = int(os.environ.get("TSB_DEMO_PORT", "8080"))
-    from tsb_dev.local_airflow import free_port, port_is_free
+    from dev.local_airflow import free_port, port_is_free
 
     if not port_is_free(port):
         port = free_port()

@@ -80,7 +80,7 @@ def main() -> int:
     from airflow_provider_tsb.metastore import barriers, domains
     from airflow_provider_tsb.metastore.engine import create_metastore_engine
     from airflow_provider_tsb.metastore.migrate import upgrade
-    from tsb_dev.pg import start_postgres
+    from dev.pg import start_postgres
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--topologies", type=int, default=50)

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from topology_scale import append_root, build_topology, shape_edges
 
     from airflow_provider_tsb.delta.barrier_log import COMPACT_EVERY
-    from tsb_dev.pg import start_postgres
+    from dev.pg import start_postgres
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--barriers", type=int, default=700)

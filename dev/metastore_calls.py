@@ -1,6 +1,6 @@
 """The catalog calls a job makes per barrier on the metastore, and what each costs.
 
-Runs a one-input job (``tsb_dev.lease_world``'s ``sum_job``: a snapshot of ``snap``, an append
+Runs a one-input job (``dev.lease_world``'s ``sum_job``: a snapshot of ``snap``, an append
 sink) in batch mode through :class:`~airflow_provider_tsb.spark.metastore_catalog.MetastoreCatalog`
 on SQLite over ``--barriers`` barriers, local Spark, and times every catalog call (the
 ``metastore`` phase of the jobs' ``tsb-timing`` lines). Prints one line per kind of call
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_tsb.spark.model import Sink, TsbApp
     from airflow_provider_tsb.spark.runner import run_batch
     from airflow_provider_tsb.spark.session import get_spark
-    from tsb_dev import lease_world as lw
+    from dev import lease_world as lw
 
     calls: dict[str, list[float]] = collections.defaultdict(list)
     original = mc.MetastoreCatalog._retry

@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # a script: the repository root is not on sys.path
 
-from tsb_dev.browser import chromium, login, new_page, screenshot  # noqa: E402
+from dev.browser import chromium, login, new_page, screenshot  # noqa: E402
 
 
 def main() -> int:

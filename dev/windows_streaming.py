@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_tsb.spark.session import get_spark
 
     sys.path.insert(0, str(REPO))
-    from tsb_dev.dataplane import load_app_module
+    from dev.dataplane import load_app_module
 
     app = load_app_module("flights/origin_hourly_delay.py").APP
     spark = get_spark("tsb-windows-streaming", master="local[2]", conf={"spark.sql.shuffle.partitions": "2"})

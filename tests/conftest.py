@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_tsb.metastore.store import MetaStore
-from tsb_dev.pg import PostgresServer, start_postgres
+from dev.pg import PostgresServer, start_postgres
 
 pytest_plugins = ["tests.support.airflow_fixtures", "tests.support.fixtures"]
 
@@ -171,7 +171,7 @@ def spark_remote(tmp_path_factory: pytest.TempPathFactory, class_data: str) -> I
         yield os.environ["TSB_TEST_SPARK_REMOTE"]
         return
     from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
-    from tsb_dev.local_airflow import free_port
+    from dev.local_airflow import free_port
 
     server = ConnectServer(tmp_path_factory.mktemp("spark-connect"), ConnectServerOptions(port=free_port()))
     status = server.start()

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from dev.airflow_harness import AirflowHandle, AirflowHarnessError
 from tests.support.airflow_fixtures import DeployDag
-from tsb_dev.airflow_harness import AirflowHandle, AirflowHarnessError
 
 pytestmark = pytest.mark.airflow
 

@@ -230,8 +230,8 @@ def test_no_private_name_imported_across_modules() -> None:
 
 
 def test_dev_and_benchmarks_do_not_need_the_tests() -> None:
-    """``dev/`` and ``benchmarks/`` share their helpers with the tests through :mod:`tsb_dev`,
-    never through the test package (issue 22 item 6)."""
+    """``dev/`` and ``benchmarks/`` share their helpers with the tests through :mod:`dev`,
+    never through the test package."""
     found = []
     for folder in ("dev", "benchmarks"):
         for path in sorted((REPO / folder).rglob("*.py")):

@@ -17,7 +17,7 @@ for one request of one user (rules in :mod:`airflow_provider_tsb.api.access`):
 Answers are cached for the request (one instance per request). The link of steps 1 and 2 (a
 topology's tables, a table's DAGs) is also kept per process for ``[tsb] access_cache_seconds``
 (default :data:`DEFAULT_ACCESS_CACHE_SECONDS`; ``0`` turns it off): it changes only when a topology
-is registered or a DAG file is parsed, and reading it cost a metastore and an Airflow-database
+is registered or a DAG file is parsed, and reading it costs a metastore and an Airflow-database
 query per request (docs/benchmarks.md, "REST API under many readers"). The auth manager's decision
 (step 3) is never cached here: a user's role change applies to the next request.
 """

@@ -1,21 +1,21 @@
 """The api-server's heap: what its startup built kept out of the garbage collector's full passes.
 
-An Airflow 3 api-server process holds about 640,000 objects once its apps are built (Airflow's
-models, FastAPI's routes, SQLAlchemy's mappers, the providers). CPython's full (generation 2)
-collection walks all of them, holding the interpreter lock, whenever enough new objects have
-survived: measured here, 300 ms. Under 20 Delta Sharing clients without pause that happened
-every few seconds, and every request in flight then waited: p99 334 ms against a p50 of 43 ms
-(``benchmarks/sharing_load.py --api-server``; docs/benchmarks.md "Delta Sharing").
+An Airflow 3 api-server process holds hundreds of thousands of objects once its apps are built
+(Airflow's models, FastAPI's routes, SQLAlchemy's mappers, the providers). CPython's full
+(generation 2) collection walks all of them, holding the interpreter lock, whenever enough new
+objects have survived: a pause far longer than a request. Under many Delta Sharing clients
+without pause that happens every few seconds, and every request in flight then waits, so the
+pauses make the tail latency (``benchmarks/sharing_load.py --api-server``; docs/benchmarks.md
+"Delta Sharing").
 
 :class:`FreezeHeapMiddleware` runs one full collection before the first request the tsb app
 serves in a process, then :func:`gc.freeze` (Python docs, ``gc.freeze``: "move all the objects
 tracked by the garbage collector into a permanent generation, i.e. ignore them in all the
 future collections"), so later full passes walk only what requests keep. The first requests
-import and build more (deltalake, pyarrow, FastAPI's parameter analysis): about 50,000 objects
-that full passes then walked every 0.4 s under the same load, 13-21 ms each, collecting nothing
-(timed with a ``gc.callbacks`` probe). So it freezes again before requests
-:data:`FREEZE_BEFORE_REQUESTS` (the 100th and the 1,000th), once the process is warm; a full pass
-then takes about a millisecond. Objects frozen stay freed by reference counting; only reference
+import and build more (deltalake, pyarrow, FastAPI's parameter analysis): objects that later full
+passes would walk again and again under load, collecting nothing. So it freezes again before
+requests :data:`FREEZE_BEFORE_REQUESTS` (the 100th and the 1,000th), once the process is warm; a
+full pass then walks only what requests keep. Objects frozen stay freed by reference counting; only reference
 cycles among them are never collected: after a collection the heap holds none that are garbage,
 and what a later freeze catches in flight is at most the requests being served then.
 ``[tsb] api_gc_freeze = False`` turns it off.

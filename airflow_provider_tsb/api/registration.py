@@ -10,7 +10,8 @@ In order, before anything is written:
    the job's topology (its own tasks register it; 409 otherwise), and its location must lie
    under the allowed roots (``[tsb] allowed_location_roots``, default the warehouse; 422
    ``LocationNotAllowedError``); a registered table given again with another ``location`` is
-   refused (409 ``TableLocationConflictError``, naming both locations: issue 25 item 5);
+   refused (409 ``TableLocationConflictError``, naming both locations: a re-registration never
+   moves a table silently);
 4. ``root=true`` creates a root table only where the policy allows it (the standalone app, for a
    topology with no barrier yet): in Airflow, root tables come from the topology's DAG file,
    and a root table the declaration lacks would make every barrier generation fail.

@@ -117,8 +117,8 @@ async def get_store(request: Request) -> MetaStore:
 
     The app's state, not FastAPI's ``dependency_overrides``: with any override FastAPI analyses
     every dependency's signature again on every request (docs/benchmarks.md). A coroutine, so
-    FastAPI runs it on the event loop instead of handing it to a worker thread and back (a
-    third of a sharing query's CPU went into such hops); the lookup of the Airflow connection,
+    FastAPI runs it on the event loop instead of handing it to a worker thread and back (such
+    hops are a large share of a sharing query's CPU); the lookup of the Airflow connection,
     which may block, runs in a worker thread, once per :data:`STORE_LOOKUP_SECONDS`."""
     store: MetaStore | None = getattr(request.app.state, "tsb_store", None)
     if store is not None:
@@ -169,7 +169,7 @@ BarrierQuery = Annotated[int | None, Query(ge=0, le=MAX_INT)]
 
 def json_answer(answer: BaseModel) -> Response:
     """``answer`` as the JSON response, serialized once: FastAPI would validate a returned model
-    against the route's ``response_model`` again and then serialize it (about a fifth of the
+    against the route's ``response_model`` again and then serialize it (work that shows in the
     CPU of a ``GET /delays``, docs/benchmarks.md "REST API under many readers"). The route keeps
     its ``response_model`` for the OpenAPI schema."""
     return Response(answer.model_dump_json(), media_type="application/json")

@@ -173,7 +173,7 @@ def register(sub: Any) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_spark_status)
     p = spark.add_parser("archive", help="write the class-data archive that starts local spark-submit drivers "
-                                         "in about 5 s instead of 9 (once per Java and Spark installation)")
+                                         "faster (once per Java and Spark installation)")
     p.add_argument("--directory", default=None,
                    help="where archives are kept (default $TSB_CLASS_DATA_DIR, else ~/.cache/airflow-provider-tsb)")
     p.add_argument("--delete", action="store_true", help="delete the archive instead")

@@ -74,23 +74,22 @@ LOG_BARRIER_KEY = "tsb.barrier_log.barrier"
 #: Barrier-log commits between two compactions of its one-row files. A generation's own append
 #: is flat in the log's length (:mod:`.direct_append`), but a delta-rs commit to the log (a
 #: crash leftover's replacement, an object store, the compaction itself) and every reader's load
-#: cost time in proportion to its live files (a delta-rs append took 11 ms at 100 files, 31 ms at
-#: 400 and 68 ms at 800 here; 14 ms again once compacted, ``benchmarks/generation_history.py``).
+#: cost time in proportion to its live files, and a compaction brings that cost back down
+#: (``benchmarks/generation_history.py``).
 COMPACT_EVERY = 100
 
 #: The barrier log's table properties, set when it is created (and on a log created before
 #: them). The log is read only at its newest version (:func:`logged_barrier`,
 #: :func:`read_barrier_log`), so its commit files need not outlive the next checkpoint but one:
 #: its maintenance (:func:`_maintain`) checkpoints after each compaction and deletes, oldest
-#: first, the log files below the checkpoint before (:func:`_cleanup_behind`). With the default
-#: 30 days of commits a generation listed every commit of the last month, as delta-rs lists the
-#: whole ``_delta_log`` of a local table at each commit (an append took 11.6 ms at 100 commits
-#: and 24.3 ms at 1,000 here, ``benchmarks/generation_history.py``). delta-rs's own checkpoints
-#: (``delta.checkpointInterval``, every 100 commits) and its own cleanup
-#: (``delta.enableExpiredLogCleanup``) are turned off: its cleanup deletes by age, in listing
-#: order, so at about 10 barriers a second a generation once found a commit it was reading gone
-#: (``barrier_rate.py``: ``...708.json not found``, with 707 and 710 still there).
-#: ``delta.logRetentionDuration`` stays short for a log created before that.
+#: first, the log files below the checkpoint before (:func:`_cleanup_behind`). With Delta's default
+#: of 30 days of commits a generation would list every commit of the last month, as delta-rs lists
+#: the whole ``_delta_log`` of a local table at each commit (an append's cost grows with the log
+#: files listed). delta-rs's own checkpoints (``delta.checkpointInterval``, every 100 commits) and
+#: its own cleanup (``delta.enableExpiredLogCleanup``) are turned off: its cleanup deletes by age,
+#: in listing order, so at a high barrier rate it can delete a commit a generation is reading
+#: while older commit files are still there. ``delta.logRetentionDuration`` stays short for a log
+#: created before that.
 LOG_PROPERTIES = {"delta.logRetentionDuration": "interval 10 seconds", "delta.checkpointInterval": "1000000000",
                   "delta.enableExpiredLogCleanup": "false"}
 
@@ -99,16 +98,15 @@ LOG_PROPERTIES = {"delta.logRetentionDuration": "interval 10 seconds", "delta.ch
 _writers: dict[str, DeltaTable] = CACHES.add("delta.barrier_log.writers", {})
 _writers_lock = threading.Lock()
 #: Commits :func:`logged_barrier` reads back from the newest for the newest ``txn`` before it asks
-#: the snapshot: a compaction's commit carries none, and the generation after a maintenance paid a
-#: snapshot update over the last :data:`COMPACT_EVERY` commits for it (48 to 78 ms here,
-#: ``dev/generation_tail.py``).
+#: the snapshot: a compaction's commit carries none, and without it the generation after a
+#: maintenance would pay a snapshot update over the last :data:`COMPACT_EVERY` commits.
 TXN_LOOK_BACK = 8
 #: Per barrier log this process writes: whether it appends with its own commit files (``_appends_directly``).
 _direct: dict[str, bool] = CACHES.add("delta.barrier_log.direct", {})
 #: Commit attempts of the log's compaction before it takes :data:`_writers_lock` (delta-rs's
-#: ``max_commit_retries``; its default, 15, was lost to a writer appending in a tight loop on a
-#: loaded machine: each attempt lands only if no generation commits between delta-rs's listing
-#: of the newest version and its put-if-absent of the next).
+#: ``max_commit_retries``; its default of 15 attempts can all fail beside a generation appending
+#: in a tight loop on a loaded machine: each attempt lands only if no generation commits between
+#: delta-rs's listing of the newest version and its put-if-absent of the next).
 COMPACT_COMMIT_RETRIES = 100
 #: The barrier logs whose maintenance is running on its own thread (one at a time per log).
 _maintenance: dict[str, threading.Thread] = {}

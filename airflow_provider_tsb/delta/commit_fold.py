@@ -4,8 +4,9 @@ Barrier generation reads two values of each root table at its newest version: th
 watermark (:func:`~airflow_provider_tsb.delta.roots.event_time_watermark`) and the live-file
 figures (:func:`~airflow_provider_tsb.delta.integrity.live_figures`). Both are functions of the
 version's live files, and a snapshot of a version costs a listing of ``_delta_log`` (O(commits)
-on a local filesystem) plus every live file: at 1,500 barriers the figures alone took 12 ms of a
-49 ms generation (docs/benchmarks.md, "barrier generation as the history grows"). A
+on a local filesystem) plus every live file, so reading it at every generation makes the
+generation's cost grow with the history (docs/benchmarks.md, "Barrier generation as the history
+grows"). A
 :class:`CommitFold` keeps the value of the version computed last and applies the actions of the
 commits since (one commit-file read each; Delta protocol "Actions"), reading the snapshot only
 when it cannot: the first time, for an older version, over more than ``max_step`` commits, on an

@@ -10,7 +10,7 @@ Every commit that writes barrier ``n`` of job ``j`` to a table carries:
   - ``tsb.ts``: the barrier timestamp in epoch milliseconds;
   - ``tsb.attempt``: the attempt id (uuid hex) whose staged files the commit adds;
   - ``tsb.files`` / ``tsb.bytes``: the number of live data files and their total size in
-    bytes at the commit's version (:mod:`airflow_provider_tsb.delta.integrity`, issue 25);
+    bytes at the commit's version (:mod:`airflow_provider_tsb.delta.integrity`);
   - Delta's own ``userMetadata`` (``DESCRIBE HISTORY``): the tag (``tsb.barrier``, ``tsb.job``,
     ``tsb.inputs``, and ``tsb.ts`` / ``tsb.attempt`` when set) as one JSON object. A commit by
     Delta's own Spark writer (:mod:`airflow_provider_tsb.spark.delta_writer`) can carry no other

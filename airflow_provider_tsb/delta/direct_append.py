@@ -2,9 +2,9 @@
 
 What barrier generation pays for its barrier-log row (:mod:`.barrier_log`). delta-rs's commit
 of a one-row append costs time in proportion to the table's live files, as it moves its loaded
-snapshot past the commit: with ``write_deltalake`` on a kept ``DeltaTable``, 5.6 ms at the first
-appends and 25.6 ms after 200; this append costs 0.7 ms at any length
-(``benchmarks/log_append_cost.py``, quiet machine, 2026-11-29).
+snapshot past the commit (``write_deltalake`` on a kept ``DeltaTable``); this append writes one
+Parquet file and one commit file, so its cost is flat in the table's length (docs/benchmarks.md,
+"Barrier-log appends").
 
 The commit is the one the Delta protocol defines for a blind append ("Delta Log Entries",
 "Add File and Remove File", "Transaction Identifiers", "Commit Provenance Information"): a

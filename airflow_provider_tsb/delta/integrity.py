@@ -4,7 +4,7 @@ A Delta version's content is the set of live data files delta-rs replays from th
 protocol "Action Reconciliation"). A commit file that lost a ``remove`` action (still valid JSON)
 keeps a rewritten file live, and the version serves its rows twice; a lost ``add`` loses rows; a
 commit replaced by a copy of another commit serves the other version's files. None of these is a
-JSON error, so delta-rs loads the version without complaint (issue 25 item 4).
+JSON error, so delta-rs loads the version without complaint.
 
 Every barrier commit therefore records the number of live data files and their total size in
 bytes at its version (:class:`TableFigures`): in its commit metadata (``tsb.files``,
@@ -155,7 +155,7 @@ def live_figures(location: str, version: int) -> TableFigures:
     read each, :class:`~airflow_provider_tsb.delta.commit_fold.CommitFold`); the snapshot is read
     the first time and in the fold's other cases (an older version, a re-created table, object
     stores). Used at barrier generation for the root tables (their ingestion commits record no
-    figures), where a snapshot took 12 ms at 1,500 commits.
+    figures), where a snapshot's cost grows with the log.
 
     Raises:
         TableNotFoundError, DeltaLogError: the version cannot be loaded.
@@ -224,8 +224,8 @@ def figures_metadata(figures: TableFigures) -> dict[str, str]:
 
 
 def recorded_figures(commit_info: Mapping[str, Any] | None) -> TableFigures | None:
-    """The figures a ``commitInfo`` dict records, or ``None`` (a commit made before issue 25, a
-    restore, a foreign writer)."""
+    """The figures a ``commitInfo`` dict records, or ``None`` (a commit made before tsb recorded
+    figures, a restore, a foreign writer)."""
     if not commit_info or FILES_KEY not in commit_info or BYTES_KEY not in commit_info:
         return None
     try:
@@ -267,7 +267,7 @@ def verify_version(
         version: the Delta version served.
         expected: the recorded figures (the metastore's WRITTEN row); ``None``: those of the
             version's ``commitInfo`` (one log-file read), and nothing is verified when it
-            records none (a commit made before issue 25, a restore, a foreign writer).
+            records none (a commit made before tsb recorded figures, a restore, a foreign writer).
         name: the table name for the error; ``barrier``: the barrier served.
         table: the ``DeltaTable`` already loaded at ``version``, or its add actions (default:
             the cached :func:`~airflow_provider_tsb.delta.snapshots.snapshot_at`, which the

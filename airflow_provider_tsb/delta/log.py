@@ -105,9 +105,8 @@ def native_filesystem(location: str) -> pafs.FileSystem | None:
     A dataset of ``to_pyarrow_dataset()`` reads through delta-rs's filesystem handler (Python
     calling into Rust from Arrow's I/O threads); a reader process that used it sometimes aborted
     at interpreter exit with "terminate called without an active exception" (SIGABRT, exit code
-    134; one of six processes of ``tests/read/test_reader_exit.py`` on CI, 2026-11-27), the
-    failure delta-io/delta-rs#2184 and pola-rs/polars#24169 report, whose workaround is Arrow's
-    own filesystem. delta-rs documents a ``SubTreeFileSystem`` at the table root for this.
+    134), the failure delta-io/delta-rs#2184 and pola-rs/polars#24169 report, whose workaround is
+    Arrow's own filesystem. delta-rs documents a ``SubTreeFileSystem`` at the table root for this.
     """
     loc = normalize_location(location)
     if "://" in loc:
@@ -234,8 +233,7 @@ def txn_version_of(actions: list[dict[str, Any]] | None, app_id: str) -> int | N
 def transaction_version(table: DeltaTable, location: str, app_id: str) -> int | None:
     """``table.transaction_version(app_id)`` (Delta protocol "Transaction Identifiers"), answered
     from the ``txn`` of ``table``'s newest commit when it holds one of ``app_id`` (one commit-file
-    read), else by delta-rs (a log replay, about 2 ms here, growing with the log since the last
-    checkpoint).
+    read), else by delta-rs (a log replay, growing with the log since the last checkpoint).
 
     Args:
         table: the loaded table; its :meth:`~deltalake.DeltaTable.version` is the one asked.

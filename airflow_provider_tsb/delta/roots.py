@@ -53,8 +53,8 @@ def append_rows(
 
     Cost: after the first call per location, the commit alone: the append goes through this
     process's loaded table, moved to the newest commit on disk first (one ``stat`` when no other
-    writer committed since; ``update_incremental`` otherwise): 14.8 ms against 37.0 ms for an
-    append that loads the table twice, over 300 versions (``benchmarks/root_append.py``).
+    writer committed since; ``update_incremental`` otherwise), not a load of the table per append
+    (docs/benchmarks.md, "Root-table appends").
 
     Args:
         location: table location.
@@ -65,8 +65,8 @@ def append_rows(
             once the table has ``min_files`` files below ``target_bytes``, they are rewritten
             right after the append (``optimize.compact``, a ``dataChange = false`` commit that
             change readers skip). A streaming ingest appends a small file per barrier; without
-            it every later append, read and expiry of the table costs more (an append took
-            19.4 ms at 3,158 files and 10.8 ms compacted, ``benchmarks/barrier_rate.py``).
+            it every later append, read and expiry of the table costs more (an append's cost
+            grows with the table's live files, ``benchmarks/barrier_rate.py``).
             Never with ``end_of_input``: the marker must stay the newest commit.
 
     Returns:
@@ -173,7 +173,8 @@ def input_ended(location: str, since_ms: int | None = None) -> bool:
 
     Cost: the newest version by ``stat`` (:func:`~airflow_provider_tsb.delta.snapshots.newest_version`)
     and one read of that commit file; the emitter asks every interval (loading the table for its
-    ``history(1)`` took 9.1 ms at 400 commits). ``False`` when no table is at ``location``.
+    ``history(1)`` would cost a log replay growing with the log). ``False`` when no table is at
+    ``location``.
     """
     loc = normalize_location(location)
     try:

@@ -1,10 +1,10 @@
 """One read of a sink table's Delta log per barrier, shared by every look-up the barrier needs.
 
-Before (issue 22 item 5) a barrier's run asked :mod:`airflow_provider_tsb.delta.barriers` seven
-questions about each sink (is the barrier committed, the epoch, the txn version, the version of
-the previous barrier, the committed attempt, the head barrier, the commit's own version) and
-each function read the log again: the cached latest snapshot advanced three times and the newest
-commit file read three times per sink and barrier. A :class:`SinkLog` is read once, when the
+A barrier's run asks seven questions about each sink (is the barrier committed, the epoch, the
+txn version, the version of the previous barrier, the committed attempt, the head barrier, the
+commit's own version). Asked one by one of :mod:`airflow_provider_tsb.delta.barriers`, each
+function would read the log again: the cached latest snapshot advanced and the newest commit
+file read several times per sink and barrier. A :class:`SinkLog` is read once, when the
 barrier starts (:meth:`SinkLog.read`), and answers them all from that read; commit files it
 walks are kept for its lifetime (the barrier), so no commit file is read twice.
 
@@ -12,8 +12,8 @@ Read for a barrier (``SinkLog.read(..., barrier=n, previous=m)``), it also answe
 barrier's questions as it is read, as plain attributes: whether the barrier is committed, its
 version and attempt, the previous barrier's version, the head; and, for a sink whose write plans
 against the table's files (a merge, auto compaction), the table's :class:`Snapshot` at its
-version. The commit protocol then asks the log nothing more (issue 22 item 5: the lookups a
-barrier needs passed in, read once).
+version. The commit protocol then asks the log nothing more: the look-ups a barrier needs are
+passed in, read once.
 
 Its answers describe the table at :attr:`SinkLog.version`. A commit made after it by another
 attempt of the job (a zombie) does not make the barrier's commit wrong: the commit carries the
@@ -88,7 +88,7 @@ class SinkLog:
         self.epoch = epoch_of(table.metadata().configuration or {}, self._infos[self.version] or {})
         app = app_id(job_id, self.epoch.epoch)
         # the newest commit is usually the job's previous barrier, whose txn answers without
-        # the log replay of ``transaction_version`` (about 2 ms, growing with the log)
+        # the log replay of ``transaction_version`` (growing with the log)
         txn = txn_version_of(newest, app)
         if txn is None:
             txn = table.transaction_version(app)

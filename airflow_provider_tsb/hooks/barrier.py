@@ -64,8 +64,8 @@ def read_root_versions(topology: Topology) -> dict[str, int]:
 def domain_root_reader(topology: Topology) -> Callable[[str, str], int]:
     """The ``read_root_version`` of :meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create`
     for ``topology``: the current Delta version of another root table of its barrier domain, at
-    its registered location (issue 13 item 1: a barrier records every root version of the
-    domain; :mod:`~airflow_provider_tsb.metastore.domains`).
+    its registered location (a barrier records every root version of the domain;
+    :mod:`~airflow_provider_tsb.metastore.domains`).
 
     The reader raises RootTableError when that table cannot be read (names it, its location and
     the topology whose barrier is generated).
@@ -86,8 +86,8 @@ def domain_root_reader(topology: Topology) -> Callable[[str, str], int]:
 
 def root_figures(topology: Topology, versions: Mapping[str, int]) -> dict[str, tuple[int, int]]:
     """``{root table: (live data files, their bytes)}`` of ``topology``'s root tables at
-    ``versions`` (Delta versions), recorded with the barrier (issue 25 item 4): root tables are
-    written by ingestion (``write_deltalake``), whose commits carry none, so the barrier's
+    ``versions`` (Delta versions), recorded with the barrier: root tables are written by
+    ingestion (``write_deltalake``), whose commits carry none, so the barrier's
     generation records what the log gives then, and readers and ``tsb check --integrity`` verify
     later reads against it. Cost per root table: the commits since the previous barrier's
     version (:func:`~airflow_provider_tsb.delta.integrity.live_figures`, flat in the table's history).
@@ -189,8 +189,8 @@ class TsbBarrierHook(BaseHook):
     # ------------------------------------------------------------------ streaming: the emitter
     def current_versions(self) -> dict[str, int] | None:
         """Root versions now (Delta versions by table name), or ``None`` while a root table does
-        not exist yet. Cost: a ``stat`` per root table and commit since the last call (a log
-        listing per root to check that it exists took 2.8 ms each, every interval).
+        not exist yet. Cost: a ``stat`` per root table and commit since the last call, not a log
+        listing per root table to check that it exists at every interval.
 
         Raises:
             RootTableError: a root table exists but cannot be read.

@@ -73,7 +73,7 @@ class TsbMetastoreHook(BaseHook):
         looked up with the task SDK's async call (``aget_connection``), and this hook keeps the
         URL, so its later calls in worker threads look nothing up. A sync lookup from a worker
         thread, the way :meth:`get_conn` does it, interleaves with the trigger runner's own
-        messages to its supervisor; several triggers doing it at once stalled Airflow 3's
+        messages to its supervisor; several triggers doing it at once can stall Airflow 3's
         triggerer ("TriggerRunner subprocess event loop appears deadlocked", apache/airflow#66412).
 
         Raises:

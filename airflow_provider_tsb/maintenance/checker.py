@@ -12,11 +12,11 @@ commit) -- and checks the topologies' invariants on what they read:
 Expected: zero anomalies at READ_COMMITTED, REPEATABLE_READ and AS OF; some at
 READ_UNCOMMITTED, which shows that the checker catches the inconsistencies the barriers prevent.
 
-With ``--kill`` (issue 12 item 3) every job runs as its own ``spark-submit`` process with the
+With ``--kill`` every job runs as its own ``spark-submit`` process with the
 metastore catalog, as the operator starts it, and is SIGKILLed once per barrier at a kill point
 (:mod:`airflow_provider_tsb.spark.killpoints`) and retried. After a kill at ``after_files`` a
 READ_COMMITTED answer is resolved (it serves the dead attempt's staged files), the retry runs,
-and only then is the answer read: the forced order in which a reader once met a deleted file.
+and only then is the answer read: the order in which a reader could meet a deleted file.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``tsb check --integrity``: verify the Delta log of every retained barrier of a topology.
 
 For each table of the topology and each WRITTEN barrier whose version snapshot expiry kept
-(issue 25 item 4; :mod:`airflow_provider_tsb.delta.integrity`):
+(:mod:`airflow_provider_tsb.delta.integrity`):
 
 * the version must load (a truncated or unreadable commit file is a finding);
 * every live data file of the version must be on storage (snapshot expiry never deletes a file
@@ -14,8 +14,9 @@ For each table of the topology and each WRITTEN barrier whose version snapshot e
 
 One finding per (table, version): the first of these that fails.
 
-Versions recorded without figures (written before issue 25, root tables ingested without them)
-are counted as ``unrecorded``, not as findings. Nothing is cached: every version is loaded.
+Versions recorded without figures (written before tsb recorded them, root tables ingested
+without them) are counted as ``unrecorded``, not as findings. Nothing is cached: every version
+is loaded.
 Cost: one snapshot load and one commit-file read per distinct (table, version), one ``stat`` per
 distinct data file.
 """

@@ -3,13 +3,13 @@
 A metastore that lost its history (a new database, a restore from an old backup) would number
 new barriers from its own newest id: barrier 1 again, while the topology's tables carry the tags
 of barriers 1, 2, ... from before. A job then skips the "new" barrier 1 as already committed
-and REPEATABLE_READ mixes epochs (issue 12: 47.5 % of the words lost). Generation therefore
+and REPEATABLE_READ mixes epochs (the FLIP-276 invariants no longer hold). Generation therefore
 refuses an id at or below one that a table of the topology is tagged with (``tsb.barrier`` of
 its newest tsb commit, :func:`~airflow_provider_tsb.delta.barriers.latest_written_barrier`) or
 that the barrier log holds (:mod:`airflow_provider_tsb.delta.barrier_log`), and says to run
 ``tsb db rebuild``. Cost: per intermediate table one ``stat`` per commit since the last
 generation and one log-file read (the snapshot is not advanced: beside jobs committing every
-barrier that cost 5.8 ms a generation at the median); for the log, the reads of
+barrier, advancing it would read every new commit at each generation); for the log, the reads of
 :func:`~airflow_provider_tsb.delta.barrier_log.logged_barrier`.
 """
 
@@ -93,7 +93,7 @@ def log_barrier(location: str, entry: BarrierLogEntry, *, first: bool) -> None:
 
 
 def check_version_in_log(table: str, location: str, version: int, barrier: int) -> bool:
-    """Refuse WRITTEN at a Delta ``version`` the table's log does not hold (issue 12 item 6).
+    """Refuse WRITTEN at a Delta ``version`` the table's log does not hold.
 
     Checked when a Delta table exists at ``location`` (a metastore used without tables, e.g. in
     a unit test, cannot verify). Cost: one incremental update of the cached latest snapshot.
@@ -121,8 +121,8 @@ def check_version_in_log(table: str, location: str, version: int, barrier: int) 
 
 def unknown_barrier_error(s: Session, topology: str, barrier: int) -> UnknownBarrierError | None:
     """The error for an AS OF read of a ``barrier`` never generated in ``topology``'s barrier
-    domain (:mod:`.domains`: ids are shared there), else ``None`` (issue 12 item 6: "no such
-    barrier", not "not COMMIT")."""
+    domain (:mod:`.domains`: ids are shared there), else ``None`` (such a read fails as "no such
+    barrier", not as "not COMMIT")."""
     domain = domain_name(s, topology) or topology
     scope = members(s, domain) or [topology]
     if s.scalar(select(BarrierRow.barrier_id).where(BarrierRow.topology.in_(scope), BarrierRow.barrier_id == barrier)

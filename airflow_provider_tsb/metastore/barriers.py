@@ -163,7 +163,7 @@ class BarrierManager:
             barrier_log: the topology's barrier log, committed to before the barrier is visible
                 (module docstring); ``None``: no log (tests, benchmarks).
             root_figures: ``{root table: (live data files, bytes)}`` at its version in
-                ``root_versions``, recorded on its WRITTEN row (issue 25 item 4).
+                ``root_versions``, recorded on its WRITTEN row (readers verify them).
             read_root_version: ``(root table, location) -> Delta version``, called under the
                 domain's lock for each domain root missing from ``root_versions`` (what it raises
                 propagates); ``None``: ``root_versions`` names them all.

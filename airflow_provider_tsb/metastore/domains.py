@@ -1,4 +1,4 @@
-"""Barrier domains: topologies that share root tables share barrier ids (issue 13 item 1).
+"""Barrier domains: topologies that share root tables share barrier ids.
 
 FLIP-276 "Data Consistency Management": "When a new ETL job consumed this table is started,
 MetaService will create the same timestamp on snapshots for it according to the previous job."

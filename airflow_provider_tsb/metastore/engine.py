@@ -162,7 +162,7 @@ def ping_when_idle(engine: Engine, idle_s: float = PING_AFTER_IDLE_S) -> None:
     """Ping a pooled connection at checkout only when it was idle for over ``idle_s`` seconds.
 
     SQLAlchemy's ``pool_pre_ping`` pings at every checkout: one more round trip per
-    transaction, 5 % of the api-server's time under 50 readers (docs/benchmarks.md). A
+    transaction, a visible share of the api-server's time under many readers (docs/benchmarks.md). A
     connection used within the last ``idle_s`` seconds is handed out as is; one that sat idle
     (where a database restart or an idle timeout strikes) is pinged and, if dead, replaced --
     SQLAlchemy's "pessimistic disconnect handling" with a ``checkout`` event ("Dealing with

@@ -1,4 +1,4 @@
-"""Table locations the registry accepts (issue 25 item 5).
+"""Table locations the registry accepts.
 
 A location is absolute (a path from ``/`` or a URI such as ``s3://bucket/...``) and has no ``..``
 segment: every process -- the scheduler, the Spark driver and executors, the api-server -- must
@@ -30,7 +30,7 @@ def check_table_location(name: str, location: str, roots: Sequence[str] | None =
 
     Every process -- the scheduler, the Spark driver and executors, the api-server -- must find a
     table at the same place whatever its working directory, and a ``..`` segment can point a
-    table outside its warehouse (issue 25 item 5).
+    table outside its warehouse.
 
     Raises:
         InvalidLocationError: names the table and the location, and says what to give.
@@ -55,7 +55,7 @@ def check_table_location(name: str, location: str, roots: Sequence[str] | None =
 
 def check_same_location(name: str, registered: str, asked: str | None) -> None:
     """TableLocationConflictError when ``asked`` is given and is not the ``registered`` location
-    of table ``name`` (issue 25 item 5: a re-registration never moves a table silently)."""
+    of table ``name``: a re-registration never moves a table silently."""
     from airflow_provider_tsb.delta.log import normalize_location
 
     if asked and normalize_location(asked) != normalize_location(registered):

@@ -59,7 +59,7 @@ class TopologyRow(Base):
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
     #: bumped by every barrier generation: the row lock that serialises them
     lock_version: Mapped[int] = mapped_column(BigInteger, default=0)
-    #: the barrier domain (issue 13 item 1): topologies of one domain share barrier ids;
+    #: the barrier domain: topologies of one domain share barrier ids;
     #: ``None`` means the topology is a domain of its own, named after it
     barrier_domain: Mapped[str | None] = mapped_column(String(250), nullable=True, index=True)
     #: location of the topology's barrier log (``<warehouse>/_tsb/<topology>/barrier_log``), set at
@@ -197,7 +197,7 @@ class TableBarrierRow(Base):
     #: Delta versions of the inputs read for this barrier, {table name: version}
     inputs: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     #: live data files of the table at ``version`` and their total size in bytes, as the barrier's
-    #: commit recorded them (issue 25 item 4; readers verify them); None: not recorded
+    #: commit recorded them (readers verify them); None: not recorded
     file_count: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 

@@ -131,7 +131,7 @@ class TableState:
     written_at_ms: int | None
     manifest: dict[str, Any] | None = None
     inputs: dict[str, Any] | None = None
-    file_count: int | None = None  # live files at ``version`` and their bytes, as recorded (issue 25)
+    file_count: int | None = None  # live files at ``version`` and their bytes, as recorded
     size_bytes: int | None = None
 
 

@@ -43,7 +43,7 @@ from airflow_provider_tsb.metastore.records import (
 from airflow_provider_tsb.metastore.registration_checks import check_known_topology, check_root_joins
 from airflow_provider_tsb.names import normalize_table_name, validate_job_id
 
-if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
+if TYPE_CHECKING:  # networkx is slow to import: only the functions that build graphs load it
     import networkx as nx
 
 
@@ -456,7 +456,7 @@ class RegistryManager:
                 s.flush()
             return row
         if row.topology != topology and row.kind == "root" and table.kind == "root" and row.location == location:
-            # a shared root table (issue 13 item 1): the topologies join one barrier domain
+            # a shared root table: the topologies join one barrier domain
             if not self._shares_root(s, topology, row):
                 s.add(TopologyRootRow(topology=topology, table_id=row.id))
                 s.flush()

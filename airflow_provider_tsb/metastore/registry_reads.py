@@ -27,7 +27,7 @@ from airflow_provider_tsb.metastore.models import (
 from airflow_provider_tsb.metastore.records import JobInfo, TableInfo
 from airflow_provider_tsb.names import normalize_table_name
 
-if TYPE_CHECKING:  # networkx costs ~1 s to import: only the functions that build graphs load it
+if TYPE_CHECKING:  # networkx is slow to import: only the functions that build graphs load it
     import networkx as nx
 
 

@@ -102,10 +102,10 @@ class TableStateManager:
     ) -> bool:
         """Mark barrier ``barrier`` WRITTEN in ``table`` at Delta ``version``. Idempotent.
 
-        The live-file figures of ``version`` are recorded with it (issue 25 item 4): ``figures``,
-        else the commit's ``tsb.files`` / ``tsb.bytes`` (one log-file read), else (a commit by
-        Delta's own writer, which records none) the version's live files read from the log now;
-        readers verify them.
+        The live-file figures of ``version`` are recorded with it, for readers to verify:
+        ``figures``, else the commit's ``tsb.files`` / ``tsb.bytes`` (one log-file read), else (a
+        commit by Delta's own writer, which records none) the version's live files read from the
+        log now.
 
         Args:
             attempt: the attempt id committed at ``version`` (the Delta tag's ``tsb.attempt``):

@@ -189,7 +189,7 @@ def verify_served(tv: ResolvedVersion, table: Any = None) -> None:
     """Verify the Delta log of the version ``tv`` serves against the live-file figures its
     barrier's commit recorded (``tv.file_count`` / ``tv.size_bytes`` from the metastore, else the
     commit's ``tsb.files`` / ``tsb.bytes``); once per (table, version) per process
-    (:func:`~airflow_provider_tsb.delta.integrity.verify_version`, issue 25 item 4).
+    (:func:`~airflow_provider_tsb.delta.integrity.verify_version`).
 
     Raises:
         DeltaLogIntegrityError: the log gives other figures (names the table, the barrier, the

@@ -38,7 +38,7 @@ class AppRun:
     catalog: BarrierCatalog | None
     locations: Mapping[str, str]
     #: the app's job id (an attribute, not a property: a barrier's walk through the runner makes no
-    #: call into this module, ``dev/barrier_walk.py``)
+    #: call into this module)
     job_id: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

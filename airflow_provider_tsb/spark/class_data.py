@@ -1,5 +1,5 @@
-"""A class-data-sharing archive of Spark's driver classes: a local ``spark-submit`` that starts in
-about 5 s instead of 9.
+"""A class-data-sharing archive of Spark's driver classes: a local ``spark-submit`` that starts
+faster.
 
 A JVM spends most of a Spark driver's start loading, parsing and verifying the few thousand
 classes of Spark's jars. JDK 13+ dynamic AppCDS (JEP 350, "Dynamic CDS Archives") lets one JVM
@@ -7,15 +7,16 @@ write the classes it loaded into an archive at exit (``-XX:ArchiveClassesAtExit=
 every later JVM of the same Java and class path map them from it
 (``-XX:SharedArchiveFile=FILE``). A JVM that cannot use the archive (another Java, another class
 path, a missing file) ignores it and starts as usual: the archive can only make a start faster.
-Measured on the 2-core development machine (a trivial app, ``spark-submit --master local[2]``):
-9.1 s wall and 14 CPU-s without it, 5.4 s and 8.7 CPU-s with it.
+It saves most of the class loading, in wall time and in CPU (docs/benchmarks.md, "spark-submit
+start").
 
 :class:`ClassDataArchive` keeps one archive per Java and Spark installation in a cache folder
 (``$TSB_CLASS_DATA_DIR``, else ``$XDG_CACHE_HOME/airflow-provider-tsb``, else
 ``~/.cache/airflow-provider-tsb``). :meth:`ClassDataArchive.java_options` gives the driver's
 Java options when it exists; :meth:`ClassDataArchive.create` writes it by running
-:mod:`airflow_provider_tsb.spark.class_data_app` once (about 15 s); :meth:`ClassDataArchive.ensure`
-starts that in the background the first time a driver would have used it. A job's
+:mod:`airflow_provider_tsb.spark.class_data_app` once (one Spark start of its own);
+:meth:`ClassDataArchive.ensure` starts that in the background the first time a driver would have
+used it. A job's
 ``spark-submit`` gets it through :func:`~airflow_provider_tsb.hooks.submit_conf.configure_submit`
 when its driver runs on this machine; ``tsb spark archive`` creates it ahead.
 """

@@ -48,7 +48,7 @@ SERVER_CONF: dict[str, str] = {
     # no web UI: one less port and thread pool on a small machine
     "spark.ui.enabled": "false",
     # Delta rebuilds a version's state with a Spark job of this many tasks (default 50); a
-    # topology's tables have small logs: a read AS OF a new version took 4 s with 50, 0.8 s with 1
+    # topology's tables have small logs, so one task does the work and 50 only add their scheduling
     "spark.databricks.delta.snapshotPartitions": "1",
     # tsb's session defaults, also set by every client session (spark/session.py)
     "spark.sql.session.timeZone": "UTC",
@@ -70,10 +70,9 @@ SERVER_CONF: dict[str, str] = {
 #: the server JVM's options when none are given, on a machine of at most
 #: :data:`SMALL_MACHINE_CPUS` processors with a local master: the serial collector. It resizes
 #: the heap to the live data at every collection and keeps no G1 remembered sets, so the
-#: server holds what it uses. A 12-job streaming fan-out/fan-in on the 2-core development
-#: machine (``benchmarks/topology_scale.py --jobs 12 --shapes fan``) peaked at a 0.86 GB server
-#: with it against 1.18-1.54 GB with G1 (the JVM's default there) and 1.41 GB with the parallel
-#: collector, at the same end-to-end delay (docs/benchmarks.md).
+#: server holds what it uses: on a small machine its peak memory under many streaming jobs is
+#: lower than with G1 (the JVM's default there) or the parallel collector, at the same end-to-end
+#: delay (``benchmarks/topology_scale.py``; docs/benchmarks.md "Many jobs on one Connect server").
 SMALL_MACHINE_JAVA_OPTIONS = "-XX:+UseSerialGC"
 SMALL_MACHINE_CPUS = 2
 #: a Java option that chooses the garbage collector (``-XX:+UseG1GC``, ``-XX:+UseZGC``, ...)
@@ -392,7 +391,7 @@ def port_open(host: str, port: int, timeout_s: float = 1.0) -> bool:
 
 def health(url: str, timeout_s: float = 60.0) -> bool:
     """True when the server at ``url`` runs a query: ``spark.range(1).count() == 1`` on a new
-    session, released afterwards (one gRPC round of requests; about 1 s with pyspark loaded)."""
+    session, released afterwards (one gRPC round of requests)."""
     from pyspark.sql import SparkSession
 
     deadline = time.monotonic() + timeout_s

@@ -144,8 +144,8 @@ def barrier_of(barriers: Sequence[tuple[int, int]]) -> Column:
     """:data:`BARRIER_COLUMN`: the first barrier of ``[(barrier, version)]`` whose version is at or
     above the row's ``_commit_version``. One flat ``CASE`` of integer literals: chained
     ``F.when(...).otherwise(...)`` nests one level per barrier, and Spark Connect refuses a plan
-    nested deeper than protobuf's limit (``Exceeded upb_DecodeOptions_MaxDepth`` at 96 barriers
-    in a micro-batch, ``barrier_rate.py --max-barriers-per-trigger 96``)."""
+    nested deeper than protobuf's limit (``Exceeded upb_DecodeOptions_MaxDepth``), which a
+    micro-batch of many barriers reaches."""
     (last, _), branches = barriers[-1], barriers[:-1]
     if not branches:
         return F.lit(int(last)).cast(IntegerType())

@@ -3,9 +3,9 @@
 A streaming job that takes several ready barriers in one micro-batch
 (:mod:`~airflow_provider_tsb.spark.barrier_group`) calls the app's ``process`` once per barrier
 by default: each barrier's output is its own Spark plan, so the group's write still analyzes,
-plans and scans one branch per barrier (about 46 ms of Spark time per barrier on 2 cores,
-``benchmarks/group_write_cost.py``). An app whose outputs are row-wise in its changes (each
-output row comes from change rows of one barrier: filters, projections, lookups in static
+plans and scans one branch per barrier (Spark time that grows with the barriers of the group,
+docs/benchmarks.md "A micro-batch group's Spark cost"). An app whose outputs are row-wise in its
+changes (each output row comes from change rows of one barrier: filters, projections, lookups in static
 data) can declare ``TsbApp(process_micro_batch=...)`` as well. The runner then calls it once for
 the whole micro-batch with a :class:`MicroBatchContext`, whose :meth:`~MicroBatchContext.changes`
 are the changes of all the micro-batch's epochs in one scan, each row tagged with its barrier in

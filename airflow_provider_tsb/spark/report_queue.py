@@ -12,7 +12,7 @@ the alignment check, ``process()``): the queue releases them when the Spark writ
 interpreter time from it (CPython runs one thread's Python at a time): the bookkeeping costs
 no wall time (``benchmarks/full_year.py``).
 
-The ordering rules that keep the commit protocol (docs/design.md) as it was:
+The ordering rules that keep the commit protocol (docs/design.md) intact:
 
 * a barrier's reports run in the order the synchronous path made them (one thread, FIFO);
 * the next barrier waits for them (:meth:`ReportQueue.wait`) before its PROCESSED report, so

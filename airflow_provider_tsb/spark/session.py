@@ -166,7 +166,7 @@ def _with_delta(settings: Mapping[str, str]) -> dict[str, str]:
 def _with_class_data(settings: Mapping[str, str]) -> dict[str, str]:
     """``settings`` of a session that starts its own driver JVM here, with the class-data archive
     in ``spark.driver.extraJavaOptions`` when it exists and no JVM runs in this process yet
-    (:mod:`airflow_provider_tsb.spark.class_data`: a start in about 5 s instead of 9)."""
+    (:mod:`airflow_provider_tsb.spark.class_data`: a faster start)."""
     from pyspark import SparkContext
 
     if SparkContext._active_spark_context is not None:  # the JVM exists: its options are set

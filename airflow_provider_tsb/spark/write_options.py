@@ -4,7 +4,7 @@
 Like delta-rs's ``WriterProperties`` and ``CommitProperties``, options are one immutable object
 passed whole, checked when made: :func:`~airflow_provider_tsb.spark.barrier_commit.write_barrier`
 takes a target and options instead of fifteen keyword arguments, six of them a
-:class:`~airflow_provider_tsb.spark.model.Sink` unpacked (issue 22 item 4).
+:class:`~airflow_provider_tsb.spark.model.Sink` unpacked.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from airflow_provider_tsb.api.access import EDIT_DENIED, READ_DENIED
 from airflow_provider_tsb.exceptions import UnknownJobError
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
+from dev.airflow_harness import AirflowHandle, start_airflow
 from tests.support.metaservice import write
-from tsb_dev.airflow_harness import AirflowHandle, start_airflow
 
 pytestmark = pytest.mark.airflow
 

@@ -14,7 +14,7 @@ import pytest
 from airflow_provider_tsb.consistency import ReadOptions
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.resolutions import to_arrow
-from tsb_dev.e2e import spark_connection
+from dev.e2e import spark_connection
 
 REPO = Path(__file__).resolve().parents[2]
 TSB = [sys.executable, "-m", "airflow_provider_tsb"]

@@ -17,8 +17,8 @@ from urllib.parse import quote
 import pytest
 
 from airflow_provider_tsb.metastore.store import MetaStore
+from dev.airflow_harness import AirflowHandle, start_airflow
 from tests.support.orchestration import wordcount_topology
-from tsb_dev.airflow_harness import AirflowHandle, start_airflow
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow]
 

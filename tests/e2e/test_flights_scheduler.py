@@ -18,9 +18,9 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
-from tsb_dev.airflow_harness import start_airflow
-from tsb_dev.e2e import examples_deployment
-from tsb_dev.pg import start_postgres
+from dev.airflow_harness import start_airflow
+from dev.e2e import examples_deployment
+from dev.pg import start_postgres
 from tsb_examples.datasets.nycflights13 import flights_of_day, weather_of_day
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
@@ -154,7 +154,7 @@ def test_a_pandas_user_reads_one_cut_over_delta_sharing(deployment, tmp_path) ->
     import sys
 
     from airflow_provider_tsb.read.readers import read_tables_pandas
-    from tsb_dev.venvs import cached_venv
+    from dev.venvs import cached_venv
 
     af, store, _root = deployment
     committed = [b.barrier for b in store.barriers.list("flights")]
@@ -187,7 +187,7 @@ def test_a_pandas_user_reads_one_cut_over_delta_sharing(deployment, tmp_path) ->
 @pytest.mark.browser
 def test_ui_views_on_the_real_flights_run(deployment) -> None:
     """Both UI views, in headless Chromium logged in as a user, on the barriers the scheduler ran."""
-    from tsb_dev.browser import chromium, login, new_page, screenshot
+    from dev.browser import chromium, login, new_page, screenshot
 
     af, store, root = deployment
     barriers = [b.barrier for b in store.barriers.list("flights")]

@@ -22,8 +22,8 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
-from tsb_dev.airflow_harness import start_airflow
-from tsb_dev.e2e import examples_deployment
+from dev.airflow_harness import start_airflow
+from dev.e2e import examples_deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
 
@@ -121,7 +121,7 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
     """Row for row at every barrier: no row lost or duplicated by the kill and the retry."""
     from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, run_batch
     from airflow_provider_tsb.spark.app_run import AppRun
-    from tsb_dev.dataplane import load_app_module
+    from dev.dataplane import load_app_module
 
     af, store, root, run = streaming_run
     barriers = store.barriers.list("flights", limit=1000, ascending=True)
@@ -157,7 +157,7 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
 @pytest.mark.browser
 def test_ui_views_on_the_streaming_run(streaming_run) -> None:
     """Lineage and delay views on the real streaming run (with its killed and retried job)."""
-    from tsb_dev.browser import chromium, login, new_page, screenshot
+    from dev.browser import chromium, login, new_page, screenshot
 
     af, store, root, run = streaming_run
     ids = [b.barrier for b in store.barriers.list("flights", limit=1000)]

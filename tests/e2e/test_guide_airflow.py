@@ -15,8 +15,8 @@ import pytest
 from airflow_provider_tsb.consistency import ReadOptions
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.resolutions import to_arrow
+from dev.airflow_harness import start_airflow
 from tests.support.guide import stop_guide_spark
-from tsb_dev.airflow_harness import start_airflow
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
 

@@ -1,6 +1,6 @@
 """A lease holds, and an expired version is never handed out (issue 12 item 2).
 
-Real processes (``tsb_dev/lease_world.py``), real Delta tables, real delta-rs vacuum, the
+Real processes (``dev/lease_world.py``), real Delta tables, real delta-rs vacuum, the
 metastore on SQLite and PostgreSQL. The many-iterations version is ``benchmarks/lease_races.py``.
 """
 
@@ -17,7 +17,7 @@ from airflow_provider_tsb.exceptions import ExpiredVersionError, TsbError
 from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.resolutions import to_arrow
-from tsb_dev import lease_world as lw
+from dev import lease_world as lw
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Snapshot expiry's metadata cleanup (``delta/log_cleanup.py``): the log files below the newest
 checkpoint at or before the oldest kept version go, every kept version stays loadable and right.
 
-Real Delta tables (delta-rs, a checkpoint every 10 versions: ``tsb_dev/lease_world.py``), real
+Real Delta tables (delta-rs, a checkpoint every 10 versions: ``dev/lease_world.py``), real
 vacuum, the metastore on SQLite and PostgreSQL. The race with a fast writer, leased readers and
 the expiry loop in their own processes is ``test_expiry_keeps_up_with_a_fast_writer``.
 """
@@ -20,7 +20,7 @@ from airflow_provider_tsb.exceptions import DeltaLogError, ExpiredVersionError
 from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.resolutions import to_arrow
-from tsb_dev import lease_world as lw
+from dev import lease_world as lw
 
 pytestmark = pytest.mark.slow
 

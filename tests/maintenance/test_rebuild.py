@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
 from airflow_provider_tsb.exceptions import TsbError
 from airflow_provider_tsb.read.resolutions import to_arrow
-from tsb_dev.e2e import spark_connection
+from dev.e2e import spark_connection
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
@@ -73,7 +73,7 @@ def _run_in_process(spark: Any, topology: Any, url: str, barrier: int) -> None:
     """Every job of ``topology`` up to ``barrier`` through its app's command line (``--metastore-url``),
     in this process's Spark session (as the other data-plane tests)."""
     from airflow_provider_tsb.spark.cli import run_app
-    from tsb_dev.dataplane import load_app_module
+    from dev.dataplane import load_app_module
 
     for job in topology.jobs_in_order():
         app = load_app_module(str(Path(job.application).relative_to(REPO / "spark_apps"))).APP

@@ -19,7 +19,7 @@ from airflow_provider_tsb.maintenance.expiry import expire_snapshots
 from airflow_provider_tsb.maintenance.retention import DAY_MS, HOUR_MS, RetentionPolicy
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.read.resolutions import to_arrow
-from tsb_dev import lease_world as lw
+from dev import lease_world as lw
 
 T0 = 1_700_006_400_000  # 2023-11-15 00:00 UTC
 

@@ -30,9 +30,9 @@ from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.spark.app import run_batch
 from airflow_provider_tsb.spark.app_run import AppRun
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
+from dev.dataplane import rows_at_barrier, words_for
+from dev.job_processes import Deployment, job_command, job_env
 from tests.support.orchestration import wordcount_topology
-from tsb_dev.dataplane import rows_at_barrier, words_for
-from tsb_dev.job_processes import Deployment, job_command, job_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -28,8 +28,8 @@ from airflow_provider_tsb.caches import CACHES
 from airflow_provider_tsb.exceptions import MetastoreUnavailableError
 from airflow_provider_tsb.hooks.barrier import TsbBarrierHook
 from airflow_provider_tsb.metastore.store import MetaStore
+from dev.pg import PostgresServer, start_postgres
 from tests.support.orchestration import wordcount_topology
-from tsb_dev.pg import PostgresServer, start_postgres
 from tsb_examples.ingest import ingest_next_words
 
 pytestmark = [pytest.mark.postgres]

@@ -80,7 +80,7 @@ def test_job_operator_command_line(tsb_env) -> None:
 
 def test_streaming_job_operator_passes_max_barriers_per_trigger_and_checks_it(tsb_env) -> None:
     from airflow_provider_tsb.spark.cli import build_arg_parser
-    from tsb_dev.dataplane import load_app_module
+    from dev.dataplane import load_app_module
 
     topo = wordcount_topology(tsb_env.warehouse)
     op = TsbSparkJobOperator(task_id="wordcount_words", topology=topo, job_id="wordcount_words", mode="streaming",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tsb_dev.airflow_harness import VIEWER_PASSWORD, VIEWER_USER, AirflowHandle
+from dev.airflow_harness import VIEWER_PASSWORD, VIEWER_USER, AirflowHandle
 
 pytestmark = pytest.mark.airflow
 

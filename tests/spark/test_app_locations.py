@@ -17,7 +17,7 @@ import pytest
 
 from airflow_provider_tsb.delta.log import latest_version
 from airflow_provider_tsb.maintenance.checker import wordcount_topology
-from tsb_dev.job_processes import Deployment, job_command, job_env, wordcount_deployment
+from dev.job_processes import Deployment, job_command, job_env, wordcount_deployment
 
 pytestmark = [pytest.mark.spark]
 

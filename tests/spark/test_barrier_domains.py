@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from dev.e2e import spark_connection
 from tests.conftest import _pg_database
-from tsb_dev.e2e import spark_connection
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS, WORD_COUNT, LENGTH_COUNT = "tsb.raw.words", "tsb.wordcount.word_count", "tsb.word_lengths.length_count"

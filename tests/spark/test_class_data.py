@@ -15,7 +15,7 @@ import pytest
 
 from airflow_provider_tsb.hooks.submit_conf import configure_submit, uses_class_data
 from airflow_provider_tsb.spark.class_data import ClassDataArchive, executors_run_here, with_class_data
-from tsb_dev.job_processes import job_command, job_env, wordcount_deployment
+from dev.job_processes import job_command, job_env, wordcount_deployment
 
 TSB = str(Path(sys.executable).parent / "tsb")
 

@@ -18,7 +18,7 @@ from airflow_provider_tsb.delta.barriers import version_of_barrier
 from airflow_provider_tsb.delta.log import read_commit_actions
 from airflow_provider_tsb.spark.inputs import read_changes
 from airflow_provider_tsb.spark.outputs_compaction import Compaction
-from tsb_dev.dataplane import write_sink
+from dev.dataplane import write_sink
 
 pytestmark = [pytest.mark.spark]
 

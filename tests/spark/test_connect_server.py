@@ -20,7 +20,7 @@ from airflow_provider_tsb.spark.connect_server import (
     server_conf,
 )
 from airflow_provider_tsb.spark.process_group import ProcessGroup, start_ticks
-from tsb_dev.local_airflow import free_port
+from dev.local_airflow import free_port
 
 
 def tsb(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

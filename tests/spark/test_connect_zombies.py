@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_tsb.metastore.models import JobRow
-from tsb_dev.job_processes import REPO, job_command, job_env, wordcount_deployment
+from dev.job_processes import REPO, job_command, job_env, wordcount_deployment
 
 JOB = "wordcount_words"
 

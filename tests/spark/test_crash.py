@@ -15,7 +15,7 @@ from airflow_provider_tsb.delta.conventions import parse_tag
 from airflow_provider_tsb.delta.log import commit_info, latest_version, read_commit_actions
 from airflow_provider_tsb.spark.catalog import read_report
 from airflow_provider_tsb.spark.installation import CONNECT_MARKERS
-from tsb_dev.dataplane import APPS, REPO, WORD_COUNT, make_wordcount_plan, rows_at_barrier
+from dev.dataplane import APPS, REPO, WORD_COUNT, make_wordcount_plan, rows_at_barrier
 
 
 def run_app(plan: str, kill_at: str | None, remote: str | None) -> subprocess.CompletedProcess:

@@ -33,8 +33,7 @@ from airflow_provider_tsb.spark.catalog import read_report
 from airflow_provider_tsb.spark.cli import run_app
 from airflow_provider_tsb.spark.installation import CONNECT_MARKERS
 from airflow_provider_tsb.spark.write_options import WRITER_VARIABLE
-from tests.support.orchestration import wordcount_topology
-from tsb_dev.dataplane import (
+from dev.dataplane import (
     APPS,
     COUNT_OF_COUNTS,
     REPO,
@@ -46,6 +45,7 @@ from tsb_dev.dataplane import (
     words_for,
     write_sink,
 )
+from tests.support.orchestration import wordcount_topology
 
 pytestmark = pytest.mark.delta_spark
 
@@ -214,7 +214,7 @@ def test_the_metastore_path_with_the_delta_writer(spark, tmp_path: Path, monkeyp
         words += words_for(b)
         append_words(topology.location(WORDS), words_for(b))
         store.barriers.create(topology.name, read_root_versions(topology))
-    from tsb_dev.dataplane import load_app_module
+    from dev.dataplane import load_app_module
 
     for job in ("wordcount_words", "wordcount_counts"):
         app = load_app_module(f"wordcount/{job}.py").APP

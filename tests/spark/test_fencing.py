@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tsb_dev.fencing import run_races
+from dev.fencing import run_races
 
 pytestmark = [pytest.mark.spark]
 

@@ -20,7 +20,7 @@ from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.delta.roots import append_rows
 from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, read_snapshot, run_batch
 from airflow_provider_tsb.spark.app_run import AppRun
-from tsb_dev.dataplane import load_app_module, rows_at_barrier
+from dev.dataplane import load_app_module, rows_at_barrier
 from tsb_examples.datasets import nycflights13 as nyc
 
 ENRICHED = "flights.flights_enriched"

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_tsb.delta import storage
+from dev.e2e import spark_connection
 from tests.maintenance.test_rebuild import (
     DAILY,
     ENRICHED,
@@ -34,7 +35,6 @@ from tests.maintenance.test_rebuild import (
     _topologies,
     answers,
 )
-from tsb_dev.e2e import spark_connection
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta_spark, pytest.mark.slow]
 

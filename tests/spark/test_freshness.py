@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from dev.job_processes import COUNT_OF_COUNTS, WORD_COUNT, WORDS, wordcount_deployment
 from tests.conftest import _pg_database
-from tsb_dev.job_processes import COUNT_OF_COUNTS, WORD_COUNT, WORDS, wordcount_deployment
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

@@ -24,11 +24,11 @@ from airflow_provider_tsb.spark.input_leases import LeaseRequest
 from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 from airflow_provider_tsb.spark.model import Sink, TsbApp
 from airflow_provider_tsb.spark.runner import run_batch
-from tsb_dev import lease_world as lw
+from dev import lease_world as lw
 
 
 def _lease_world(tmp_path: Path, barriers: int) -> tuple[str, MetaStore, dict[str, str]]:
-    """A SQLite metastore with ``tsb_dev.lease_world``'s topology and ``barriers`` barriers."""
+    """A SQLite metastore with ``dev.lease_world``'s topology and ``barriers`` barriers."""
     url = f"sqlite:///{tmp_path / 'tsb.db'}"
     store = MetaStore(url)
     store.migrate()

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_tsb.hooks.barrier import read_root_versions
-from tsb_dev.job_processes import job_command, job_env, wordcount_deployment
-from tsb_dev.pg import start_postgres
+from dev.job_processes import job_command, job_env, wordcount_deployment
+from dev.pg import start_postgres
 from tsb_examples.ingest import ingest_next_words
 
 pytestmark = [pytest.mark.postgres]

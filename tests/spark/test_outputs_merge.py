@@ -21,7 +21,7 @@ from airflow_provider_tsb.delta.log import read_commit_actions
 from airflow_provider_tsb.delta.snapshots import snapshot_at
 from airflow_provider_tsb.spark import outputs_merge
 from airflow_provider_tsb.spark.outputs_merge import affected_files, summarize_staged_keys
-from tsb_dev.dataplane import write_sink
+from dev.dataplane import write_sink
 
 pytestmark = [pytest.mark.spark]
 

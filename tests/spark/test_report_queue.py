@@ -26,7 +26,7 @@ from airflow_provider_tsb.spark.metastore_catalog import MetastoreCatalog
 from airflow_provider_tsb.spark.model import Sink, TsbApp
 from airflow_provider_tsb.spark.report_queue import ReportQueue
 from airflow_provider_tsb.spark.runner import run_batch
-from tsb_dev import lease_world as lw
+from dev import lease_world as lw
 
 
 def test_reports_run_in_order_on_one_thread_behind_the_caller() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tsb_dev.job_processes import job_command, job_env, wordcount_deployment
+from dev.job_processes import job_command, job_env, wordcount_deployment
 
 pytestmark = [pytest.mark.spark]
 

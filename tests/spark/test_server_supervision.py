@@ -27,8 +27,8 @@ from deltalake import DeltaTable
 
 from airflow_provider_tsb.hooks.barrier import read_root_versions
 from airflow_provider_tsb.spark.server_watch import SERVER_LOST_EXIT, ServerWatch, ServerWatchOptions
-from tsb_dev.job_processes import REPO, job_command, job_env, wordcount_deployment
-from tsb_dev.local_airflow import free_port
+from dev.job_processes import REPO, job_command, job_env, wordcount_deployment
+from dev.local_airflow import free_port
 from tsb_examples.ingest import ingest_next_words
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

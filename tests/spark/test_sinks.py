@@ -30,8 +30,8 @@ from airflow_provider_tsb.delta.barriers import version_of_barrier
 from airflow_provider_tsb.delta.log import commit_info, read_commit_actions
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
-from tsb_dev.dataplane import REPO
-from tsb_dev.job_processes import KILLED, Deployment, run_job
+from dev.dataplane import REPO
+from dev.job_processes import KILLED, Deployment, run_job
 
 CDC, EVENTS, CURRENT = "tsb.raw.cdc", "tsb.sinks.events", "tsb.sinks.current"
 JOB = "cdc_sinks"
@@ -236,7 +236,7 @@ def test_a_new_nullable_column_evolves_the_schema_and_as_of_keeps_the_old_one(
 
 def test_incompatible_changes_are_refused_before_any_commit(tmp_path: Path, spark: Any) -> None:
     from airflow_provider_tsb.exceptions import SchemaChangeError
-    from tsb_dev.dataplane import write_sink
+    from dev.dataplane import write_sink
 
     loc = str(tmp_path / "t")
 
@@ -270,7 +270,7 @@ def test_incompatible_changes_are_refused_before_any_commit(tmp_path: Path, spar
 def test_a_merge_output_with_two_rows_for_one_key_is_refused_before_any_write(tmp_path: Path, spark: Any) -> None:
     """Two rows of one key would both land in a merge sink's table: refused, naming the key."""
     from airflow_provider_tsb.exceptions import DuplicateKeyError
-    from tsb_dev.dataplane import write_sink
+    from dev.dataplane import write_sink
 
     loc = str(tmp_path / "m")
     ddl = "id long, value long"
@@ -298,7 +298,7 @@ def test_partition_values_spark_escapes_round_trip(tmp_path: Path, spark: Any) -
     """Spark escapes ``:``, ``/``, ``%`` in directory names and writes null as
     ``__HIVE_DEFAULT_PARTITION__``: the commit's partition values and a read give the values back."""
     from airflow_provider_tsb.spark.inputs import read_snapshot
-    from tsb_dev.dataplane import write_sink
+    from dev.dataplane import write_sink
 
     loc = str(tmp_path / "odd")
     values = ["a b", "x:y", "p/q", "50%", None]
@@ -325,7 +325,7 @@ def test_a_crash_between_the_schema_commit_and_the_data_commit_reruns_to_the_sam
     from airflow_provider_tsb.delta.commit import evolve_table_schema
     from airflow_provider_tsb.delta.conventions import BarrierTag
     from airflow_provider_tsb.spark.inputs import read_snapshot
-    from tsb_dev.dataplane import write_sink
+    from dev.dataplane import write_sink
 
     first = ([(1, "a", 10), (2, "b", 20)], "id long, k string, value long")
     second = ([(2, "b", 21, "x"), (3, "c", 30, None)], "id long, k string, value long, note string")
@@ -357,7 +357,7 @@ def test_the_files_a_sink_commits_carry_timestamp_and_date_statistics(tmp_path: 
     from decimal import Decimal
 
     from airflow_provider_tsb.spark.inputs import change_ranges
-    from tsb_dev.dataplane import write_sink
+    from dev.dataplane import write_sink
 
     loc = str(tmp_path / "daily")
     ddl = "id long, at timestamp, local timestamp_ntz, day date, amount decimal(10,2)"

@@ -32,7 +32,7 @@ import pytest
 
 from airflow_provider_tsb.exceptions import StaleReadError
 from airflow_provider_tsb.metastore.records import now_ms
-from tsb_dev.job_processes import (
+from dev.job_processes import (
     COUNT_OF_COUNTS,
     WORD_COUNT,
     WORDS,

@@ -25,8 +25,8 @@ from airflow_provider_tsb.hooks.barrier import read_root_versions
 from airflow_provider_tsb.hooks.metastore import committed_head
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.spark.cli import run_app
+from dev.dataplane import load_app_module
 from tests.support.orchestration import wordcount_topology
-from tsb_dev.dataplane import load_app_module
 
 pytestmark = pytest.mark.delta_spark
 

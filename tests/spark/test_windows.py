@@ -32,8 +32,8 @@ from airflow_provider_tsb.delta import version_of_barrier
 from airflow_provider_tsb.delta.roots import append_rows
 from airflow_provider_tsb.exceptions import TopologyError
 from airflow_provider_tsb.metastore.records import TsKind
+from dev.job_processes import Deployment, run_job
 from tests.support.orchestration import flights_deployment
-from tsb_dev.job_processes import Deployment, run_job
 from tsb_examples.datasets import nycflights13 as nyc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -190,7 +190,7 @@ def _hourly_windows(
     started = time.monotonic()
     if metastore_url.startswith("sqlite"):  # the app's command line in this process's Spark (saves a JVM)
         from airflow_provider_tsb.spark.cli import run_app
-        from tsb_dev.dataplane import load_app_module
+        from dev.dataplane import load_app_module
 
         app = load_app_module("flights/origin_hourly_delay.py").APP
         argv = ["--metastore-url", metastore_url, "--until-barrier", "3",

@@ -17,7 +17,7 @@ from airflow_provider_tsb.spark.app import BarrierPlan, run_barrier, run_batch
 from airflow_provider_tsb.spark.app_run import AppRun, StreamOptions
 from airflow_provider_tsb.spark.inputs import read_snapshot
 from airflow_provider_tsb.spark.streaming import run_streaming
-from tsb_dev.dataplane import (
+from dev.dataplane import (
     COUNT_OF_COUNTS,
     WORD_COUNT,
     WORDS,

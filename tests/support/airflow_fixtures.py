@@ -1,4 +1,4 @@
-"""Pytest fixtures for tests that need a real Airflow 3 deployment (see :mod:`tsb_dev.airflow_harness`).
+"""Pytest fixtures for tests that need a real Airflow 3 deployment (see :mod:`dev.airflow_harness`).
 
 A pytest plugin: ``tests/conftest.py`` registers it with ``pytest_plugins``; elsewhere run
 ``pytest -p tests.support.airflow_fixtures`` from the repository root.
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page
 
-from tsb_dev.airflow_harness import AirflowHandle, shared_airflow, stop_shared_airflow
+from dev.airflow_harness import AirflowHandle, shared_airflow, stop_shared_airflow
 
 SCREENSHOT_DIR = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
 
@@ -101,7 +101,7 @@ def screenshot_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
-    from tsb_dev.browser import chromium, chromium_path
+    from dev.browser import chromium, chromium_path
 
     if chromium_path() is None:
         pytest.skip("Chromium not installed (apt-get install -y chromium)")
@@ -112,7 +112,7 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture
 def page(browser: Browser, airflow_server: AirflowHandle) -> Iterator[Page]:
     """A fresh browser context, logged in to the Airflow UI as the admin user."""
-    from tsb_dev.browser import DEFAULT_TIMEOUT_MS, login
+    from dev.browser import DEFAULT_TIMEOUT_MS, login
 
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     context.set_default_timeout(DEFAULT_TIMEOUT_MS)

@@ -4,7 +4,7 @@
   (both backends: ``store`` in ``tests/conftest.py``);
 * ``tsb_env``: a metastore and a warehouse as an operator sees them (through the environment);
 * ``wordcount_apps`` and ``clean_wordcount``: the FLIP-276 word count's apps and a clean
-  reference run of 4 barriers (helpers: :mod:`tsb_dev.dataplane`).
+  reference run of 4 barriers (helpers: :mod:`dev.dataplane`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_provider_tsb.metastore.store import MetaStore
-from tsb_dev.dataplane import (
+from dev.dataplane import (
     COUNT_OF_COUNTS,
     WORD_COUNT,
     load_app_module,

@@ -1,7 +1,7 @@
 """A local S3-compatible server for the object-storage tests: moto's server mode.
 
 moto (``moto[server]`` from PyPI) runs in a virtualenv of its own (cached by
-:func:`tsb_dev.venvs.cached_venv`): it pins ``python-dateutil<3``, which the project's
+:func:`dev.venvs.cached_venv`): it pins ``python-dateutil<3``, which the project's
 environment (Airflow) does not share. The server speaks the S3 REST API on 127.0.0.1 with any
 credentials, conditional writes (``If-None-Match``) included; :meth:`S3Server.stop` ends it
 by its process group.
@@ -18,8 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tsb_dev.spark_cluster import free_port
-from tsb_dev.venvs import cached_venv
+from dev.spark_cluster import free_port
+from dev.venvs import cached_venv
 
 MOTO = "moto[server]>=5.1,<6"
 

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from dev.airflow_harness import AirflowHandle, start_airflow
 from tests.ui.flights_ui import FAILING_DAG, FAILING_DAG_ID, populate
-from tsb_dev.airflow_harness import AirflowHandle, start_airflow
 
 
 @pytest.fixture(scope="package")

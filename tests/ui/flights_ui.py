@@ -17,7 +17,7 @@ from playwright.sync_api import Page
 
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.topology import Topology
-from tsb_dev.browser import DEFAULT_TIMEOUT_MS
+from dev.browser import DEFAULT_TIMEOUT_MS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

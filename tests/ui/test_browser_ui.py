@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page
 
+from dev.airflow_harness import AirflowHandle
+from dev.browser import capture, frame_with_selector, screenshot
 from tests.support.airflow_fixtures import DeployDag
-from tsb_dev.airflow_harness import AirflowHandle
-from tsb_dev.browser import capture, frame_with_selector, screenshot
 
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 

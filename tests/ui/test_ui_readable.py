@@ -24,9 +24,9 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Route
 
+from dev.airflow_harness import AirflowHandle
+from dev.browser import DEFAULT_TIMEOUT_MS, screenshot
 from tests.ui.flights_ui import FAILED_JOB, FAILING_DAG_ID, FAILURE_TEXT, open_page
-from tsb_dev.airflow_harness import AirflowHandle
-from tsb_dev.browser import DEFAULT_TIMEOUT_MS, screenshot
 
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 

@@ -19,10 +19,10 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from airflow_provider_tsb.metastore.store import MetaStore
+from dev.airflow_harness import AirflowHandle
+from dev.browser import frame_with_selector, screenshot
 from tests.ui.flights_ui import JOBS, N_BARRIERS, ROOTS, SINKS
 from tests.ui.flights_ui import open_page as _open
-from tsb_dev.airflow_harness import AirflowHandle
-from tsb_dev.browser import frame_with_selector, screenshot
 
 pytestmark = [pytest.mark.airflow, pytest.mark.browser]
 

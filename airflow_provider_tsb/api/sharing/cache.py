@@ -2,8 +2,8 @@
 
 A query of one table at one barrier (``POST .../query`` with ``version``) first finds its share
 and the share's tables, then resolves the table AS OF the barrier and leases the version for as
-long as the file URLs live. Both answers change rarely, and profiling put them at two thirds of
-a query's CPU (docs/benchmarks.md "Delta Sharing"), so :class:`SharingCache` keeps them:
+long as the file URLs live. Both answers change rarely and are most of a query's CPU
+(docs/benchmarks.md "Delta Sharing"), so :class:`SharingCache` keeps them:
 
 * **shares**: the list of shares, and a share with its registered tables, are kept while the registry's version
   (:func:`~airflow_provider_tsb.metastore.registry_reads.registry_version`, bumped by every

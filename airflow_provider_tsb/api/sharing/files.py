@@ -180,7 +180,7 @@ _snapshots_lock = threading.Lock()
 
 def snapshot(location: str, version: int) -> Snapshot:
     """The :class:`Snapshot` of the Delta table at ``location``, ``version``: one snapshot load
-    (delta-rs), then kept per process for :data:`SNAPSHOT_CACHE_SECONDS` (loading it was most of
+    (delta-rs), then kept per process for :data:`SNAPSHOT_CACHE_SECONDS` (loading it is most of
     a query's time: docs/benchmarks.md).
 
     Raises:

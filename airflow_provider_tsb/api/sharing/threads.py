@@ -2,15 +2,14 @@
 
 FastAPI runs a plain-function endpoint in a worker thread of Starlette's pool (40 threads per
 process, shared with Airflow's own routes). A sharing request is CPU work with short metastore
-round trips between, so 20 concurrent requests on 40 threads take turns at the interpreter
-lock and the slowest waits several times the median: with 20 clients without pause, p50 34 ms
-and p99 156 ms (:mod:`.cache` keeping the shares and leases). Queued for a few threads
-of their own, the requests are answered in arrival order: p50 27 ms, p99 39 ms, and 20 % more
-answers a second (docs/benchmarks.md "Delta Sharing"). The routes of :mod:`.sharing` run
+round trips between, so many concurrent requests on 40 threads take turns at the interpreter
+lock and the slowest waits several times the median. Queued for a few threads of their own,
+the requests are answered in arrival order: the slowest come close to the median, and more are
+answered a second (docs/benchmarks.md "Delta Sharing"). The routes of :mod:`.sharing` run
 their plain-function endpoints here (:func:`in_sharing_threads`); coroutines stay on the event
-loop. The tsb REST API's routes keep Starlette's pool: there, 50 clients without pause gave the
-same figures on 2 threads of their own as on Starlette's (``benchmarks/rest_load.py``: p99 611
-against 580 ms), the clients' own threads being the tail.
+loop. The tsb REST API's routes keep Starlette's pool: there, threads of their own do not
+shorten the tail under many clients without pause (``benchmarks/rest_load.py``), the clients'
+own threads being the tail.
 """
 
 from __future__ import annotations
@@ -37,8 +36,8 @@ def sharing_executor() -> ThreadPoolExecutor:
     request's CPU overlaps another's round trips), made at first use.
 
     A plain executor and ``loop.run_in_executor``, not anyio's ``to_thread``: the hop is a future
-    and a callback, where anyio's builds a task group and cancel scopes per call (7 % of a
-    sharing query's CPU through the api-server, docs/benchmarks.md "Delta Sharing").
+    and a callback, where anyio's builds a task group and cancel scopes per call (a visible share
+    of a sharing query's CPU through the api-server).
 
     Raises:
         ValueError: ``[tsb] sharing_threads`` is not a positive number (names the setting).

@@ -1,9 +1,9 @@
 """Issue 24 item 5: a reader racing barrier commits never sees a mixed cut when it pins one version.
 
-The word count topology written barrier after barrier (``tsb_dev.wordcount_writer``) on SQLite
+The word count topology written barrier after barrier (``dev.wordcount_writer``) on SQLite
 and PostgreSQL, served by the sharing routes under uvicorn; readers with only the official
 ``delta-sharing`` client read the three tables at the share's version while barriers commit
-(``tsb_dev.sharing_race``; ``benchmarks/sharing_race.py`` makes 1,000 such reads).
+(``dev.sharing_race``; ``benchmarks/sharing_race.py`` makes 1,000 such reads).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import uvicorn
 from airflow_provider_tsb.api.sharing.cache import DEFAULT_CHECK_SECONDS
 from airflow_provider_tsb.api.sharing.routes import create_sharing_app
 from airflow_provider_tsb.metastore.store import MetaStore
-from tsb_dev.sharing_race import race, write_profile
-from tsb_dev.wordcount_writer import WORDS, WordcountWriter, cut_errors
+from dev.sharing_race import race, write_profile
+from dev.wordcount_writer import WORDS, WordcountWriter, cut_errors
 
 
 def _free_port() -> int:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tsb_dev.spark_cluster import SparkCluster, free_port, start_cluster
-from tsb_dev.spark_cluster import bare_python as make_bare_python
+from dev.spark_cluster import SparkCluster, free_port, start_cluster
+from dev.spark_cluster import bare_python as make_bare_python
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_tsb.spark.packaging import EXECUTOR_MODULES, package_zip
-from tsb_dev.spark_cluster import spark_home
+from dev.spark_cluster import spark_home
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

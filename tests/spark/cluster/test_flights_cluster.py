@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tsb_dev.spark_cluster import SparkCluster
+from dev.spark_cluster import SparkCluster
 from tsb_examples.spark_conf import cluster_spark_conf
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -113,7 +113,7 @@ def local_tables(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> dict[s
     from airflow_provider_tsb.delta.roots import mark_end_of_input
     from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, run_batch
     from airflow_provider_tsb.spark.app_run import AppRun
-    from tsb_dev.dataplane import load_app_module
+    from dev.dataplane import load_app_module
     from tsb_examples.datasets import nycflights13 as nyc
 
     root = tmp_path_factory.mktemp("local")

@@ -1,4 +1,4 @@
-"""barrier domains: topologies that share root tables share barrier ids (issue 13 item 1);
+"""barrier domains: topologies that share root tables share barrier ids;
 the barrier log location of each topology
 
 Revision ID: 0008

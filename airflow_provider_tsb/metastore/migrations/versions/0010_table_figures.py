@@ -1,8 +1,8 @@
 """the live-file figures of a WRITTEN barrier (tsb_table_barrier.file_count, size_bytes)
 
 Every barrier commit records the number of live data files and their total size in bytes at
-its Delta version (issue 25 item 4); readers and ``tsb check --integrity`` compare them with what
-the Delta log gives. Rows written before this revision have none (NULL: nothing to verify
+its Delta version; readers and ``tsb check --integrity`` compare them with what the Delta log
+gives. Rows written before this revision have none (NULL: nothing to verify
 against but the commit's own ``tsb.files`` / ``tsb.bytes`` metadata, when it has them).
 
 Revision ID: 0010

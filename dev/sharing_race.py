@@ -1,9 +1,9 @@
 """Pinned multi-table reads over Delta Sharing racing barrier commits (issue 24: "0 mixed cuts").
 
-A :class:`~tsb_dev.wordcount_writer.WordcountWriter` thread commits barriers while reader
+A :class:`~dev.wordcount_writer.WordcountWriter` thread commits barriers while reader
 threads, each with only the official ``delta-sharing`` client, ask the share's version of
 ``count_of_counts`` and read the three word count tables at that version. A read whose three
-tables break the FLIP-276 invariants (:func:`~tsb_dev.wordcount_writer.cut_errors`) is a
+tables break the FLIP-276 invariants (:func:`~dev.wordcount_writer.cut_errors`) is a
 *mixed cut*. The root table is compacted every :data:`COMPACT_EVERY` barriers (a commit
 without a barrier, as ``OPTIMIZE`` would), so a read fetches a bounded number of files.
 """
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tsb_dev.wordcount_writer import CC, WC, WORDS, WordcountWriter, cut_errors
+from dev.wordcount_writer import CC, WC, WORDS, WordcountWriter, cut_errors
 
 COMPACT_EVERY = 10
 

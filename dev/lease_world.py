@@ -6,7 +6,7 @@ barrier (so each version's files are removed by the next one and vacuum can dele
 ``sum_job`` (a registered consumer, apache/paimon#5819) reads ``snap`` and appends one row per
 barrier to ``tsb.lr.summary``.
 
-Roles, each run as its own process (``python -m tsb_dev.lease_world ROLE CONFIG_JSON``),
+Roles, each run as its own process (``python -m dev.lease_world ROLE CONFIG_JSON``),
 each printing one JSON line of counts at the end:
 
 * ``writer``: per barrier: append to ``events``, generate the barrier, overwrite ``snap`` in
@@ -269,7 +269,7 @@ def spawn(role: str, cfg: dict[str, Any]) -> subprocess.Popen[str]:
     """Start ``role`` in its own Python process."""
     env = dict(os.environ, PYTHONPATH=REPO)
     return subprocess.Popen(
-        [sys.executable, "-m", "tsb_dev.lease_world", role, json.dumps(cfg)],
+        [sys.executable, "-m", "dev.lease_world", role, json.dumps(cfg)],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 

@@ -6,16 +6,16 @@ The harness starts the four Airflow 3 components as separate processes, exactly 
 deployment does: ``scheduler`` (LocalExecutor), ``dag-processor``, ``triggerer`` and
 ``api-server``. Every component gets its own process group, so :meth:`AirflowHandle.stop`
 takes down workers and supervisors too. The handle's REST calls (DAGs, runs, task logs,
-assets) are in :mod:`tsb_dev.airflow_api`.
+assets) are in :mod:`dev.airflow_api`.
 
 Defaults: a temporary ``AIRFLOW_HOME``, a SQLite metadata DB (Airflow 3's LocalExecutor works
-on SQLite; any SQLAlchemy URL, e.g. PostgreSQL from ``tsb_dev/pg.py``, can be given instead), the
+on SQLite; any SQLAlchemy URL, e.g. PostgreSQL from ``dev/pg.py``, can be given instead), the
 SimpleAuthManager with the users ``admin``/``admin`` (role ADMIN) and ``viewer``/``viewer``
 (role VIEWER), free ports on 127.0.0.1, fast DAG-folder rescans, and no example DAGs.
 
 Usage::
 
-    from tsb_dev.local_airflow import start_airflow
+    from dev.local_airflow import start_airflow
 
     af = start_airflow(dags_folder=Path("dags"))
     try:
@@ -50,7 +50,7 @@ from typing import Any
 import httpx
 
 from airflow_provider_tsb.spark.process_group import ProcessGroup
-from tsb_dev.airflow_api import TERMINAL_RUN_STATES, AirflowApi, AirflowHarnessError  # noqa: F401 (re-exported)
+from dev.airflow_api import TERMINAL_RUN_STATES, AirflowApi, AirflowHarnessError  # noqa: F401 (re-exported)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -114,7 +114,7 @@ class AirflowHandle(AirflowApi):
     """A running Airflow deployment. Create it with :func:`start_airflow`.
 
     Lifecycle, HTTP basics and DAG files here; DAGs, runs, logs and assets through the REST API
-    come from :class:`~tsb_dev.airflow_api.AirflowApi`.
+    come from :class:`~dev.airflow_api.AirflowApi`.
     """
 
     home: Path

@@ -1,7 +1,7 @@
 """Races of two attempts of one job on one barrier (an Airflow zombie and its retry), counted.
 
 Each race starts the ``wordcount_words`` job twice for the same barrier, as two real
-``spark-submit`` processes (the operator's command, :mod:`tsb_dev.job_processes`), the
+``spark-submit`` processes (the operator's command, :mod:`dev.job_processes`), the
 second after a random delay, and checks what a reader and the Delta log see afterwards:
 
 * ``commits``: Delta commits of ``word_count`` tagged with the barrier (must be 1);
@@ -25,7 +25,7 @@ from airflow_provider_tsb.delta.barriers import version_of_barrier
 from airflow_provider_tsb.delta.conventions import parse_tag
 from airflow_provider_tsb.delta.log import commit_info, latest_version
 from airflow_provider_tsb.read.resolutions import to_arrow
-from tsb_dev.job_processes import (
+from dev.job_processes import (
     WORD_COUNT,
     WORDS,
     Deployment,

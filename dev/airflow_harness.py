@@ -1,4 +1,4 @@
-"""Shared real-Airflow deployment for the test session (see :mod:`tsb_dev.local_airflow`)."""
+"""Shared real-Airflow deployment for the test session (see :mod:`dev.local_airflow`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tsb_dev.local_airflow import *  # noqa: F403
-from tsb_dev.local_airflow import (
+from dev.local_airflow import *  # noqa: F403
+from dev.local_airflow import (
     ADMIN_PASSWORD,
     ADMIN_USER,
     VIEWER_PASSWORD,
@@ -35,14 +35,14 @@ _SHARED_PG: Any = None
 
 def _shared_db_url() -> str | None:
     """Metadata DB of the shared instance: ``TSB_AIRFLOW_DB_URL``, or ``TSB_AIRFLOW_DB=postgres``
-    for a throwaway PostgreSQL (``tsb_dev/pg.py``); default SQLite."""
+    for a throwaway PostgreSQL (``dev/pg.py``); default SQLite."""
     global _SHARED_PG
     if url := os.environ.get("TSB_AIRFLOW_DB_URL"):
         return url
     if os.environ.get("TSB_AIRFLOW_DB", "sqlite") != "postgres":
         return None
     if _SHARED_PG is None:
-        from tsb_dev.pg import start_postgres
+        from dev.pg import start_postgres
 
         _SHARED_PG = start_postgres()
     return str(_SHARED_PG.create_database("airflow"))
@@ -73,7 +73,7 @@ def stop_shared_airflow() -> None:
         _SHARED_PG = None
 
 
-if __name__ == "__main__":  # manual use: python -m tsb_dev.airflow_harness [dags_folder]
+if __name__ == "__main__":  # manual use: python -m dev.airflow_harness [dags_folder]
 
     def _interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

@@ -1,6 +1,6 @@
 """The Airflow 3 REST API as the tests and the demo use it: DAGs, runs, task logs, assets.
 
-:class:`AirflowApi` is the half of :class:`tsb_dev.local_airflow.AirflowHandle` that only
+:class:`AirflowApi` is the half of :class:`dev.local_airflow.AirflowHandle` that only
 talks to a running deployment: it needs ``request``/``api`` (authenticated calls),
 ``check_alive`` and ``component_log`` from the handle.
 """

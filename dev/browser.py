@@ -4,7 +4,7 @@ No browser download: Playwright drives the system Chromium (``apt-get install -y
 
 Usage::
 
-    from tsb_dev.browser import chromium, login, capture
+    from dev.browser import chromium, login, capture
 
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 900})

@@ -49,10 +49,10 @@ def free_port() -> int:
 
 def bare_python(cache_root: Path | None = None) -> str:
     """Path of a bare interpreter: a virtualenv with only :data:`BARE_PACKAGES`, pinned to the
-    driver's versions (see :func:`tsb_dev.venvs.cached_venv`)."""
+    driver's versions (see :func:`dev.venvs.cached_venv`)."""
     from importlib.metadata import version
 
-    from tsb_dev.venvs import cached_venv
+    from dev.venvs import cached_venv
 
     pins = [f"{name}=={version(name)}" for name in BARE_PACKAGES]
     return str(cached_venv("bare-python", pins, cache_root) / "bin" / "python")
