@@ -119,8 +119,12 @@ _LOCAL = {
 }
 
 
+#: the server's refusals of a role: answered as the client's 403 (:class:`TsbPermissionError`)
+_ACCESS_ERRORS = ("AccessDeniedError", "ForbiddenFileError")
+
+
 def _error_class(name: str | None) -> type[TsbError] | None:
-    if not name:
+    if not name or name in _ACCESS_ERRORS:
         return None
     if name in _LOCAL:
         return _LOCAL[name]
