@@ -81,13 +81,13 @@ dist: install
 	$(PY) -m twine check --strict dist/*
 
 bench: install check-java
-	$(PY) benchmarks/e2e_latency.py
-	$(PY) benchmarks/full_year.py
-	$(PY) benchmarks/barrier_overhead.py
-	$(PY) benchmarks/metastore_scale.py
-	$(PY) benchmarks/ui_scale.py
-	$(PY) benchmarks/cli_startup.py
-	$(PY) benchmarks/submit_start.py
+	$(PY) -m benchmarks.e2e_latency
+	$(PY) -m benchmarks.full_year
+	$(PY) -m benchmarks.barrier_overhead
+	$(PY) -m benchmarks.metastore_scale
+	$(PY) -m benchmarks.ui_scale
+	$(PY) -m benchmarks.cli_startup
+	$(PY) -m benchmarks.submit_start
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache test-output site dist build

@@ -9,16 +9,13 @@ tables (default 3), each a real Delta table with one tagged commit per barrier. 
 * ``checked``: the tables exist and are tagged (the tag check reads each table's newest commit);
 * ``logged``: as ``checked``, plus the barrier log commit (what the hooks do).
 
-Last line: ``plain_ms=<x> checked_ms=<y> logged_ms=<z>`` (medians).
+Last line: ``plain_ms=<x> checked_ms=<y> logged_ms=<z> load=<1-min load>`` (medians).
 
-    .venv/bin/python benchmarks/barrier_log_cost.py [--barriers 50] [--sinks 3]
+    .venv/bin/python -m benchmarks.barrier_log_cost [--barriers 50] [--sinks 3]
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,13 +23,11 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from airflow_provider_tsb.delta.barrier_log import barrier_log_location  # noqa: E402
-from airflow_provider_tsb.delta.conventions import BarrierTag, barrier_commit_properties  # noqa: E402
-from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402
-from airflow_provider_tsb.topology import Topology  # noqa: E402
+from airflow_provider_tsb.delta.barrier_log import barrier_log_location
+from airflow_provider_tsb.delta.conventions import BarrierTag, barrier_commit_properties
+from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.topology import Topology
+from benchmarks.harness import median, parser, percentile, report
 
 ROOT = "tsb.raw.words"
 
@@ -63,19 +58,18 @@ def run(folder: Path, mode: str, barriers: int, sinks: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--barriers", type=int, default=50)
-    parser.add_argument("--sinks", type=int, default=3)
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--barriers", type=int, default=50)
+    options.add_argument("--sinks", type=int, default=3)
+    args = options.parse_args()
     medians = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("plain", "checked", "logged"):
             times = run(Path(tmp), mode, args.barriers, args.sinks)
-            medians[mode] = statistics.median(times)
-            p95 = sorted(times)[int(0.95 * (len(times) - 1))]
-            print(f"{mode}: median {medians[mode]:.1f} ms, p95 {p95:.1f} ms over {len(times)} barriers, "
-                  f"{args.sinks} intermediate tables")
-    print(" ".join(f"{mode}_ms={value:.1f}" for mode, value in medians.items()))
+            medians[mode] = median(times)
+            print(f"{mode}: median {medians[mode]:.1f} ms, p95 {percentile(times, 95):.1f} ms over {len(times)} "
+                  f"barriers, {args.sinks} intermediate tables")
+    report("barrier_log_cost", **{f"{mode}_ms": round(value, 1) for mode, value in medians.items()})
 
 
 if __name__ == "__main__":

@@ -12,29 +12,24 @@ The arms alternate over ``--pairs`` pairs (plain first in even pairs, tsb first 
 each on fresh tables), so a slow spell of the machine hits both arms alike. One run's ratio
 varied from 0.70 to 1.03 on the same code before; the median over pairs is the figure, its
 min and max show the spread. Prints each pair, then last line
-``ratio=<median tsb/plain> min=<x> max=<y> pairs=<n>`` (target <= 1.10).
+``ratio=<median tsb/plain> min=<x> max=<y> pairs=<n> plain_seconds=<s> tsb_seconds=<s> load=<1-min load>``
+(target <= 1.10).
 
-    .venv/bin/python benchmarks/barrier_overhead.py [--days 6] [--pairs 5]
+    .venv/bin/python -m benchmarks.barrier_overhead [--days 6] [--pairs 5]
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from plain import load_app, run_plain_barrier
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, get_spark, run_barrier  # noqa: E402
-from airflow_provider_tsb.spark.app_run import AppRun  # noqa: E402
-from tsb_examples.datasets import nycflights13 as nyc  # noqa: E402
+from airflow_provider_tsb.spark import PlanFile, PlanFileCatalog, get_spark, run_barrier
+from airflow_provider_tsb.spark.app_run import AppRun
+from benchmarks.harness import REPO, median, parser, report
+from benchmarks.plain import load_app, run_plain_barrier
+from tsb_examples.datasets import nycflights13 as nyc
 
 SCRIPTS = ("enrich_flights.py", "carrier_daily_delay.py", "carrier_ranking.py")
 ROOTS = (nyc.FLIGHTS, nyc.WEATHER)
@@ -64,7 +59,7 @@ def run_tsb(spark, apps, catalog: PlanFileCatalog, barriers: int) -> float:
 
 
 def run_plain(spark, apps, catalog: PlanFileCatalog, barriers: int) -> float:
-    """The same ``process()`` and write path without bookkeeping (``plain.py``)."""
+    """The same ``process()`` and write path without bookkeeping (:mod:`benchmarks.plain`)."""
     entries = catalog.plan.load()["barriers"]
     tables = catalog.tables()
     start = time.perf_counter()
@@ -75,12 +70,12 @@ def run_plain(spark, apps, catalog: PlanFileCatalog, barriers: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--days", type=int, default=6, help="barriers (one 2013 day each) per arm")
-    parser.add_argument("--pairs", type=int, default=5, help="alternated (plain, tsb) pairs, at least 5")
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--days", type=int, default=6, help="barriers (one 2013 day each) per arm")
+    options.add_argument("--pairs", type=int, default=5, help="alternated (plain, tsb) pairs, at least 5")
+    args = options.parse_args()
     if args.pairs < 1 or args.days < 1:
-        parser.error("--pairs and --days must be at least 1")
+        options.error("--pairs and --days must be at least 1")
     spark = get_spark("tsb-benchmark")
     spark.sparkContext.setLogLevel("ERROR")
     apps = [load_app(REPO / "spark_apps" / "flights" / s) for s in SCRIPTS]
@@ -105,8 +100,8 @@ def main() -> None:
             ratios.append(seconds["tsb"] / seconds["plain"])
             print(f"pair {i + 1} ({order[0]} first): plain {seconds['plain']:.2f} s, tsb {seconds['tsb']:.2f} s, "
                   f"ratio {ratios[-1]:.3f}", flush=True)
-    print(f"plain_seconds={totals['plain']:.2f} tsb_seconds={totals['tsb']:.2f}")
-    print(f"ratio={statistics.median(ratios):.3f} min={min(ratios):.3f} max={max(ratios):.3f} pairs={len(ratios)}")
+    report("barrier_overhead", ratio=round(median(ratios), 3), min=round(min(ratios), 3), max=round(max(ratios), 3),
+           pairs=len(ratios), plain_seconds=round(totals["plain"], 2), tsb_seconds=round(totals["tsb"], 2))
 
 
 if __name__ == "__main__":

@@ -28,8 +28,9 @@ so ``bookkeeping_share`` = generation time / time per committed barrier says whe
 is bounded by the jobs or by the bookkeeping. The FLIP-276 invariant (every sink holds the
 root's rows) is checked at REPEATABLE_READ at the end; ``sink_files_max`` is the most live data
 files a sink holds then (an ``append`` sink gains a file per barrier unless ``--compaction``).
+Last line: ``barriers_per_s= generate_p99_ms= commit_lag_p99_s= expiry_failed= load=``.
 
-    .venv/bin/python benchmarks/barrier_rate.py [--seconds 600] [--jobs 2] [--rows 100]
+    .venv/bin/python -m benchmarks.barrier_rate [--seconds 600] [--jobs 2] [--rows 100]
         [--max-in-flight 4] [--max-barriers-per-trigger 16] [--sqlite] [--engine connect|submit]
         [--compaction MIN_FILES] [--no-micro-batch] [--ingest-process] [--emitter [--emit-interval 0.02]]
 """
@@ -45,8 +46,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flights_bench import FlightsBench, check_alive, engine_server, median, percentile, wait_committed
-from topology_scale import ROOT, append_root, build_topology, e2e_delays, invariants_hold, shape_edges
+from benchmarks.flights_bench import FlightsBench, check_alive, engine_server, wait_committed
+from benchmarks.harness import load, median, parser, percentile, report
+from benchmarks.topology_scale import ROOT, append_root, build_topology, e2e_delays, invariants_hold, shape_edges
 
 #: seconds between the harness's checks for room in flight (three metastore queries each; the
 #: emitter checks once per ``interval_s``): every 5 ms, the checks took about half of the harness
@@ -303,8 +305,8 @@ def metastore_url(args: argparse.Namespace, root: Path) -> tuple[str, object | N
     return server.create_database("barrier_rate"), server
 
 
-def run(args: argparse.Namespace, root: Path, remote: str | None) -> list[str]:
-    """The measured run (module doc); its lines."""
+def run(args: argparse.Namespace, root: Path, remote: str | None) -> tuple[list[str], dict[str, Any]]:
+    """The measured run (module doc); its lines and the figures of its result line."""
     url, server = metastore_url(args, root)
     try:
         return _measure(args, root, remote, url)
@@ -346,7 +348,7 @@ def _harness_loop(args: argparse.Namespace, bench: FlightsBench, procs: list[Any
     return generated, gen_ms, append_ms, next_id, hour
 
 
-def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str) -> list[str]:
+def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str) -> tuple[list[str], dict[str, Any]]:
     topology, env = build_topology("rate_chain", "chain", args.jobs, root / "warehouse")
     sinks = tuple(sink for _, sink in shape_edges("chain", args.jobs).values())
     bench = FlightsBench(root, engine=args.engine, remote=remote, topology=topology, sinks=sinks, url=url)
@@ -418,8 +420,10 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
     if expiry.errors:
         print("expiry errors:", *expiry.errors[:5], sep="\n  ")
     backend = "sqlite" if args.sqlite else "postgresql"
+    figures = {"barriers_per_s": round(rate, 2), "generate_p99_ms": round(percentile(gen_ms, 99), 1),
+               "commit_lag_p99_s": round(percentile(lags, 99), 2), "expiry_failed": expiry.failed, "load": load()}
     return [
-        f"load={os.getloadavg()[0]:.1f} engine={args.engine} jobs={args.jobs} rows={args.rows} "
+        f"engine={args.engine} jobs={args.jobs} rows={args.rows} "
         f"max_in_flight={args.max_in_flight} max_barriers_per_trigger={args.max_barriers_per_trigger} "
         f"compaction={args.compaction} micro_batch={'off' if args.no_micro_batch else 'on'} "
         f"ingest={'process' if args.ingest_process or args.emitter else 'serial'} "
@@ -429,56 +433,53 @@ def _measure(args: argparse.Namespace, root: Path, remote: str | None, url: str)
         f"expiry_cycles={expiry.cycles} expiry_removed_files={expiry.removed} invariants={'ok' if ok else 'FAILED'}",
         cpu_line,
         f"baseline: generate_only_median_ms={median(baseline):.1f} "
-        f"generate_only_p99_ms={percentile(baseline, 0.99):.1f} "
+        f"generate_only_p99_ms={percentile(baseline, 99):.1f} "
         f"bookkeeping_share={share:.2f} commit_lag_median_s={median(lags):.2f} "
         f"generate_median_ms={median(gen_ms):.1f} root_append_median_ms={median(append_ms or [0.0]):.1f} "
-        f"root_append_p99_ms={percentile(append_ms or [0.0], 0.99):.1f}",
-        f"barriers_per_s={rate:.2f} generate_p99_ms={percentile(gen_ms, 0.99):.1f} "
-        f"commit_lag_p99_s={percentile(lags, 0.99):.2f} expiry_failed={expiry.failed}",
-    ]
+        f"root_append_p99_ms={percentile(append_ms or [0.0], 99):.1f}",
+    ], figures
 
 
-def add_chain_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of the chain's shape shared with ``catch_up.py``: ``--jobs``, ``--rows``,
-    ``--max-barriers-per-trigger``, ``--sqlite`` and ``--engine``."""
-    parser.add_argument("--jobs", type=int, default=2, help="jobs in the chain")
-    parser.add_argument("--rows", type=int, default=100, help="rows appended to the root per barrier")
-    parser.add_argument("--max-barriers-per-trigger", type=int, default=16,
-                        help="ready barriers a job's micro-batch takes at most (1: a micro-batch per barrier)")
-    parser.add_argument("--sqlite", action="store_true", help="metastore on SQLite instead of PostgreSQL")
-    parser.add_argument("--engine", default="connect", choices=("connect", "submit"),
-                        help="the jobs as Spark Connect clients of one local server, or a spark-submit driver each")
+def chain_parser(description: str | None) -> argparse.ArgumentParser:
+    """The harness's parser with the options of the chain shared with ``catch_up``: ``--engine``
+    (default ``connect``), ``--sqlite``, ``--jobs``, ``--rows`` and ``--max-barriers-per-trigger``."""
+    options = parser(description, engine="connect", sqlite=True)
+    options.add_argument("--jobs", type=int, default=2, help="jobs in the chain")
+    options.add_argument("--rows", type=int, default=100, help="rows appended to the root per barrier")
+    options.add_argument("--max-barriers-per-trigger", type=int, default=16,
+                         help="ready barriers a job's micro-batch takes at most (1: a micro-batch per barrier)")
+    return options
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_chain_arguments(parser)
-    parser.add_argument("--seconds", type=float, default=600.0, help="length of the measured window")
-    parser.add_argument("--max-in-flight", type=int, default=4, help="barriers generated but not COMMIT, at most")
-    parser.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles")
-    parser.add_argument("--keep", type=int, default=100, help="barriers expiry keeps")
-    parser.add_argument("--ingest-process", action="store_true",
-                        help="append to the root in a writer process of its own, up to two commits ahead of the "
-                             "generator, instead of in the generating loop before each generation")
-    parser.add_argument("--emitter", action="store_true",
-                        help="generate with the production emitter (TsbBarrierHook.emit, the loop of "
-                             "TsbBarrierEmitterOperator) in a process of its own, the root written by the ingest "
-                             "process, instead of this harness's loop")
-    parser.add_argument("--emit-interval", type=float, default=0.02,
-                        help="--emitter: seconds between the emitter's checks (its interval_s)")
-    parser.add_argument("--no-micro-batch", action="store_true",
-                        help="the stages without process_micro_batch: a plan per barrier of a micro-batch")
-    parser.add_argument("--compaction", type=int, default=0, metavar="MIN_FILES",
-                        help="auto compaction of every table at this many small files: the sinks' in their "
-                             "barrier commits, the root's after its appends (default 0: off)")
-    args = parser.parse_args()
+    options = chain_parser(__doc__)
+    options.add_argument("--seconds", type=float, default=600.0, help="length of the measured window")
+    options.add_argument("--max-in-flight", type=int, default=4, help="barriers generated but not COMMIT, at most")
+    options.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles")
+    options.add_argument("--keep", type=int, default=100, help="barriers expiry keeps")
+    options.add_argument("--ingest-process", action="store_true",
+                         help="append to the root in a writer process of its own, up to two commits ahead of the "
+                              "generator, instead of in the generating loop before each generation")
+    options.add_argument("--emitter", action="store_true",
+                         help="generate with the production emitter (TsbBarrierHook.emit, the loop of "
+                              "TsbBarrierEmitterOperator) in a process of its own, the root written by the ingest "
+                              "process, instead of this harness's loop")
+    options.add_argument("--emit-interval", type=float, default=0.02,
+                         help="--emitter: seconds between the emitter's checks (its interval_s)")
+    options.add_argument("--no-micro-batch", action="store_true",
+                         help="the stages without process_micro_batch: a plan per barrier of a micro-batch")
+    options.add_argument("--compaction", type=int, default=0, metavar="MIN_FILES",
+                         help="auto compaction of every table at this many small files: the sinks' in their "
+                              "barrier commits, the root's after its appends (default 0: off)")
+    args = options.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     base = Path(tempfile.mkdtemp(prefix="tsb-rate-"))
     with engine_server(args.engine, None, base / args.engine) as remote:
-        lines = run(args, base / "run", remote)
+        lines, figures = run(args, base / "run", remote)
     print(f"(tables and logs in {base})")
     for line in lines:
         print(line)
+    report("barrier_rate", **figures)
     return 0 if "invariants=ok" in lines[0] else 1
 
 

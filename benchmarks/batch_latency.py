@@ -13,24 +13,18 @@ the first run excluded as warm-up (the Connect server's first queries, Airflow's
 Prints each barrier's seconds, then last line
 ``submit_median_s=<s> connect_median_s=<s> barriers=<n> load=<1-min load average at start>``.
 
-    .venv/bin/python benchmarks/batch_latency.py [--barriers 10] [--engines connect,submit]
+    .venv/bin/python -m benchmarks.batch_latency [--barriers 10] [--engines connect,submit] [--keep DIR]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from flights_bench import engine_server  # noqa: E402
+from benchmarks.flights_bench import engine_server
+from benchmarks.harness import REPO, load, median, parser, report
 
 DAG_ID = "flights_topology"
 
@@ -60,23 +54,22 @@ def run_engine(engine: str, barriers: int, root: Path) -> list[float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--barriers", type=int, default=10, help="measured DAG runs per engine (after a warm-up)")
-    parser.add_argument("--engines", default="connect,submit", help="comma-separated: connect, submit")
-    parser.add_argument("--keep", help="keep the deployments in this directory")
-    args = parser.parse_args()
+    options = parser(__doc__, keep=True)
+    options.add_argument("--barriers", type=int, default=10, help="measured DAG runs per engine (after a warm-up)")
+    options.add_argument("--engines", default="connect,submit", help="comma-separated: connect, submit")
+    args = options.parse_args()
     engines = [e for e in args.engines.split(",") if e]
     unknown = set(engines) - {"connect", "submit"}
     if unknown or args.barriers < 1:
-        parser.error(f"--engines takes connect and/or submit (got {sorted(unknown)}); --barriers >= 1")
-    load = os.getloadavg()[0]
+        options.error(f"--engines takes connect and/or submit (got {sorted(unknown)}); --barriers >= 1")
+    load_at_start = load()
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-batch-latency-"))
     medians: dict[str, float] = {}
     for engine in engines:
         seconds = run_engine(engine, args.barriers, base / engine)
-        medians[engine] = statistics.median(seconds[1:])
-    figures = " ".join(f"{e}_median_s={medians[e]:.1f}" for e in ("submit", "connect") if e in medians)
-    print(f"{figures} barriers={args.barriers} load={load:.1f}")
+        medians[engine] = median(seconds[1:])
+    figures = {f"{e}_median_s": round(medians[e], 1) for e in ("submit", "connect") if e in medians}
+    report("batch_latency", **figures, barriers=args.barriers, load=load_at_start)
     return 0
 
 

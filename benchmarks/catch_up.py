@@ -1,6 +1,6 @@
 """Catch-up of a lagging streaming topology: several barriers per micro-batch against one each.
 
-The chain of ``barrier_rate.py`` (``--jobs`` wordcount-sized ``scale_stage.py`` jobs, Spark
+The chain of ``barrier_rate`` (``--jobs`` wordcount-sized ``scale_stage.py`` jobs, Spark
 Connect clients of one local server, or with ``--engine submit`` a ``spark-submit`` driver each
 running a Structured Streaming query, ``--rows`` rows appended to the root per barrier) with a
 backlog: barrier 1 is committed first (the sinks exist), then ``--barriers`` barriers and a final
@@ -11,10 +11,11 @@ the operator's default) and the baseline ``1`` (a micro-batch per barrier: the s
 Spark job per barrier). Both pay the same client start-up. The FLIP-276 invariant (every sink
 holds the root's rows at REPEATABLE_READ) is checked at the final barrier of every run.
 
-    .venv/bin/python benchmarks/catch_up.py [--barriers 120] [--jobs 2] [--rows 100] [--rounds 2]
+    .venv/bin/python -m benchmarks.catch_up [--barriers 120] [--jobs 2] [--rows 100] [--rounds 2]
         [--max-barriers-per-trigger 16] [--sqlite] [--engine connect|submit]
 
-Last line: ``barriers= grouped_s= single_s= speedup= grouped_barriers_per_s= single_barriers_per_s=``.
+Last line: ``barriers= grouped_s= single_s= speedup= grouped_barriers_per_s= single_barriers_per_s=
+load=<1-min load average, lowest-highest over the runs>``.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from barrier_rate import add_chain_arguments, metastore_url
-from flights_bench import FlightsBench, engine_server, median
-from topology_scale import ROOT, append_root, build_topology, invariants_hold, shape_edges
+from benchmarks.barrier_rate import chain_parser, metastore_url
+from benchmarks.flights_bench import FlightsBench, engine_server
+from benchmarks.harness import LoadWatch, load, median, report
+from benchmarks.topology_scale import ROOT, append_root, build_topology, invariants_hold, shape_edges
 
 
 def one_run(args: argparse.Namespace, root: Path, remote: str | None, per_trigger: int) -> float:
@@ -77,29 +79,26 @@ def one_run(args: argparse.Namespace, root: Path, remote: str | None, per_trigge
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_chain_arguments(parser)  # --max-barriers-per-trigger: the grouped arm's setting
-    parser.add_argument("--barriers", type=int, default=120, help="barriers in the backlog (and a final one)")
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each arm, alternating")
-    args = parser.parse_args()
+    options = chain_parser(__doc__)  # --max-barriers-per-trigger: the grouped arm's setting
+    options.add_argument("--barriers", type=int, default=120, help="barriers in the backlog (and a final one)")
+    options.add_argument("--rounds", type=int, default=2, help="runs of each arm, alternating")
+    args = options.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     base = Path(tempfile.mkdtemp(prefix="tsb-catch-up-"))
     times: dict[int, list[float]] = {args.max_barriers_per_trigger: [], 1: []}
-    loads = []
-    with engine_server(args.engine, None, base / args.engine) as remote:
+    with engine_server(args.engine, None, base / args.engine) as remote, LoadWatch() as loads:
         for r in range(args.rounds):
             for per_trigger in times:
                 seconds = one_run(args, base / f"run{r}-{per_trigger}", remote, per_trigger)
                 times[per_trigger].append(seconds)
-                loads.append(os.getloadavg()[0])
                 print(f"round {r + 1}: max_barriers_per_trigger={per_trigger} seconds={seconds:.1f} "
-                      f"load={loads[-1]:.1f}", flush=True)
+                      f"load={load()}", flush=True)
     grouped, single = median(times[args.max_barriers_per_trigger]), median(times[1])
     n = args.barriers + 1
-    print(f"(tables and logs in {base}; engine {args.engine}, metastore {'sqlite' if args.sqlite else 'postgresql'}, "
-          f"load {min(loads):.1f}-{max(loads):.1f} after the runs)")
-    print(f"barriers={n} grouped_s={grouped:.1f} single_s={single:.1f} speedup={single / grouped:.2f} "
-          f"grouped_barriers_per_s={n / grouped:.2f} single_barriers_per_s={n / single:.2f}")
+    print(f"(tables and logs in {base}; engine {args.engine}, metastore {'sqlite' if args.sqlite else 'postgresql'})")
+    report("catch_up", barriers=n, grouped_s=round(grouped, 1), single_s=round(single, 1),
+           speedup=round(single / grouped, 2), grouped_barriers_per_s=round(n / grouped, 2),
+           single_barriers_per_s=round(n / single, 2), load=loads.range)
     return 0
 
 

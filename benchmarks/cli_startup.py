@@ -9,27 +9,24 @@ Measures, as the median wall time over ``--runs`` runs (default 5), each a fresh
 * ``python -c pass``, the interpreter's own start-up, as the baseline of the same run.
 
 Goals on a 2-core machine: ``tsb --help`` under 1 s, ``tsb versions`` under 2 s. Prints one
-line per command, then last line ``help_median_s=<x> versions_median_s=<y> python_median_s=<z>``.
+line per command, then last line ``help_median_s=<x> versions_median_s=<y> python_median_s=<z>
+load=<1-min load>``.
 
-    .venv/bin/python benchmarks/cli_startup.py [--runs 5]
+    .venv/bin/python -m benchmarks.cli_startup [--runs 5]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402
-from airflow_provider_tsb.topology import Topology  # noqa: E402
+from airflow_provider_tsb.metastore.store import MetaStore
+from airflow_provider_tsb.topology import Topology
+from benchmarks.harness import REPO, median, parser, report
 
 ROOT = "tsb.raw.words"
 SINK = "tsb.mart.counts"
@@ -66,14 +63,14 @@ def median_wall_s(argv: list[str], runs: int, env: dict[str, str]) -> float:
         times.append(time.perf_counter() - start)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
-    return statistics.median(times)
+    return median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; prints the medians (see module docstring). Returns the exit code."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5, help="runs per command (median reported)")
-    args = parser.parse_args(argv)
+    options = parser(__doc__)
+    options.add_argument("--runs", type=int, default=5, help="runs per command (median reported)")
+    args = options.parse_args(argv)
     tsb = [sys.executable, "-m", "airflow_provider_tsb"]
     with tempfile.TemporaryDirectory(prefix="tsb-cli-bench-") as tmp:
         url = make_metastore(Path(tmp))
@@ -86,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tsb --help: {help_s:.3f} s")
         versions = median_wall_s([*tsb, "versions", SINK, "--metastore-url", url], args.runs, env)
         print(f"tsb versions {SINK} --metastore-url {url}: {versions:.3f} s")
-    print(f"help_median_s={help_s:.3f} versions_median_s={versions:.3f} python_median_s={python:.3f}")
+    report("cli_startup", help_median_s=round(help_s, 3), versions_median_s=round(versions, 3),
+           python_median_s=round(python, 3))
     return 0
 
 

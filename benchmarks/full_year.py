@@ -15,10 +15,10 @@ Wall times include each ``spark-submit``'s start-up. Checks the FLIP-276 invaria
 REPEATABLE_READ at the last barrier of both tsb arms and that the plain arm's ranking has the
 same rows. Last line:
 
-    seconds=<batch catch-up> streaming_seconds=<s> barriers=<n> ratio=<batch/plain>
+    seconds=<batch catch-up> streaming_seconds=<s> barriers=<n> ratio=<batch/plain> load=<1-min load>
 
-    .venv/bin/python benchmarks/full_year.py [--days 365] [--arms batch,streaming,plain] [--engine submit|connect]
-        [--warmup-days N] [--order interleaved|sequential] [--chunk-days N]
+    .venv/bin/python -m benchmarks.full_year [--days 365] [--arms batch,streaming,plain] [--engine submit|connect]
+        [--warmup-days N] [--order interleaved|sequential] [--chunk-days N] [--keep DIR] [--remote URL]
 
 ``--engine connect`` runs every arm's jobs (``plain.py`` included) as Spark Connect clients of
 one server (``--remote``, or a local one started for the run): no JVM start per job. The arms
@@ -34,7 +34,7 @@ Even after the warm-up, the arm that ran second was the faster on Connect (its `
 job the second is the faster. So by default (``--order interleaved``) the batch and plain arms
 run in turns of ``--chunk-days`` barriers of one job (61 on Connect: six turns a job, each turn a
 process of each arm; 0: one turn per job), the arm that goes first alternating turn by turn
-(ABBA), each arm's seconds the sum of its turns', as ``barrier_overhead.py`` alternates its
+(ABBA), each arm's seconds the sum of its turns', as ``barrier_overhead`` alternates its
 pairs; ``--order sequential`` runs each arm whole in the order ``--arms`` gives. The streaming
 arm always runs whole. Every job, the plain arm's included, logs a ``tsb-timing`` line per
 barrier in ``<keep>/<arm>/logs``, to compare the arms phase by phase.
@@ -52,9 +52,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from flights_bench import JOBS, SINKS, FlightsBench, check_invariants, engine_server
+from benchmarks.flights_bench import JOBS, SINKS, FlightsBench, check_invariants, engine_server
+from benchmarks.harness import parser, report
 
-HERE = Path(__file__).resolve().parent
+#: the plain arm's ``spark-submit`` application (run as a file: :mod:`benchmarks.plain`)
+PLAIN = Path(__file__).resolve().parent / "plain.py"
 TIMEOUT_S = 3 * 3600
 
 
@@ -109,7 +111,7 @@ def plain_job(bench: FlightsBench, job_id: str, barriers: tuple[int, int] | None
     job = bench.topology.jobs[job_id]
     app_at = _app_index(argv)
     tables = [f"--table={n}={bench.location(n)}" for n in (*job.sources, *job.sinks)]
-    argv = [*argv[:app_at], str(HERE / "plain.py"), "--script", argv[app_at], "--epochs", str(epochs), *tables]
+    argv = [*argv[:app_at], str(PLAIN), "--script", argv[app_at], "--epochs", str(epochs), *tables]
     if barriers is not None:
         argv += ["--barriers", f"{barriers[0]}:{barriers[1]}"]
     start = time.monotonic()
@@ -154,33 +156,29 @@ def _app_index(argv: list[str]) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--days", type=int, default=365, help="2013 days, one barrier each (1..365)")
-    parser.add_argument("--arms", default="batch,streaming,plain")
-    parser.add_argument("--keep", help="keep warehouses, metastores and logs in this directory")
-    parser.add_argument("--engine", choices=("submit", "connect"), default="submit",
-                        help="a spark-submit per job (default), or Spark Connect clients of one server")
-    parser.add_argument("--remote", help="connect: the server's URL (default: start a local one)")
-    parser.add_argument("--order", choices=("interleaved", "sequential"), default="interleaved",
-                        help="interleaved (default): the batch and plain arms job by job, ABBA; sequential: "
-                             "each arm whole, in the order --arms gives")
-    parser.add_argument("--chunk-days", type=int, default=None,
-                        help="interleaved: barriers per turn of a job (default 61 with --engine connect: six "
-                             "turns a job; 0: one turn per job)")
-    parser.add_argument("--warmup-days", type=int, default=None,
-                        help="untimed batch and plain runs over this many days first, each on its own copy "
-                             "(default 60 with --engine connect, 0 with submit)")
-    args = parser.parse_args()
+    options = parser(__doc__, keep=True, remote=True, engine="submit")
+    options.add_argument("--days", type=int, default=365, help="2013 days, one barrier each (1..365)")
+    options.add_argument("--arms", default="batch,streaming,plain")
+    options.add_argument("--order", choices=("interleaved", "sequential"), default="interleaved",
+                         help="interleaved (default): the batch and plain arms job by job, ABBA; sequential: "
+                              "each arm whole, in the order --arms gives")
+    options.add_argument("--chunk-days", type=int, default=None,
+                         help="interleaved: barriers per turn of a job (default 61 with --engine connect: six "
+                              "turns a job; 0: one turn per job)")
+    options.add_argument("--warmup-days", type=int, default=None,
+                         help="untimed batch and plain runs over this many days first, each on its own copy "
+                              "(default 60 with --engine connect, 0 with submit)")
+    args = options.parse_args()
     if not 1 <= args.days <= 365:
-        parser.error("--days must be 1..365")
+        options.error("--days must be 1..365")
     if args.chunk_days is None:
         args.chunk_days = 61 if args.engine == "connect" else 0
     if args.chunk_days < 0:
-        parser.error("--chunk-days must be >= 0")
+        options.error("--chunk-days must be >= 0")
     if args.warmup_days is None:
         args.warmup_days = 60 if args.engine == "connect" else 0
     if not 0 <= args.warmup_days <= 365:
-        parser.error("--warmup-days must be 0..365")
+        options.error("--warmup-days must be 0..365")
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-year-"))
     with engine_server(args.engine, args.remote, base) as remote:
         return run_arms(args, base, remote)
@@ -239,11 +237,11 @@ def run_arms(args: argparse.Namespace, base: Path, remote: str | None) -> int:
         ok = ok and same
         print(f"plain carrier_ranking == tsb carrier_ranking at barrier {last}: {same}")
     print(f"(tables and logs in {base})")
-    figures = [f"seconds={seconds.get('batch', float('nan')):.1f}",
-               f"streaming_seconds={seconds.get('streaming', float('nan')):.1f}", f"barriers={len(days)}"]
+    figures = {"seconds": round(seconds.get("batch", float("nan")), 1),
+               "streaming_seconds": round(seconds.get("streaming", float("nan")), 1), "barriers": len(days)}
     if "plain" in seconds and "batch" in seconds:
-        figures.append(f"ratio={seconds['batch'] / seconds['plain']:.3f}")
-    print(" ".join(figures))
+        figures["ratio"] = round(seconds["batch"] / seconds["plain"], 3)
+    report("full_year", **figures)
     return 0 if ok else 1
 
 

@@ -1,6 +1,6 @@
 """Barrier generation as the history grows: is each generation's cost flat in the log's length?
 
-One streaming-shaped topology (``topology_scale.py``'s chain of 2 jobs, an event-time root
+One streaming-shaped topology (``topology_scale``'s chain of 2 jobs, an event-time root
 table) on a SQLite metastore, no job running: ``--barriers`` times, a few rows are appended to
 the root table and the next barrier generated as the emitter does
 (:meth:`~airflow_provider_tsb.hooks.barrier.TsbBarrierHook.generate_at`: the root's newest
@@ -17,32 +17,26 @@ Last line::
 maintenance (compaction, checkpoint, cleanup: :func:`airflow_provider_tsb.delta.barrier_log._maintain`),
 which runs on its own thread while the next generations go on beside it.
 
-    .venv/bin/python benchmarks/generation_history.py [--barriers 2000] [--window 100]
+    .venv/bin/python -m benchmarks.generation_history [--barriers 2000] [--window 100]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-
-from flights_bench import FlightsBench  # noqa: E402
-from topology_scale import append_root, build_topology, shape_edges  # noqa: E402
+from benchmarks.flights_bench import FlightsBench
+from benchmarks.harness import median, parser, percentile, report
+from benchmarks.topology_scale import append_root, build_topology, shape_edges
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--barriers", type=int, default=2000)
-    parser.add_argument("--window", type=int, default=100, help="generations at each end compared")
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--barriers", type=int, default=2000)
+    options.add_argument("--window", type=int, default=100, help="generations at each end compared")
+    args = options.parse_args()
     with tempfile.TemporaryDirectory(prefix="tsb-generation-history-") as tmp:
         root = Path(tmp)
         topology, _env = build_topology("history", "chain", 2, root / "warehouse")
@@ -56,14 +50,11 @@ def main() -> int:
             times.append((time.perf_counter() - tick) * 1000)
             if (n + 1) % 500 == 0:
                 print(f"{n + 1} barriers: median of the last {args.window} "
-                      f"{statistics.median(times[-args.window:]):.1f} ms", flush=True)
+                      f"{median(times[-args.window:]):.1f} ms", flush=True)
     first, last = times[: args.window], times[-args.window:]
-    p99 = sorted(last)[max(0, int(len(last) * 0.99) - 1)]
-    print(f"barriers={args.barriers} first_median_ms={statistics.median(first):.1f} "
-          f"last_median_ms={statistics.median(last):.1f} "
-          f"growth={statistics.median(last) / statistics.median(first):.2f} last_p99_ms={p99:.1f} "
-          f"last_max_ms={max(last):.1f} "
-          f"load={os.getloadavg()[0]:.1f}")
+    report("generation_history", barriers=args.barriers, first_median_ms=round(median(first), 1),
+           last_median_ms=round(median(last), 1), growth=round(median(last) / median(first), 2),
+           last_p99_ms=round(percentile(last, 99), 1), last_max_ms=round(max(last), 1))
     return 0
 
 

@@ -15,12 +15,11 @@ per job, per union branch, per task and per file. Last line (medians over the ro
 first): ``barriers= rows= single_ms= group_ms= group_local_ms= single_per_barrier_ms=
 group_per_barrier_ms= load=``.
 
-    .venv/bin/python benchmarks/group_write.py [--barriers 12] [--rows 100] [--rounds 4] [--remote sc://...]
+    .venv/bin/python -m benchmarks.group_write [--barriers 12] [--rows 100] [--rounds 4] [--remote sc://...]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -29,18 +28,18 @@ import time
 from functools import reduce
 from pathlib import Path
 
-from flights_bench import engine_server, median
+from benchmarks.flights_bench import engine_server
+from benchmarks.harness import median, parser, report
 
 COLUMN = "_tsb_barrier"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--barriers", type=int, default=12, help="barriers in the micro-batch")
-    parser.add_argument("--rows", type=int, default=100, help="rows per barrier")
-    parser.add_argument("--rounds", type=int, default=4, help="rounds (the first is a warm-up, not counted)")
-    parser.add_argument("--remote", help="a running Spark Connect server (default: start one for the run)")
-    args = parser.parse_args()
+    options = parser(__doc__, remote=True)
+    options.add_argument("--barriers", type=int, default=12, help="barriers in the micro-batch")
+    options.add_argument("--rows", type=int, default=100, help="rows per barrier")
+    options.add_argument("--rounds", type=int, default=4, help="rounds (the first is a warm-up, not counted)")
+    args = options.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
@@ -88,9 +87,9 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
     ms = {k: 1000 * median(v[1:] or v) for k, v in times.items()}
     n = args.barriers
-    print(f"barriers={n} rows={args.rows} single_ms={ms['single']:.0f} group_ms={ms['group']:.0f} "
-          f"group_local_ms={ms['group_local']:.0f} single_per_barrier_ms={ms['single'] / n:.0f} "
-          f"group_per_barrier_ms={ms['group'] / n:.0f} load={os.getloadavg()[0]:.1f}")
+    report("group_write", barriers=n, rows=args.rows, single_ms=round(ms["single"]), group_ms=round(ms["group"]),
+           group_local_ms=round(ms["group_local"]), single_per_barrier_ms=round(ms["single"] / n),
+           group_per_barrier_ms=round(ms["group"] / n))
     return 0
 
 

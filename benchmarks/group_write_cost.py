@@ -16,16 +16,11 @@ alternate, ``--rounds`` times, on one warm Spark Connect server; the medians are
         single_s=<s> speedup=<single/group> micro_batch_speedup=<single/micro-batch>
     sizes=<...> per_barrier_growth=<...> micro_batch_per_barrier_growth=<...> load=<1-min>
 
-    .venv/bin/python benchmarks/group_write_cost.py [--sizes 4,16,44] [--rounds 3]
+    .venv/bin/python -m benchmarks.group_write_cost [--sizes 4,16,44] [--rounds 3]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import socket
-import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -35,24 +30,17 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from pyspark.sql import functions as F
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from airflow_provider_tsb.delta.sink_log import SinkLog  # noqa: E402
-from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions  # noqa: E402
-from airflow_provider_tsb.spark.frames import BARRIER_COLUMN  # noqa: E402
-from airflow_provider_tsb.spark.inputs import read_changes  # noqa: E402
-from airflow_provider_tsb.spark.outputs import stage_output, stage_outputs, tag_outputs  # noqa: E402
-from airflow_provider_tsb.spark.session import get_spark  # noqa: E402
-from airflow_provider_tsb.spark.write_options import WriteOptions, WriteTarget  # noqa: E402
+from airflow_provider_tsb.delta.sink_log import SinkLog
+from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
+from airflow_provider_tsb.spark.frames import BARRIER_COLUMN
+from airflow_provider_tsb.spark.inputs import read_changes
+from airflow_provider_tsb.spark.outputs import stage_output, stage_outputs, tag_outputs
+from airflow_provider_tsb.spark.session import get_spark
+from airflow_provider_tsb.spark.write_options import WriteOptions, WriteTarget
+from benchmarks.flights_bench import free_port
+from benchmarks.harness import median, parser, report
 
 JOB = "bench_stage"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def outputs(spark: object, source: str, barriers: list[int]) -> dict[int, object]:
@@ -104,10 +92,10 @@ def single_arm(spark: object, source: str, sink: str, barriers: list[int]) -> fl
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="4,16,44", help="group sizes, comma-separated")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--sizes", default="4,16,44", help="group sizes, comma-separated")
+    options.add_argument("--rounds", type=int, default=3)
+    args = options.parse_args()
     sizes = [int(n) for n in args.sizes.split(",")]
     root = Path(tempfile.mkdtemp(prefix="tsb-group-write-"))
     source, sink = str(root / "source"), str(root / "sink")
@@ -131,7 +119,7 @@ def main() -> int:
                 group.append(group_arm(spark, source, sink, barriers))
                 micro.append(micro_batch_arm(spark, source, sink, barriers))
                 single.append(single_arm(spark, source, sink, barriers))
-            g, m, s = statistics.median(group), statistics.median(micro), statistics.median(single)
+            g, m, s = median(group), median(micro), median(single)
             per_barrier[n] = g / n * 1000
             micro_per_barrier[n] = m / n * 1000
             print(f"n={n} group_s={g:.3f} group_per_barrier_ms={per_barrier[n]:.1f} micro_batch_s={m:.3f} "
@@ -141,9 +129,8 @@ def main() -> int:
         spark.stop()
         server.stop()
     top, low = max(sizes), min(sizes)
-    print(f"sizes={args.sizes} per_barrier_growth={per_barrier[top] / per_barrier[low]:.2f} "
-          f"micro_batch_per_barrier_growth={micro_per_barrier[top] / micro_per_barrier[low]:.2f} "
-          f"load={os.getloadavg()[0]:.1f}")
+    report("group_write_cost", sizes=args.sizes, per_barrier_growth=round(per_barrier[top] / per_barrier[low], 2),
+           micro_batch_per_barrier_growth=round(micro_per_barrier[top] / micro_per_barrier[low], 2))
     return 0
 
 

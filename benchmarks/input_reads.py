@@ -19,15 +19,11 @@ All must count the same rows. Last line ``versions= delta_changes_ms= delta_snap
 files_changes_ms= files_snapshot_ms= plain_changes_ms= plain_snapshot_ms= load=`` (medians;
 the first two versions are left out: they pay the classes' loading)::
 
-    .venv/bin/python benchmarks/input_reads.py [--versions 12] [--conf KEY=VALUE ...]
+    .venv/bin/python -m benchmarks.input_reads [--versions 12] [--conf KEY=VALUE ...]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,13 +31,11 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from airflow_provider_tsb.spark import inputs_delta, inputs_files  # noqa: E402
-from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions  # noqa: E402
-from airflow_provider_tsb.spark.session import get_spark  # noqa: E402
-from dev.local_airflow import free_port  # noqa: E402
+from airflow_provider_tsb.spark import inputs_delta, inputs_files
+from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
+from airflow_provider_tsb.spark.session import get_spark
+from benchmarks.harness import median, parser, report
+from dev.local_airflow import free_port
 
 
 def timed(fn: object) -> tuple[float, int]:
@@ -69,11 +63,11 @@ def arms(spark: object, table: str) -> dict[str, tuple[object, object]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--versions", type=int, default=12)
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="a Spark session setting for all three ways (repeatable)")
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--versions", type=int, default=12)
+    options.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                         help="a Spark session setting for all three ways (repeatable)")
+    args = options.parse_args()
     figures: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         table = str(Path(tmp) / "t")
@@ -103,8 +97,7 @@ def main() -> None:
             spark.stop()
         finally:
             server.stop()
-    medians = " ".join(f"{k}={statistics.median(v[2:]):.0f}" for k, v in sorted(figures.items()))
-    print(f"versions={args.versions} {medians} load={os.getloadavg()[0]:.1f}")
+    report("input_reads", versions=args.versions, **{k: round(median(v[2:])) for k, v in sorted(figures.items())})
 
 
 if __name__ == "__main__":

@@ -13,14 +13,11 @@ file), read at its newest version with the Arrow reader ``--reads`` times (defau
 Also the verification alone (``figures_of`` on the loaded table). Prints the medians and, last
 line, ``plain_ms=<x> first_ms=<y> cached_ms=<z> verify_ms=<v> overhead_first_pct=<p> load=<1 min>``.
 
-    .venv/bin/python benchmarks/integrity_cost.py [--files 100] [--rows 1000] [--reads 20]
+    .venv/bin/python -m benchmarks.integrity_cost [--files 100] [--rows 1000] [--reads 20]
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -30,13 +27,11 @@ from typing import Any
 import pyarrow as pa
 from deltalake import write_deltalake
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from airflow_provider_tsb.caches import CACHES  # noqa: E402
-from airflow_provider_tsb.delta.integrity import figures_of  # noqa: E402
-from airflow_provider_tsb.delta.log import open_table  # noqa: E402
-from airflow_provider_tsb.read.version_reads import read_table_arrow, scan_to_arrow  # noqa: E402
+from airflow_provider_tsb.caches import CACHES
+from airflow_provider_tsb.delta.integrity import figures_of
+from airflow_provider_tsb.delta.log import open_table
+from airflow_provider_tsb.read.version_reads import read_table_arrow, scan_to_arrow
+from benchmarks.harness import load, median, parser, report
 
 
 @dataclass(frozen=True)
@@ -61,15 +56,15 @@ def _median_ms(fn: Any, reads: int, before: Any = None) -> float:
         start = time.perf_counter()
         fn()
         times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    return median(times)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=100)
-    parser.add_argument("--rows", type=int, default=1000)
-    parser.add_argument("--reads", type=int, default=20)
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--files", type=int, default=100)
+    options.add_argument("--rows", type=int, default=1000)
+    options.add_argument("--reads", type=int, default=20)
+    args = options.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         loc = str(Path(tmp) / "t")
         for i in range(args.files):
@@ -83,12 +78,12 @@ def main() -> None:
         first = _median_ms(lambda: read_table_arrow(served), args.reads, before=unverified)
         cached = _median_ms(lambda: read_table_arrow(served), args.reads)
         verify = _median_ms(lambda: figures_of(table), args.reads)
-    load = Path("/proc/loadavg").read_text().split()[0]
-    print(f"table: {figures}, {args.files * args.rows} rows; {args.reads} reads each; load {load}")
+    load_now = load()
+    print(f"table: {figures}, {args.files * args.rows} rows; {args.reads} reads each; load {load_now}")
     print(f"plain read {plain:.1f} ms, first verified read {first:.1f} ms, cached {cached:.1f} ms, "
           f"verification alone {verify:.2f} ms")
-    print(f"plain_ms={plain:.1f} first_ms={first:.1f} cached_ms={cached:.1f} verify_ms={verify:.2f} "
-          f"overhead_first_pct={100 * (first - plain) / plain:.1f} load={load}")
+    report("integrity_cost", plain_ms=round(plain, 1), first_ms=round(first, 1), cached_ms=round(cached, 1),
+           verify_ms=round(verify, 2), overhead_first_pct=round(100 * (first - plain) / plain, 1), load=load_now)
 
 
 if __name__ == "__main__":

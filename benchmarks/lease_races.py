@@ -18,7 +18,7 @@ files gone), ``expiry_cycles`` and ``failed`` ones (after the object store retri
 ``consumer_lost`` (a running job's barrier whose input files were gone), ``raw_errors`` (a read
 failing with anything but the tsb error). ``--unsafe`` runs the expiry of before issue 12 (read
 the leases, vacuum; no marks, no retry, no consumer protection, no input leases) for comparison.
-Last line: ``leases=N lost=0 expiry_cycles=M failed=0 stale_versions=0 ...``.
+Last line: ``leases=N lost=0 expiry_cycles=M failed=0 stale_versions=0 ... load=<1-min load>``.
 
 ``--fast-writer SECONDS`` (issue 25 item 2) runs one race instead: the writer commits barriers
 back to back for SECONDS, expiry runs every ``--expiry-every`` seconds keeping the last
@@ -26,30 +26,26 @@ back to back for SECONDS, expiry runs every ``--expiry-every`` seconds keeping t
 The snap table's data files are sampled every 5 s; flat means the last sample is no larger than
 the retention's share (``--keep`` barriers' files plus what one expiry period writes). Last
 line: ``barriers= barriers_per_s= cycles= failed= lost= files_max= files_last= bytes_last=
-log_files_last= log_removed=`` (the commit files left in the snap table's ``_delta_log``, a
+log_files_last= log_removed= load=`` (the commit files left in the snap table's ``_delta_log``, a
 checkpoint every 10 versions, and the log files expiry's metadata cleanup deleted).
 
-    .venv/bin/python benchmarks/lease_races.py [--rounds 10] [--barriers 25] [--postgres] [--unsafe]
-    .venv/bin/python benchmarks/lease_races.py --fast-writer 120 --expiry-every 10 --keep 100 --postgres
+    .venv/bin/python -m benchmarks.lease_races [--rounds 10] [--barriers 25] [--postgres] [--unsafe]
+    .venv/bin/python -m benchmarks.lease_races --fast-writer 120 --expiry-every 10 --keep 100 --postgres
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from airflow_provider_tsb.delta.log_cleanup import list_log  # noqa: E402
-from airflow_provider_tsb.metastore.store import MetaStore  # noqa: E402
-from dev import lease_world as lw  # noqa: E402
+from airflow_provider_tsb.delta.log_cleanup import list_log
+from airflow_provider_tsb.metastore.store import MetaStore
+from benchmarks.harness import parser, report
+from dev import lease_world as lw
 
 KEYS = ("leases", "lost", "expiry_cycles", "failed", "retries", "stale_versions", "refused", "reads", "wrong",
         "raw_errors", "expired_reads", "barriers", "consumed", "consumer_lost", "forced_lost")
@@ -67,16 +63,17 @@ def fresh(url_for: Callable[[str], str], folder: str, *, consumer: bool) -> tupl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--barriers", type=int, default=25, help="barriers the writer commits per race")
-    parser.add_argument("--postgres", action="store_true", help="metastore on a throwaway PostgreSQL")
-    parser.add_argument("--unsafe", action="store_true", help="the expiry of before issue 12, for comparison")
-    parser.add_argument("--fast-writer", type=float, default=None, metavar="SECONDS",
-                        help="one race: a writer committing back to back for SECONDS")
-    parser.add_argument("--expiry-every", type=float, default=10.0, help="seconds between expiry cycles (fast writer)")
-    parser.add_argument("--keep", type=int, default=100, help="barriers expiry keeps (fast writer)")
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--rounds", type=int, default=10)
+    options.add_argument("--barriers", type=int, default=25, help="barriers the writer commits per race")
+    options.add_argument("--postgres", action="store_true", help="metastore on a throwaway PostgreSQL")
+    options.add_argument("--unsafe", action="store_true", help="the expiry of before issue 12, for comparison")
+    options.add_argument("--fast-writer", type=float, default=None, metavar="SECONDS",
+                         help="one race: a writer committing back to back for SECONDS")
+    options.add_argument("--expiry-every", type=float, default=10.0,
+                         help="seconds between expiry cycles (fast writer)")
+    options.add_argument("--keep", type=int, default=100, help="barriers expiry keeps (fast writer)")
+    args = options.parse_args()
     server = None
     if args.postgres:
         from dev.pg import start_postgres
@@ -131,7 +128,7 @@ def main() -> None:
             server.stop()
     print(f"backend={'postgresql' if args.postgres else 'sqlite'} unsafe={args.unsafe} rounds={args.rounds} "
           f"barriers_per_race={args.barriers} wall_s={time.monotonic() - started:.0f}")
-    print(" ".join(f"{k}={totals[k]}" for k in KEYS))
+    report("lease_races", **{k: totals[k] for k in KEYS})
 
 
 def data_files(location: str) -> tuple[int, int]:
@@ -164,12 +161,13 @@ def fast_writer(url_for: Callable[[str], str], args: argparse.Namespace) -> None
             print(f"t={time.monotonic() - started:.0f}s files={samples[-1][0]} bytes={samples[-1][1]}", flush=True)
         counts = result["race"]
         log_files = len(list_log(locations[lw.SNAP]).commits)
-    print(f"load={os.getloadavg()[0]:.1f} seconds={args.fast_writer:.0f} keep={args.keep} "
+    print(f"seconds={args.fast_writer:.0f} keep={args.keep} "
           f"expiry_every_s={args.expiry_every:g} backend={'postgresql' if args.postgres else 'sqlite'}")
-    print(f"barriers={counts.get('barriers', 0)} barriers_per_s={counts.get('barriers', 0) / args.fast_writer:.1f} "
-          f"cycles={counts.get('expiry_cycles', 0)} failed={counts.get('failed', 0)} lost={counts.get('lost', 0)} "
-          f"files_max={max(n for n, _ in samples)} files_last={samples[-1][0]} bytes_last={samples[-1][1]} "
-          f"log_files_last={log_files} log_removed={counts.get('removed_log_files', 0)}")
+    report("lease_races", barriers=counts.get("barriers", 0),
+           barriers_per_s=round(counts.get("barriers", 0) / args.fast_writer, 1),
+           cycles=counts.get("expiry_cycles", 0), failed=counts.get("failed", 0), lost=counts.get("lost", 0),
+           files_max=max(n for n, _ in samples), files_last=samples[-1][0], bytes_last=samples[-1][1],
+           log_files_last=log_files, log_removed=counts.get("removed_log_files", 0))
 
 
 if __name__ == "__main__":

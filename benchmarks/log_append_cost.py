@@ -10,28 +10,22 @@ each commit with the log's ``txn``) to a fresh local Delta table, no compaction 
 
 Then reads each table back with delta-rs and checks every row and the newest ``txn``. Prints the
 median wall time (ms) of the first and last 20 appends of each way; last line
-``rows= delta_rs_first_ms= delta_rs_last_ms= direct_first_ms= direct_last_ms=``::
+``rows= delta_rs_first_ms= delta_rs_last_ms= direct_first_ms= direct_last_ms= load=``::
 
-    .venv/bin/python benchmarks/log_append_cost.py [--rows 200]
+    .venv/bin/python -m benchmarks.log_append_cost [--rows 200]
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from airflow_provider_tsb.delta.barrier_log import SCHEMA  # noqa: E402
-from airflow_provider_tsb.delta.direct_append import append_file  # noqa: E402
+from airflow_provider_tsb.delta.barrier_log import SCHEMA
+from airflow_provider_tsb.delta.direct_append import append_file
+from benchmarks.harness import median, parser, report
 
 APP_ID = "tsb-barrier-log:bench"
 EDGE = 20
@@ -64,17 +58,17 @@ def run(location: str, way: str, rows: int) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--rows", type=int, default=200)
     args = p.parse_args(argv)
     figures = {}
     with tempfile.TemporaryDirectory(prefix="tsb-log-append-") as folder:
         for way in ("delta_rs", "direct"):
             times = run(f"{folder}/{way}", way, args.rows)
-            first, last = statistics.median(times[:EDGE]), statistics.median(times[-EDGE:])
+            first, last = median(times[:EDGE]), median(times[-EDGE:])
             print(f"{way}: first {EDGE} median {first:.2f} ms, last {EDGE} median {last:.2f} ms")
             figures[f"{way}_first_ms"], figures[f"{way}_last_ms"] = first, last
-    print(f"rows={args.rows} " + " ".join(f"{k}={v:.2f}" for k, v in figures.items()))
+    report("log_append_cost", rows=args.rows, **{k: round(v, 2) for k, v in figures.items()})
     return 0
 
 

@@ -16,33 +16,25 @@ after a table's newest WRITTEN one is PROCESSED, so resolution does real work.
 PostgreSQL: ``$TSB_BENCH_PG_URL`` (a server URL whose database part is replaced) or a throwaway
 cluster started with ``dev/pg.py``. The last line is exactly
 ``p99_ms=<REST p99 at the large size> growth=<REST p99 large / REST p99 small> direct_p99_ms=<in-process
-p99 at the large size> load=<1-minute load average at the start and the end>``.
+p99 at the large size> load=<1-minute load average, lowest-highest over the run>``.
 
-Usage: ``python benchmarks/metastore_scale.py [--tables 1000] [--barriers 10000] [--queries 2000]``.
+Usage: ``.venv/bin/python -m benchmarks.metastore_scale [--tables 1000] [--barriers 10000] [--queries 2000]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
-import socket
 import statistics
 import sys
 import threading
 import time
 import uuid
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+from benchmarks.flights_bench import free_port
+from benchmarks.harness import LoadWatch, parser, percentile, report
 
 TOPOLOGY = "bench"
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = min(len(ordered) - 1, max(0, int(round(p / 100 * (len(ordered) - 1)))))
-    return ordered[k]
 
 
 def create_database(server: object, name: str) -> str:
@@ -57,7 +49,7 @@ def create_database(server: object, name: str) -> str:
     return server.create_database(name)  # type: ignore[attr-defined]
 
 
-def load(url: str, tables: int, barriers: int, roots: int) -> tuple[object, list[str], float]:
+def fill(url: str, tables: int, barriers: int, roots: int) -> tuple[object, list[str], float]:
     """Create and fill a metastore; returns (store, table names, load seconds)."""
     from airflow_provider_tsb.metastore.store import MetaStore
 
@@ -125,12 +117,6 @@ def load(url: str, tables: int, barriers: int, roots: int) -> tuple[object, list
     return store, [f"bench.db.t{t}" for t in range(1, tables + 1)], seconds
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def serve(store: object) -> tuple[str, object, threading.Thread]:
     import uvicorn
 
@@ -180,7 +166,7 @@ def measure(store: object, names: list[str], queries: int, q_size: int, seed: in
     return {"direct": direct, "rest": rest}
 
 
-def report(label: str, samples: dict[str, list[float]]) -> dict[str, float]:
+def summarize(label: str, samples: dict[str, list[float]]) -> dict[str, float]:
     out = {}
     for kind, values in samples.items():
         p50, p99 = percentile(values, 50), percentile(values, 99)
@@ -191,17 +177,16 @@ def report(label: str, samples: dict[str, list[float]]) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tables", type=int, default=1000)
-    parser.add_argument("--barriers", type=int, default=10_000)
-    parser.add_argument("--small-barriers", type=int, default=100)
-    parser.add_argument("--roots", type=int, default=50, help="root tables among --tables")
-    parser.add_argument("--queries", type=int, default=2000, help="resolutions measured per size and path")
-    parser.add_argument("--q-size", type=int, default=10, help="tables per query")
-    parser.add_argument("--seed", type=int, default=276)
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--tables", type=int, default=1000)
+    options.add_argument("--barriers", type=int, default=10_000)
+    options.add_argument("--small-barriers", type=int, default=100)
+    options.add_argument("--roots", type=int, default=50, help="root tables among --tables")
+    options.add_argument("--queries", type=int, default=2000, help="resolutions measured per size and path")
+    options.add_argument("--q-size", type=int, default=10, help="tables per query")
+    options.add_argument("--seed", type=int, default=276)
+    args = options.parse_args()
 
-    load_at_start = os.getloadavg()[0]
     server: object
     started_here = None
     if os.environ.get("TSB_BENCH_PG_URL"):
@@ -212,19 +197,20 @@ def main() -> int:
         started_here = server = start_postgres()
     try:
         results = {}
-        for barriers in (args.barriers, args.small_barriers):
-            print(f"== {args.tables} tables x {barriers} barriers", flush=True)
-            url = create_database(server, f"tsb_bench_{uuid.uuid4().hex[:8]}")
-            store, names, _ = load(url, args.tables, barriers, min(args.roots, args.tables))
-            results[barriers] = report(f"{barriers} barriers", measure(store, names, args.queries, args.q_size,
-                                                                     args.seed))
-            store.dispose()  # type: ignore[attr-defined]
+        with LoadWatch() as loads:
+            for barriers in (args.barriers, args.small_barriers):
+                print(f"== {args.tables} tables x {barriers} barriers", flush=True)
+                url = create_database(server, f"tsb_bench_{uuid.uuid4().hex[:8]}")
+                store, names, _ = fill(url, args.tables, barriers, min(args.roots, args.tables))
+                results[barriers] = summarize(f"{barriers} barriers", measure(store, names, args.queries,
+                                                                              args.q_size, args.seed))
+                store.dispose()  # type: ignore[attr-defined]
         big, small = results[args.barriers], results[args.small_barriers]
         growth = big["rest"] / small["rest"]
         print(f"direct p99: {big['direct']:.2f} ms at {args.barriers} barriers, {small['direct']:.2f} ms at "
               f"{args.small_barriers} (growth {big['direct'] / small['direct']:.2f})")
-        print(f"p99_ms={big['rest']:.2f} growth={growth:.2f} direct_p99_ms={big['direct']:.2f} "
-              f"load={load_at_start:.1f},{os.getloadavg()[0]:.1f}")
+        report("metastore_scale", p99_ms=round(big["rest"], 2), growth=round(growth, 2),
+               direct_p99_ms=round(big["direct"], 2), load=loads.range)
     finally:
         if started_here is not None:
             started_here.stop()

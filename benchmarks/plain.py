@@ -10,11 +10,15 @@ barrier, created at version 0), so no look-up is needed. Each barrier logs the s
 ``tsb-timing`` line as a tsb job (phases ``delta_log``, ``spark``, ``footers``, ``commit``,
 ``other``), so the two arms compare phase by phase.
 
-Used in-process by ``barrier_overhead.py`` and as a ``spark-submit`` application by
-``full_year.py``:
+Used in-process by ``barrier_overhead`` (``from benchmarks.plain import ...``) and as a
+``spark-submit`` application by ``full_year``:
 
     spark-submit benchmarks/plain.py --script spark_apps/flights/enrich_flights.py \\
         --epochs epochs.json --table raw.flights=/path ... (one --table per source and sink)
+
+As an application it runs as a file, not as part of the ``benchmarks`` package: it imports
+only the provider (installed in the environment), never ``benchmarks.*``, and keeps its own
+argument parser; it reports no figures (``full_year`` times it).
 
 ``epochs.json``: ``{"barriers": [{"barrier": 1, "ts": <epoch ms>, "roots": {table: version}}]}``.
 """
@@ -34,17 +38,14 @@ from typing import Any
 
 from deltalake.transaction import create_table_with_add_actions
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from airflow_provider_tsb.delta.log import normalize_location  # noqa: E402
-from airflow_provider_tsb.delta.snapshots import latest_table_or_none  # noqa: E402
-from airflow_provider_tsb.spark.app import BarrierContext, Sink, TsbApp  # noqa: E402
-from airflow_provider_tsb.spark.catalog import BarrierPlan  # noqa: E402
-from airflow_provider_tsb.spark.inputs import read_snapshot  # noqa: E402
-from airflow_provider_tsb.spark.outputs import stage_output  # noqa: E402
-from airflow_provider_tsb.spark.timing import barrier_timer, phase  # noqa: E402
-from airflow_provider_tsb.spark.write_options import WriteTarget  # noqa: E402
+from airflow_provider_tsb.delta.log import normalize_location
+from airflow_provider_tsb.delta.snapshots import latest_table_or_none
+from airflow_provider_tsb.spark.app import BarrierContext, Sink, TsbApp
+from airflow_provider_tsb.spark.catalog import BarrierPlan
+from airflow_provider_tsb.spark.inputs import read_snapshot
+from airflow_provider_tsb.spark.outputs import stage_output
+from airflow_provider_tsb.spark.timing import barrier_timer, phase
+from airflow_provider_tsb.spark.write_options import WriteTarget
 
 
 def load_app(script: str | Path) -> TsbApp:

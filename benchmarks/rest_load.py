@@ -24,9 +24,11 @@ does not say what the api-server costs. ``--profile FILE`` records the api-serve
 (``pip install py-spy``) as collapsed stacks. Last lines::
 
     baseline clients=<n> p50_ms=<q> p99_ms=<q> errors=<n>
-    clients=<n> p50_ms=<q> p99_ms=<q> errors=<n> wrong=<n> load=<1-min load average before,after>
+    clients=<n> p50_ms=<q> p99_ms=<q> errors=<n> wrong=<n> load=<1-min load average, lowest-highest over the load>
 
-    .venv/bin/python benchmarks/rest_load.py [--clients 50] [--requests 40] [--tables 8] [--workers 1]
+(with ``wrk``, the p50 and p99 wrk's own; with ``--generator httpx``, the harness's percentiles)
+
+    .venv/bin/python -m benchmarks.rest_load [--clients 50] [--requests 40] [--tables 8] [--workers 1]
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ import os
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,9 +50,8 @@ from typing import Any
 
 import httpx
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from wrk_clients import run_wrk  # noqa: E402
+from benchmarks.harness import LoadWatch, line, median, parser, percentile, report
+from benchmarks.wrk_clients import run_wrk
 
 TOPOLOGY = "restload"
 ROOT = "tsb.rl.src"
@@ -229,13 +229,13 @@ end
 
 
 def wrk(base: str, token: str, gen: Generator, clients: int, seconds: float, tmp: Path,
-        baseline: bool = False, only: str = "", pause_ms: int = 0) -> tuple[list[Sample], str]:
+        baseline: bool = False, only: str = "", pause_ms: int = 0) -> tuple[list[Sample], dict[str, float]]:
     """``clients`` connections of one ``wrk`` thread for ``seconds`` sending the same mix as
     :func:`hammer` (a C client: its CPU stays off the server's cores). wrk does not tie an
     answer to its request, so each answer is checked on its own (:func:`wrong_versions` with
     the body the answer implies: its level, ``as_of`` and lease) and against the barriers
     committed before the run and started after it. Returns the answers as samples (``ms`` 0)
-    and wrk's figures line."""
+    and wrk's figures (``p50_ms``, ``p99_ms``)."""
     answers = tmp / "answers.tsv"
     low = gen.committed
     env = {"TSB_SEED": "7", "TSB_TABLES": ",".join(gen.tables), "TSB_LOW": str(low),
@@ -244,8 +244,8 @@ def wrk(base: str, token: str, gen: Generator, clients: int, seconds: float, tmp
     p50, p99, requests, errors = run_wrk(base, clients, seconds, WRK_SCRIPT, env, tmp, "rest_load")
     high = gen.started
     samples = []
-    for line in answers.read_text().splitlines():
-        status, _, text = line.partition("\t")
+    for text_line in answers.read_text().splitlines():
+        status, _, text = text_line.partition("\t")
         try:
             answer = json.loads(text)
         except ValueError:
@@ -261,7 +261,8 @@ def wrk(base: str, token: str, gen: Generator, clients: int, seconds: float, tmp
         if answer.get("lease"):
             body["lease_seconds"] = 30
         samples.append(Sample("versions", body, 0 if body["as_of"] else low, high, 0.0, int(status), answer))
-    return samples, f"wrk: p50_ms={p50:.3f} p99_ms={p99:.3f} requests={requests} errors={errors}"
+    print(f"wrk: p50_ms={p50:.3f} p99_ms={p99:.3f} requests={requests} errors={errors}", flush=True)
+    return samples, {"p50_ms": p50, "p99_ms": p99}
 
 
 def wrong_versions(store: Any, s: Sample, cache: dict[tuple[str, int], Any]) -> str | None:
@@ -311,13 +312,10 @@ def check(store: Any, samples: list[Sample]) -> tuple[int, int, list[str]]:
     return errors, wrong, reasons[:5]
 
 
-def quantile(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
-
-
-def figures(samples: list[Sample]) -> str:
+def figures(samples: list[Sample]) -> dict[str, float]:
+    """``p50_ms`` and ``p99_ms`` of the samples (the httpx clients' latencies)."""
     ms = [s.ms for s in samples]
-    return f"p50_ms={quantile(ms, 50):.1f} p99_ms={quantile(ms, 99):.1f}"
+    return {"p50_ms": round(median(ms), 1), "p99_ms": round(percentile(ms, 99), 1)}
 
 
 def start_profiler(out: str | None, pid: int) -> subprocess.Popen[bytes] | None:
@@ -367,20 +365,20 @@ def cpu_phase(pids: dict[str, int], phase: Any) -> tuple[Any, dict[str, float]]:
 
 
 def load_phases(args: argparse.Namespace, base_url: str, token: str, gen: Generator, pids: dict[str, int],
-                tmp: Path) -> tuple[list[Sample], dict[str, float], list[Sample], dict[str, float], list[str]]:
+                tmp: Path) -> tuple[list[Sample], dict[str, float], list[Sample], dict[str, float],
+                                    list[dict[str, float]]]:
     """The baseline, then the load, by the clients of ``args.generator``: (baseline samples, their
-    CPU, load samples, their CPU, the two figures lines ``p50_ms= p99_ms=`` of baseline and load)."""
+    CPU, load samples, their CPU, the figures ``p50_ms``, ``p99_ms`` of baseline and load)."""
     if args.generator == "wrk":
-        (base, base_line), base_cpu = cpu_phase(
+        (base, base_figures), base_cpu = cpu_phase(
             pids, lambda: wrk(base_url, token, gen, args.clients, args.seconds, tmp, baseline=True,
                               pause_ms=args.pause_ms))
         profiler = start_profiler(args.profile, pids["api-server"])
-        (samples, line), cpu = cpu_phase(
+        (samples, load_figures), cpu = cpu_phase(
             pids, lambda: wrk(base_url, token, gen, args.clients, args.seconds, tmp, only=args.only,
                               pause_ms=args.pause_ms))
         stop_profiler(profiler)
-        lines = [" ".join(x.split()[1:3]) for x in (base_line, line)]
-        return base, base_cpu, samples, cpu, lines
+        return base, base_cpu, samples, cpu, [base_figures, load_figures]
     base, base_cpu = cpu_phase(pids, lambda: hammer(base_url, token, gen, args.clients, args.requests, True))
     profiler = start_profiler(args.profile, pids["api-server"])
     samples, cpu = cpu_phase(pids, lambda: hammer(base_url, token, gen, args.clients, args.requests, False))
@@ -399,21 +397,20 @@ def run(args: argparse.Namespace, url: str, tmp: Path, postmaster: int) -> int:
         token = af.get_token()
         hammer(af.base_url, token, gen, args.clients, 3, baseline=False)  # warm-up
         thread.start()
-        load_before = os.getloadavg()[0]
         pids = {"api-server": af.processes["api-server"].pid, "postgres": postmaster, "clients": os.getpid()}
-        base, base_cpu, samples, cpu, lines = load_phases(args, af.base_url, token, gen, pids, tmp)
-        load_after = os.getloadavg()[0]
+        with LoadWatch() as loads:
+            base, base_cpu, samples, cpu, phases = load_phases(args, af.base_url, token, gen, pids, tmp)
     finally:
         gen.stop.set()
         af.stop()
     thread.join(30)
     base_err, _, _ = check(gen.store, base)
     errors, wrong, reasons = check(gen.store, samples)
-    for line in reasons:
-        print("  " + line)
+    for reason in reasons:
+        print("  " + reason)
     kinds = {k: sum(s.kind == k for s in samples) for k in sorted({s.kind for s in samples})}
     if args.generator == "httpx":
-        by_kind = {k: f"{quantile([s.ms for s in samples if s.kind == k], 50):.0f}" for k in kinds}
+        by_kind = {k: f"{median([s.ms for s in samples if s.kind == k]):.0f}" for k in kinds}
         print(f"p50_ms by kind: {by_kind}")
     print(f"requests: {len(samples)} {kinds}; barriers {args.preload} preloaded, {gen.committed} at the end; "
           f"{args.tables} tables; api workers {args.workers}; clients {args.generator}")
@@ -423,31 +420,30 @@ def run(args: argparse.Namespace, url: str, tmp: Path, postmaster: int) -> int:
           f"load {per}, baseline {base_per}{' (py-spy attached)' if args.profile else ''}")
     if args.generator == "wrk":
         print(f"answers per second: {len(samples) / args.seconds:.0f}")
-    print(f"baseline clients={args.clients} {lines[0]} errors={base_err}")
-    print(f"clients={args.clients} {lines[1]} errors={errors} wrong={wrong} "
-          f"load={load_before:.1f},{load_after:.1f}")
+    print(f"baseline {line(clients=args.clients, **phases[0], errors=base_err)}")
+    report("rest_load", clients=args.clients, **phases[1], errors=errors, wrong=wrong, load=loads.range)
     gen.store.dispose()
     return 0 if errors == wrong == base_err == 0 else 1
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--requests", type=int, default=40, help="requests per client")
-    parser.add_argument("--tables", type=int, default=8, help="jobs (sink tables) in the chain")
-    parser.add_argument("--preload", type=int, default=30, help="barriers generated before the run")
-    parser.add_argument("--interval", type=float, default=0.2, help="seconds between generated barriers")
-    parser.add_argument("--workers", type=int, default=1, help="api-server workers ([api] workers)")
-    parser.add_argument("--generator", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
-                        help="the clients: wrk (C, default when installed) or httpx threads of this process")
-    parser.add_argument("--seconds", type=float, default=10.0, help="wrk: seconds of each phase")
-    parser.add_argument("--pause-ms", type=int, default=0,
-                        help="wrk: each client waits this long between an answer and its next request (0: no pause)")
+    options = parser(__doc__)
+    options.add_argument("--clients", type=int, default=50)
+    options.add_argument("--requests", type=int, default=40, help="requests per client")
+    options.add_argument("--tables", type=int, default=8, help="jobs (sink tables) in the chain")
+    options.add_argument("--preload", type=int, default=30, help="barriers generated before the run")
+    options.add_argument("--interval", type=float, default=0.2, help="seconds between generated barriers")
+    options.add_argument("--workers", type=int, default=1, help="api-server workers ([api] workers)")
+    options.add_argument("--generator", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
+                         help="the clients: wrk (C, default when installed) or httpx threads of this process")
+    options.add_argument("--seconds", type=float, default=10.0, help="wrk: seconds of each phase")
+    options.add_argument("--pause-ms", type=int, default=0,
+                         help="wrk: each client waits this long between an answer and its next request (0: no pause)")
     kinds = ("", "repeatable", "committed", "as_of", "monotonic", "lease", "delays")
-    parser.add_argument("--only", default="", choices=kinds,
-                        help="wrk: send only requests of this kind (the CPU per request of one kind)")
-    parser.add_argument("--profile", metavar="FILE", help="py-spy the api-server during the load (collapsed stacks)")
-    args = parser.parse_args()
+    options.add_argument("--only", default="", choices=kinds,
+                         help="wrk: send only requests of this kind (the CPU per request of one kind)")
+    options.add_argument("--profile", metavar="FILE", help="py-spy the api-server during the load (collapsed stacks)")
+    args = options.parse_args()
     from dev.pg import start_postgres
 
     pg = start_postgres()

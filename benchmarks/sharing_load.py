@@ -26,7 +26,9 @@ Last line::
     clients=<n> p50_ms=<q> p99_ms=<q> errors=<n> baseline_p50_ms=<b> baseline_p99_ms=<b> qps=<answers/s>
     generator=<g> load=<1-min load average>   (one line)
 
-    .venv/bin/python benchmarks/sharing_load.py [--clients 20] [--generator wrk|httpx] [--seconds 10]
+(with ``wrk``, the p50 and p99 wrk's own; with ``httpx``, the harness's percentiles)
+
+    .venv/bin/python -m benchmarks.sharing_load [--clients 20] [--generator wrk|httpx] [--seconds 10]
         [--requests 50] [--barriers 50] [--sqlite] [--api-server [--workers 1]]
 """
 
@@ -37,7 +39,6 @@ import os
 import random
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,11 +51,9 @@ from pathlib import Path
 
 import httpx
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from wrk_clients import run_wrk  # noqa: E402
-
-from dev.wordcount_writer import TOPOLOGY, WordcountWriter  # noqa: E402
+from benchmarks.harness import REPO, median, module_command, parser, percentile, report
+from benchmarks.wrk_clients import run_wrk
+from dev.wordcount_writer import TOPOLOGY, WordcountWriter
 
 QUERY = f"/shares/{TOPOLOGY}/schemas/wc/tables/word_count/query"
 
@@ -157,10 +156,6 @@ def wrk(url: str, clients: int, seconds: int, barriers: int, query: bool, tmp: s
     return run_wrk(url, clients, seconds, WRK_SCRIPT, env, tmp, "sharing_load")
 
 
-def _quantile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
-
-
 @dataclass
 class Figures:
     """One run's figures (milliseconds; ``qps`` answers a second)."""
@@ -185,7 +180,7 @@ def measure(base: str, token: str, args: argparse.Namespace, tmp: str) -> Figure
     began = time.perf_counter()
     lat, err = hammer(base, token, args.clients, args.requests, args.barriers, query=True)
     qps = len(lat) / (time.perf_counter() - began)
-    return Figures(_quantile(lat, 50), _quantile(lat, 99), _quantile(base_lat, 50), _quantile(base_lat, 99),
+    return Figures(median(lat), percentile(lat, 99), median(base_lat), percentile(base_lat, 99),
                    len(lat), qps, err + base_err)
 
 
@@ -208,7 +203,7 @@ def metastore_url(sqlite: bool, tmp: str) -> Iterator[str]:
 def standalone_server(url: str) -> Iterator[tuple[str, str]]:
     """The sharing routes under uvicorn in a process of their own: ``(base URL, no token)``."""
     port = _free_port()
-    server = subprocess.Popen([sys.executable, __file__, "--serve", url, str(port)])
+    server = subprocess.Popen(module_command("sharing_load", "--serve", url, str(port)), cwd=REPO)
     base = f"http://127.0.0.1:{port}/tsb/sharing"
     try:
         deadline = time.monotonic() + 60
@@ -244,18 +239,17 @@ def airflow_api_server(url: str, workers: int) -> Iterator[tuple[str, str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--clients", type=int, default=20)
-    parser.add_argument("--requests", type=int, default=50, help="httpx: queries per client")
-    parser.add_argument("--barriers", type=int, default=50)
-    parser.add_argument("--sqlite", action="store_true", help="the metastore on SQLite instead of PostgreSQL")
-    parser.add_argument("--generator", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
-                        help="the clients: wrk (C, default when installed) or httpx threads")
-    parser.add_argument("--seconds", type=int, default=10, help="wrk: seconds of each run")
-    parser.add_argument("--api-server", action="store_true", help="serve through the real Airflow api-server")
-    parser.add_argument("--workers", type=int, default=1, help="--api-server: its processes ([api] workers)")
-    parser.add_argument("--serve", nargs=2, metavar=("URL", "PORT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    options = parser(__doc__, sqlite=True)
+    options.add_argument("--clients", type=int, default=20)
+    options.add_argument("--requests", type=int, default=50, help="httpx: queries per client")
+    options.add_argument("--barriers", type=int, default=50)
+    options.add_argument("--generator", choices=("wrk", "httpx"), default="wrk" if shutil.which("wrk") else "httpx",
+                         help="the clients: wrk (C, default when installed) or httpx threads")
+    options.add_argument("--seconds", type=int, default=10, help="wrk: seconds of each run")
+    options.add_argument("--api-server", action="store_true", help="serve through the real Airflow api-server")
+    options.add_argument("--workers", type=int, default=1, help="--api-server: its processes ([api] workers)")
+    options.add_argument("--serve", nargs=2, metavar=("URL", "PORT"), help=argparse.SUPPRESS)
+    args = options.parse_args()
     if args.serve:
         serve(args.serve[0], int(args.serve[1]))
         return 0
@@ -267,13 +261,12 @@ def main() -> int:
         server = airflow_api_server(url, args.workers) if args.api_server else standalone_server(url)
         with server as (base, token):
             fig = measure(base, token, args, tmp)
-    load = os.getloadavg()[0]
     served = f"the Airflow api-server ({args.workers} worker)" if args.api_server else "the sharing routes alone"
     print(f"queries: {fig.answers}, {args.barriers} barriers, metastore {'SQLite' if args.sqlite else 'PostgreSQL'}, "
           f"served by {served}")
-    print(f"clients={args.clients} p50_ms={fig.q50:.1f} p99_ms={fig.q99:.1f} errors={fig.errors} "
-          f"baseline_p50_ms={fig.b50:.1f} baseline_p99_ms={fig.b99:.1f} qps={fig.qps:.0f} generator={args.generator} "
-          f"load={load:.1f}")
+    report("sharing_load", clients=args.clients, p50_ms=round(fig.q50, 1), p99_ms=round(fig.q99, 1), errors=fig.errors,
+           baseline_p50_ms=round(fig.b50, 1), baseline_p99_ms=round(fig.b99, 1), qps=round(fig.qps),
+           generator=args.generator)
     return 0 if fig.errors == 0 else 1
 
 

@@ -12,36 +12,30 @@ Last line::
 
     reads=<n> mixed=<n> errors=<n> barriers=<committed during the race> versions=<distinct read> seconds=<s> load=<l>
 
-    .venv/bin/python benchmarks/sharing_race.py [--reads 1000] [--readers 4] [--interval 0.05] [--sqlite] [--api-server]
+    .venv/bin/python -m benchmarks.sharing_race [--reads 1000] [--readers 4] [--interval 0.05] [--sqlite] [--api-server]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-from sharing_load import airflow_api_server, metastore_url, standalone_server  # noqa: E402
-
-from dev.sharing_race import race, write_profile  # noqa: E402
-from dev.wordcount_writer import WordcountWriter  # noqa: E402
+from benchmarks.harness import parser, report
+from benchmarks.sharing_load import airflow_api_server, metastore_url, standalone_server
+from dev.sharing_race import race, write_profile
+from dev.wordcount_writer import WordcountWriter
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--reads", type=int, default=1000)
-    parser.add_argument("--readers", type=int, default=4)
-    parser.add_argument("--interval", type=float, default=0.05, help="seconds between committed barriers")
-    parser.add_argument("--preload", type=int, default=5, help="barriers committed before the race")
-    parser.add_argument("--sqlite", action="store_true")
-    parser.add_argument("--api-server", action="store_true", help="serve through the real Airflow api-server")
-    args = parser.parse_args()
+    options = parser(__doc__, sqlite=True)
+    options.add_argument("--reads", type=int, default=1000)
+    options.add_argument("--readers", type=int, default=4)
+    options.add_argument("--interval", type=float, default=0.05, help="seconds between committed barriers")
+    options.add_argument("--preload", type=int, default=5, help="barriers committed before the race")
+    options.add_argument("--api-server", action="store_true", help="serve through the real Airflow api-server")
+    args = options.parse_args()
     from airflow_provider_tsb.metastore.store import MetaStore
 
     with tempfile.TemporaryDirectory(prefix="tsb-sharing-race-") as tmp, metastore_url(args.sqlite, tmp) as url:
@@ -59,8 +53,8 @@ def main() -> int:
         store.dispose()
     for line in result.examples[:10]:
         print("  " + line)
-    print(f"reads={result.reads} mixed={result.mixed} errors={result.errors} barriers={result.barriers} "
-          f"versions={len(result.versions)} seconds={seconds:.1f} load={os.getloadavg()[0]:.1f}")
+    report("sharing_race", reads=result.reads, mixed=result.mixed, errors=result.errors, barriers=result.barriers,
+           versions=len(result.versions), seconds=round(seconds, 1))
     return 0 if result.mixed == result.errors == 0 else 1
 
 

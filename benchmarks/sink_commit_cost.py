@@ -16,14 +16,12 @@ the compacted table is its baseline). The arms alternate commit by commit. Per w
     commits=<n> growing_last_median_ms=<a> compacted_last_median_ms=<b> ratio=<a/b>
       cleaned_last_median_ms=<c> cleanup_ratio=<b/c> growing_files=<f> log_files=<compacted>/<cleaned> load=<1-min>
 
-    .venv/bin/python benchmarks/sink_commit_cost.py [--commits 3000] [--window 500] [--compact-every 50] [--keep 100]
+    .venv/bin/python -m benchmarks.sink_commit_cost [--commits 3000] [--window 500] [--compact-every 50] [--keep 100]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +32,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.transaction import AddAction
 
 from airflow_provider_tsb.delta.log_cleanup import cleanup_metadata, list_log
+from benchmarks.harness import median, parser, report
 
 ROWS = pa.table({"id": pa.array(range(10), pa.int64()), "v": pa.array([1.0] * 10)})
 
@@ -51,12 +50,12 @@ def commit_one(table: DeltaTable, location: str, n: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--commits", type=int, default=3000)
-    parser.add_argument("--window", type=int, default=500, help="commits per reported window")
-    parser.add_argument("--compact-every", type=int, default=50, help="the baseline's compaction interval")
-    parser.add_argument("--keep", type=int, default=100, help="versions the cleaned arm's log cleanup keeps")
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--commits", type=int, default=3000)
+    options.add_argument("--window", type=int, default=500, help="commits per reported window")
+    options.add_argument("--compact-every", type=int, default=50, help="the baseline's compaction interval")
+    options.add_argument("--keep", type=int, default=100, help="versions the cleaned arm's log cleanup keeps")
+    args = options.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tsb-sink-commit-"))
     arms = {name: str(root / name) for name in ("growing", "compacted", "cleaned")}
     tables = {}
@@ -73,16 +72,17 @@ def main() -> int:
                 tables[name].update_incremental()
             cleanup_metadata(arms["cleaned"], tables["cleaned"].version() - args.keep)
         if n % args.window == 0:
-            window = {name: statistics.median(t[-args.window:]) for name, t in times.items()}
+            window = {name: median(t[-args.window:]) for name, t in times.items()}
             print(f"{n} commits: median growing {window['growing']:.1f} ms, compacted {window['compacted']:.1f} ms, "
                   f"cleaned {window['cleaned']:.1f} ms", flush=True)
-    last = {name: statistics.median(t[-args.window:]) for name, t in times.items()}
+    last = {name: median(t[-args.window:]) for name, t in times.items()}
     files = len(tables["growing"].file_uris())
     logs = {name: len(list_log(arms[name]).commits) for name in ("compacted", "cleaned")}
-    print(f"commits={args.commits} growing_last_median_ms={last['growing']:.1f} "
-          f"compacted_last_median_ms={last['compacted']:.1f} ratio={last['growing'] / last['compacted']:.2f} "
-          f"cleaned_last_median_ms={last['cleaned']:.1f} cleanup_ratio={last['compacted'] / last['cleaned']:.2f} "
-          f"growing_files={files} log_files={logs['compacted']}/{logs['cleaned']} load={os.getloadavg()[0]:.1f}")
+    report("sink_commit_cost", commits=args.commits, growing_last_median_ms=round(last["growing"], 1),
+           compacted_last_median_ms=round(last["compacted"], 1), ratio=round(last["growing"] / last["compacted"], 2),
+           cleaned_last_median_ms=round(last["cleaned"], 1),
+           cleanup_ratio=round(last["compacted"] / last["cleaned"], 2), growing_files=files,
+           log_files=f"{logs['compacted']}/{logs['cleaned']}")
     return 0
 
 

@@ -16,26 +16,20 @@ Each arm's replay of its last barrier must add no version (exactly once). Last l
 ``barriers= rows= staged_ms= delta_ms= ratio= load=`` (medians per barrier, the first two of
 each arm left out: they pay the classes' loading; ``ratio`` = delta ÷ staged)::
 
-    .venv/bin/python benchmarks/sink_writers.py [--barriers 12] [--rows 1000] [--delta-conf KEY=VALUE ...]
+    .venv/bin/python -m benchmarks.sink_writers [--barriers 12] [--rows 1000] [--delta-conf KEY=VALUE ...]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions  # noqa: E402
-from airflow_provider_tsb.spark.session import get_spark  # noqa: E402
-from dev.dataplane import write_sink  # noqa: E402
-from dev.local_airflow import free_port  # noqa: E402
+from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
+from airflow_provider_tsb.spark.session import get_spark
+from benchmarks.harness import median, parser, report
+from dev.dataplane import write_sink
+from dev.local_airflow import free_port
 
 
 def staged(spark: object, location: str, barrier: int, rows: int) -> int:
@@ -55,12 +49,12 @@ def delta(spark: object, location: str, barrier: int, rows: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--barriers", type=int, default=12)
-    parser.add_argument("--rows", type=int, default=1000)
-    parser.add_argument("--delta-conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="a Spark SQL setting for both arms (e.g. a Delta writer tuning); repeatable")
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--barriers", type=int, default=12)
+    options.add_argument("--rows", type=int, default=1000)
+    options.add_argument("--delta-conf", action="append", default=[], metavar="KEY=VALUE",
+                         help="a Spark SQL setting for both arms (e.g. a Delta writer tuning); repeatable")
+    args = options.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         server = ConnectServer(Path(tmp) / "spark", ConnectServerOptions(port=free_port()))
         url = server.start().url
@@ -85,9 +79,9 @@ def main() -> None:
             spark.stop()
         finally:
             server.stop()
-    med = {name: statistics.median(values[2:]) for name, values in figures.items()}
-    print(f"barriers={args.barriers} rows={args.rows} staged_ms={med['staged']:.0f} delta_ms={med['delta']:.0f} "
-          f"ratio={med['delta'] / med['staged']:.2f} load={os.getloadavg()[0]:.1f}")
+    med = {name: median(values[2:]) for name, values in figures.items()}
+    report("sink_writers", barriers=args.barriers, rows=args.rows, staged_ms=round(med["staged"]),
+           delta_ms=round(med["delta"]), ratio=round(med["delta"] / med["staged"], 2))
 
 
 if __name__ == "__main__":

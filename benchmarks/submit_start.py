@@ -12,23 +12,20 @@ printed, then the last line::
 
 (one line).
 
-    .venv/bin/python benchmarks/submit_start.py [--runs 5]
+    .venv/bin/python -m benchmarks.submit_start [--runs 5]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.harness import load, median, parser, report
 
 
 def children_cpu_s() -> float:
@@ -47,12 +44,12 @@ def timed_run(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float
 
 
 def main() -> int:
+    options = parser(__doc__)
+    options.add_argument("--runs", type=int, default=5, help="runs per arm (alternating)")
+    args = options.parse_args()
     from airflow_provider_tsb.spark.class_data import ClassDataArchive
     from dev.job_processes import SPARK_SUBMIT, job_command, job_env, wordcount_deployment
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5, help="runs per arm (alternating)")
-    args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     archive = ClassDataArchive(spark_submit=SPARK_SUBMIT)
     seconds = archive.create()
@@ -60,7 +57,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="tsb-submit-start-"))
     dep = wordcount_deployment(root, f"sqlite:///{root / 'tsb.db'}", barriers=2 * args.runs)
     env = job_env(dep.url)
-    load = os.getloadavg()[0]
+    load_at_start = load()
     arms: dict[str, list[tuple[float, float]]] = {"with": [], "without": []}
     for barrier in range(1, 2 * args.runs + 1):
         arm = "with" if barrier % 2 else "without"
@@ -71,11 +68,10 @@ def main() -> int:
         wall, cpu = timed_run(command, env, root)
         arms[arm].append((wall, cpu))
         print(f"barrier {barrier:>2} {arm:>7}: {wall:5.1f} s wall, {cpu:5.1f} CPU-s", flush=True)
-    med = {arm: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
-           for arm, runs in arms.items()}
-    print(f"runs={args.runs} with_s={med['with'][0]:.2f} without_s={med['without'][0]:.2f} "
-          f"with_cpu_s={med['with'][1]:.2f} without_cpu_s={med['without'][1]:.2f} "
-          f"ratio={med['with'][0] / med['without'][0]:.3f} load={load:.1f}")
+    med = {arm: (median(w for w, _ in runs), median(c for _, c in runs)) for arm, runs in arms.items()}
+    report("submit_start", runs=args.runs, with_s=round(med["with"][0], 2), without_s=round(med["without"][0], 2),
+           with_cpu_s=round(med["with"][1], 2), without_cpu_s=round(med["without"][1], 2),
+           ratio=round(med["with"][0] / med["without"][0], 3), load=load_at_start)
     return 0
 
 

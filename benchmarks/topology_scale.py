@@ -17,14 +17,14 @@ every second; the peak is reported. At every barrier the FLIP-276 invariant is c
 REPEATABLE_READ: each sink holds the root's rows times the paths from the root to it (chain:
 1; fan: 1 for a middle table, N-2 for the last).
 
-One line per run:
+One result per run, reported at the end in the order of the runs (the last run's last):
 ``shape=<chain|fan> engine=<e> jobs=<N> e2e_median_s=<s> e2e_p95_s=<s> rss_gb=<peak GB>
-pss_gb=<peak GB> server_rss_gb=<GB> processes=<peak> load=<1-min load average, mean>
-invariants=<ok|FAILED>``. ``rss_gb`` sums each process's resident set, so a page that k
+pss_gb=<peak GB> server_rss_gb=<GB> processes=<peak> invariants=<ok|FAILED> load=<1-min load
+average, mean over the run>``. ``rss_gb`` sums each process's resident set, so a page that k
 processes share (pyspark's, pandas' and delta-rs' libraries in every job process) counts k
 times; ``pss_gb`` sums proportional set sizes, each page once: the memory the topology holds.
 
-    .venv/bin/python benchmarks/topology_scale.py [--jobs 3,6,12] [--shapes chain,fan]
+    .venv/bin/python -m benchmarks.topology_scale [--jobs 3,6,12] [--shapes chain,fan]
         [--engines connect,submit] [--barriers 20]
 """
 
@@ -42,7 +42,9 @@ from typing import Any
 
 import psutil
 import pyarrow as pa
-from flights_bench import FlightsBench, check_alive, engine_server, median, percentile, wait_committed
+
+from benchmarks.flights_bench import FlightsBench, check_alive, engine_server, wait_committed
+from benchmarks.harness import LoadWatch, line, median, parser, percentile, report
 
 HERE = Path(__file__).resolve().parent
 STAGE = HERE / "apps" / "scale_stage.py"
@@ -129,7 +131,6 @@ class Sampler(threading.Thread):
         #: ``{pid: PSS of its tree, bytes}`` at the PSS peak
         self.peak_pss_split: dict[int, int] = {}
         self.peak_processes = 0
-        self.loads: list[float] = []
         self._done = threading.Event()
 
     def run(self) -> None:
@@ -161,7 +162,6 @@ class Sampler(threading.Thread):
                 self.peak_pss = pss
                 self.peak_pss_split = {pid: pss_of.get(pid, 0) for pid in self.pids}
             self.peak_processes = max(self.peak_processes, len(procs))
-            self.loads.append(os.getloadavg()[0])
 
     def stop(self) -> None:
         self._done.set()
@@ -212,9 +212,39 @@ def e2e_delays(bench: FlightsBench, barriers: list[int]) -> list[float]:
     return out
 
 
+def stream(bench: FlightsBench, procs: list[Any], args: argparse.Namespace, warm_up: int, n: int,
+           cursor: tuple[int, int]) -> tuple[list[int], int]:
+    """The measured part of a run: the warm-up barrier's COMMIT, then ``args.barriers`` barriers
+    (each after ``args.rows`` rows appended from ``cursor``, ``(next id, next hour)``), at most 2
+    not yet COMMIT, then the end of input; ``(measured barriers, the final barrier)``."""
+    next_id, hour = cursor
+    started = time.monotonic()
+    wait_committed(bench, procs, warm_up, timeout_s=args.timeout)
+    print(f"  warm-up barrier {warm_up} COMMIT {time.monotonic() - started:.1f} s after {n} job processes "
+          "started", flush=True)
+    measured: list[int] = []
+    for _ in range(args.barriers):
+        tick = time.monotonic()
+        while bench.in_flight() >= 2:
+            check_alive(procs)
+            time.sleep(0.05)
+        append_root(bench, next_id, args.rows, hour)
+        next_id, hour = next_id + args.rows, hour + 1
+        measured.append(bench.generate().barrier)
+        time.sleep(max(0.0, tick + args.interval - time.monotonic()))
+    wait_committed(bench, procs, measured[-1], timeout_s=args.timeout)
+    from airflow_provider_tsb.delta.roots import mark_end_of_input
+
+    mark_end_of_input(bench.location(ROOT))
+    final = bench.generate(final=True).barrier
+    for p in procs:
+        p.wait(timeout_s=args.timeout)
+    return measured, final
+
+
 def run_one(shape: str, n: int, engine: str, remote: str | None, root: Path, args: argparse.Namespace,
-            server_pid: int | None) -> str:
-    """One run (module doc); its line."""
+            server_pid: int | None) -> dict[str, Any]:
+    """One run (module doc); the figures of its result line."""
     topology, env = build_topology(f"scale_{shape}_{n}", shape, n, root / "warehouse")
     sinks = tuple(sink for _, sink in shape_edges(shape, n).values())
     bench = FlightsBench(root, engine=engine, remote=remote, topology=topology, sinks=sinks)
@@ -226,28 +256,9 @@ def run_one(shape: str, n: int, engine: str, remote: str | None, root: Path, arg
     procs = [bench.launch(j, "streaming", root / "logs", final_since_ms=since_ms, env_vars=env[j]) for j in env]
     sampler = Sampler([p.process.pid for p in procs] + ([server_pid] if server_pid else []))
     sampler.start()
-    started = time.monotonic()
     try:
-        wait_committed(bench, procs, warm_up, timeout_s=args.timeout)
-        print(f"  warm-up barrier {warm_up} COMMIT {time.monotonic() - started:.1f} s after {n} job processes "
-              "started", flush=True)
-        measured: list[int] = []
-        for _ in range(args.barriers):
-            tick = time.monotonic()
-            while bench.in_flight() >= 2:
-                check_alive(procs)
-                time.sleep(0.05)
-            append_root(bench, next_id, args.rows, hour)
-            next_id, hour = next_id + args.rows, hour + 1
-            measured.append(bench.generate().barrier)
-            time.sleep(max(0.0, tick + args.interval - time.monotonic()))
-        wait_committed(bench, procs, measured[-1], timeout_s=args.timeout)
-        from airflow_provider_tsb.delta.roots import mark_end_of_input
-
-        mark_end_of_input(bench.location(ROOT))
-        final = bench.generate(final=True).barrier
-        for p in procs:
-            p.wait(timeout_s=args.timeout)
+        with LoadWatch(every=1.0) as loads:
+            measured, final = stream(bench, procs, args, warm_up, n, (next_id, hour))
     finally:
         sampler.stop()
         for p in procs:
@@ -255,7 +266,6 @@ def run_one(shape: str, n: int, engine: str, remote: str | None, root: Path, arg
                 p.process.kill()
     delays = e2e_delays(bench, measured)
     ok = len(delays) == len(measured) and all(invariants_hold(bench, shape, n, b) for b in [*measured, final])
-    load = sum(sampler.loads) / max(1, len(sampler.loads))
     server_rss = sampler.peak_split.get(server_pid, 0) if server_pid else 0
     clients = [v for pid, v in sampler.peak_split.items() if pid != server_pid]
     print(f"  at the RSS peak: server {server_rss / 1e9:.2f} GB, {len(clients)} job processes "
@@ -264,29 +274,27 @@ def run_one(shape: str, n: int, engine: str, remote: str | None, root: Path, arg
     client_pss = [v for pid, v in sampler.peak_pss_split.items() if pid != server_pid]
     print(f"  at the PSS peak: server {server_pss / 1e9:.2f} GB, {len(client_pss)} job processes "
           f"{sum(client_pss) / 1e9:.2f} GB (largest {max(client_pss, default=0) / 1e6:.0f} MB)", flush=True)
-    return (f"shape={shape} engine={engine} jobs={n} e2e_median_s={median(delays):.2f} "
-            f"e2e_p95_s={percentile(delays, 0.95):.2f} rss_gb={sampler.peak_rss / 1e9:.2f} "
-            f"pss_gb={sampler.peak_pss / 1e9:.2f} server_rss_gb={server_rss / 1e9:.2f} "
-            f"processes={sampler.peak_processes} load={load:.1f} invariants={'ok' if ok else 'FAILED'}")
-
+    return {"shape": shape, "engine": engine, "jobs": n, "e2e_median_s": round(median(delays), 2),
+            "e2e_p95_s": round(percentile(delays, 95), 2), "rss_gb": round(sampler.peak_rss / 1e9, 2),
+            "pss_gb": round(sampler.peak_pss / 1e9, 2), "server_rss_gb": round(server_rss / 1e9, 2),
+            "processes": sampler.peak_processes, "invariants": "ok" if ok else "FAILED", "load": loads.mean}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", default="3,6,12", help="comma-separated job counts")
-    parser.add_argument("--shapes", default="chain,fan")
-    parser.add_argument("--engines", default="connect", help="connect, submit or both (submit: 1 JVM per job)")
-    parser.add_argument("--barriers", type=int, default=20, help="barriers after the warm-up one")
-    parser.add_argument("--rows", type=int, default=1000, help="rows appended to the root per barrier")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between barriers (at least)")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a barrier may take")
-    parser.add_argument("--keep", help="keep warehouses and logs in this directory")
-    parser.add_argument("--server-memory", default=None,
-                        help="the Connect server's heap (spark.driver.memory, e.g. 1g; default tsb spark start's)")
-    args = parser.parse_args()
+    options = parser(__doc__, keep=True)
+    options.add_argument("--jobs", default="3,6,12", help="comma-separated job counts")
+    options.add_argument("--shapes", default="chain,fan")
+    options.add_argument("--engines", default="connect", help="connect, submit or both (submit: 1 JVM per job)")
+    options.add_argument("--barriers", type=int, default=20, help="barriers after the warm-up one")
+    options.add_argument("--rows", type=int, default=1000, help="rows appended to the root per barrier")
+    options.add_argument("--interval", type=float, default=2.0, help="seconds between barriers (at least)")
+    options.add_argument("--timeout", type=float, default=900.0, help="seconds a barrier may take")
+    options.add_argument("--server-memory", default=None,
+                         help="the Connect server's heap (spark.driver.memory, e.g. 1g; default tsb spark start's)")
+    args = options.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tsb-scale-"))
-    lines = []
+    runs: list[dict[str, Any]] = []
     for engine in args.engines.split(","):
         with engine_server(engine, None, base / engine, args.server_memory) as remote:
             server_pid = None
@@ -298,15 +306,16 @@ def main() -> int:
                 for n in (int(x) for x in args.jobs.split(",")):
                     print(f"{engine} {shape} {n} jobs ...", flush=True)
                     try:
-                        line = run_one(shape, n, engine, remote, base / engine / f"{shape}-{n}", args, server_pid)
+                        figures = run_one(shape, n, engine, remote, base / engine / f"{shape}-{n}", args, server_pid)
                     except (RuntimeError, TimeoutError) as exc:
-                        line = f"shape={shape} engine={engine} jobs={n} error={str(exc).splitlines()[0]!r}"
-                    print(line, flush=True)
-                    lines.append(line)
+                        figures = {"shape": shape, "engine": engine, "jobs": n,
+                                   "error": repr(str(exc).splitlines()[0])}
+                    print(line(**figures), flush=True)
+                    runs.append(figures)
     print(f"(tables and logs in {base})")
-    for line in lines:
-        print(line)
-    return 0 if all("invariants=ok" in line for line in lines) else 1
+    for figures in runs:
+        report("topology_scale", **figures)
+    return 0 if all(figures.get("invariants") == "ok" for figures in runs) else 1
 
 
 if __name__ == "__main__":

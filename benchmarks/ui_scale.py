@@ -6,15 +6,14 @@ writing one table) in the embedded SQLite metastore, with 10,000 barriers WRITTE
 (2,000,000 table states), and measures p50/p99 of each endpoint through the FastAPI app
 in-process. The baseline in the same run is the same topology with 100 barriers.
 
-    python benchmarks/ui_scale.py [--tables 200] [--barriers 10000] [--requests 200]
+    .venv/bin/python -m benchmarks.ui_scale [--tables 200] [--barriers 10000] [--requests 200]
 
-Last line: ``topology_p99_ms=<x> delays_p99_ms=<y> history_p99_ms=<z> growth=<worst p99 ratio big/small>``.
+Last line: ``topology_p99_ms=<x> delays_p99_ms=<y> history_p99_ms=<z> growth=<worst p99 ratio big/small>
+load=<1-min load>``.
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from airflow_provider_tsb.api.routes import create_metaservice_app
 from airflow_provider_tsb.metastore.models import TableBarrierRow
 from airflow_provider_tsb.metastore.store import MetaStore, now_ms
 from airflow_provider_tsb.topology import Topology
+from benchmarks.harness import median, parser, percentile, report
 
 
 def build(folder: Path, tables: int, barriers: int) -> tuple[MetaStore, float]:
@@ -85,18 +85,17 @@ def measure(store: MetaStore, requests: int) -> dict[str, tuple[float, float]]:
             resp = client.get(path)
             samples.append((time.perf_counter() - t0) * 1000)
             assert resp.status_code == 200
-        samples.sort()
-        out[key] = (statistics.median(samples), samples[int(0.99 * (len(samples) - 1))])
+        out[key] = (median(samples), percentile(samples, 99))
     return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tables", type=int, default=200)
-    parser.add_argument("--barriers", type=int, default=10_000)
-    parser.add_argument("--baseline-barriers", type=int, default=100)
-    parser.add_argument("--requests", type=int, default=200)
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--tables", type=int, default=200)
+    options.add_argument("--barriers", type=int, default=10_000)
+    options.add_argument("--baseline-barriers", type=int, default=100)
+    options.add_argument("--requests", type=int, default=200)
+    args = options.parse_args()
     results = {}
     for barriers in (args.baseline_barriers, args.barriers):
         with tempfile.TemporaryDirectory(prefix="tsb-ui-bench-") as folder:
@@ -108,10 +107,8 @@ def main() -> None:
             print(f"  {barriers:>6} barriers  {key:<9} p50={p50:7.2f} ms  p99={p99:7.2f} ms")
     big, small = results[args.barriers], results[args.baseline_barriers]
     growth = max(big[k][1] / small[k][1] for k in big)
-    print(
-        f"topology_p99_ms={big['topology'][1]:.2f} delays_p99_ms={big['delays'][1]:.2f} "
-        f"history_p99_ms={big['history'][1]:.2f} growth={growth:.2f}"
-    )
+    report("ui_scale", topology_p99_ms=round(big["topology"][1], 2), delays_p99_ms=round(big["delays"][1], 2),
+           history_p99_ms=round(big["history"][1], 2), growth=round(growth, 2))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Where a barrier generation's time goes beside the jobs: the sustained-rate benchmark with each
 step of the generation timed.
 
-Runs ``benchmarks/barrier_rate.py`` with the arguments given (its own figures are printed as
+Runs ``python -m benchmarks.barrier_rate`` with the arguments given (its own figures are printed as
 usual) after wrapping, in this process, the steps of
 :meth:`~airflow_provider_tsb.metastore.barriers.BarrierManager.create` (the module's
 private functions, the tag check, the barrier log's read and append, the domain lock), the
@@ -71,12 +71,10 @@ def _time_statements() -> None:
 
 def install() -> None:
     """Wrap the generation's steps and the benchmark's ``FlightsBench.generate`` (module doc)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import flights_bench
-
     import airflow_provider_tsb.delta.barrier_log as barrier_log
     import airflow_provider_tsb.hooks.barrier as hook
     import airflow_provider_tsb.metastore.barriers as barriers
+    import benchmarks.flights_bench as flights_bench
 
     for name in ("read_root_versions", "root_figures"):
         _timed(hook, name)
@@ -124,8 +122,8 @@ def report() -> None:
 def main() -> None:
     install()
     atexit.register(report)
-    sys.argv = [str(REPO / "benchmarks" / "barrier_rate.py"), *sys.argv[1:]]
-    runpy.run_path(sys.argv[0], run_name="__main__")
+    sys.argv = ["benchmarks.barrier_rate", *sys.argv[1:]]
+    runpy.run_module("benchmarks.barrier_rate", run_name="__main__")
 
 
 if __name__ == "__main__":

@@ -15,23 +15,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 WARM_UP = 100
 SLOWEST = 12
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flights_bench import FlightsBench
-    from topology_scale import append_root, build_topology, shape_edges
-
     from airflow_provider_tsb.delta.barrier_log import COMPACT_EVERY
+    from benchmarks.flights_bench import FlightsBench
+    from benchmarks.topology_scale import append_root, build_topology, shape_edges
     from dev.pg import start_postgres
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
