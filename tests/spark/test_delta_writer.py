@@ -244,3 +244,29 @@ def test_the_metastore_path_with_the_delta_writer(spark, tmp_path: Path, monkeyp
     CACHES.clear("delta.integrity.verified")
     with pytest.raises(DeltaLogIntegrityError, match="wordcount.word_count"):
         read_tables_pandas(names, "repeatable-read", store=store)
+
+
+def test_partitioned_sinks_and_new_columns_through_the_delta_writer(spark, tmp_path: Path) -> None:
+    """A partitioned ``append`` and ``merge`` sink on Delta's writer: the table's
+    ``partitionColumns`` are the sink's, each barrier's rows land in their partitions, a new
+    column is added (nullable), and a change of partition columns is refused before writing."""
+    events, current = str(tmp_path / "events"), str(tmp_path / "current")
+    rows = {1: "SELECT * FROM VALUES (1L, 'eu', 10), (2L, 'us', 20) AS v(id, region, value)",
+            2: "SELECT * FROM VALUES (2L, 'us', 21, 'x'), (3L, 'eu', 30, 'y') AS v(id, region, value, note)"}
+    for b, sql in rows.items():
+        write_sink(spark, spark.sql(sql), table="t.events", location=events, job_id="ev", barrier=b,
+                   partition_by=("region",), writer="delta")
+        write_sink(spark, spark.sql(sql), table="t.current", location=current, job_id="cur", barrier=b,
+                   mode="merge", keys=("id",), partition_by=("region",), writer="delta")
+    assert DeltaTable(events).metadata().partition_columns == ["region"]
+    assert DeltaTable(current).metadata().partition_columns == ["region"]
+    assert sorted(p.name for p in Path(events).glob("region=*")) == ["region=eu", "region=us"]
+    got = sorted(tuple(r) for r in spark.read.format("delta").load(current).select("id", "region", "value", "note")
+                 .collect())
+    assert got == [(1, "eu", 10, None), (2, "us", 21, "x"), (3, "eu", 30, "y")]
+    assert spark.read.format("delta").load(events).count() == 4
+    before = latest_version(events)
+    with pytest.raises(Exception, match="partition_by"):
+        write_sink(spark, spark.sql(rows[1]), table="t.events", location=events, job_id="ev", barrier=3,
+                   partition_by=("id",), writer="delta")
+    assert latest_version(events) == before
