@@ -46,6 +46,8 @@ def test_no_import_cycle(graph: grimp.ImportGraph) -> None:
         # the data plane runs in spark-submit processes and Spark workers: no Airflow there
         ("airflow_provider_tsb.spark", ("airflow.", "airflow_provider_tsb.operators", "airflow_provider_tsb.hooks")),
         ("airflow_provider_tsb.delta", ("airflow.", "airflow_provider_tsb.metastore", "airflow_provider_tsb.spark")),
+        # the UI's pages take the API's user, metastore and policy as collaborators (ui/pages.py)
+        ("airflow_provider_tsb.ui", ("airflow_provider_tsb.api", "airflow_provider_tsb.hooks")),
     ],
 )
 def test_imports_go_downwards(graph: grimp.ImportGraph, layer: str, forbidden: tuple[str, ...]) -> None:

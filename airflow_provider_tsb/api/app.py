@@ -42,12 +42,13 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.responses import Response
 
 from airflow_provider_tsb.caches import CACHES
+from airflow_provider_tsb.ui.pages import UI_PREFIX, pages_router
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.api.access import TopologyAccess
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
 
 URL_PREFIX = "/tsb"
 API_PREFIX = "/api/v1"
-UI_PREFIX = "/ui"
 STATIC_PREFIX = "/static"
 
 ResourceMethod = Literal["GET", "POST", "PUT", "DELETE"]
@@ -254,7 +254,6 @@ async def _ui_auth_error(request: Request, exc: HTTPException) -> Response:
 
 
 api_router = APIRouter(prefix=API_PREFIX, tags=["tsb"], dependencies=[Depends(get_current_user)])
-ui_router = APIRouter(prefix=UI_PREFIX, tags=["tsb-ui"], include_in_schema=False)
 
 
 @api_router.get("/health")
@@ -276,60 +275,6 @@ def _store_or_none() -> MetaStore | None:
         return configured_store()
     except Exception:  # noqa: BLE001 - the page still renders and reports the error
         return None
-
-
-@ui_router.get("/lineage", response_class=HTMLResponse)
-async def lineage_page(
-    user: CurrentUser,
-    topology: Annotated[str | None, Query(max_length=250)] = None,
-    dag_id: Annotated[str | None, Query(max_length=250)] = None,
-    table: Annotated[str | None, Query(max_length=250)] = None,
-) -> HTMLResponse:
-    """The lineage graph of a topology (``?topology=``, or ``?dag_id=`` from the DAG tab);
-    ``?table=`` opens that table's barrier history (the ``tsb_history`` link of its asset)."""
-    from starlette.concurrency import run_in_threadpool
-
-    from airflow_provider_tsb.ui import render_lineage
-
-    store = await run_in_threadpool(_store_or_none)
-    body = await run_in_threadpool(render_lineage, store, user.get_name(), topology, dag_id,
-                                     _access(user, store), table)
-    return HTMLResponse(body)
-
-
-@ui_router.get("/delays", response_class=HTMLResponse)
-async def delays_page(
-    user: CurrentUser,
-    topology: Annotated[str | None, Query(max_length=250)] = None,
-    dag_id: Annotated[str | None, Query(max_length=250)] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
-) -> HTMLResponse:
-    """Barrier delays of a topology: end-to-end per table, per job, bottleneck (``limit`` barriers)."""
-    from starlette.concurrency import run_in_threadpool
-
-    from airflow_provider_tsb.ui import render_delays
-
-    store = await run_in_threadpool(_store_or_none)
-    body = await run_in_threadpool(
-        render_delays, store, user.get_name(), topology, dag_id, limit, _access(user, store)
-    )
-    return HTMLResponse(body)
-
-
-@ui_router.get("/freshness", response_class=HTMLResponse)
-async def freshness_page(
-    user: CurrentUser,
-    topology: Annotated[str | None, Query(max_length=250)] = None,
-    dag_id: Annotated[str | None, Query(max_length=250)] = None,
-) -> HTMLResponse:
-    """Freshness of a topology's tables: lag, target, MISSED and the bottleneck job per table."""
-    from starlette.concurrency import run_in_threadpool
-
-    from airflow_provider_tsb.ui import render_freshness
-
-    store = await run_in_threadpool(_store_or_none)
-    body = await run_in_threadpool(render_freshness, store, user.get_name(), topology, dag_id, _access(user, store))
-    return HTMLResponse(body)
 
 
 docs_router = APIRouter(include_in_schema=False, dependencies=[Depends(get_current_user)])
@@ -419,7 +364,7 @@ def create_app() -> FastAPI:
     from airflow_provider_tsb.api.heap import FreezeHeapMiddleware
 
     app.add_middleware(FreezeHeapMiddleware)  # the api-server's startup heap out of full collections
-    app.include_router(ui_router)
+    app.include_router(pages_router(get_current_user, _store_or_none, _access))  # ui/pages.py: the UI's pages
     app.include_router(docs_router)
     _mount_static(app)
     return app

@@ -22,7 +22,8 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_provider_tsb.api.app import UI_PREFIX, URL_PREFIX, create_app
+from airflow_provider_tsb.api.app import URL_PREFIX, create_app
+from airflow_provider_tsb.ui.pages import UI_PREFIX
 
 LINEAGE_PATH = f"{URL_PREFIX}{UI_PREFIX}/lineage"
 DELAYS_PATH = f"{URL_PREFIX}{UI_PREFIX}/delays"
