@@ -46,8 +46,6 @@ def test_no_import_cycle(graph: grimp.ImportGraph) -> None:
         # the data plane runs in spark-submit processes and Spark workers: no Airflow there
         ("airflow_provider_tsb.spark", ("airflow.", "airflow_provider_tsb.operators", "airflow_provider_tsb.hooks")),
         ("airflow_provider_tsb.delta", ("airflow.", "airflow_provider_tsb.metastore", "airflow_provider_tsb.spark")),
-        # the UI's pages take the API's user, metastore and policy as collaborators (ui/pages.py)
-        ("airflow_provider_tsb.ui", ("airflow_provider_tsb.api", "airflow_provider_tsb.hooks")),
     ],
 )
 def test_imports_go_downwards(graph: grimp.ImportGraph, layer: str, forbidden: tuple[str, ...]) -> None:
@@ -379,3 +377,17 @@ def test_every_cache_has_the_one_owner() -> None:
         if "migrations" not in info.name and not info.name.endswith("__main__"):
             importlib.import_module(info.name)
     assert len(CACHES.names()) >= 16 and CACHES.clear() == CACHES.names()
+
+
+def test_the_ui_takes_the_api_as_collaborators() -> None:
+    """``ui/`` renders the pages; the API passes it the user, the metastore and the access policy
+    (ui/pages.py), so at run time ``ui/`` imports nothing of ``api/`` (types aside)."""
+    found = []
+    for path in sorted((PACKAGE / "ui").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and ast.unparse(node.test) == "TYPE_CHECKING" for n in ast.walk(node)}
+        found += [f"{path.name}:{node.lineno}" for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and id(node) not in typing_only
+                  and (node.module or "").startswith(("airflow_provider_tsb.api", "airflow_provider_tsb.hooks"))]
+    assert found == []
