@@ -75,7 +75,8 @@ with DAG(
         spark_conn_id="spark_local",
         emitter_kwargs={"interval_s": "{{ params.interval_s }}", "duration_s": 4 * 3600},
         default_job_kwargs={
-            "retries": 2,
+            # a job's own failure, a restart of the Spark Connect server under it, and one spare
+            "retries": 3,
             "retry_delay": dt.timedelta(seconds=1),
             "execution_timeout": dt.timedelta(hours=4),
         },

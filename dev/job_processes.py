@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,3 +116,67 @@ def start_job(
     handle = open(log, "w")  # noqa: SIM115 - closed with the process by the caller's wait()
     return subprocess.Popen(job_command(dep, job_id, barrier, remote), env=job_env(dep.url, remote, **env),
                             stdout=handle, stderr=subprocess.STDOUT, text=True, cwd=dep.root)
+
+
+@dataclass
+class SupervisedServer:
+    """A Spark Connect server run as users run it: ``tsb spark start --supervise``."""
+
+    url: str
+    home: Path
+    supervisor_log: Path
+
+    def record(self) -> dict:
+        """The server's state record (``home/server.json``: ``pid``, ``port``...); ``{}`` between two."""
+        import json
+
+        try:
+            return dict(json.loads((self.home / "server.json").read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def restarted(self, old_pid: int) -> bool:
+        """Whether the supervisor brought the server back under another pid."""
+        return (self.record().get("pid") not in (None, old_pid)
+                and "restarted the Spark Connect server" in self.supervisor_log.read_text())
+
+
+@contextmanager
+def supervised_server(
+    root: Path, master: str = "local[2]", *, options: Sequence[str] = (), timeout_s: float = 240.0,
+) -> Iterator[SupervisedServer]:
+    """``tsb spark start --supervise`` with its state under ``root/spark`` on a free port, in a
+    process of its own; yields once the server answers; SIGTERM (the supervisor stops its server)
+    on exit. ``options``: more of ``tsb spark start``'s options (``--driver-memory 512m``).
+
+    Raises:
+        TimeoutError: the server did not answer within ``timeout_s`` (the supervisor's log attached).
+    """
+    import signal
+    import time
+
+    from dev.local_airflow import free_port
+
+    home, port = root / "spark", free_port()
+    home.mkdir(parents=True, exist_ok=True)
+    log = root / "supervisor.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "airflow_provider_tsb", "spark", "start", "--supervise", "--home", str(home),
+             "--port", str(port), "--master", master, *options],
+            stdout=out, stderr=subprocess.STDOUT, cwd=root, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+    try:
+        deadline = time.monotonic() + timeout_s
+        while "supervising:" not in log.read_text():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise TimeoutError(f"the supervised Spark Connect server did not answer within {timeout_s} s:\n"
+                                   f"{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield SupervisedServer(f"sc://127.0.0.1:{port}", home, log)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()

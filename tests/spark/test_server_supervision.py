@@ -27,7 +27,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_tsb.hooks.barrier import read_root_versions
 from airflow_provider_tsb.spark.server_watch import SERVER_LOST_EXIT, ServerWatch, ServerWatchOptions
-from dev.job_processes import REPO, job_command, job_env, wordcount_deployment
+from dev.job_processes import job_command, job_env, supervised_server, wordcount_deployment
 from dev.local_airflow import free_port
 from tsb_examples.ingest import ingest_next_words
 
@@ -39,13 +39,6 @@ JOB, SINK = "wordcount_words", "wordcount.word_count"
 def _written(store: object, barrier: int) -> bool:
     state = store.table_states.get(SINK, barrier)  # type: ignore[attr-defined]
     return state is not None and state.state == "WRITTEN"
-
-
-def _record(home: Path) -> dict:
-    try:
-        return json.loads((home / "server.json").read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _wait(what: str, ok: object, timeout: float, *logs: Path) -> None:
@@ -64,50 +57,38 @@ def _barrier(dep: object, n: int) -> None:
 
 
 def test_a_killed_server_ends_its_job_in_seconds_and_the_retry_commits_every_barrier_once(tmp_path: Path) -> None:
-    home, port = tmp_path / "spark", free_port()
-    supervisor_log = tmp_path / "supervisor.log"
-    with supervisor_log.open("w") as out:
-        supervisor = subprocess.Popen(
-            [sys.executable, "-m", "airflow_provider_tsb", "spark", "start", "--supervise", "--home", str(home),
-             "--port", str(port), "--master", "local[1]"],
-            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
     job: subprocess.Popen | None = None
-    try:
-        _wait("the supervised server answers", lambda: "supervising:" in supervisor_log.read_text(), 240,
-              supervisor_log)
-        url, first_pid = f"sc://127.0.0.1:{port}", _record(home)["pid"]
-        dep = wordcount_deployment(tmp_path, f"sqlite:///{tmp_path / 'tsb.db'}", barriers=1, lines=10)
-        command = job_command(dep, JOB, 3, url)
-        command[command.index("batch")] = "streaming"
-        command += ["--idle-timeout", "180", "--trigger-interval", "0.2"]
-        env = job_env(dep.url, url, TSB_SPARK_HOME=str(home))
-        job_log = tmp_path / "job.log"
-        with job_log.open("w") as out:
-            job = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
-        _wait("barrier 1 is WRITTEN", lambda: _written(dep.store, 1), 240, job_log)
-        _barrier(dep, 2)
-        time.sleep(1.0)  # the job is on barrier 2 (its micro-batch, or its poll for it)
-        os.kill(first_pid, signal.SIGKILL)
-        killed_at = time.monotonic()
-        assert job.wait(timeout=90) == SERVER_LOST_EXIT, job_log.read_text()[-3000:]
-        noticed_s = time.monotonic() - killed_at
-        assert noticed_s < 30, f"the job noticed the dead server after {noticed_s:.0f} s"
-        output = job_log.read_text()
-        assert f"job {JOB}: the Spark Connect server {url}" in output, output[-3000:]
-        assert str(home / "server.log") in output and "tsb spark start --supervise" in output, output[-3000:]
-        with job_log.open("a") as out:  # the retry, as Airflow's runs it a second later: the same command
-            job = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
-        _wait("the supervisor restarts the server",
-              lambda: _record(home).get("pid") not in (None, first_pid) and "restarted the Spark Connect server"
-              in supervisor_log.read_text(), 240, supervisor_log)
-        _barrier(dep, 3)
-        assert job.wait(timeout=300) == 0, job_log.read_text()[-3000:]
-    finally:
-        if job is not None and job.poll() is None:
-            job.kill()
-        supervisor.send_signal(signal.SIGTERM)
-        supervisor.wait(timeout=60)
+    with supervised_server(tmp_path, master="local[1]") as server:
+        home, url, first_pid = server.home, server.url, server.record()["pid"]
+        try:
+            dep = wordcount_deployment(tmp_path, f"sqlite:///{tmp_path / 'tsb.db'}", barriers=1, lines=10)
+            command = job_command(dep, JOB, 3, url)
+            command[command.index("batch")] = "streaming"
+            command += ["--idle-timeout", "180", "--trigger-interval", "0.2"]
+            env = job_env(dep.url, url, TSB_SPARK_HOME=str(home))
+            job_log = tmp_path / "job.log"
+            with job_log.open("w") as out:
+                job = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+            _wait("barrier 1 is WRITTEN", lambda: _written(dep.store, 1), 240, job_log)
+            _barrier(dep, 2)
+            time.sleep(1.0)  # the job is on barrier 2 (its micro-batch, or its poll for it)
+            os.kill(first_pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+            assert job.wait(timeout=90) == SERVER_LOST_EXIT, job_log.read_text()[-3000:]
+            noticed_s = time.monotonic() - killed_at
+            assert noticed_s < 30, f"the job noticed the dead server after {noticed_s:.0f} s"
+            output = job_log.read_text()
+            assert f"job {JOB}: the Spark Connect server {url}" in output, output[-3000:]
+            assert str(home / "server.log") in output and "tsb spark start --supervise" in output, output[-3000:]
+            with job_log.open("a") as out:  # the retry, as Airflow's runs it a second later: the same command
+                job = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+            _wait("the supervisor restarts the server", lambda: server.restarted(first_pid), 240,
+                  server.supervisor_log)
+            _barrier(dep, 3)
+            assert job.wait(timeout=300) == 0, job_log.read_text()[-3000:]
+        finally:
+            if job is not None and job.poll() is None:
+                job.kill()
     assert all(_written(dep.store, b) for b in (1, 2, 3))
     words = Counter(DeltaTable(dep.location("raw.words")).to_pyarrow_table().column("word").to_pylist())
     counts = {r["word"]: r["cnt"] for r in DeltaTable(dep.location(SINK)).to_pyarrow_table().to_pylist()}
@@ -178,54 +159,45 @@ def test_a_job_that_exhausts_the_heap_is_named_and_the_others_resume(tmp_path: P
     SparkContext" and every other job hung. The server now exits on an OutOfMemoryError
     (``-XX:+ExitOnOutOfMemoryError``), its supervisor starts it again, the guilty job and the
     innocent one end naming the memory, and the innocent one's retry commits every barrier once."""
-    home, port = tmp_path / "spark", free_port()
-    supervisor_log = tmp_path / "supervisor.log"
-    with supervisor_log.open("w") as out:
-        supervisor = subprocess.Popen(
-            [sys.executable, "-m", "airflow_provider_tsb", "spark", "start", "--supervise", "--home", str(home),
-             "--port", str(port), "--master", "local[1]", "--driver-memory", "512m"],
-            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
     jobs: list[subprocess.Popen] = []
-    try:
-        _wait("the supervised server answers", lambda: "supervising:" in supervisor_log.read_text(), 240,
-              supervisor_log)
-        url, first_pid = f"sc://127.0.0.1:{port}", _record(home)["pid"]
-        dep = wordcount_deployment(tmp_path, f"sqlite:///{tmp_path / 'tsb.db'}", barriers=1, lines=10)
-        env = job_env(dep.url, url, TSB_SPARK_HOME=str(home))
-        innocent_cmd = job_command(dep, JOB, 3, url)
-        innocent_cmd[innocent_cmd.index("batch")] = "streaming"
-        innocent_cmd += ["--idle-timeout", "240", "--trigger-interval", "0.2"]
-        innocent_log, guilty_log = tmp_path / "innocent.log", tmp_path / "guilty.log"
-        with innocent_log.open("w") as out:
-            jobs.append(subprocess.Popen(innocent_cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path))
-        _wait("barrier 1 is WRITTEN", lambda: _written(dep.store, 1), 240, innocent_log)
-        bomb = tmp_path / "heap_bomb.py"
-        bomb.write_text(HEAP_BOMB)
-        guilty_cmd = [sys.executable, str(bomb), *job_command(dep, "wordcount_counts", 1, url)[2:]]
-        with guilty_log.open("w") as out:
-            jobs.append(subprocess.Popen(guilty_cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path))
-        innocent, guilty = jobs
-        assert guilty.wait(timeout=240) != 0, guilty_log.read_text()[-3000:]
-        assert innocent.wait(timeout=90) == SERVER_LOST_EXIT, innocent_log.read_text()[-3000:]
-        for name, log in (("wordcount_counts", guilty_log), (JOB, innocent_log)):
-            text = log.read_text()
-            said = f"job {name}: the Spark Connect server {url}"
-            assert said in text and "ran out of memory (java.lang.OutOfMemoryError: Java heap space, heap 512m)" \
-                in text, (name, text[-3000:])
-        _wait("the supervisor restarts the server",
-              lambda: _record(home).get("pid") not in (None, first_pid), 240, supervisor_log)
-        with innocent_log.open("a") as out:  # the innocent job's retry, as Airflow runs it
-            jobs.append(subprocess.Popen(innocent_cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path))
-        _barrier(dep, 2)
-        _barrier(dep, 3)
-        assert jobs[-1].wait(timeout=300) == 0, innocent_log.read_text()[-3000:]
-    finally:
-        for job in jobs:
-            if job.poll() is None:
-                job.kill()
-        supervisor.send_signal(signal.SIGTERM)
-        supervisor.wait(timeout=60)
+    with supervised_server(tmp_path, master="local[1]", options=("--driver-memory", "512m")) as server:
+        home, url, first_pid = server.home, server.url, server.record()["pid"]
+        try:
+            dep = wordcount_deployment(tmp_path, f"sqlite:///{tmp_path / 'tsb.db'}", barriers=1, lines=10)
+            env = job_env(dep.url, url, TSB_SPARK_HOME=str(home))
+            innocent_cmd = job_command(dep, JOB, 3, url)
+            innocent_cmd[innocent_cmd.index("batch")] = "streaming"
+            innocent_cmd += ["--idle-timeout", "240", "--trigger-interval", "0.2"]
+            innocent_log, guilty_log = tmp_path / "innocent.log", tmp_path / "guilty.log"
+            with innocent_log.open("w") as out:
+                jobs.append(subprocess.Popen(innocent_cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                             cwd=tmp_path))
+            _wait("barrier 1 is WRITTEN", lambda: _written(dep.store, 1), 240, innocent_log)
+            bomb = tmp_path / "heap_bomb.py"
+            bomb.write_text(HEAP_BOMB)
+            guilty_cmd = [sys.executable, str(bomb), *job_command(dep, "wordcount_counts", 1, url)[2:]]
+            with guilty_log.open("w") as out:
+                jobs.append(subprocess.Popen(guilty_cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path))
+            innocent, guilty = jobs
+            assert guilty.wait(timeout=240) != 0, guilty_log.read_text()[-3000:]
+            assert innocent.wait(timeout=90) == SERVER_LOST_EXIT, innocent_log.read_text()[-3000:]
+            for name, log in (("wordcount_counts", guilty_log), (JOB, innocent_log)):
+                text = log.read_text()
+                said = f"job {name}: the Spark Connect server {url}"
+                assert said in text and "ran out of memory (java.lang.OutOfMemoryError: Java heap space, heap 512m)" \
+                    in text, (name, text[-3000:])
+            _wait("the supervisor restarts the server",
+                  lambda: server.record().get("pid") not in (None, first_pid), 240, server.supervisor_log)
+            with innocent_log.open("a") as out:  # the innocent job's retry, as Airflow runs it
+                jobs.append(subprocess.Popen(innocent_cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                             cwd=tmp_path))
+            _barrier(dep, 2)
+            _barrier(dep, 3)
+            assert jobs[-1].wait(timeout=300) == 0, innocent_log.read_text()[-3000:]
+        finally:
+            for job in jobs:
+                if job.poll() is None:
+                    job.kill()
     words = Counter(DeltaTable(dep.location("raw.words")).to_pyarrow_table().column("word").to_pylist())
     counts = {r["word"]: r["cnt"] for r in DeltaTable(dep.location(SINK)).to_pyarrow_table().to_pylist()}
     assert counts == dict(words)  # 0 lost, 0 counted twice
