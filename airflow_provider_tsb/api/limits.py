@@ -144,6 +144,17 @@ def max_leased_versions() -> int:
     return config_number("max_leased_versions", DEFAULT_MAX_LEASED_VERSIONS)
 
 
+#: default of ``[tsb] request_retry_seconds``
+DEFAULT_REQUEST_RETRY_SECONDS = 10
+
+
+def request_retry_seconds() -> int:
+    """``[tsb] request_retry_seconds``: how long a request's metastore call is retried through an
+    outage before the API answers 503 (default 10 s; a request holds a worker thread meanwhile,
+    so this is shorter than the jobs' ``$TSB_METASTORE_RETRY_SECONDS``)."""
+    return config_number("request_retry_seconds", DEFAULT_REQUEST_RETRY_SECONDS)
+
+
 def too_large_detail(max_bytes: int) -> str:
     """The 413 message."""
     return (

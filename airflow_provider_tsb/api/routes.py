@@ -24,7 +24,7 @@ access to every DAG of the topology, changes (registrations, leases) edit access
 
 Errors (:mod:`airflow_provider_tsb.api.errors`) are JSON ``{"detail": message, "error": exception
 class}``: 403 not allowed, 404 unknown name, 409 conflict, 410 expired, 413 body too large, 422 bad
-input, 503 metastore unreachable (after :data:`REQUEST_RETRY_S`). Every route maps errors itself
+input, 503 metastore unreachable (after ``[tsb] request_retry_seconds``). Every route maps errors itself
 (:class:`TsbRoute`); :func:`install_exception_handlers` does it for anything raised outside them.
 """
 
@@ -47,7 +47,12 @@ from airflow_provider_tsb.api.errors import (
     status_for,
 )
 from airflow_provider_tsb.api.lease_budget import budgeted
-from airflow_provider_tsb.api.limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimitMiddleware, max_lease_seconds
+from airflow_provider_tsb.api.limits import (
+    DEFAULT_MAX_BODY_BYTES,
+    BodySizeLimitMiddleware,
+    max_lease_seconds,
+    request_retry_seconds,
+)
 from airflow_provider_tsb.api.registration import register
 from airflow_provider_tsb.api.schemas import (
     MAX_INT,
@@ -88,16 +93,14 @@ __all__ = ["configured_store", "create_metaservice_app", "error_response", "get_
 #: seconds the api-server keeps the metastore it resolved (``$TSB_METASTORE_URL`` or the
 #: ``tsb_default`` connection, which may be a query of Airflow's database or a secrets backend)
 STORE_LOOKUP_SECONDS = 30.0
-#: seconds a request's metastore call is retried before its 503 (not the jobs' 90 s: threads)
-REQUEST_RETRY_S = 10.0
 #: the requests' store per engine URL, and under ``""`` the one resolved last: (when, store)
 _stores: dict[str, Any] = CACHES.add("api.stores", {})
 
 
 def configured_store() -> MetaStore:
     """The metastore of the Airflow deployment: ``TsbMetastoreHook().get_conn()``'s engine, with
-    calls retried for :data:`REQUEST_RETRY_S`; resolved again after :data:`STORE_LOOKUP_SECONDS`
-    (one engine and pool per URL and process)."""
+    calls retried for ``[tsb] request_retry_seconds`` (:func:`.limits.request_retry_seconds`);
+    resolved again after :data:`STORE_LOOKUP_SECONDS` (one engine and pool per URL and process)."""
     resolved = _stores.get("")
     if resolved is not None and time.monotonic() - resolved[0] < STORE_LOOKUP_SECONDS:
         return resolved[1]
@@ -106,7 +109,7 @@ def configured_store() -> MetaStore:
     engine = TsbMetastoreHook().get_conn().engine
     store = _stores.get(key := engine.url.render_as_string(hide_password=False))
     if store is None or store.engine is not engine:
-        store = _stores[key] = MetaStore(engine, retry_s=REQUEST_RETRY_S)
+        store = _stores[key] = MetaStore(engine, retry_s=request_retry_seconds())
     _stores[""] = (time.monotonic(), store)
     return store
 
