@@ -7,8 +7,10 @@ it on a ``spark_connect`` connection, a Spark Connect client process of
 session reads the inputs and writes the sinks through Hadoop's S3A connector
 (:mod:`airflow_provider_tsb.spark.hadoop_fs`) and commits through delta-rs. Then the FLIP-276
 invariants hold at every barrier (read through delta-rs), Spark's Delta reader at each barrier's
-version equals delta-rs's read of it, and ``tsb db rebuild`` rebuilds a lost metastore from the
-bucket alone with every answer the same.
+version equals delta-rs's read of it, the official Delta Sharing client reads every sink AS OF
+each barrier through presigned URLs of the bucket (the files Spark wrote through S3A), equal to
+tsb's own read, and ``tsb db rebuild`` rebuilds a lost metastore from the bucket alone with every
+answer the same.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import delta_sharing
+import httpx
 import pytest
 
 from airflow_provider_tsb.delta import storage
@@ -52,6 +58,45 @@ def _run_jobs(topology: Any, barrier: int) -> None:
     for job in topology.jobs_in_order():
         client = ConnectClient(job.application, engine, conf=dict(job.conf), job_id=job.id)
         TsbSparkJobHook(topology, job.id, tsb_conn_id="tsb_lite", storage_conn_id="aws_tables").run(barrier, client)
+
+
+class _Profile(str):
+    """A Delta Sharing profile's path, with its server's endpoint as ``url``."""
+
+    url: str
+
+
+@contextmanager
+def _sharing_server(store: Any, tmp_path: Path) -> Iterator[_Profile]:
+    """The sharing routes over ``store`` on a real HTTP server (uvicorn), and a profile for it."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from airflow_provider_tsb.api.sharing.routes import create_sharing_app
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(create_sharing_app(store, seconds=300), host="127.0.0.1", port=port,
+                                        log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    path = tmp_path / "flights.share"
+    endpoint = f"http://127.0.0.1:{port}/tsb/sharing"
+    path.write_text(json.dumps({"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": "unused"}))
+    profile = _Profile(path)
+    profile.url = endpoint
+    try:
+        yield profile
+    finally:
+        srv.should_exit = True
+        thread.join(10)
 
 
 def _plain(row: dict[str, Any]) -> tuple:
@@ -121,6 +166,21 @@ def test_the_flights_topology_runs_with_its_warehouse_on_s3_and_is_rebuilt_from_
                     assert history[version]["tsb.barrier"] == b, (name, b)
         finally:
             spark.stop()
+
+        # Delta Sharing: the official client reads each sink AS OF each barrier through presigned
+        # URLs of the bucket, equal to tsb's own read
+        with _sharing_server(store, tmp_path) as profile:
+            for name in (ENRICHED, DAILY, RANKING):
+                _catalog, schema, table = name.split(".")
+                for b in (1, 2):
+                    ours = to_arrow(store.resolution.resolve([name], ReadOptions(as_of=b)))[name]
+                    shared = delta_sharing.load_as_pandas(f"{profile}#flights.{schema}.{table}", version=b)
+                    assert sorted(map(repr, shared[ours.column_names].itertuples(index=False, name=None))) == sorted(
+                        map(repr, ours.to_pandas().itertuples(index=False, name=None))), (name, b)
+            query = httpx.post(f"{profile.url}/shares/flights/schemas/flights/tables/carrier_ranking/query",
+                               json={"version": 2}, timeout=60)
+            file_url = json.loads(query.text.splitlines()[2])["file"]["url"]
+            assert file_url.startswith(f"{server.endpoint}/{BUCKET}/warehouse/") and "X-Amz-Signature=" in file_url
 
         # the metastore is lost: rebuilt from the barrier log and the sinks' commits in the bucket
         before = answers(store, flights)
