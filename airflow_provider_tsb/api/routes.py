@@ -47,12 +47,7 @@ from airflow_provider_tsb.api.errors import (
     status_for,
 )
 from airflow_provider_tsb.api.lease_budget import budgeted
-from airflow_provider_tsb.api.limits import (
-    DEFAULT_MAX_BODY_BYTES,
-    BodySizeLimitMiddleware,
-    max_lease_seconds,
-    request_retry_seconds,
-)
+from airflow_provider_tsb.api.limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimitMiddleware, max_lease_seconds
 from airflow_provider_tsb.api.registration import register
 from airflow_provider_tsb.api.schemas import (
     MAX_INT,
@@ -104,6 +99,7 @@ def configured_store() -> MetaStore:
     resolved = _stores.get("")
     if resolved is not None and time.monotonic() - resolved[0] < STORE_LOOKUP_SECONDS:
         return resolved[1]
+    from airflow_provider_tsb.api.limits import request_retry_seconds
     from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
 
     engine = TsbMetastoreHook().get_conn().engine
