@@ -12,6 +12,7 @@ from airflow_provider_tsb.exceptions import (
     InvalidReadOptionError,
     OutOfRangeError,
     UnknownConsistencyLevelError,
+    UnknownReadOptionError,
 )
 
 MAX_LEASE_SECONDS = 366 * 86400
@@ -30,6 +31,21 @@ def check_lease_seconds(seconds: object) -> float:
             f"lease_seconds must be a number of seconds > 0 and <= {MAX_LEASE_SECONDS} (366 days), got {seconds!r}"
         )
     return float(seconds)
+
+
+def table_list(tables: object) -> list[str]:
+    """The tables Q of a read as a list (``list(tables)``).
+
+    Raises:
+        InvalidReadOptionError: one string instead of a list of names (iterating it would read
+            each character as a table name).
+    """
+    if isinstance(tables, str):
+        raise InvalidReadOptionError(
+            f"read option tables must be a list of table names, got the string {tables!r}: pass [{tables!r}]"
+        )
+    return list(tables)  # type: ignore[call-overload]
+
 
 #: Longest ``wait_s`` one ``POST /versions`` request may hold a server thread for (seconds);
 #: :class:`~airflow_provider_tsb.read.client.TsbClient` splits a longer wait into several requests.
@@ -168,13 +184,14 @@ class ReadOptions:
         forwarded as they are.
 
         Raises:
-            TypeError: an unknown field name. The errors of :class:`ReadOptions`.
+            UnknownReadOptionError: an unknown field name (a ``TypeError`` too). The errors of
+                :class:`ReadOptions`.
         """
         given = {k: v for k, v in fields.items() if v is not None}
         unknown = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
-            raise TypeError(f"unknown read option(s) {unknown}; known: level, as_of, min_barrier, lease_seconds, "
-                            "lease_holder, max_staleness_s, wait_s")
+            raise UnknownReadOptionError(f"unknown read option(s) {unknown}; known: level, as_of, min_barrier, "
+                                         "lease_seconds, lease_holder, max_staleness_s, wait_s")
         if isinstance(level, ReadOptions):
             return dataclasses.replace(level, **given) if given else level
         if level is not None:

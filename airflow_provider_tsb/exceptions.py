@@ -181,6 +181,11 @@ class InvalidReadOptionError(TsbError, ValueError):
     not one a read can take; the message names the option and the value."""
 
 
+class UnknownReadOptionError(InvalidReadOptionError, TypeError):
+    """A read is given an option it does not know (``asof=3`` for ``as_of``): the message names
+    it and the known ones. A ``TypeError`` too, as Python's own unknown keyword argument."""
+
+
 class OutOfRangeError(TsbError, ValueError):
     """A number given to the metastore is not one it can hold: barrier ids, Delta versions,
     limits and epoch-millisecond times are integers from 0 to 2**63-1 (``BIGINT``); NaN and
@@ -422,3 +427,14 @@ class SchemaChangeError(TsbError, ValueError):
     """A barrier's output changes its sink table's schema in a way Delta readers cannot follow
     (a dropped column, a changed type, a new non-nullable column) or changes its partition
     columns. Raised before any file is written or committed."""
+
+
+class RootDataError(TsbError, ValueError):
+    """Data given to :func:`~airflow_provider_tsb.root_tables.append_to_root` cannot be appended:
+    an unsupported type, a file format it cannot tell, or columns that do not match the root
+    table's schema (a root table keeps its schema; the message names the table and the columns).
+    Nothing is written."""
+
+
+class DataFileNotFoundError(TsbError, FileNotFoundError):
+    """A data file to append to a root table does not exist (the message names it). Nothing is written."""

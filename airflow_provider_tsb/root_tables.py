@@ -37,7 +37,7 @@ from airflow_provider_tsb.delta.compaction import Compaction
 from airflow_provider_tsb.delta.log import normalize_location, table_exists
 from airflow_provider_tsb.delta.roots import END_OF_INPUT, compact_small_files
 from airflow_provider_tsb.delta.storage import storage_options
-from airflow_provider_tsb.exceptions import InvalidLocationError
+from airflow_provider_tsb.exceptions import DataFileNotFoundError, InvalidLocationError, RootDataError
 from airflow_provider_tsb.metastore.locations import check_table_location, configured_location_roots
 
 #: commit metadata keys of an append made through this module
@@ -67,14 +67,19 @@ class AppendResult:
 
 
 def refuse_foreign_folder(location: str) -> str:
-    """``location``, unless it is a local folder that holds files but no ``_delta_log``:
-    creating a table there would mix its files with what the folder already holds.
+    """``location``, unless it is a local file, or a local folder that holds files but no
+    ``_delta_log``: creating a table there would mix its files with what the folder already holds.
 
     Raises:
         InvalidLocationError: names the folder and what to do.
     """
     import os
 
+    if "://" not in location and os.path.isfile(location):
+        raise InvalidLocationError(
+            f"root table location {location!r} is a file, not a folder: a Delta table is a folder; give the table's "
+            "location (Topology.location(name)) first and the data second"
+        )
     if "://" in location or not os.path.isdir(location) or os.path.isdir(os.path.join(location, "_delta_log")):
         return location
     with os.scandir(location) as entries:
@@ -125,9 +130,9 @@ def append_to_root(
 
     Raises:
         InvalidLocationError, LocationNotAllowedError: see :func:`_root_location`.
-        ValueError: ``data`` is of an unsupported type, a file format is unknown, or its columns
+        RootDataError: ``data`` is of an unsupported type, a file format is unknown, or its columns
             do not match the table's schema (the message names the table and the columns).
-        FileNotFoundError: a data file does not exist.
+        DataFileNotFoundError: a data file does not exist.
     """
     loc = _root_location(location)
     app_id = f"{APP_ID_PREFIX}{run_key}" if run_key is not None else None
@@ -165,7 +170,7 @@ def _conform(location: str, rows: pa.Table) -> pa.Table:
             detail = f" ({exc})"
     else:
         detail = ""
-    raise ValueError(
+    raise RootDataError(
         f"cannot append to root table {location!r}: the data's columns "
         f"{[f'{f.name}: {f.type}' for f in rows.schema]} do not match the table's "
         f"{[f'{f.name}: {f.type}' for f in existing]}{detail}; a root table keeps its schema, cast or "
@@ -177,7 +182,7 @@ def to_arrow(data: Any, *, file_format: str | None = None) -> pa.Table:
     """``data`` as a ``pyarrow.Table`` (see :func:`append_to_root` for what is accepted).
 
     Raises:
-        ValueError, FileNotFoundError: as :func:`append_to_root`.
+        RootDataError, DataFileNotFoundError: as :func:`append_to_root`.
     """
     if isinstance(data, pa.Table):
         return data
@@ -189,7 +194,7 @@ def to_arrow(data: Any, *, file_format: str | None = None) -> pa.Table:
         return pa.Table.from_pandas(data, preserve_index=False)
     if hasattr(data, "__arrow_c_stream__"):
         return pa.table(data)
-    raise ValueError(
+    raise RootDataError(
         f"cannot append a {type(data).__name__} to a root table: pass a pyarrow.Table, a pandas or "
         "Spark DataFrame, or the path of a Parquet or CSV file"
     )
@@ -197,17 +202,21 @@ def to_arrow(data: Any, *, file_format: str | None = None) -> pa.Table:
 
 def _read_file(path: Path, file_format: str | None) -> pa.Table:
     if not path.exists():
-        raise FileNotFoundError(f"no data file {str(path)!r} to append to the root table")
+        raise DataFileNotFoundError(f"no data file {str(path)!r} to append to the root table")
     fmt = (file_format or path.suffix.lstrip(".")).lower()
-    if fmt in ("parquet", "pq"):
-        import pyarrow.parquet as pq
+    try:
+        if fmt in ("parquet", "pq"):
+            import pyarrow.parquet as pq
 
-        return pq.read_table(path)
-    if fmt == "csv":
-        import pyarrow.csv as pcsv
+            return pq.read_table(path)
+        if fmt == "csv":
+            import pyarrow.csv as pcsv
 
-        return pcsv.read_csv(path)
-    raise ValueError(
+            return pcsv.read_csv(path)
+    except (pa.ArrowException, OSError) as exc:  # not a Parquet file, an empty CSV, a folder, ...
+        raise RootDataError(f"cannot read {str(path)!r} as a {fmt.replace('pq', 'parquet')} file to append to the "
+                            f"root table: {exc}") from exc
+    raise RootDataError(
         f"cannot tell the format of {str(path)!r} (suffix {path.suffix!r}): name a .parquet or .csv "
         "file, or pass file_format='parquet' or 'csv'"
     )

@@ -102,7 +102,7 @@ class Topology:
         self.warehouse = warehouse
         self.freshness_s = freshness_seconds(freshness, f"topology {name!r}")
         if barrier_domain is not None:
-            validate_job_id(barrier_domain)
+            validate_job_id(barrier_domain, what="barrier domain name")
         self.barrier_domain = barrier_domain
         self.tables: dict[str, Table] = {}
         self.jobs: dict[str, Job] = {}
@@ -169,11 +169,16 @@ class Topology:
 
         Raises:
             InvalidNameError: the job id or a table name is invalid.
-            TopologyError: the job id is declared twice.
+            TopologyError: the job id is declared twice, or ``sources`` or ``sinks`` is one string
+                instead of a list of names.
         """
         validate_job_id(job_id)
         if job_id in self.jobs:
             raise TopologyError(f"topology {self.name!r}: job {job_id!r} is declared twice")
+        for field_name, names in (("sources", sources), ("sinks", sinks)):
+            if isinstance(names, str):  # iterating it would read each character as a table name
+                raise TopologyError(f"topology {self.name!r}: job {job_id!r}: {field_name} must be a list of table "
+                                    f"names, got the string {names!r}: pass [{names!r}]")
         job = Job(
             id=job_id,
             application=application,

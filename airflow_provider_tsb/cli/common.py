@@ -29,9 +29,20 @@ def store_of(args: argparse.Namespace) -> Any:
     return TsbMetastoreHook(tsb_conn_id=getattr(args, "conn_id", None) or "tsb_default").get_conn()
 
 
+def metastore_url_arg(value: str) -> str:
+    """An ``argparse`` type: a metastore URL, not empty (``--url "$UNSET"`` would otherwise fall
+    back to ``$TSB_METASTORE_URL`` or the connection: another metastore than the one meant)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(
+            "the metastore URL is empty: give a SQLAlchemy URL (sqlite:////abs/path/tsb.db, postgresql://...) or "
+            "leave --url out to use $TSB_METASTORE_URL or the tsb_default connection"
+        )
+    return value
+
+
 def add_store_options(p: argparse.ArgumentParser) -> None:
     """Add ``--url`` / ``--metastore-url`` and ``--conn-id`` (see :func:`store_of`) to ``p``."""
-    p.add_argument("--url", "--metastore-url", dest="url",
+    p.add_argument("--url", "--metastore-url", dest="url", type=metastore_url_arg,
                    help="metastore SQLAlchemy URL (default: $TSB_METASTORE_URL, "
                    "the tsb_default connection, or SQLite at $AIRFLOW_HOME/tsb.db)")
     p.add_argument("--conn-id", default="tsb_default", help="Airflow connection id of the metastore")

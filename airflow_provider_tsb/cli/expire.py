@@ -55,6 +55,8 @@ def cmd_expire(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``tsb expire`` to the ``tsb`` parser."""
+    from airflow_provider_tsb.cli.common import metastore_url_arg
+
     p = sub.add_parser(
         "expire",
         help="snapshot expiry with a retention policy; --dry-run shows what would go (JSON)",
@@ -72,7 +74,7 @@ def register(sub: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="show what would go; mark and delete nothing")
     p.add_argument("--no-consumers", action="store_true",
                    help="expire what registered jobs have still to read too (they then fail on it)")
-    p.add_argument("--url", "--metastore-url", dest="url",
+    p.add_argument("--url", "--metastore-url", dest="url", type=metastore_url_arg,
                    help="metastore SQLAlchemy URL (default: $TSB_METASTORE_URL or the connection)")
     p.add_argument("--conn-id", default="tsb_default", help="Airflow connection id of the metastore")
     p.set_defaults(func=cmd_expire)

@@ -47,11 +47,13 @@ def cmd_freshness(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``tsb freshness`` to the ``tsb`` command line."""
+    from airflow_provider_tsb.cli.common import metastore_url_arg
+
     p = sub.add_parser("freshness", help="lag of each table against its freshness target and the bottleneck job; "
                        "exit 1 if a table misses its target")
     p.add_argument("topology", help="topology name")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--url", "--metastore-url", dest="url",
+    p.add_argument("--url", "--metastore-url", dest="url", type=metastore_url_arg,
                    help="metastore SQLAlchemy URL (default: $TSB_METASTORE_URL or the tsb_default connection)")
     p.add_argument("--conn-id", default="tsb_default", help="Airflow connection id of the metastore")
     p.set_defaults(func=cmd_freshness)

@@ -36,7 +36,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``tsb rollback`` to the ``tsb`` parser."""
-    from airflow_provider_tsb.cli.common import barrier_id_arg
+    from airflow_provider_tsb.cli.common import barrier_id_arg, metastore_url_arg
 
     p = sub.add_parser(
         "rollback",
@@ -52,7 +52,7 @@ def register(sub: Any) -> None:
     what.add_argument("--resume", action="store_true", help="finish the pending revision over TABLE")
     p.add_argument("--dags", nargs="+", metavar="PATH", required=True,
                    help="DAG files or folders declaring the topology")
-    p.add_argument("--url", "--metastore-url", dest="url",
+    p.add_argument("--url", "--metastore-url", dest="url", type=metastore_url_arg,
                    help="metastore SQLAlchemy URL (default: $TSB_METASTORE_URL or the connection)")
     p.add_argument("--conn-id", default="tsb_default", help="Airflow connection id of the metastore")
     p.set_defaults(func=cmd_rollback)

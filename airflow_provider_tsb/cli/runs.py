@@ -166,14 +166,14 @@ def _canonical(table: str) -> str:
 
 def register(sub: Any) -> None:
     """Add ``tsb root append``, ``tsb barrier create`` and ``tsb job run`` to the ``tsb`` parser."""
-    from airflow_provider_tsb.cli.common import barrier_id_arg
+    from airflow_provider_tsb.cli.common import barrier_id_arg, metastore_url_arg
 
     def dags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--dags", nargs="+", metavar="PATH", required=True,
                        help="DAG files or folders declaring the topology")
 
     def store(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--url", "--metastore-url", dest="url",
+        p.add_argument("--url", "--metastore-url", dest="url", type=metastore_url_arg,
                        help="metastore SQLAlchemy URL (default: $TSB_METASTORE_URL or the connection)")
         p.add_argument("--conn-id", default="tsb_default", help="Airflow connection id of the metastore")
 

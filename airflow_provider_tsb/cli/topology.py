@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from airflow_provider_tsb.cli.common import add_store_options, store_of
+from airflow_provider_tsb.exceptions import TopologyError, UnknownTopologyError
 
 
 def cmd_topology_validate(args: argparse.Namespace) -> int:
@@ -30,8 +31,7 @@ def cmd_topology_validate(args: argparse.Namespace) -> int:
             print(f"  - {error}", file=sys.stderr)
         return 1
     if not topologies:
-        print(f"no topology declared in {', '.join(args.paths)}", file=sys.stderr)
-        return 1
+        raise TopologyError(f"no topology declared in {', '.join(args.paths)}")
     merged: dict[str, list[Any]] = {}
     for topo in topologies:
         merged.setdefault(topo.name, []).append(topo)
@@ -68,8 +68,7 @@ def cmd_topology_show(args: argparse.Namespace) -> int:
             graph = store.registry.graph(args.name)
     if graph is None:
         where = ", ".join(args.dags) if args.dags else "the metastore"
-        print(f"topology {args.name!r} is not declared in {where}", file=sys.stderr)
-        return 1
+        raise UnknownTopologyError(f"topology {args.name!r} is not declared in {where}")
     if args.format == "json":
         print(json.dumps(nx.node_link_data(graph, edges="edges"), indent=2, sort_keys=True))
         return 0

@@ -160,7 +160,7 @@ class TsbBarrierHook(BaseHook):
 
         Raises:
             RootTableError: a root table is missing, or (``ts_kind="event"``) every root table
-                is empty, so there is no watermark yet.
+                is empty, so there is no watermark yet, or none declares an ``event_time_column``.
             BarrierHistoryError: the metastore lost barriers that the Delta tables or the
                 barrier log hold (run ``tsb db rebuild``).
         """
@@ -171,8 +171,11 @@ class TsbBarrierHook(BaseHook):
         if self.ts_kind == TsKind.EVENT:
             ts_ms = self.watermark(versions)
             if ts_ms is None:
+                declared = any(t.event_time_column for t in self.topology.root_tables)
                 raise RootTableError(
-                    f"topology {self.topology.name!r}: no event-time watermark yet (root tables are empty)"
+                    f"topology {self.topology.name!r}: no event-time watermark yet (root tables are empty)" if declared
+                    else f"topology {self.topology.name!r}: event-time barriers need a root table with an "
+                    "event_time_column (Topology.root_table(name, event_time_column=...)); none declares one"
                 )
         info = store.barriers.create(
             self.topology.name, versions, ts_ms=ts_ms, ts_kind=self.ts_kind, run_key=run_key,

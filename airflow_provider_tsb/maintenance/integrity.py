@@ -35,7 +35,7 @@ from airflow_provider_tsb.delta.integrity import (
     recorded_figures,
 )
 from airflow_provider_tsb.delta.log import commit_info, open_table
-from airflow_provider_tsb.exceptions import DeltaLogError
+from airflow_provider_tsb.exceptions import DeltaLogError, TopologyError
 from airflow_provider_tsb.metastore.records import BarrierState, TableState
 
 if TYPE_CHECKING:
@@ -144,11 +144,12 @@ def check_integrity(store: MetaStore, topology: str) -> IntegrityReport:
     """Verify every retained barrier of every table of ``topology`` (module docstring).
 
     Raises:
-        ValueError: the topology has no registered table (names it).
+        TopologyError: the topology has no registered table (names it).
     """
     tables = [t for t in store.registry.tables(topology) if t.topology == topology]
     if not tables:
-        raise ValueError(f"topology {topology!r} has no registered tables; register it first (tsb topology sync)")
+        raise TopologyError(f"topology {topology!r} has no registered tables; register it first from its DAG file "
+                            "(`tsb barrier create TOPOLOGY --dags PATH`, or the barrier task)")
     report = IntegrityReport(topology, findings=[])
     for info in tables:
         expiry = store.expiry.get(info.name)

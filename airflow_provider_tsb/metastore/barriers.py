@@ -172,7 +172,7 @@ class BarrierManager:
         Raises:
             UnknownTableError: a root table is missing from ``root_versions`` or unregistered.
             TopologyError: the topology is unknown, a version goes backwards, an event-time
-                timestamp goes back, or ``ts_kind`` is not the domain's barrier time kind (named).
+                timestamp goes back, or ``ts_kind`` is not the domain's time kind (or no kind).
             BarrierHistoryError: the new id is already tagged in a table or held by the barrier
                 log (the metastore lost barriers: run ``tsb db rebuild``).
             DeltaLogError: the barrier log commit failed (no barrier is generated).
@@ -252,7 +252,11 @@ class BarrierManager:
         """Barriers of ``topology``, newest first (oldest first if ``ascending``), at most ``limit``.
 
         ``before`` / ``after`` bound the barrier ids (exclusive) for paging.
+
+        Raises:
+            OutOfRangeError: ``limit`` is not an integer from 0 to 2**63-1.
         """
+        limit = checked_int(limit, "limit (the most barriers listed)")
         with self._core.transaction() as s:
             query = select(BarrierRow).where(BarrierRow.topology == topology)
             if before is not None:
@@ -280,10 +284,10 @@ def _checked_request(
     root_versions: Mapping[str, int], ts_ms: int | None, ts_kind: TsKind | str
 ) -> tuple[dict[str, int], int | None]:
     """``({normalized root table: Delta version}, ts_ms)`` of a barrier request, checked before
-    any transaction (ValueError for a wrong ``ts_kind``, OutOfRangeError for a non-int64: a barrier
+    any transaction (TopologyError for a wrong ``ts_kind``, OutOfRangeError for a non-int64: a barrier
     timestamp may be negative, event time before 1970)."""
     if ts_kind not in (TsKind.SYSTEM, TsKind.EVENT):
-        raise ValueError(f"ts_kind must be 'system' or 'event', got {ts_kind!r}")
+        raise TopologyError(f"ts_kind must be 'system' or 'event', got {ts_kind!r}")
     versions = {
         normalize_table_name(k): checked_int(v, f"the Delta version of root table {k!r}")
         for k, v in root_versions.items()

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import NoSuchModuleError
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import MetastoreError
@@ -73,6 +74,17 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def _make_folder(folder: str, shown: str) -> None:
+    """Create a SQLite metastore's folder, or raise :class:`MetastoreError` naming the URL."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise MetastoreError(
+            f"cannot open the SQLite metastore at {shown}: its folder {folder!r} cannot be created "
+            f"({exc.strerror or exc}); give a sqlite:////abs/path/tsb.db URL in a folder you may write"
+        ) from exc
+
+
 def create_metastore_engine(url: str, **kwargs: Any) -> Engine:
     """Create an engine for the metastore at ``url``.
 
@@ -81,8 +93,9 @@ def create_metastore_engine(url: str, **kwargs: Any) -> Engine:
         **kwargs: passed to :func:`sqlalchemy.create_engine`.
 
     Raises:
-        MetastoreError: the URL cannot be parsed or its driver is not installed; the message
-            names the URL (password hidden).
+        MetastoreError: the URL cannot be parsed, its scheme or driver is unknown or not
+            installed, or a SQLite database's folder cannot be created; the message names the URL
+            (password hidden).
     """
     url = normalize_url(url)
     try:
@@ -98,8 +111,7 @@ def create_metastore_engine(url: str, **kwargs: Any) -> Engine:
         if parsed.get_backend_name() == "sqlite":
             database = parsed.database or ""
             if database and database != ":memory:":
-                folder = os.path.dirname(os.path.abspath(database))
-                os.makedirs(folder, exist_ok=True)
+                _make_folder(os.path.dirname(os.path.abspath(database)), shown)
             engine = create_engine(
                 parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs
             )
@@ -121,6 +133,10 @@ def create_metastore_engine(url: str, **kwargs: Any) -> Engine:
         raise MetastoreError(
             f"the driver for metastore URL {shown} is not installed ({exc}); for PostgreSQL "
             "install 'airflow-provider-tsb[postgres]'"
+        ) from exc
+    except NoSuchModuleError as exc:  # an unknown scheme or driver
+        raise MetastoreError(
+            f"cannot open the metastore at {shown}: {exc}; use a sqlite:/// or postgresql:// URL"
         ) from exc
     return engine
 

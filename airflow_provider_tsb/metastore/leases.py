@@ -10,6 +10,7 @@ itself). See docs/design.md "Snapshot expiry".
 
 from __future__ import annotations
 
+import operator
 import uuid
 from collections.abc import Mapping
 
@@ -17,7 +18,8 @@ from sqlalchemy import and_, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.consistency import check_lease_seconds
-from airflow_provider_tsb.metastore.base import MetastoreCore, table_id_of
+from airflow_provider_tsb.exceptions import OutOfRangeError
+from airflow_provider_tsb.metastore.base import MAX_INT, MetastoreCore, table_id_of
 from airflow_provider_tsb.metastore.expiry import check_not_expired, expiries, lock_tables
 from airflow_provider_tsb.metastore.models import (
     LeaseRow,
@@ -34,14 +36,24 @@ from airflow_provider_tsb.metastore.records import (
 Pinned = int | VersionRange
 
 
-def _range(value: Pinned) -> VersionRange:
-    if isinstance(value, tuple | list):
-        lo, hi = (int(value[0]), int(value[1]))
-    else:
-        lo = hi = int(value)
-    if lo < 0 or lo > hi:
-        raise ValueError(f"a lease pins Delta versions >= 0 as a version or a range (from, to) with from <= to, "
-                         f"got {value!r}")
+def _range(value: Pinned, table: str | None = None) -> VersionRange:
+    """``value`` as a closed range ``(from, to)`` of Delta versions.
+
+    Raises:
+        OutOfRangeError: not a version (an integer from 0 to 2**63-1) or a range ``(from, to)`` of
+            them with ``from <= to`` (names ``table`` when given, and the value).
+    """
+    bounds = list(value) if isinstance(value, tuple | list) else [value, value]
+    try:
+        if len(bounds) != 2 or any(isinstance(b, bool) for b in bounds):
+            raise TypeError
+        lo, hi = (operator.index(b) for b in bounds)
+    except TypeError:
+        lo, hi = -1, -1
+    if not 0 <= lo <= hi <= MAX_INT:
+        of = f" of table {table!r}" if table is not None else ""
+        raise OutOfRangeError(f"a lease pins Delta versions{of} as a version (an integer from 0 to {MAX_INT}) or a "
+                              f"range (from, to) of them with from <= to, got {value!r}")
     return lo, hi
 
 
@@ -71,8 +83,8 @@ def lease_versions(
 
     Raises:
         ExpiredVersionError: a version is already marked expired.
-        ValueError: ``seconds`` is not positive and finite, a range is invalid, or ``locked``
-            lacks a table of ``versions``.
+        OutOfRangeError: ``seconds`` is not positive and finite, or a range is invalid.
+        ValueError: ``locked`` lacks a table of ``versions``.
     """
     _check_seconds(seconds)
     ranges = {table_id: _range(v) for table_id, v in versions.items() if v is not None}
@@ -157,10 +169,13 @@ class LeaseManager:
             ExpiredVersionError: a version is already marked expired by snapshot expiry (names
                 the table, the barrier and the retention).
             UnknownTableError: a table is not registered.
-            ValueError: ``seconds`` is not positive and finite, or a range is invalid.
+            OutOfRangeError: ``seconds`` is not positive and finite, or a version or range is
+                invalid (names the table).
         """
+        _check_seconds(seconds)
+        checked = {name: None if v is None else _range(v, name) for name, v in versions.items()}
         with self._core.transaction(write=True) as s:
-            ids = {table_id_of(s, name): v for name, v in versions.items()}
+            ids = {table_id_of(s, name): v for name, v in checked.items()}
             return lease_versions(s, ids, seconds, holder)
 
     def renew(self, lease_id: str, seconds: float) -> int | None:
@@ -187,10 +202,12 @@ class LeaseManager:
 
         Raises:
             UnknownTableError: a table is not registered.
+            OutOfRangeError: a version or range is invalid (names the table).
             ValueError: a range would widen the lease.
         """
+        checked = {name: _range(v, name) for name, v in versions.items()}
         with self._core.transaction(write=True) as s:
-            ids = {table_id_of(s, name): _range(v) for name, v in versions.items()}
+            ids = {table_id_of(s, name): v for name, v in checked.items()}
             return narrow_lease(s, lease_id, ids)
 
     def release(self, lease_id: str) -> bool:

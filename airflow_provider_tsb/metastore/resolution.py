@@ -30,7 +30,7 @@ from sqlalchemy import Row, Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.caches import CACHES
-from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
+from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions, table_list
 from airflow_provider_tsb.exceptions import (
     InconsistentReadError,
     InvalidReadOptionError,
@@ -91,9 +91,9 @@ def canonical_names(tables: Iterable[str]) -> list[str]:
     """Canonical names of Q without duplicates, in order.
 
     Raises:
-        InvalidReadOptionError: Q is empty.
+        InvalidReadOptionError: Q is empty, or one string instead of a list of names.
     """
-    names = list(dict.fromkeys(normalize_table_name(t) for t in tables))
+    names = list(dict.fromkeys(normalize_table_name(t) for t in table_list(tables)))
     if not names:
         raise InvalidReadOptionError("read option tables: resolve() needs at least one table name, got none")
     return names

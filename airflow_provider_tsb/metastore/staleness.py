@@ -36,8 +36,7 @@ from airflow_provider_tsb.exceptions import InconsistentReadError, StaleReadErro
 from airflow_provider_tsb.metastore.base import MetastoreCore
 from airflow_provider_tsb.metastore.models import BarrierRow, JobRow, JobSinkRow, TableRow
 from airflow_provider_tsb.metastore.records import BarrierState, Resolution, TsKind, now_ms
-from airflow_provider_tsb.metastore.resolution import Resolver, newest_barriers
-from airflow_provider_tsb.names import normalize_table_name
+from airflow_provider_tsb.metastore.resolution import Resolver, canonical_names, newest_barriers
 
 
 def barrier_age_ms(ts_ms: int, ts_kind: str, created_at_ms: int, now: int) -> int:
@@ -87,7 +86,7 @@ class StalenessResolver:
         opts = ReadOptions.of(level, **options)
         if opts.max_staleness_s is None:
             return self.resolver.resolve(tables, opts)
-        names = list(dict.fromkeys(normalize_table_name(t) for t in tables))
+        names = canonical_names(tables)
         bound_ms = int(opts.max_staleness_s * 1000)
         plain = dataclasses.replace(opts, max_staleness_s=None, wait_s=None)
         deadline = time.monotonic() + (opts.wait_s or 0.0)

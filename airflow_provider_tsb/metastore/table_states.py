@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from airflow_provider_tsb.exceptions import OutOfRangeError, TopologyError, UnknownBarrierError
 from airflow_provider_tsb.metastore.barrier_history import check_version_in_log
-from airflow_provider_tsb.metastore.base import MetastoreCore, table_id_of, table_state_of
+from airflow_provider_tsb.metastore.base import MetastoreCore, checked_int, table_id_of, table_state_of
 from airflow_provider_tsb.metastore.job_runs import check_fencing_token
 from airflow_provider_tsb.metastore.models import (
     BarrierRow,
@@ -65,7 +65,9 @@ class TableStateManager:
 
         Raises:
             FencedError: a newer attempt of ``job_id`` started (checked under the same lock).
+            OutOfRangeError: ``barrier`` is not a barrier id (an integer from 1 to 2**63-1).
         """
+        barrier = checked_int(barrier, f"table {table!r}: the barrier PROCESSED", minimum=1)
         ts = now_ms()
         with self._core.transaction(write=True) as s:
             if fencing_token is not None:
@@ -171,7 +173,11 @@ class TableStateManager:
 
         Returns:
             Number of rows removed.
+
+        Raises:
+            OutOfRangeError: ``to_barrier`` is not an integer from 0 to 2**63-1 (0: forget every state).
         """
+        to_barrier = checked_int(to_barrier, f"table {table!r}: to_barrier")
         with self._core.transaction(write=True) as s:
             table_id = table_id_of(s, table)
             ts = now_ms()
@@ -260,7 +266,12 @@ class TableStateManager:
     def history(
         self, table: str, *, limit: int = 100, before: int | None = None
     ) -> list[TableState]:
-        """Barrier states of ``table``, newest first, at most ``limit`` (paged by ``before``)."""
+        """Barrier states of ``table``, newest first, at most ``limit`` (paged by ``before``).
+
+        Raises:
+            OutOfRangeError: ``limit`` is not an integer from 0 to 2**63-1.
+        """
+        limit = checked_int(limit, "limit (the most states listed)")
         with self._core.transaction() as s:
             table_id = table_id_of(s, table)
             query = select(TableBarrierRow).where(TableBarrierRow.table_id == table_id)
@@ -329,6 +340,7 @@ class TableStateManager:
 
         Raises:
             UnknownTableError: a table is not registered.
+            OutOfRangeError: a version is not an integer from 0 to 2**63-1.
         """
         names = {normalize_table_name(k): v for k, v in versions.items()}
         out: dict[str, int | None] = {}
@@ -341,7 +353,7 @@ class TableStateManager:
                 out[name] = s.scalar(
                     select(func.max(TableBarrierRow.barrier_id)).where(
                         TableBarrierRow.table_id == table_id,
-                        TableBarrierRow.version == int(version),
+                        TableBarrierRow.version == checked_int(version, f"the Delta version of table {name!r}"),
                         TableBarrierRow.state == BarrierState.WRITTEN,
                     )
                 )

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
+from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions, table_list
 from airflow_provider_tsb.exceptions import StagedFilesGoneError
 from airflow_provider_tsb.metastore.records import Resolution
 from airflow_provider_tsb.read.resolutions import to_arrow, to_pandas, to_spark
@@ -48,7 +48,7 @@ def _read(
     read: Callable[[Resolution], T], tables: Iterable[str], level: Level, kwargs: dict[str, Any]
 ) -> T:
     """Resolve and read; on :class:`StagedFilesGoneError` resolve once more and read again."""
-    names = list(tables)
+    names = table_list(tables)
     try:
         return read(resolve_for_read(names, level, **kwargs))
     except StagedFilesGoneError:
@@ -85,7 +85,7 @@ def resolve_for_read(
     if resolution is not None:
         return resolution
     opts = ReadOptions.of(level, **options)
-    names = list(tables)
+    names = table_list(tables)
     if api_url:
         from airflow_provider_tsb.read.versions import resolve_versions
 

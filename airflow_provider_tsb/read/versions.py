@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions
+from airflow_provider_tsb.consistency import ConsistencyLevel, ReadOptions, table_list
 
 if TYPE_CHECKING:
     from airflow_provider_tsb.metastore.store import MetaStore
@@ -65,7 +65,7 @@ def resolve_versions(
         through the API).
     """
     opts = ReadOptions.of(level, **options)
-    names = list(tables)
+    names = table_list(tables)
     if api_url:
         from airflow_provider_tsb.read.client import TsbClient, fetch_token
 
