@@ -22,6 +22,7 @@ Last line ``jobs= pss_gb= rss_gb= processes= parallelism= load=``; the lines abo
 part's PSS, RSS and process count::
 
     .venv/bin/python -m benchmarks.deployment_memory [--parallelism 8] [--days 6] [--barriers 3]
+        [--server-java-options "-XX:+UseSerialGC ..."]
 """
 
 from __future__ import annotations
@@ -128,10 +129,13 @@ def main() -> None:
     options.add_argument("--barriers", type=int, default=3, help="COMMIT barriers before sampling")
     options.add_argument("--samples", type=int, default=3)
     options.add_argument("--every", type=float, default=5.0)
+    options.add_argument("--server-java-options", default=None,
+                         help="the Connect server's Java options (tsb spark start --driver-java-options)")
     args = options.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tsb-deployment-memory-"))
     pg = start_postgres()
-    server = ConnectServer(root / "spark", ConnectServerOptions(port=free_port(), master="local[2]"))
+    server = ConnectServer(root / "spark", ConnectServerOptions(
+        port=free_port(), master="local[2]", driver_java_options=args.server_java_options))
     af = None
     try:
         airflow_db = pg.create_database("airflow")
