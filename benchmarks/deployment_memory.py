@@ -9,7 +9,9 @@ streaming job. This starts exactly that on this machine:
 * Airflow (api-server, scheduler, dag-processor, triggerer) serving the repository's ``dags/``
   with ``AIRFLOW__CORE__PARALLELISM=--parallelism`` (the executor's worker pool);
 
-then triggers ``flights_streaming`` (3 streaming jobs, the emitter and the ingest task) and,
+then triggers ``flights_streaming`` (3 streaming jobs, the emitter and the ingest task), or with
+``--topology chain`` a DAG of its own streaming a chain of ``--jobs`` jobs
+(``benchmarks/apps/scale_stage.py``: root -> t1 -> ... -> tN, 1,000 rows a round) and,
 once ``--barriers`` barriers are COMMIT, samples every process of the deployment
 ``--samples`` times, ``--every`` seconds apart: its PSS (``/proc/<pid>/smaps_rollup``, shared
 pages divided among the processes that map them, so the sum is the deployment's real share of
@@ -22,6 +24,7 @@ Last line ``jobs= pss_gb= rss_gb= processes= parallelism= load=``; the lines abo
 part's PSS, RSS and process count::
 
     .venv/bin/python -m benchmarks.deployment_memory [--parallelism 8] [--days 6] [--barriers 3]
+        [--topology flights|chain --jobs 12]
         [--server-java-options "-XX:+UseSerialGC ..."]
 """
 
@@ -42,7 +45,55 @@ from dev.pg import start_postgres
 
 DAG_ID = "flights_streaming"
 SINKS = ["tsb.flights.flights_enriched", "tsb.flights.carrier_daily_delay", "tsb.flights.carrier_ranking"]
-JOB_APPS = "spark_apps/"
+#: folders of the jobs' applications: a process running one is a job client
+JOB_APPS = ("spark_apps/", "benchmarks/apps/")
+CHAIN_DAG_ID = "scale_streaming"
+#: ``--topology chain``: a streaming chain of ``JOBS`` stages, fed by an ingest task
+CHAIN_DAG = """
+import datetime as dt
+import os
+import time
+
+import pendulum
+import pyarrow as pa
+from airflow.sdk import DAG, task
+
+from airflow_provider_tsb.task_group import TsbTopologyTaskGroup
+from airflow_provider_tsb.topology import Topology
+
+JOBS, APP = {jobs}, {app!r}
+topology = Topology("scale", warehouse=os.environ["TSB_WAREHOUSE"])
+topology.root_table("scale.root")
+SOURCE = {{k: "scale.root" if k == 1 else f"scale.t{{k - 1}}" for k in range(1, JOBS + 1)}}
+for k in range(1, JOBS + 1):
+    topology.job(f"stage_{{k}}", APP, sources=[SOURCE[k]], sinks=[f"scale.t{{k}}"])
+
+with DAG(dag_id="{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
+
+    @task
+    def ingest(**context) -> None:
+        from airflow_provider_tsb.root_tables import append_to_root
+
+        conf = context["dag_run"].conf or {{}}
+        rounds, pace_s, rows = int(conf.get("rounds", 10)), float(conf.get("pace_s", 4.0)), 1000
+        ts = dt.datetime(2013, 1, 1, tzinfo=dt.UTC)
+        for i in range(rounds):
+            ids = list(range(i * rows, (i + 1) * rows))
+            table = pa.table({{"id": pa.array(ids, pa.int64()), "v": pa.array([x * 0.5 for x in ids], pa.float64()),
+                               "hop": pa.array([0] * rows, pa.int32()),
+                               "ts": pa.array([ts] * rows, pa.timestamp("us", tz="UTC"))}})
+            append_to_root(topology.location("scale.root"), table, run_key=f"{{context['run_id']}}/{{i}}",
+                           end_of_input=i == rounds - 1)
+            time.sleep(pace_s)
+
+    ingest() >> TsbTopologyTaskGroup(
+        topology, mode="streaming", spark_conn_id="spark_local",
+        emitter_kwargs={{"interval_s": 1.5, "duration_s": 3600}},
+        job_kwargs={{f"stage_{{k}}": {{"env_vars": {{"TSB_SCALE_SOURCES": SOURCE[k],
+                                                "TSB_SCALE_SINK": f"scale.t{{k}}"}}}} for k in range(1, JOBS + 1)}},
+        default_job_kwargs={{"retries": 2, "retry_delay": dt.timedelta(seconds=1)}},
+    )
+"""
 
 
 def memory_kb(pid: int) -> tuple[int, int] | None:
@@ -93,7 +144,7 @@ def parts(groups: dict[str, int], postmaster: int, server: int) -> dict[str, set
             continue
         for pid in descendants(leader, table):
             cmd = table[pid][2]
-            if JOB_APPS in cmd and "python" in cmd:
+            if any(folder in cmd for folder in JOB_APPS) and "python" in cmd:
                 out["job clients"].add(pid)
             elif pid == leader:
                 out[f"airflow {name}"].add(pid)
@@ -111,12 +162,12 @@ def sample(found: dict[str, set[int]]) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def committed(store: object, barrier: int) -> bool:
+def committed(store: object, barrier: int, sinks: list[str]) -> bool:
     """Whether ``barrier`` is WRITTEN in every sink (``False`` before the topology registers)."""
     from airflow_provider_tsb.exceptions import UnknownTableError
 
     try:
-        states = [store.table_states.get(t, barrier) for t in SINKS]  # type: ignore[attr-defined]
+        states = [store.table_states.get(t, barrier) for t in sinks]  # type: ignore[attr-defined]
     except UnknownTableError:
         return False
     return all(s is not None and s.state == "WRITTEN" for s in states)
@@ -129,6 +180,9 @@ def main() -> None:
     options.add_argument("--barriers", type=int, default=3, help="COMMIT barriers before sampling")
     options.add_argument("--samples", type=int, default=3)
     options.add_argument("--every", type=float, default=5.0)
+    options.add_argument("--topology", choices=("flights", "chain"), default="flights",
+                         help="flights_streaming, or a chain of --jobs streaming jobs")
+    options.add_argument("--jobs", type=int, default=12, help="jobs of --topology chain")
     options.add_argument("--server-java-options", default=None,
                          help="the Connect server's Java options (tsb spark start --driver-java-options)")
     args = options.parse_args()
@@ -148,18 +202,32 @@ def main() -> None:
         store.migrate()
         env["AIRFLOW__CORE__PARALLELISM"] = str(args.parallelism)
         dags = shutil.copytree(REPO / "dags", root / "dags")
+        if args.topology == "chain":
+            dag_id, sinks = CHAIN_DAG_ID, [f"tsb.scale.t{k}" for k in range(1, args.jobs + 1)]
+            (dags / "scale_streaming.py").write_text(CHAIN_DAG.format(
+                jobs=args.jobs, app=str(REPO / "benchmarks" / "apps" / "scale_stage.py"), dag_id=dag_id))
+            conf = {"rounds": args.days, "pace_s": 4.0}
+        else:
+            dag_id, sinks, conf = DAG_ID, SINKS, {"days": args.days, "pace_s": 4.0, "interval_s": 1.5}
         af = start_airflow(dags, home=root / "airflow", env_extra=env, sql_alchemy_conn=airflow_db)
-        af.wait_for_dag(DAG_ID, timeout=300)
-        run = af.trigger_dag(DAG_ID, conf={"days": args.days, "pace_s": 4.0, "interval_s": 1.5})
+        af.wait_for_dag(dag_id, timeout=300)
+        run = af.trigger_dag(dag_id, conf=conf)
         deadline = time.monotonic() + 900
-        while not committed(store, args.barriers):
+        while not committed(store, args.barriers, sinks):
             if time.monotonic() > deadline:
                 raise SystemExit(f"no COMMIT barrier {args.barriers} after 900 s:\n"
-                                 f"{af.describe_run(DAG_ID, run['dag_run_id'])}")
+                                 f"{af.describe_run(dag_id, run['dag_run_id'])}")
             time.sleep(2)
         postmaster = int(Path(pg.data_dir, "postmaster.pid").read_text().split()[0])
         server_pid = int(server.status().pid or 0)
         groups = {name: group.pgid for name, group in af.groups.items()}
+        expected = args.jobs if args.topology == "chain" else len(SINKS)
+        deadline = time.monotonic() + 300  # every job's client up (a slow start, a retry)
+        while len(parts(groups, postmaster, server_pid)["job clients"]) < expected:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"fewer than {expected} job clients after 300 s:\n"
+                                 f"{af.describe_run(dag_id, run['dag_run_id'])}")
+            time.sleep(1)
         best: dict[str, tuple[int, int, int]] = {}
         for _ in range(args.samples):
             now = sample(parts(groups, postmaster, server_pid))

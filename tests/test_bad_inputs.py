@@ -203,6 +203,7 @@ def snapshot(world: World) -> tuple[dict[str, list[str]], list[tuple[str, int, i
     files = sorted(
         (str(p.relative_to(world.data)), st.st_size, st.st_mtime_ns)
         for p in world.data.rglob("*") if p.is_file() and not p.name.startswith(world.db.name)
+        and "__pycache__" not in p.parts  # Python's bytecode of an imported DAG file: not tsb's writing
         for st in (p.stat(),)
     )
     return rows, files
