@@ -47,6 +47,9 @@ class TsbTopologyTaskGroup(TaskGroup):
     :param ts_kind: barrier timestamps, ``system`` or ``event``.
     :param spark_conn_id: Spark connection of the job operators.
     :param tsb_conn_id: metastore connection.
+    :param storage_conn_id: Airflow connection of the object storage the tables live on
+        (``aws``, ``wasb``/``adls``, ``google_cloud_platform``), given to the barrier task and
+        every job task. ``None``: local tables, or ``$TSB_STORAGE_OPTIONS``.
     :param job_kwargs: extra operator arguments per job id (e.g. ``{"enrich": {"conf": {...}}}``).
     :param default_job_kwargs: extra operator arguments for every job.
     :param sensor_kwargs: arguments of the start sensor of a split topology (``timeout``...).
@@ -70,6 +73,7 @@ class TsbTopologyTaskGroup(TaskGroup):
         ts_kind: TsKind | str = TsKind.SYSTEM,
         spark_conn_id: str = "spark_default",
         tsb_conn_id: str = "tsb_default",
+        storage_conn_id: str | None = None,
         job_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
         default_job_kwargs: Mapping[str, Any] | None = None,
         sensor_kwargs: Mapping[str, Any] | None = None,
@@ -83,19 +87,20 @@ class TsbTopologyTaskGroup(TaskGroup):
         unknown = sorted(set(job_kwargs) - set(topology.jobs))
         if unknown:
             raise ValueError(f"job_kwargs names jobs {unknown} that topology {topology.name!r} does not declare")
-        jobs = _JobArguments(topology, spark_conn_id, tsb_conn_id, job_kwargs, dict(default_job_kwargs or {}))
+        connections = {"tsb_conn_id": tsb_conn_id, "storage_conn_id": storage_conn_id}
+        jobs = _JobArguments(topology, spark_conn_id, connections, job_kwargs, dict(default_job_kwargs or {}))
         self.end_task: EmptyOperator | None = None
         with self:
             if mode == "streaming":
                 self.barrier_task = TsbBarrierEmitterOperator(
-                    task_id="generate_barriers", topology=topology, ts_kind=ts_kind, tsb_conn_id=tsb_conn_id,
+                    task_id="generate_barriers", topology=topology, ts_kind=ts_kind, **connections,
                     **{"trigger_rule": TriggerRule.ALWAYS, **dict(emitter_kwargs or {})},
                 )
                 self.job_tasks = _streaming_job_tasks(jobs, self.barrier_task)
                 self.barrier_task.job_task_ids = [t.task_id for t in self.job_tasks.values()]
                 self.end_task = _stretch_done([self.barrier_task, *self.job_tasks.values()])
                 return
-            self.barrier_task = _start_task(topology, ts_kind, tsb_conn_id, sensor_kwargs)
+            self.barrier_task = _start_task(topology, ts_kind, connections, sensor_kwargs)
             self.job_tasks: dict[str, TsbSparkJobOperator] = _batch_job_tasks(jobs, self.barrier_task)
 
 
@@ -126,12 +131,13 @@ def _check_mode(topology: Topology, mode: str) -> None:
 
 @dataclass(frozen=True)
 class _JobArguments:
-    """What every job task of the group is given: the topology, the connections, the extra
-    operator arguments (``default_job_kwargs`` overridden by ``job_kwargs[job id]``)."""
+    """What every job task of the group is given: the topology, the connections (Spark's, and
+    ``{"tsb_conn_id": ..., "storage_conn_id": ...}``), the extra operator arguments
+    (``default_job_kwargs`` overridden by ``job_kwargs[job id]``)."""
 
     topology: Topology
     spark_conn_id: str
-    tsb_conn_id: str
+    connections: Mapping[str, str | None]
     job_kwargs: Mapping[str, Mapping[str, Any]]
     default_job_kwargs: Mapping[str, Any]
 
@@ -143,8 +149,7 @@ class _JobArguments:
             job_id=job_id,
             **given,
             conn_id=self.spark_conn_id,
-            tsb_conn_id=self.tsb_conn_id,
-            **{**self.default_job_kwargs, **dict(self.job_kwargs.get(job_id, {}))},
+            **{**self.connections, **self.default_job_kwargs, **dict(self.job_kwargs.get(job_id, {}))},
         )
 
 
@@ -185,19 +190,19 @@ def _stretch_done(tasks: list[BaseOperator]) -> EmptyOperator:
 
 
 def _start_task(
-    topology: Topology, ts_kind: TsKind | str, tsb_conn_id: str, sensor_kwargs: Mapping[str, Any] | None
+    topology: Topology, ts_kind: TsKind | str, connections: Mapping[str, str | None],
+    sensor_kwargs: Mapping[str, Any] | None,
 ) -> TsbBarrierOperator | TsbBarrierCommittedSensor:
     """The batch group's first task: generate a barrier, or (no root table: a split topology)
-    wait for one committed in the external tables (a deferrable sensor)."""
+    wait for one committed in the external tables (a deferrable sensor, which reads only the
+    metastore)."""
     if topology.root_tables:
-        return TsbBarrierOperator(
-            task_id="generate_barrier", topology=topology, ts_kind=ts_kind, tsb_conn_id=tsb_conn_id
-        )
+        return TsbBarrierOperator(task_id="generate_barrier", topology=topology, ts_kind=ts_kind, **connections)
     externals = sorted(n for n, t in topology.tables.items() if t.kind == "external")
     return TsbBarrierCommittedSensor(
         task_id="wait_for_upstream_barrier",
         tables=externals,
-        tsb_conn_id=tsb_conn_id,
+        tsb_conn_id=connections["tsb_conn_id"],
         **{"deferrable": True, "poke_interval": 5, "timeout": 3600, **(sensor_kwargs or {})},
     )
 

@@ -79,3 +79,41 @@ def test_streaming_group_after_an_ingest_task_starts_with_it_and_fails_the_run_w
 def test_streaming_job_with_a_gating_trigger_rule_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="streaming job 'wordcount_counts' must keep trigger_rule 'always'"):
         _dag(mode="streaming", job_kwargs={"wordcount_counts": {"trigger_rule": "all_success"}})
+
+
+@pytest.mark.parametrize("mode", ["batch", "streaming"])
+def test_one_storage_connection_reaches_the_barrier_task_and_every_job(mode: str, monkeypatch) -> None:
+    """``storage_conn_id`` of the group opens the tables for every task that reads or writes them:
+    the barrier task (root versions, the barrier log) as well as the jobs; a job's own
+    ``job_kwargs`` still win."""
+    import json
+
+    from airflow_provider_tsb.delta import storage
+
+    dag, group = _dag(mode=mode, storage_conn_id="bucket", job_kwargs={"wordcount_counts": {"storage_conn_id": "b2"}})
+    assert group.barrier_task.storage_conn_id == "bucket"
+    assert group.job_tasks["wordcount_words"].storage_conn_id == "bucket"
+    assert group.job_tasks["wordcount_counts"].storage_conn_id == "b2"
+    # the barrier task's hook sets that connection's options in its process before it reads a table
+    monkeypatch.setenv("AIRFLOW_CONN_BUCKET", json.dumps({
+        "conn_type": "aws", "login": "key", "password": "secret", "extra": {"endpoint_url": "http://127.0.0.1:9"}}))
+    monkeypatch.setenv("TSB_METASTORE_URL", "sqlite://")
+    try:
+        group.barrier_task.hook.get_conn()
+        options = storage.configured_options()
+        assert options["AWS_ACCESS_KEY_ID"] == "key" and options["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9"
+    finally:
+        storage.configure(None)
+
+
+def test_a_root_on_object_storage_without_storage_options_names_the_connection_to_give() -> None:
+    """Barrier generation on an ``s3://`` root with no storage options in the process: the error
+    names the table and says to give the task ``storage_conn_id`` (found by running the flights
+    topology on S3 under the scheduler)."""
+    from airflow_provider_tsb.hooks.barrier import RootTableError, read_root_versions
+    from airflow_provider_tsb.topology import Topology
+
+    topology = Topology("t")
+    topology.root_table("raw.a", location="s3://no-such-bucket/raw/a")
+    with pytest.raises(RootTableError, match=r"root table 'tsb\.raw\.a' at 's3://no-such-bucket/raw/a'.*storage_conn_id"):
+        read_root_versions(topology)

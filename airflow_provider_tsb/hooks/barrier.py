@@ -48,6 +48,7 @@ def read_root_versions(topology: Topology) -> dict[str, int]:
         RootTableError: a root table is missing or unreadable (names the table and location).
     """
     from airflow_provider_tsb.delta.barriers import root_version
+    from airflow_provider_tsb.delta.storage import configured_options, is_remote
 
     versions: dict[str, int] = {}
     for table in topology.root_tables:
@@ -55,8 +56,16 @@ def read_root_versions(topology: Topology) -> dict[str, int]:
         try:
             versions[table.name] = root_version(location)
         except Exception as exc:  # TableNotFoundError, or an unreadable log
+            try:
+                unset = not configured_options()
+            except ValueError:  # a malformed $TSB_STORAGE_OPTIONS: the error below is about the table
+                unset = False
+            hint = ""
+            if is_remote(location) and unset:
+                hint = (" (no storage options are set in this process: give the task the Airflow connection of "
+                        "the object storage, storage_conn_id=..., or set $TSB_STORAGE_OPTIONS)")
             raise RootTableError(
-                f"root table {table.name!r} at {location!r} cannot be read for barrier generation: {exc}"
+                f"root table {table.name!r} at {location!r} cannot be read for barrier generation{hint}: {exc}"
             ) from exc
     return versions
 
@@ -120,6 +129,11 @@ class TsbBarrierHook(BaseHook):
     :param topology: the topology (declared in the DAG file).
     :param ts_kind: ``system`` (barrier timestamp = now) or ``event`` (the event-time watermark).
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
+    :param storage_conn_id: Airflow connection (``aws``, ``wasb``/``adls``,
+        ``google_cloud_platform``) whose credentials open tables on object storage: the root
+        tables read for their versions and the barrier log written
+        (:mod:`airflow_provider_tsb.delta.storage`). ``None``: this process's own
+        (``$TSB_STORAGE_OPTIONS``, or none for local tables).
     """
 
     conn_name_attr = "tsb_conn_id"
@@ -128,15 +142,21 @@ class TsbBarrierHook(BaseHook):
 
     def __init__(
         self, topology: Topology, *, ts_kind: TsKind | str = TsKind.SYSTEM, tsb_conn_id: str = default_conn_name,
-        **kwargs: Any,
+        storage_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.topology = topology
         self.ts_kind = ts_kind
         self.tsb_conn_id = tsb_conn_id
+        self.storage_conn_id = storage_conn_id
 
     def get_conn(self) -> MetaStore:
-        """The metastore of ``tsb_conn_id`` (see :class:`TsbMetastoreHook`)."""
+        """The metastore of ``tsb_conn_id`` (see :class:`TsbMetastoreHook`), with the storage
+        options of ``storage_conn_id`` set for this process first."""
+        if self.storage_conn_id:
+            from airflow_provider_tsb.delta.storage import configure, storage_options_from_connection
+
+            configure(storage_options_from_connection(self.get_connection(self.storage_conn_id)))
         return TsbMetastoreHook(self.tsb_conn_id).get_conn()
 
     def watermark(self, versions: dict[str, int]) -> int | None:

@@ -31,6 +31,10 @@ class TsbBarrierOperator(BaseOperator):
     :param ts_kind: ``system`` (barrier timestamp = now) or ``event`` (the event-time
         watermark: max of each root table's ``event_time_column`` at the recorded version).
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
+    :param storage_conn_id: Airflow connection of the object storage the tables live on
+        (``aws``, ``wasb``/``adls``, ``google_cloud_platform``; see
+        :class:`~airflow_provider_tsb.hooks.barrier.TsbBarrierHook`). ``None``: local tables, or
+        ``$TSB_STORAGE_OPTIONS``.
 
     Returns (XCom) the barrier id, an ``int``. Raises
     :class:`~airflow_provider_tsb.hooks.barrier.RootTableError` naming the table and its location
@@ -46,6 +50,7 @@ class TsbBarrierOperator(BaseOperator):
         topology: Topology,
         ts_kind: TsKind | str = TsKind.SYSTEM,
         tsb_conn_id: str = TsbMetastoreHook.default_conn_name,
+        storage_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -59,13 +64,15 @@ class TsbBarrierOperator(BaseOperator):
         self.topology = topology
         self.ts_kind = ts_kind
         self.tsb_conn_id = tsb_conn_id
+        self.storage_conn_id = storage_conn_id
         self._hook: TsbBarrierHook | None = None
 
     @property
     def hook(self) -> TsbBarrierHook:
         """The hook generating the barriers (built on first use, from the operator's parameters)."""
         if self._hook is None:
-            self._hook = TsbBarrierHook(self.topology, ts_kind=self.ts_kind, tsb_conn_id=self.tsb_conn_id)
+            self._hook = TsbBarrierHook(self.topology, ts_kind=self.ts_kind, tsb_conn_id=self.tsb_conn_id,
+                                        storage_conn_id=self.storage_conn_id)
         return self._hook
 
     def execute(self, context: Any) -> int:

@@ -1,22 +1,26 @@
-"""The flights topology with its warehouse on ``s3://`` (issue 58 item 6), against moto's S3 server.
+"""The flights topology with its warehouse on ``s3://`` under the REAL Airflow scheduler (issue 58
+item 6), against moto's S3 server.
 
-Everything a user's deployment does goes to the bucket: the roots are ingested and the barriers
-generated (the barrier log) by this process through delta-rs; each job runs as the operator runs
-it on a ``spark_connect`` connection, a Spark Connect client process of
-:class:`~airflow_provider_tsb.hooks.spark_job.TsbSparkJobHook` with ``storage_conn_id``, whose
-session reads the inputs and writes the sinks through Hadoop's S3A connector
-(:mod:`airflow_provider_tsb.spark.hadoop_fs`) and commits through delta-rs. Then the FLIP-276
-invariants hold at every barrier (read through delta-rs), Spark's Delta reader at each barrier's
-version equals delta-rs's read of it, the official Delta Sharing client reads every sink AS OF
-each barrier through presigned URLs of the bucket (the files Spark wrote through S3A), equal to
-tsb's own read, and ``tsb db rebuild`` rebuilds a lost metastore from the bucket alone with every
-answer the same.
+A user's DAG file (:data:`S3_DAG`) declares the example flights topology with its warehouse in a
+bucket (``TSB_WAREHOUSE=s3://...``) and one Airflow connection for the bucket
+(``storage_conn_id="aws_tables"`` of ``TsbTopologyTaskGroup``). Scheduler, dag-processor,
+triggerer and api-server (LocalExecutor, metadata DB on PostgreSQL) run two DAG runs: the
+ingest task appends a day to the roots through delta-rs, the barrier task reads their versions
+and writes the barrier log in the bucket, and each job runs as the operator runs it on a
+``spark_connect`` connection, a Spark Connect client whose session reads the inputs and writes
+the sinks through Hadoop's S3A connector (:mod:`airflow_provider_tsb.spark.hadoop_fs`). Then
+the FLIP-276 invariants hold at every barrier (read through delta-rs), Spark's Delta reader at
+each barrier's version equals delta-rs's read of it, the official Delta Sharing client reads
+every sink AS OF each barrier through presigned URLs of the bucket (the files Spark wrote
+through S3A), equal to tsb's own read, and ``tsb db rebuild`` rebuilds a lost metastore from the
+bucket alone with every answer the same.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,35 +33,75 @@ import httpx
 import pytest
 
 from airflow_provider_tsb.delta import storage
-from dev.e2e import spark_connection
+from dev.airflow_harness import start_airflow
+from dev.e2e import examples_deployment
+from dev.pg import start_postgres
 from tests.maintenance.test_rebuild import (
     DAILY,
     ENRICHED,
     RANKING,
     _check_flights,
     _differences,
-    _generate,
-    _ingest,
     _topologies,
     answers,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.delta_spark, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.airflow, pytest.mark.spark, pytest.mark.delta_spark]
 
 BUCKET = "tsb-flights"
 FLIGHTS_DAG = Path(__file__).resolve().parents[2] / "dags" / "flights_topology.py"
 
 
-def _run_jobs(topology: Any, barrier: int) -> None:
-    """Every job up to ``barrier`` as the operator runs it: a Spark Connect client process per job,
-    the bucket's credentials from the ``aws_tables`` connection."""
-    from airflow_provider_tsb.hooks.spark_engine import ConnectClient, SparkEngine
-    from airflow_provider_tsb.hooks.spark_job import TsbSparkJobHook
+#: a user's DAG file: the example flights topology (``dags/common/flights.py``, its warehouse
+#: ``$TSB_WAREHOUSE``) with every tsb task opening the bucket through one Airflow connection; the
+#: ingest is the user's own code, so it sets the same connection's options itself
+S3_DAG = """
+import airflow.providers.apache.spark.operators.spark_submit  # noqa: F401
+import pendulum
+from airflow.sdk import DAG, BaseHook, task
+from common.flights import topology
 
-    engine = SparkEngine.from_connection("spark_default")
-    for job in topology.jobs_in_order():
-        client = ConnectClient(job.application, engine, conf=dict(job.conf), job_id=job.id)
-        TsbSparkJobHook(topology, job.id, tsb_conn_id="tsb_lite", storage_conn_id="aws_tables").run(barrier, client)
+from airflow_provider_tsb.task_group import TsbTopologyTaskGroup
+
+with DAG(dag_id="flights_on_s3", schedule=None, start_date=pendulum.datetime(2013, 1, 1, tz="UTC"),
+         catchup=False, max_active_runs=1) as dag:
+
+    @task
+    def ingest_next_day(**context: object) -> dict:
+        from airflow_provider_tsb.delta import storage
+        from tsb_examples.ingest import ingest_next_flights_days
+
+        storage.configure(storage.storage_options_from_connection(BaseHook.get_connection("aws_tables")))
+        run = context["dag_run"]
+        return ingest_next_flights_days(topology.location("raw.flights"), topology.location("raw.weather"),
+                                        run_key=f"{run.dag_id}/{run.run_id}")
+
+    ingest_next_day() >> TsbTopologyTaskGroup(topology, ts_kind="event", spark_conn_id="spark_local",
+                                              storage_conn_id="aws_tables")
+"""
+
+
+def _run_under_airflow(root: Path, env: dict[str, str], barriers: int) -> None:
+    """``barriers`` runs of :data:`S3_DAG` under a real Airflow (PostgreSQL metadata DB), each a
+    success; nothing in the environment gives the tasks the bucket's credentials but the
+    ``aws_tables`` connection. The DAG folder holds the DAG file and a copy of the example's
+    ``common/`` package, as ``dags/flights_topology.py`` tells a user to copy them."""
+    dags = root / "dags"
+    shutil.copytree(FLIGHTS_DAG.parent / "common", dags / "common", ignore=shutil.ignore_patterns("__pycache__"))
+    (dags / "flights_on_s3.py").write_text(S3_DAG)
+    pg = start_postgres()
+    try:
+        af = start_airflow(dags, home=root / "airflow", env_extra=env,
+                           sql_alchemy_conn=str(pg.create_database("airflow")))
+        try:
+            af.wait_for_dag("flights_on_s3", timeout=180)
+            assert not af.import_errors(), af.import_errors()
+            for _ in range(barriers):
+                af.run_dag("flights_on_s3", expect="success", timeout=600)
+        finally:
+            af.stop()
+    finally:
+        pg.stop()
 
 
 class _Profile(str):
@@ -108,7 +152,7 @@ def _plain(row: dict[str, Any]) -> tuple:
     return tuple(one(v) for v in row.values())
 
 
-def test_the_flights_topology_runs_with_its_warehouse_on_s3_and_is_rebuilt_from_it(
+def test_the_flights_topology_runs_under_the_scheduler_with_its_warehouse_on_s3_and_is_rebuilt_from_it(
     spark_remote: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import pyarrow.fs as pafs
@@ -127,25 +171,24 @@ def test_the_flights_topology_runs_with_its_warehouse_on_s3_and_is_rebuilt_from_
         pafs.S3FileSystem(access_key="testing", secret_key="testing", region="us-east-1",
                           endpoint_override=server.endpoint.split("://")[1], scheme="http",
                           allow_bucket_creation=True).create_dir(BUCKET)
-        connection = {"conn_type": "aws", "login": "testing", "password": "testing",
-                      "extra": {"region_name": "us-east-1", "endpoint_url": server.endpoint}}
-        monkeypatch.setenv("AIRFLOW_CONN_AWS_TABLES", json.dumps(connection))
-        url = f"sqlite:///{tmp_path / 'tsb.db'}"
-        monkeypatch.setenv("AIRFLOW_CONN_TSB_LITE", json.dumps({"conn_type": "tsb", "extra": {"sqlalchemy_url": url}}))
-        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", spark_connection(spark_remote))
-        monkeypatch.setenv("TSB_WAREHOUSE", f"s3://{BUCKET}/warehouse")
-        monkeypatch.delenv("TSB_METASTORE_URL", raising=False)
+        connection = json.dumps({"conn_type": "aws", "login": "testing", "password": "testing",
+                                 "extra": {"region_name": "us-east-1", "endpoint_url": server.endpoint}})
+        warehouse = f"s3://{BUCKET}/warehouse"
+        store, env = examples_deployment(tmp_path, spark_remote, TSB_WAREHOUSE=warehouse,
+                                         AIRFLOW_CONN_AWS_TABLES=connection)
+        assert storage.ENV_VAR not in env
+        _run_under_airflow(tmp_path, env, barriers=2)
+
+        # this process reads the bucket as the tasks did: through the same connection
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_TABLES", connection)
+        monkeypatch.setenv("TSB_WAREHOUSE", warehouse)
         from airflow.sdk import BaseHook
 
         storage.configure(storage.storage_options_from_connection(BaseHook.get_connection("aws_tables")))
         flights = _topologies()["flights"]
-        assert flights.location("raw.flights").startswith(f"s3://{BUCKET}/warehouse/")
-        store = MetaStore(url)
-        store.migrate()
-        for i in range(2):
-            _ingest(flights, f"f{i}")
-            assert _generate(flights, "tsb_lite", f"f{i}") == i + 1
-        _run_jobs(flights, 2)
+        assert flights.location("raw.flights").startswith(f"{warehouse}/")
+        assert [b.barrier for b in store.barriers.list("flights", ascending=True)] == [1, 2]
+        assert store.registry.table("tsb.raw.flights").location.startswith(f"{warehouse}/")
         assert _check_flights(store) == 2
 
         # Spark's own Delta reader, through S3A, at each barrier's version equals delta-rs's read
