@@ -89,8 +89,12 @@ def test_one_storage_connection_reaches_the_barrier_task_and_every_job(mode: str
     import json
 
     from airflow_provider_tsb.delta import storage
+    from airflow_provider_tsb.operators.maintenance import TsbRollbackOperator, TsbSnapshotExpiryOperator
 
     dag, group = _dag(mode=mode, storage_conn_id="bucket", job_kwargs={"wordcount_counts": {"storage_conn_id": "b2"}})
+    expiry = TsbSnapshotExpiryOperator(task_id="x", topology=group.topology, storage_conn_id="bucket")
+    rollback = TsbRollbackOperator(task_id="r", topology=group.topology, table="t", storage_conn_id="bucket")
+    assert expiry.storage_conn_id == rollback.storage_conn_id == "bucket"
     assert group.barrier_task.storage_conn_id == "bucket"
     assert group.job_tasks["wordcount_words"].storage_conn_id == "bucket"
     assert group.job_tasks["wordcount_counts"].storage_conn_id == "b2"

@@ -24,7 +24,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.exceptions import RootTableError, TopologyError
-from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
+from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook, use_storage_connection
 from airflow_provider_tsb.metastore.records import TsKind
 from airflow_provider_tsb.metastore.store import BarrierInfo, MetaStore
 from airflow_provider_tsb.topology import Topology
@@ -153,10 +153,7 @@ class TsbBarrierHook(BaseHook):
     def get_conn(self) -> MetaStore:
         """The metastore of ``tsb_conn_id`` (see :class:`TsbMetastoreHook`), with the storage
         options of ``storage_conn_id`` set for this process first."""
-        if self.storage_conn_id:
-            from airflow_provider_tsb.delta.storage import configure, storage_options_from_connection
-
-            configure(storage_options_from_connection(self.get_connection(self.storage_conn_id)))
+        use_storage_connection(self.storage_conn_id)
         return TsbMetastoreHook(self.tsb_conn_id).get_conn()
 
     def watermark(self, versions: dict[str, int]) -> int | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
+from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook, use_storage_connection
 from airflow_provider_tsb.maintenance.retention import RetentionPolicy
 from airflow_provider_tsb.metastore.store import MetaStore
 from airflow_provider_tsb.names import normalize_table_name
@@ -52,19 +52,26 @@ class TsbMaintenanceHook(BaseHook):
 
     :param topology: the topology.
     :param tsb_conn_id: metastore connection (default ``tsb_default``).
+    :param storage_conn_id: Airflow connection of the object storage the tables live on
+        (:func:`~airflow_provider_tsb.hooks.metastore.use_storage_connection`); ``None``: local
+        tables, or ``$TSB_STORAGE_OPTIONS``.
     """
 
     conn_name_attr = "tsb_conn_id"
     default_conn_name = TsbMetastoreHook.default_conn_name
     hook_name = "TSB maintenance"
 
-    def __init__(self, topology: Topology, *, tsb_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+    def __init__(self, topology: Topology, *, tsb_conn_id: str = default_conn_name,
+                 storage_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.topology = topology
         self.tsb_conn_id = tsb_conn_id
+        self.storage_conn_id = storage_conn_id
 
     def get_conn(self) -> MetaStore:
-        """The metastore of ``tsb_conn_id`` (see :class:`TsbMetastoreHook`)."""
+        """The metastore of ``tsb_conn_id`` (see :class:`TsbMetastoreHook`), with the storage
+        options of ``storage_conn_id`` set for this process first."""
+        use_storage_connection(self.storage_conn_id)
         return TsbMetastoreHook(self.tsb_conn_id).get_conn()
 
     def expire_all(

@@ -268,3 +268,23 @@ def committed_barrier_payload(
         "lag_s": lag, "tables": list(tables), "topology": topology,
         "tsb_history": {t: history_path(store.registry.table(t).topology, t) for t in tables},
     }
+
+
+def use_storage_connection(conn_id: str | None) -> dict[str, str]:
+    """Set this process's object-storage options (:func:`airflow_provider_tsb.delta.storage.configure`)
+    from the Airflow connection ``conn_id`` (``aws``, ``wasb``/``adls``, ``google_cloud_platform``,
+    or any connection with a ``storage_options`` extra); returns them. ``None``: nothing is set
+    and ``{}`` returned (local tables, or ``$TSB_STORAGE_OPTIONS``).
+
+    Every hook that opens tables takes a ``storage_conn_id`` and calls this before it does.
+
+    Raises:
+        AirflowNotFoundException: no connection ``conn_id`` (Airflow's own error, naming it).
+    """
+    if not conn_id:
+        return {}
+    from airflow_provider_tsb.delta.storage import configure, storage_options_from_connection
+
+    options = storage_options_from_connection(BaseHook.get_connection(conn_id))
+    configure(options)
+    return options

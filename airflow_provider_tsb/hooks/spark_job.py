@@ -36,7 +36,7 @@ from airflow.providers.common.compat.sdk import BaseHook
 
 from airflow_provider_tsb.assets import barrier_event_extra, table_asset
 from airflow_provider_tsb.exceptions import BarrierNotReadyError, CommitMissingError, UnknownJobError
-from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook
+from airflow_provider_tsb.hooks.metastore import TsbMetastoreHook, use_storage_connection
 from airflow_provider_tsb.metastore.store import BarrierState, JobStatus, MetaStore, now_ms
 from airflow_provider_tsb.spark.plans import DEFAULT_MAX_BARRIERS_PER_TRIGGER
 from airflow_provider_tsb.topology import Job, Table, Topology
@@ -275,10 +275,7 @@ class TsbSparkJobHook(BaseHook):
             RevisionPendingError: a revision over the job's sinks is pending (before spark-submit).
         """
         store = self.get_conn()
-        if self.storage_conn_id:
-            from airflow_provider_tsb.delta.storage import configure
-
-            configure(self.storage_options())  # this process reads the sinks' logs (reconcile)
+        use_storage_connection(self.storage_conn_id)  # this process reads the sinks' logs (reconcile)
         store.registry.register_job(self.topology.name, self.job, self.job_tables(), warehouse=self.topology.warehouse)
         store.revisions.check_none_pending(self.job_id)
         self.lineage = {"inputs": {}, "outputs": {}}

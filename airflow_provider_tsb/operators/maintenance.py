@@ -40,6 +40,9 @@ class TsbSnapshotExpiryOperator(BaseOperator):
         without one keep the newest ``keep_barriers``.
     :param dry_run: report what would go; mark and delete nothing.
     :param tsb_conn_id: metastore connection.
+    :param storage_conn_id: Airflow connection of the object storage the tables live on
+        (``aws``, ``wasb``/``adls``, ``google_cloud_platform``); ``None``: local tables, or
+        ``$TSB_STORAGE_OPTIONS``.
 
     Returns (XCom) one ``expire_snapshots`` result per table.
     """
@@ -47,7 +50,7 @@ class TsbSnapshotExpiryOperator(BaseOperator):
     def __init__(
         self, *, topology: Topology, keep_barriers: int = 10, dry_run: bool = False,
         retention: RetentionPolicy | Mapping[str, RetentionPolicy] | None = None,
-        tsb_conn_id: str = "tsb_default", **kwargs: Any,
+        tsb_conn_id: str = "tsb_default", storage_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if keep_barriers < 1:
@@ -57,10 +60,11 @@ class TsbSnapshotExpiryOperator(BaseOperator):
         self.dry_run = dry_run
         self.retention = retention
         self.tsb_conn_id = tsb_conn_id
+        self.storage_conn_id = storage_conn_id
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
         """Expire every root and intermediate table's old snapshots."""
-        hook = TsbMaintenanceHook(self.topology, tsb_conn_id=self.tsb_conn_id)
+        hook = TsbMaintenanceHook(self.topology, tsb_conn_id=self.tsb_conn_id, storage_conn_id=self.storage_conn_id)
         return hook.expire_all(self.keep_barriers, dry_run=self.dry_run, retention=self.retention)
 
 
@@ -79,6 +83,9 @@ class TsbRollbackOperator(BaseOperator):
     :param reprocess: empty the tables so the jobs process every barrier again from barrier 1
         (templated: a bool, or ``"true"``/``"false"``).
     :param tsb_conn_id: metastore connection.
+    :param storage_conn_id: Airflow connection of the object storage the tables live on
+        (``aws``, ``wasb``/``adls``, ``google_cloud_platform``); ``None``: local tables, or
+        ``$TSB_STORAGE_OPTIONS``.
 
     Returns (XCom) ``{"revision", "barrier", "tables": {table: Delta version}, "checkpoints",
     "resumed"}``. Raises ``ValueError`` for a root table (root tables are written from outside)
@@ -95,6 +102,7 @@ class TsbRollbackOperator(BaseOperator):
         barrier: int | str = 0,
         reprocess: bool | str = False,
         tsb_conn_id: str = "tsb_default",
+        storage_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -103,6 +111,7 @@ class TsbRollbackOperator(BaseOperator):
         self.barrier = barrier
         self.reprocess = reprocess
         self.tsb_conn_id = tsb_conn_id
+        self.storage_conn_id = storage_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Roll the table and its downstream tables back to the rendered barrier."""
@@ -115,7 +124,7 @@ class TsbRollbackOperator(BaseOperator):
             if reprocess.strip().lower() not in ("true", "false", ""):
                 raise ValueError(f"{self.task_id}: reprocess must be true or false, got {reprocess!r}")
             reprocess = reprocess.strip().lower() == "true"
-        hook = TsbMaintenanceHook(self.topology, tsb_conn_id=self.tsb_conn_id)
+        hook = TsbMaintenanceHook(self.topology, tsb_conn_id=self.tsb_conn_id, storage_conn_id=self.storage_conn_id)
         try:
             return hook.rollback(self.table, barrier, reprocess=bool(reprocess))
         except ValueError as exc:

@@ -53,14 +53,16 @@ FLIGHTS_DAG = Path(__file__).resolve().parents[2] / "dags" / "flights_topology.p
 
 
 #: a user's DAG file: the example flights topology (``dags/common/flights.py``, its warehouse
-#: ``$TSB_WAREHOUSE``) with every tsb task opening the bucket through one Airflow connection; the
-#: ingest is the user's own code, so it sets the same connection's options itself
+#: ``$TSB_WAREHOUSE``) with every tsb task opening the bucket through one Airflow connection (the
+#: barrier task, the jobs, the snapshot expiry); the ingest is the user's own code, so it sets the
+#: same connection's options itself
 S3_DAG = """
 import airflow.providers.apache.spark.operators.spark_submit  # noqa: F401
 import pendulum
 from airflow.sdk import DAG, BaseHook, task
 from common.flights import topology
 
+from airflow_provider_tsb.operators.maintenance import TsbSnapshotExpiryOperator
 from airflow_provider_tsb.task_group import TsbTopologyTaskGroup
 
 with DAG(dag_id="flights_on_s3", schedule=None, start_date=pendulum.datetime(2013, 1, 1, tz="UTC"),
@@ -76,8 +78,11 @@ with DAG(dag_id="flights_on_s3", schedule=None, start_date=pendulum.datetime(201
         return ingest_next_flights_days(topology.location("raw.flights"), topology.location("raw.weather"),
                                         run_key=f"{run.dag_id}/{run.run_id}")
 
-    ingest_next_day() >> TsbTopologyTaskGroup(topology, ts_kind="event", spark_conn_id="spark_local",
-                                              storage_conn_id="aws_tables")
+    flights = TsbTopologyTaskGroup(topology, ts_kind="event", spark_conn_id="spark_local", storage_conn_id="aws_tables")
+    # every table's log read in the bucket; 10 barriers kept, so nothing goes yet
+    expiry = TsbSnapshotExpiryOperator(task_id="expire_snapshots", topology=topology, keep_barriers=10,
+                                       storage_conn_id="aws_tables")
+    ingest_next_day() >> flights >> expiry
 """
 
 
