@@ -42,6 +42,9 @@ START_ERROR = re.compile(r"^(Exception in thread|Error:|[\w.$]+(Exception|Error)
 #: state folder of the local server, unless given: ``$TSB_SPARK_HOME``
 HOME_ENV = "TSB_SPARK_HOME"
 DEFAULT_PORT = 15002
+#: seconds :meth:`ConnectServer.stop` waits, after the server's processes are gone, for its port
+#: to stop accepting connections
+PORT_RELEASE_S = 10.0
 
 #: Spark properties of the embedded server (``ConnectServerOptions.conf`` wins over them)
 SERVER_CONF: dict[str, str] = {
@@ -330,8 +333,10 @@ class ConnectServer:
         """Stop the recorded server and every process of its group; forget it.
 
         SIGTERM first (Spark stops its context), SIGKILL after ``timeout_s`` seconds. Returns
-        whether a server process was running. A recorded pid that now belongs to another process
-        (the server died and the number was reused) is left alone: see :class:`ProcessGroup`.
+        whether a server process was running, once its port no longer accepts connections (up
+        to :data:`PORT_RELEASE_S` seconds more), so that a ``tsb spark start`` right after it
+        finds the port free. A recorded pid that now belongs to another process (the server
+        died and the number was reused) is left alone: see :class:`ProcessGroup`.
         """
         state = self._read_state()
         if state is None:
@@ -340,6 +345,11 @@ class ConnectServer:
         was_running = group.leader_alive()
         group.stop(timeout_s)
         self._forget()
+        if was_running and isinstance(state.get("port"), int):
+            host = str(state.get("bind_address") or "127.0.0.1")
+            deadline = time.monotonic() + PORT_RELEASE_S
+            while port_open(host, state["port"], timeout_s=0.5) and time.monotonic() < deadline:
+                time.sleep(0.2)
         return was_running
 
     # ------------------------------------------------------------------ helpers
