@@ -71,7 +71,7 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 lint: install
-	$(VENV)/bin/ruff check airflow_provider_tsb tsb_examples dev dags spark_apps tests benchmarks
+	$(VENV)/bin/ruff check airflow_provider_tsb dev dags spark_apps tests benchmarks
 	$(PY) dev/doc_params.py airflow_provider_tsb
 
 dist: install

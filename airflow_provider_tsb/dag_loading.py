@@ -24,6 +24,9 @@ from pathlib import Path
 from airflow_provider_tsb.exceptions import DagFileTimeoutError
 from airflow_provider_tsb.topology import Topology, declared_topologies, forget_declared_topologies
 
+#: the file that excludes paths of a DAG folder from parsing (Airflow's ``[core] dag_ignore_file_syntax``)
+AIRFLOWIGNORE = ".airflowignore"
+
 
 @dataclass
 class LoadedFile:
@@ -37,6 +40,12 @@ class LoadedFile:
 def iter_dag_files(paths: list[str]) -> list[str]:
     """Expand files and folders into the sorted list of ``.py`` DAG files they hold.
 
+    A folder is walked the way Airflow's DAG processor walks its DAG folder: an ``.airflowignore``
+    file in a folder excludes the paths its patterns match below that folder (Airflow 3's default
+    ``[core] dag_ignore_file_syntax = glob``: gitignore patterns, matched with ``pathspec`` as
+    Airflow does). So support packages beside the DAG files (the examples' ``common/`` and
+    ``tsb_examples/``) are not imported as DAG files. A file named explicitly is always loaded.
+
     Raises:
         FileNotFoundError: a path does not exist (names it).
     """
@@ -45,14 +54,34 @@ def iter_dag_files(paths: list[str]) -> list[str]:
         path = Path(raw)
         if not path.exists():
             raise FileNotFoundError(f"no such DAG file or folder: {raw}")
-        if path.is_dir():
-            files.extend(
-                str(p) for p in sorted(path.rglob("*.py"))
-                if "__pycache__" not in p.parts and not p.name.startswith(".")
-            )
-        else:
-            files.append(str(path))
+        files.extend(_walk_dag_folder(path) if path.is_dir() else [str(path)])
     return files
+
+
+def _walk_dag_folder(root: Path) -> list[str]:
+    """The ``.py`` files under ``root`` that no ``.airflowignore`` on their way excludes (sorted)."""
+    import pathspec
+
+    found: list[str] = []
+    ignores: dict[Path, list[tuple[Path, pathspec.PathSpec]]] = {root: []}
+    for folder, subfolders, names in os.walk(root):
+        here = Path(folder)
+        rules = list(ignores.pop(here))
+        ignore_file = here / AIRFLOWIGNORE
+        if ignore_file.is_file():
+            rules.append((here, pathspec.GitIgnoreSpec.from_lines(ignore_file.read_text().splitlines())))
+
+        def ignored(path: Path, is_dir: bool, rules: list[tuple[Path, pathspec.PathSpec]] = rules) -> bool:
+            return any(spec.match_file(path.relative_to(base).as_posix() + ("/" if is_dir else ""))
+                       for base, spec in rules)
+
+        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__" and not d.startswith(".")
+                               and not ignored(here / d, True))
+        for d in subfolders:
+            ignores[here / d] = rules
+        found.extend(str(here / n) for n in names
+                     if n.endswith(".py") and not n.startswith(".") and not ignored(here / n, False))
+    return sorted(found)
 
 
 def import_timeout_s() -> float:

@@ -1,5 +1,6 @@
 """Development tooling (not shipped: the wheel packages only ``airflow_provider_tsb`` and
-``tsb_examples``): the demo (``python -m dev.demo``, ``make demo``), README screenshots, the
+``tsb_examples``, which lives in ``dags/tsb_examples/``): the demo (``python -m dev.demo``,
+``make demo``), README screenshots, the
 docstring checker of ``make lint``, probes of the protocol's costs, and the throwaway services
 and worlds the tests and ``benchmarks/`` run the provider against. Scripts put the repository
 root on ``sys.path``.

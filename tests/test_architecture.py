@@ -240,6 +240,24 @@ def test_dev_and_benchmarks_do_not_need_the_tests() -> None:
     assert found == []
 
 
+#: the code folders at the top of the checkout: the provider, the example DAG files (with their
+#: support package ``dags/tsb_examples/`` and ``dags/common/``), the examples' Spark applications,
+#: development tooling, the benchmarks and the tests
+TOP_LEVEL_CODE_FOLDERS = {"airflow_provider_tsb", "dags", "spark_apps", "dev", "benchmarks", "tests"}
+
+
+def test_the_top_level_code_folders_are_the_rooms() -> None:
+    """Example support lives beside the examples (``dags/``), and no other code folder joins
+    the top level (issue 59 item 6); the examples' support is still importable as ``tsb_examples``
+    from the distribution (pyproject's ``packages.find.where``)."""
+    ignored = {".venv", "site", "dist", "build", "test-output", "node_modules"}
+    code = {p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in ignored
+            and any(p.rglob("*.py"))}
+    assert sorted(code - TOP_LEVEL_CODE_FOLDERS) == [] and sorted(TOP_LEVEL_CODE_FOLDERS - code) == []
+    assert (REPO / "dags" / "tsb_examples" / "__init__.py").is_file()
+    assert "tsb_examples/" in (REPO / "dags" / ".airflowignore").read_text().split()
+
+
 #: test folders that mirror no package folder: whole-topology runs under the real scheduler, helpers
 CROSS_CUTTING_TEST_FOLDERS = {"e2e", "support"}
 

@@ -51,6 +51,24 @@ def test_validate_good_files_and_folder(tmp_path: Path) -> None:
     )
 
 
+def test_validate_skips_what_airflowignore_excludes_as_airflow_does(tmp_path: Path) -> None:
+    """Support packages beside the DAG files (the examples' ``tsb_examples/``) are excluded by
+    ``.airflowignore`` from Airflow's parsing, and so from ``tsb topology validate``; a nested
+    ignore file applies below its own folder."""
+    write(tmp_path / "team_a.py", TEAM_A)
+    (tmp_path / "support").mkdir()
+    write(tmp_path / "support" / "loader.py", "raise RuntimeError('a support module, not a DAG file')\n")
+    (tmp_path / "team").mkdir()
+    write(tmp_path / "team" / "scratch_orders.py", "raise RuntimeError('scratch, not a DAG file')\n")
+    write(tmp_path / "team" / ".airflowignore", "scratch_*.py\n")
+    failing = tsb("topology", "validate", str(tmp_path))
+    assert failing.returncode == 1 and "loader.py: RuntimeError: a support module" in failing.stdout + failing.stderr
+    write(tmp_path / ".airflowignore", "support/\n")
+    result = tsb("topology", "validate", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "ok shop: 1 root table(s), 1 intermediate table(s), 1 job(s)"
+
+
 def test_validate_reports_every_error(tmp_path: Path) -> None:
     write(tmp_path / "team_a.py", TEAM_A)
     write(tmp_path / "team_c.py", """
