@@ -75,6 +75,31 @@ def test_the_readme_is_a_front_door_whose_links_resolve() -> None:
     assert missing == [], f"README links to missing files: {missing}"
 
 
+#: Keep a Changelog 1.1.0's groups, in its order
+CHANGELOG_GROUPS = ["Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"]
+
+
+def test_the_changelog_is_for_users_one_release_per_section() -> None:
+    """Issue 59 item 2: ``[Unreleased]`` on top, then one dated section per release whose version
+    is the package's; in each, Keep a Changelog's groups once each in its order; one line per
+    change, with no timings and no test names; at most 150 lines."""
+    import tomllib
+
+    text = (REPO / "CHANGELOG.md").read_text()
+    lines = text.splitlines()
+    assert len(lines) <= 150, f"CHANGELOG.md has {len(lines)} lines"
+    releases = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", text, re.M)
+    assert releases[0] == ("Unreleased", ""), releases[:2]
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert releases[1][0] == version and releases[1][1], f"the newest release section is not [{version}] - DATE"
+    for section in re.split(r"^## ", text, flags=re.M)[2:]:
+        groups = re.findall(r"^### (.+)$", section, re.M)
+        assert groups == [g for g in CHANGELOG_GROUPS if g in groups], (section.splitlines()[0], groups)
+    bullets = [line for line in lines if line.startswith("- ")]
+    measured = r"(?<!default )\b\d+(\.\d+)? ?(ms|s|min)\b"  # a timing; a setting's default is fine
+    assert [b for b in bullets if re.search(measured, b) or re.search(r"tests?/\S+\.py", b)] == []
+
+
 def test_every_documented_parameter_is_in_its_signature(tmp_path: Path) -> None:
     """``make lint``'s pydoclint check: the package passes, and a docstring that documents an
     argument its signature does not take (the sensor's ``poll_interval``) fails, named."""
