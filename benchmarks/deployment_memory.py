@@ -25,7 +25,7 @@ part's PSS, RSS and process count::
 
     .venv/bin/python -m benchmarks.deployment_memory [--parallelism 8] [--days 6] [--barriers 3]
         [--topology flights|chain --jobs 12]
-        [--server-java-options "-XX:+UseSerialGC ..."]
+        [--server-java-options "-XX:+UseSerialGC ..."] [--per-process]
 """
 
 from __future__ import annotations
@@ -153,12 +153,18 @@ def parts(groups: dict[str, int], postmaster: int, server: int) -> dict[str, set
     return out
 
 
-def sample(found: dict[str, set[int]]) -> dict[str, tuple[int, int, int]]:
-    """``{part: (pss KiB, rss KiB, processes)}``."""
+def sample(
+    found: dict[str, set[int]], each: list[tuple[int, str, str]] | None = None
+) -> dict[str, tuple[int, int, int]]:
+    """``{part: (pss KiB, rss KiB, processes)}``; with ``each``, also appends ``(pss KiB, part,
+    command line)`` of every process to it."""
     out = {}
+    table = processes() if each is not None else {}
     for part, pids in found.items():
-        sizes = [m for m in (memory_kb(pid) for pid in pids) if m is not None]
-        out[part] = (sum(p for p, _ in sizes), sum(r for _, r in sizes), len(sizes))
+        sizes = {pid: m for pid, m in ((pid, memory_kb(pid)) for pid in pids) if m is not None}
+        out[part] = (sum(p for p, _ in sizes.values()), sum(r for _, r in sizes.values()), len(sizes))
+        if each is not None:
+            each.extend((p, part, table.get(pid, (0, 0, "?"))[2]) for pid, (p, _) in sizes.items())
     return out
 
 
@@ -185,6 +191,7 @@ def main() -> None:
     options.add_argument("--jobs", type=int, default=12, help="jobs of --topology chain")
     options.add_argument("--server-java-options", default=None,
                          help="the Connect server's Java options (tsb spark start --driver-java-options)")
+    options.add_argument("--per-process", action="store_true", help="also print every process's PSS and command")
     args = options.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tsb-deployment-memory-"))
     pg = start_postgres()
@@ -229,10 +236,12 @@ def main() -> None:
                                  f"{af.describe_run(dag_id, run['dag_run_id'])}")
             time.sleep(1)
         best: dict[str, tuple[int, int, int]] = {}
+        best_each: list[tuple[int, str, str]] = []
         for _ in range(args.samples):
-            now = sample(parts(groups, postmaster, server_pid))
+            each: list[tuple[int, str, str]] = []
+            now = sample(parts(groups, postmaster, server_pid), each)
             if sum(p for p, _, _ in now.values()) > sum(p for p, _, _ in best.values()):
-                best = now
+                best, best_each = now, each
             time.sleep(args.every)
     finally:
         if af is not None:
@@ -240,6 +249,9 @@ def main() -> None:
         server.stop()
         pg.stop()
         shutil.rmtree(root, ignore_errors=True)
+    if args.per_process:
+        for pss, part, cmd in sorted(best_each, reverse=True):
+            print(f"  {pss / 1024:7.1f} MB  {part:32s} {cmd[:150]}")
     for part, (pss, rss, n) in sorted(best.items(), key=lambda kv: -kv[1][0]):
         print(f"{part:32s} pss {pss / 2**20:6.2f} GB  rss {rss / 2**20:6.2f} GB  processes {n}")
     pss, rss, n = (sum(v[i] for v in best.values()) for i in range(3))
