@@ -84,10 +84,17 @@ _WEATHER_TYPES = {
 
 
 def _read_csv(source: io.IOBase | str, types: dict[str, pa.DataType]) -> pa.Table:
-    return pacsv.read_csv(
+    """Parse ``source`` in one thread, straight from the stream, then hand the parser's buffers
+    back to the allocator: a streaming ingest holds the year of flights for hours, so it should
+    hold the table and not the parser's peak (docs/engines.md, "Sizing the whole deployment")."""
+    table = pacsv.read_csv(
         source,
-        convert_options=pacsv.ConvertOptions(column_types=types, null_values=["NA", ""], strings_can_be_null=True),
-    ).select(list(types))
+        read_options=pacsv.ReadOptions(use_threads=False),
+        convert_options=pacsv.ConvertOptions(column_types=types, null_values=["NA", ""], strings_can_be_null=True,
+                                             include_columns=list(types)),
+    )
+    pa.default_memory_pool().release_unused()
+    return table
 
 
 @functools.cache
@@ -119,7 +126,7 @@ def flights() -> pa.Table:
     """All 336,776 flights (Arrow, cached per process; about 40 MB)."""
     with zipfile.ZipFile(os.path.join(data_dir(), "flights.csv.zip")) as archive:
         with archive.open("flights.csv") as handle:
-            return _read_csv(io.BytesIO(handle.read()), _FLIGHT_TYPES)
+            return _read_csv(handle, _FLIGHT_TYPES)
 
 
 @functools.cache
