@@ -121,10 +121,33 @@ def _time_limit(seconds: float, path: str) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def _under(module: object, folder: str) -> bool:
+    file = getattr(module, "__file__", None)
+    return bool(file) and os.path.abspath(str(file)).startswith(folder + os.sep)
+
+
+@contextlib.contextmanager
+def _fresh_modules_under(folder: str) -> Iterator[None]:
+    """Run the block as if no module from ``folder`` were imported yet, then put this process's
+    modules back: a DAG file's helpers beside it (``common/flights.py``, which declares the
+    topology the DAG file imports) run again for every load, as in the DAG processor's fresh
+    process, instead of declaring their topologies only the first time."""
+    saved = {name: m for name, m in list(sys.modules.items()) if _under(m, folder)}
+    for name in saved:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        for name in [n for n, m in list(sys.modules.items()) if _under(m, folder)]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
 def load_dag_file(path: str) -> LoadedFile:
     """Import one DAG file and collect the topologies it declares. Never raises for user code:
     an exception, or a top level that runs longer than :func:`import_timeout_s`, is the file's
-    ``error``."""
+    ``error``. Modules from the DAG file's folder run afresh for each file (see
+    :func:`_fresh_modules_under`)."""
     forget_declared_topologies()
     module_name = f"tsb_dagfile_{abs(hash(os.path.abspath(path)))}"
     result = LoadedFile(path)
@@ -137,9 +160,9 @@ def load_dag_file(path: str) -> LoadedFile:
         if spec is None or spec.loader is None:
             result.error = f"{path}: not a Python file"
             return result
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        with _time_limit(import_timeout_s(), path):
+        with _fresh_modules_under(folder), _time_limit(import_timeout_s(), path):
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
             spec.loader.exec_module(module)
     except Exception as exc:  # a user's DAG file may raise anything; report it like Airflow
         result.error = f"{path}: {type(exc).__name__}: {exc}"
