@@ -158,14 +158,56 @@ def class_data() -> str:
     return archive.java_options()
 
 
+#: ``workerinput`` key of the folder the xdist workers share (:func:`pytest_configure_node`)
+SHARED_DIR_KEY = "tsb_shared_dir"
+#: the shared Connect server's heap: the sessions of every worker's tests at once
+SHARED_SERVER_MEMORY = "3g"
+#: the controller's copy of that folder
+SHARED_DIR = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The xdist controller makes the folder its workers share (the session's one Connect
+    server lives there; see :func:`spark_remote`)."""
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        import tempfile
+
+        config.stash[SHARED_DIR] = Path(tempfile.mkdtemp(prefix="tsb-tests-shared-"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: tell each worker the folder the workers share."""
+    shared = node.config.stash.get(SHARED_DIR, None)
+    if shared is not None:
+        node.workerinput[SHARED_DIR_KEY] = str(shared)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller stops the workers' shared Connect server, once every worker is done."""
+    shared = config.stash.get(SHARED_DIR, None)
+    if shared is not None:
+        import shutil
+
+        from airflow_provider_tsb.spark.connect_server import ConnectServer
+
+        ConnectServer(shared / "spark-connect").stop()
+        shutil.rmtree(shared, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def spark_remote(tmp_path_factory: pytest.TempPathFactory, class_data: str) -> Iterator[str]:
+def spark_remote(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, class_data: str
+) -> Iterator[str]:
     """The URL of the test session's one Spark Connect server (``sc://127.0.0.1:PORT``).
 
-    ``$TSB_TEST_SPARK_REMOTE`` names a running server to use instead; otherwise a local server
-    is started with ``tsb spark start``'s :class:`ConnectServer` on a free port and stopped at
-    the end of the session. Every in-process Spark session of the tests (:func:`spark`) and
-    every job the tests run on the ``connect`` engine is a client of it.
+    ``$TSB_TEST_SPARK_REMOTE`` names a running server to use instead. Under xdist, the first
+    worker that needs it starts it (``tsb spark start``'s :class:`ConnectServer`, on a free port)
+    in the folder the workers share, the others find it there, and the controller stops it at
+    the end: every worker's jobs are clients of one server, as a deployment's jobs are, and
+    Spark's classes are loaded and compiled by one JVM instead of one per worker. Without
+    xdist, the session starts and stops its own. Every in-process Spark session of the tests
+    (:func:`spark`) and every job the tests run on the ``connect`` engine is a client of it.
     """
     if os.environ.get("TSB_TEST_SPARK_REMOTE"):
         yield os.environ["TSB_TEST_SPARK_REMOTE"]
@@ -173,10 +215,20 @@ def spark_remote(tmp_path_factory: pytest.TempPathFactory, class_data: str) -> I
     from airflow_provider_tsb.spark.connect_server import ConnectServer, ConnectServerOptions
     from dev.local_airflow import free_port
 
+    shared = getattr(request.config, "workerinput", {}).get(SHARED_DIR_KEY)
+    if shared is not None:
+        import fcntl
+
+        options = ConnectServerOptions(port=free_port(), driver_memory=SHARED_SERVER_MEMORY)
+        with (Path(shared) / "spark-connect.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one worker starts it; the others wait and find it
+            status = ConnectServer(Path(shared) / "spark-connect", options).start()
+        yield str(status.url)
+        return
     server = ConnectServer(tmp_path_factory.mktemp("spark-connect"), ConnectServerOptions(port=free_port()))
     status = server.start()
     try:
-        yield status.url
+        yield str(status.url)
     finally:
         server.stop()
 
