@@ -29,6 +29,16 @@ pytest_plugins = ["tests.support.airflow_fixtures", "tests.support.fixtures"]
 # back" otherwise; see README, "Facts about this machine")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# The suite's short-lived JVMs (spark-submit drivers and launchers, the Connect servers and the
+# standalone cluster a test starts for itself) compile with C1 only: they live seconds to a few
+# minutes, where C2's compilations cost more CPU than they return (tests/spark/test_crash.py and
+# tests/maintenance/test_checker.py: 160 -> 109 CPU-s). The session's shared Connect server, which
+# runs every test's queries for the whole run, keeps both compilers (:data:`BOTH_COMPILERS`; with
+# C1 only, the Delta-heavy tests on it took twice as long). Behaviour is the JVM's either way; the
+# benchmarks run with the JVM's defaults. An empty JAVA_TOOL_OPTIONS keeps both compilers everywhere.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+#: Spark conf of the shared Connect server: a command-line option wins over JAVA_TOOL_OPTIONS
+BOTH_COMPILERS = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}
 
 #: markers of the tiers heavier than ``unit``
 HEAVY_MARKERS = ("spark", "postgres", "airflow", "browser", "e2e", "slow", "cluster", "delta_spark")
@@ -219,13 +229,14 @@ def spark_remote(
     if shared is not None:
         import fcntl
 
-        options = ConnectServerOptions(port=free_port(), driver_memory=SHARED_SERVER_MEMORY)
+        options = ConnectServerOptions(port=free_port(), driver_memory=SHARED_SERVER_MEMORY, conf=BOTH_COMPILERS)
         with (Path(shared) / "spark-connect.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one worker starts it; the others wait and find it
             status = ConnectServer(Path(shared) / "spark-connect", options).start()
         yield str(status.url)
         return
-    server = ConnectServer(tmp_path_factory.mktemp("spark-connect"), ConnectServerOptions(port=free_port()))
+    server = ConnectServer(tmp_path_factory.mktemp("spark-connect"),
+                           ConnectServerOptions(port=free_port(), conf=BOTH_COMPILERS))
     status = server.start()
     try:
         yield str(status.url)
