@@ -25,7 +25,7 @@ part's PSS, RSS and process count::
 
     .venv/bin/python -m benchmarks.deployment_memory [--parallelism 8] [--days 6] [--barriers 3]
         [--topology flights|chain --jobs 12]
-        [--server-java-options "-XX:+UseSerialGC ..."] [--per-process]
+        [--server-java-options "-XX:+UseSerialGC ..."] [--no-class-data] [--per-process]
 """
 
 from __future__ import annotations
@@ -191,12 +191,15 @@ def main() -> None:
     options.add_argument("--jobs", type=int, default=12, help="jobs of --topology chain")
     options.add_argument("--server-java-options", default=None,
                          help="the Connect server's Java options (tsb spark start --driver-java-options)")
+    options.add_argument("--no-class-data", action="store_true",
+                         help="start the Connect server without the class-data archive")
     options.add_argument("--per-process", action="store_true", help="also print every process's PSS and command")
     args = options.parse_args()
     root = Path(tempfile.mkdtemp(prefix="tsb-deployment-memory-"))
     pg = start_postgres()
     server = ConnectServer(root / "spark", ConnectServerOptions(
-        port=free_port(), master="local[2]", driver_java_options=args.server_java_options))
+        port=free_port(), master="local[2]", driver_java_options=args.server_java_options,
+        class_data=not args.no_class_data))
     af = None
     try:
         airflow_db = pg.create_database("airflow")

@@ -156,8 +156,9 @@ def register(sub: Any) -> None:
     p.add_argument("--master", default=None, help="Spark master of the server (default local[*])")
     p.add_argument("--driver-memory", default=None, help="driver heap, e.g. 2g (default)")
     p.add_argument("--driver-java-options", default=None, metavar="OPTIONS",
-                   help="Java options of the server's JVM (default: the serial collector on a machine of at most 2 "
-                        "processors with a local master, else none; '' for none). Give one option with '=': "
+                   help="Java options of the server's JVM (default: the serial collector and a heap that follows "
+                        "the live data on a machine of at most 2 processors with a local master, else none; '' for "
+                        "none). Give one option with '=': "
                         "--driver-java-options=-XX:+UseG1GC")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a Spark property of the server")
     p.add_argument("--timeout", type=float, default=None, help="seconds to wait for it to answer (default 120)")

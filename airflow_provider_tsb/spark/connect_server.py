@@ -71,12 +71,15 @@ SERVER_CONF: dict[str, str] = {
 
 
 #: the server JVM's options when none are given, on a machine of at most
-#: :data:`SMALL_MACHINE_CPUS` processors with a local master: the serial collector. It resizes
-#: the heap to the live data at every collection and keeps no G1 remembered sets, so the
-#: server holds what it uses: on a small machine its peak memory under many streaming jobs is
-#: lower than with G1 (the JVM's default there) or the parallel collector, at the same end-to-end
-#: delay (``benchmarks/topology_scale.py``; docs/benchmarks.md "Many jobs on one Connect server").
-SMALL_MACHINE_JAVA_OPTIONS = "-XX:+UseSerialGC"
+#: :data:`SMALL_MACHINE_CPUS` processors with a local master: the serial collector, which keeps
+#: no G1 remembered sets, with a heap that follows the live data. The JVM's own defaults start
+#: the heap at 1/64 of the machine's memory and give a generation back only when more than 70 %
+#: of it is free after a collection, so a streaming server's heap only grows;
+#: ``-Xms64m -XX:MinHeapFreeRatio=20 -XX:MaxHeapFreeRatio=40`` start it small and keep 20-40 %
+#: free after each collection (HotSpot's heap sizing: the JVM's ``java`` manual, "Advanced
+#: Garbage Collection Options"). The price is more collections: a somewhat longer end-to-end
+#: delay for a server that holds a fraction of the memory (docs/engines.md, "The server's heap").
+SMALL_MACHINE_JAVA_OPTIONS = "-XX:+UseSerialGC -Xms64m -XX:MinHeapFreeRatio=20 -XX:MaxHeapFreeRatio=40"
 SMALL_MACHINE_CPUS = 2
 #: a Java option that chooses the garbage collector (``-XX:+UseG1GC``, ``-XX:+UseZGC``, ...)
 GC_OPTION = re.compile(r"-XX:\+Use\w+GC\b")
@@ -166,14 +169,16 @@ class ServerStatus:
 
 def default_java_options(master: str, cpus: int | None = None) -> str:
     """The server JVM's Java options when none are given: :data:`SMALL_MACHINE_JAVA_OPTIONS`
-    (the serial collector) when ``master`` runs its executors inside the server (``local``,
-    ``local[N]``, ``local[*]``) on a machine of at most :data:`SMALL_MACHINE_CPUS` processors
-    (``cpus``, default ``os.cpu_count()``), else ``""`` (the JVM chooses: G1 on a larger machine,
-    whose collections then run on several cores).
+    (the serial collector, a heap that follows the live data) when ``master`` runs its executors
+    inside the server (``local``, ``local[N]``, ``local[*]``) on a machine of at most
+    :data:`SMALL_MACHINE_CPUS` processors (``cpus``, default ``os.cpu_count()``), else ``""`` (the
+    JVM chooses: G1 on a larger machine, whose collections then run on several cores).
 
     Example:
-        >>> default_java_options("local[*]", cpus=2), default_java_options("local[*]", cpus=16)
-        ('-XX:+UseSerialGC', '')
+        >>> default_java_options("local[*]", cpus=2)
+        '-XX:+UseSerialGC -Xms64m -XX:MinHeapFreeRatio=20 -XX:MaxHeapFreeRatio=40'
+        >>> default_java_options("local[*]", cpus=16)
+        ''
     """
     cpus = cpus if cpus is not None else (os.cpu_count() or 1)
     local = master == "local" or master.startswith("local[")

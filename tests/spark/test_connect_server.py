@@ -170,20 +170,21 @@ def test_a_failed_start_names_its_cause_from_its_own_log_lines(tmp_path: Path) -
 def test_the_server_jvm_gets_the_serial_collector_on_a_small_local_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """The default Java options follow the machine and the master; given options, and a collector
     chosen in the conf's own Java options, win (the JVM refuses two collectors)."""
-    assert default_java_options("local[*]", cpus=2) == "-XX:+UseSerialGC"
-    assert default_java_options("local", cpus=1) == "-XX:+UseSerialGC"
+    small = "-XX:+UseSerialGC -Xms64m -XX:MinHeapFreeRatio=20 -XX:MaxHeapFreeRatio=40"
+    assert default_java_options("local[*]", cpus=2) == small
+    assert default_java_options("local", cpus=1) == small
     assert default_java_options("local[*]", cpus=8) == ""
     assert default_java_options("spark://spark-master:7077", cpus=2) == ""  # the work runs on executors
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     java, oom = "spark.driver.extraJavaOptions", "-XX:+ExitOnOutOfMemoryError"  # every server exits on an OOM
-    assert server_conf(ConnectServerOptions())[java] == f"-XX:+UseSerialGC {oom}"
-    assert server_conf(ConnectServerOptions(conf={java: "-Dx=1"}))[java] == f"-XX:+UseSerialGC {oom} -Dx=1"
+    assert server_conf(ConnectServerOptions())[java] == f"{small} {oom}"
+    assert server_conf(ConnectServerOptions(conf={java: "-Dx=1"}))[java] == f"{small} {oom} -Dx=1"
     assert server_conf(ConnectServerOptions(conf={java: "-XX:+UseZGC -Dx=1"}))[java] == f"{oom} -XX:+UseZGC -Dx=1"
     assert server_conf(ConnectServerOptions(driver_java_options=""))[java] == oom
     given = ConnectServerOptions(driver_java_options="-XX:+UseG1GC -XX:MaxGCPauseMillis=50", conf={java: "-Dx=1"})
     assert server_conf(given)[java] == f"-XX:+UseG1GC -XX:MaxGCPauseMillis=50 {oom} -Dx=1"
     own = ConnectServerOptions(conf={java: "-XX:OnOutOfMemoryError=/bin/true"})  # handling of its own: kept
-    assert server_conf(own)[java] == "-XX:+UseSerialGC -XX:OnOutOfMemoryError=/bin/true"
+    assert server_conf(own)[java] == f"{small} -XX:OnOutOfMemoryError=/bin/true"
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert server_conf(ConnectServerOptions())[java] == oom
