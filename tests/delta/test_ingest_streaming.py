@@ -39,3 +39,25 @@ def test_stream_days_names_bad_arguments(tmp_path) -> None:
         stream_flights_days(str(tmp_path / "f"), str(tmp_path / "w"), "r", days=0)
     with pytest.raises(ValueError, match="pace_s must be a non-negative number of seconds, got -1"):
         stream_flights_days(str(tmp_path / "f"), str(tmp_path / "w"), "r", days=1, pace_s=-1)
+
+
+def test_a_day_of_flights_comes_from_the_parquet_copy_with_a_row_group_per_day(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ingest reads the day it appends, not the year: the copy holds all 336,776 flights in
+    365 row groups, and each day read from it equals that day filtered out of the CSV."""
+    import datetime as dt
+
+    import pyarrow.parquet as pq
+
+    from tsb_examples.datasets import nycflights13 as nyc
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = nyc.flights_by_day()
+    assert path.startswith(str(tmp_path)) and nyc.flights_by_day() == path  # written once
+    meta = pq.ParquetFile(path).metadata
+    assert (meta.num_row_groups, meta.num_rows) == (365, 336_776)
+    year = nyc.flights()
+    for day in (dt.date(2013, 1, 1), dt.date(2013, 7, 4), dt.date(2013, 12, 31)):
+        got = nyc.flights_of_day(day)
+        assert got.num_rows > 700 and got.equals(nyc._day_filter(year, day)), day
+    assert not list(tmp_path.rglob("*.tmp"))
