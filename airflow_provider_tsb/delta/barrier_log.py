@@ -49,6 +49,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
 from airflow_provider_tsb.caches import CACHES
+from airflow_provider_tsb.delta.arrow_rows import rows_table
 from airflow_provider_tsb.delta.direct_append import append_file, supports_direct_append
 from airflow_provider_tsb.delta.log import (
     native_filesystem,
@@ -217,7 +218,7 @@ def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = Fals
         with _writers_lock:
             if not replace and _appends_directly(loc):
                 target = True
-                append_file(loc, pa.Table.from_pylist([row], schema=SCHEMA), app_id=log_app_id(entry.topology),
+                append_file(loc, rows_table([row], SCHEMA), app_id=log_app_id(entry.topology),
                             txn_version=int(entry.barrier), metadata={LOG_BARRIER_KEY: str(entry.barrier)})
             else:
                 if _direct.get(loc):  # the loaded log is behind the direct appends, maybe behind a cleanup
@@ -225,7 +226,7 @@ def write_barrier(location: str, entry: BarrierLogEntry, *, replace: bool = Fals
                 table = _writer_table(loc)
                 target = table is not None
                 write_deltalake(
-                    table if table is not None else loc, pa.Table.from_pylist([row], schema=SCHEMA),
+                    table if table is not None else loc, rows_table([row], SCHEMA),
                     mode="overwrite" if replace else "append",
                     predicate=f"barrier = {int(entry.barrier)}" if replace else None, commit_properties=props,
                     configuration=LOG_PROPERTIES if table is None else None,

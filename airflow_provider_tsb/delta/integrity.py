@@ -37,6 +37,7 @@ from urllib.parse import unquote
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.caches import CACHES
+from airflow_provider_tsb.delta.arrow_rows import stream_table
 from airflow_provider_tsb.delta.commit_fold import UNKNOWN, CommitFold
 from airflow_provider_tsb.exceptions import DeltaLogIntegrityError
 
@@ -123,9 +124,8 @@ def figures_of(table: DeltaTable | pa.Table) -> TableFigures:
             (``DeltaTable.get_add_actions()``, e.g. :attr:`Snapshot.add_actions
             <airflow_provider_tsb.delta.snapshots.Snapshot.add_actions>`).
     """
-    import pyarrow as pa
 
-    actions = pa.table(table.get_add_actions(flatten=False)) if isinstance(table, DeltaTable) else table
+    actions = stream_table(table.get_add_actions(flatten=False)) if isinstance(table, DeltaTable) else table
     if actions.num_rows == 0:
         return TableFigures(0, 0, 0)
     sizes = [int(s or 0) for s in actions.column("size_bytes").to_pylist()]
@@ -306,9 +306,8 @@ def verify_version(
 
 def live_paths(table: DeltaTable) -> set[str]:
     """The paths (relative, as in the log) of the live data files of a loaded version."""
-    import pyarrow as pa
 
-    actions = pa.table(table.get_add_actions(flatten=False))
+    actions = stream_table(table.get_add_actions(flatten=False))
     return {str(p) for p in actions.column("path").to_pylist()} if actions.num_rows else set()
 
 

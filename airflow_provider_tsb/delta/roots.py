@@ -21,9 +21,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from airflow_provider_tsb.caches import CACHES
+from airflow_provider_tsb.delta.arrow_rows import stream_table
 from airflow_provider_tsb.delta.commit_fold import UNKNOWN, CommitFold
 from airflow_provider_tsb.delta.compaction import Compaction
 from airflow_provider_tsb.delta.log import commit_info, normalize_location, table_exists
@@ -113,7 +115,7 @@ def compact_small_files(table: DeltaTable, options: Compaction) -> bool:
     Raises:
         Exception: delta-rs's error when the commit fails (the table keeps its small files).
     """
-    sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
+    sizes = stream_table(table.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
     if sum(1 for size in sizes if size < options.target_bytes) < options.min_files:
         return False
     table.optimize.compact(target_size=options.target_bytes,
@@ -252,10 +254,24 @@ def _snapshot_watermark(loc: str, version: int, column: str) -> int | None:
     name = f"max.{column}"
     if name not in actions.schema.names or actions.num_rows == 0:
         return None
-    values = [v for v in actions.column(name).to_pylist() if v is not None]
-    if not values:
+    values = actions.column(name)
+    if values.null_count == len(values):
         return None
-    return _epoch_ms(max(values))
+    return _max_epoch_ms(values)
+
+
+def _max_epoch_ms(values: pa.ChunkedArray) -> int:
+    """The largest of non-empty ``values`` as :func:`_epoch_ms` gives it, computed in Arrow:
+    ``to_pylist()`` of a zoned timestamp column would import pandas for its time zone."""
+    top, kind = pc.max(values), values.type
+    if pa.types.is_timestamp(kind):
+        raw = top.cast(pa.int64()).as_py()
+        return raw * 1000 if kind.unit == "s" else raw // {"ms": 1, "us": 1_000, "ns": 1_000_000}[kind.unit]
+    if pa.types.is_date32(kind):
+        return top.cast(pa.int32()).as_py() * 86_400_000
+    if pa.types.is_date64(kind):
+        return top.cast(pa.int64()).as_py()
+    return _epoch_ms(top.as_py())
 
 
 def _epoch_ms(value: Any) -> int:

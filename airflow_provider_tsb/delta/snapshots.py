@@ -38,6 +38,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from airflow_provider_tsb.caches import CACHES
+from airflow_provider_tsb.delta.arrow_rows import stream_table
 from airflow_provider_tsb.delta.log import LOG_DIR, normalize_location, open_table
 from airflow_provider_tsb.exceptions import TableNotFoundError
 
@@ -219,7 +220,7 @@ def _capture(loc: str, table: DeltaTable) -> Snapshot:
         schema_json=table.schema().to_json(),
         partition_columns=tuple(table.metadata().partition_columns),
         reader_features=frozenset(protocol.reader_features or ()),
-        add_actions=pa.table(table.get_add_actions(flatten=True)),
+        add_actions=stream_table(table.get_add_actions(flatten=True)),
         configuration=tuple(sorted((table.metadata().configuration or {}).items())),
     )
 

@@ -52,8 +52,8 @@ def test_a_day_of_flights_comes_from_the_parquet_copy_with_a_row_group_per_day(
     from tsb_examples.datasets import nycflights13 as nyc
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    path = nyc.flights_by_day()
-    assert path.startswith(str(tmp_path)) and nyc.flights_by_day() == path  # written once
+    path = nyc.by_day("flights")
+    assert path.startswith(str(tmp_path)) and nyc.by_day("flights") == path  # written once
     meta = pq.ParquetFile(path).metadata
     assert (meta.num_row_groups, meta.num_rows) == (365, 336_776)
     year = nyc.flights()

