@@ -19,7 +19,8 @@ an intermediate input) in batch mode, barrier 1 untraced, then traces each job's
 Modules listed in ``--quiet`` are left out of the walk and counted apart; by default the
 instruments and helpers every layer calls: the phase timer (``spark.timing``), the test kill
 points (``spark.killpoints``), paths and single commit reads (``delta.log``), storage options
-(``delta.storage``), and the tag format (``delta.conventions``).
+(``delta.storage``), the tag format (``delta.conventions``), and Arrow conversions
+(``delta.arrow_rows``).
 
 The catalog is the metastore (a SQLite file, the topology registered and its barriers generated
 as the emitter does), as a job the operator starts sees it: a batch run's input lease covers its
@@ -46,7 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "airflow_provider_tsb"
 LAYERS = {"delta": 0, "metastore": 1, "spark": 2}
 #: modules left out of the walk by default (see the module doc)
-QUIET = "spark.timing,spark.killpoints,spark.frames,delta.log,delta.storage,delta.conventions"
+QUIET = "spark.timing,spark.killpoints,spark.frames,delta.log,delta.storage,delta.conventions,delta.arrow_rows"
 
 
 def module_of(filename: str) -> str | None:
