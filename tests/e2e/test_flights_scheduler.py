@@ -188,6 +188,9 @@ def test_a_pandas_user_reads_one_cut_over_delta_sharing(deployment, tmp_path) ->
 def test_ui_views_on_the_real_flights_run(deployment) -> None:
     """Both UI views, in headless Chromium logged in as a user, on the barriers the scheduler ran."""
     from dev.browser import chromium, login, new_page, screenshot
+    from tests.support.airflow_fixtures import skip_without_chromium
+
+    skip_without_chromium()
 
     af, store, root = deployment
     barriers = [b.barrier for b in store.barriers.list("flights")]

@@ -225,6 +225,9 @@ def test_streaming_tables_equal_a_batch_run_of_the_same_barriers(streaming_run, 
 def test_ui_views_on_the_streaming_run(streaming_run) -> None:
     """Lineage and delay views on the real streaming run (with its killed and retried job)."""
     from dev.browser import chromium, login, new_page, screenshot
+    from tests.support.airflow_fixtures import skip_without_chromium
+
+    skip_without_chromium()
 
     af, store = streaming_run.af, streaming_run.store
     ids = [b.barrier for b in store.barriers.list("flights", limit=1000)]

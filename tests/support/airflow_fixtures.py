@@ -99,12 +99,19 @@ def screenshot_dir() -> Path:
     return SCREENSHOT_DIR
 
 
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
-    from dev.browser import chromium, chromium_path
+def skip_without_chromium() -> None:
+    """Skip the calling test when the system Chromium is missing, as every browser test does."""
+    from dev.browser import chromium_path
 
     if chromium_path() is None:
         pytest.skip("Chromium not installed (apt-get install -y chromium)")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    from dev.browser import chromium
+
+    skip_without_chromium()
     with chromium() as instance:
         yield instance
 
